@@ -1,0 +1,145 @@
+"""Table rows. Only the shape of the data lives here; the verbs that read and write it are in repo.py.
+
+Schema changes go through an Alembic revision in storage/migrations/versions (never create_all).
+Times are naive UTC (SQLite keeps no time zone); token ids are packed int32 (see records.pack_ids).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import (
+    BigInteger,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    LargeBinary,
+    MetaData,
+    String,
+    Text,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+# Named constraints let Alembic's batch mode (SQLite's copy-and-move ALTER) drop and recreate them.
+NAMING = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+STATUSES = ("queued", "running", "paused", "done", "cancelled", "failed")
+FINISHED = ("done", "cancelled", "failed")
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING)
+
+
+class SessionRow(Base):
+    """A book: the generations written for it hang below."""
+
+    __tablename__ = "sessions"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    title: Mapped[str] = mapped_column(String(500))
+    author: Mapped[str] = mapped_column(String(500), default="")
+    created_at: Mapped[datetime] = mapped_column(DateTime)
+    updated_at: Mapped[datetime] = mapped_column(DateTime)
+
+
+class GenerationRow(Base):
+    """One generation job. The worker writes status/owner/progress; the UI writes only `control`."""
+
+    __tablename__ = "generations"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    session_id: Mapped[int] = mapped_column(ForeignKey("sessions.id", ondelete="CASCADE"), index=True)
+    parent_id: Mapped[int | None] = mapped_column(ForeignKey("generations.id", ondelete="SET NULL"))
+    prompt_text: Mapped[str] = mapped_column(Text)
+    prompt_ids: Mapped[bytes | None] = mapped_column(LargeBinary)  # None until the worker tokenizes
+    model: Mapped[str | None] = mapped_column(String(1000))  # None: the worker's model, fixed at claim
+    heads: Mapped[str | None] = mapped_column(String(1000))
+    mode: Mapped[str] = mapped_column(String(20))
+    seed: Mapped[int] = mapped_column(Integer)
+    settings_json: Mapped[str] = mapped_column(Text)  # tokenswift.settings.Settings.to_json()
+    target_tokens: Mapped[int] = mapped_column(Integer)
+    status: Mapped[str] = mapped_column(String(20), default="queued")
+    finish_reason: Mapped[str | None] = mapped_column(String(20))  # "length" | "eos" | "stop"
+    produced_tokens: Mapped[int] = mapped_column(Integer, default=0)
+    chunk_count: Mapped[int] = mapped_column(Integer, default=0)  # next chunk seq, checked on append
+    created_at: Mapped[datetime] = mapped_column(DateTime)
+    started_at: Mapped[datetime | None] = mapped_column(DateTime)
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime)
+    elapsed_s: Mapped[float] = mapped_column(Float, default=0.0)  # decoding time summed over runs
+    error: Mapped[str | None] = mapped_column(Text)
+    control: Mapped[str | None] = mapped_column(String(20))  # requested by the UI: "pause" | "cancel"
+    owner: Mapped[str | None] = mapped_column(String(200))  # token of the worker process holding it
+    owner_host: Mapped[str | None] = mapped_column(String(200))
+    owner_pid: Mapped[int | None] = mapped_column(Integer)
+    heartbeat_at: Mapped[datetime | None] = mapped_column(DateTime)
+
+    # The claim query: the oldest queued job.
+    __table_args__ = (Index("ix_generations_status_id", "status", "id"),)
+
+
+class ChunkRow(Base):
+    """Append-only slices of the generated stream; the text is their ordered concatenation."""
+
+    __tablename__ = "chunks"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    generation_id: Mapped[int] = mapped_column(ForeignKey("generations.id", ondelete="CASCADE"))
+    seq: Mapped[int] = mapped_column(Integer)
+    token_start: Mapped[int] = mapped_column(Integer)  # index of the first id in the generated stream
+    token_ids: Mapped[bytes] = mapped_column(LargeBinary)
+    text: Mapped[str] = mapped_column(Text)
+    source: Mapped[str] = mapped_column(String(20), default="ai")
+    created_at: Mapped[datetime] = mapped_column(DateTime)
+
+    __table_args__ = (Index("uq_chunks_generation_seq", "generation_id", "seq", unique=True),)
+
+
+class MetricRow(Base):
+    """One point of the live charts, written with each chunk."""
+
+    __tablename__ = "metric_points"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    generation_id: Mapped[int] = mapped_column(
+        ForeignKey("generations.id", ondelete="CASCADE"), index=True
+    )
+    tokens: Mapped[int] = mapped_column(Integer)  # generated so far, resumed runs included
+    elapsed_s: Mapped[float] = mapped_column(Float)
+    steps: Mapped[int | None] = mapped_column(Integer)
+    alpha: Mapped[float | None] = mapped_column(Float)
+    beta: Mapped[float | None] = mapped_column(Float)
+    tokens_per_step: Mapped[float | None] = mapped_column(Float)
+    ngram_hits: Mapped[int | None] = mapped_column(Integer)
+    tokens_per_s: Mapped[float | None] = mapped_column(Float)
+    ar_latency_s: Mapped[float | None] = mapped_column(Float)  # AR seconds per token (estimate)
+    time_saved_s: Mapped[float | None] = mapped_column(Float)
+    created_at: Mapped[datetime] = mapped_column(DateTime)
+
+
+class WorkerRow(Base):
+    """What a worker reports about itself, and the model the UI wants it to hold (desired_*)."""
+
+    __tablename__ = "workers"
+    worker_id: Mapped[str] = mapped_column(String(200), primary_key=True)
+    host: Mapped[str] = mapped_column(String(200))
+    pid: Mapped[int] = mapped_column(Integer)
+    started_at: Mapped[datetime] = mapped_column(DateTime)
+    heartbeat_at: Mapped[datetime] = mapped_column(DateTime)
+    model: Mapped[str | None] = mapped_column(String(1000))
+    heads: Mapped[str | None] = mapped_column(String(1000))
+    device: Mapped[str | None] = mapped_column(String(50))
+    dtype: Mapped[str | None] = mapped_column(String(50))
+    load_status: Mapped[str] = mapped_column(String(20), default="idle")  # idle|loading|ready|failed
+    load_error: Mapped[str | None] = mapped_column(Text)
+    memory_bytes: Mapped[int | None] = mapped_column(BigInteger)
+    max_context: Mapped[int | None] = mapped_column(Integer)
+    current_job_id: Mapped[int | None] = mapped_column(Integer)
+    desired_model: Mapped[str | None] = mapped_column(String(1000))
+    desired_heads: Mapped[str | None] = mapped_column(String(1000))
+    desired_device: Mapped[str | None] = mapped_column(String(50))
+    desired_dtype: Mapped[str | None] = mapped_column(String(50))

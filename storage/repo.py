@@ -1,0 +1,359 @@
+"""The store's verbs. Each one runs one short transaction and returns plain records (storage/records.py).
+
+Who writes what: the UI/API create books and jobs and set `control` (pause/cancel requests); the worker
+owns a running job (status, chunks, metrics, heartbeat). Every worker write checks that it still owns
+the job, so a worker that lost its claim (lease expired, job deleted) can never append a duplicate.
+Reads that check-then-write lock the row (FOR UPDATE on servers; SQLite's BEGIN IMMEDIATE already
+serialises writers), so a pause request and a claim cannot interleave.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import timedelta
+
+from sqlalchemy import Engine, func, select, update
+from sqlalchemy.exc import OperationalError
+from sqlalchemy.orm import Session
+
+from storage.errors import Conflict, NotFound, StoreError
+from storage.models import FINISHED, ChunkRow, GenerationRow, MetricRow, SessionRow
+from storage.records import (
+    ChunkRecord,
+    GenerationRecord,
+    Job,
+    JobSettings,
+    MetricPoint,
+    Owner,
+    Progress,
+    SessionRecord,
+    Tokens,
+    from_row,
+    pack_ids,
+    unpack_ids,
+    utcnow,
+)
+from storage.workers import WorkerVerbs
+
+# A stopped worker's job goes back to the queue unless the user asked for something else meanwhile.
+_RELEASED = {"pause": "paused", "cancel": "cancelled", None: "queued"}
+
+
+class Store(WorkerVerbs):
+    def __init__(self, engine: Engine, writer: Engine | None = None):
+        self.engine = engine
+        self._writer = writer or engine  # same pool; its transactions begin with BEGIN IMMEDIATE
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    @contextmanager
+    def _read(self) -> Iterator[Session]:
+        with Session(self.engine) as session:
+            yield session
+
+    @contextmanager
+    def _write(self) -> Iterator[Session]:
+        try:
+            with Session(self._writer) as session, session.begin():
+                yield session
+        except OperationalError as exc:
+            raise StoreError(
+                f"could not write to the store ({exc.orig}); that change was rolled back and everything "
+                "saved before it is intact"
+            ) from exc
+
+    # --- books ---------------------------------------------------------------------------------------
+
+    def create_session(self, title: str = "Untitled", author: str = "") -> SessionRecord:
+        with self._write() as s:
+            row = SessionRow(title=title, author=author, created_at=utcnow(), updated_at=utcnow())
+            s.add(row)
+            s.flush()
+            return from_row(SessionRecord, row)
+
+    def rename_session(
+        self, session_id: int, title: str | None = None, author: str | None = None
+    ) -> SessionRecord:
+        with self._write() as s:
+            row = _get(s, SessionRow, session_id, "session")
+            row.title = row.title if title is None else title
+            row.author = row.author if author is None else author
+            row.updated_at = utcnow()
+            return from_row(SessionRecord, row)
+
+    def delete_session(self, session_id: int) -> None:
+        """Deletes the book with its generations; a worker running one of them stops at its next write."""
+        with self._write() as s:
+            s.delete(_get(s, SessionRow, session_id, "session"))
+
+    def get_session(self, session_id: int) -> SessionRecord:
+        with self._read() as s:
+            return from_row(SessionRecord, _get(s, SessionRow, session_id, "session"))
+
+    def list_sessions(self) -> list[SessionRecord]:
+        with self._read() as s:
+            rows = s.scalars(select(SessionRow).order_by(SessionRow.updated_at.desc(), SessionRow.id.desc()))
+            return [from_row(SessionRecord, r) for r in rows]
+
+    # --- queueing ------------------------------------------------------------------------------------
+
+    def enqueue_generation(
+        self,
+        prompt: str,
+        settings: JobSettings,
+        *,
+        session_id: int | None = None,
+        model: str | None = None,
+        heads: str | None = None,
+    ) -> GenerationRecord:
+        """Queue a job. Without a session a new book is made; without a model the worker's is used."""
+        with self._write() as s:
+            book = _book(s, session_id)
+            row = _new_generation(book, prompt, settings, model=model, heads=heads)
+            s.add(row)
+            s.flush()
+            return from_row(GenerationRecord, row)
+
+    def continue_generation(
+        self, parent_id: int, settings: JobSettings, *, session_id: int | None = None
+    ) -> GenerationRecord:
+        """A new job whose prompt is the parent's prompt + generated ids (same model, same book)."""
+        with self._write() as s:
+            parent = _get(s, GenerationRow, parent_id, "generation")
+            if parent.status in ("queued", "running") or parent.prompt_ids is None:
+                raise Conflict(f"generation {parent_id} is still {parent.status}; pause or finish it first")
+            ids = unpack_ids(parent.prompt_ids) + _generated_ids(s, parent_id)
+            text = parent.prompt_text + _text(s, parent_id)
+            book = _book(s, session_id or parent.session_id)
+            row = _new_generation(book, text, settings, model=parent.model, heads=parent.heads)
+            row.parent_id, row.prompt_ids = parent_id, pack_ids(ids)
+            s.add(row)
+            s.flush()
+            return from_row(GenerationRecord, row)
+
+    def claim_next(self, owner: Owner) -> Job | None:
+        """Take the oldest queued job. The UPDATE re-checks status='queued' and its rowcount says who
+        won, so workers on several machines sharing a database server never take the same job."""
+        with self._write() as s:
+            for _ in range(20):
+                oldest = select(GenerationRow.id).where(GenerationRow.status == "queued")
+                gen_id = s.scalar(oldest.order_by(GenerationRow.id).limit(1))
+                if gen_id is None:
+                    return None
+                won = s.execute(
+                    update(GenerationRow)
+                    .where(GenerationRow.id == gen_id, GenerationRow.status == "queued")
+                    .values(status="running", control=None, owner=owner.token, owner_host=owner.host,
+                            owner_pid=owner.pid, heartbeat_at=utcnow(),
+                            started_at=func.coalesce(GenerationRow.started_at, utcnow()))
+                    .execution_options(synchronize_session=False)
+                ).rowcount
+                if won == 1:
+                    row = s.get(GenerationRow, gen_id, populate_existing=True)
+                    ids = unpack_ids(row.prompt_ids) if row.prompt_ids is not None else None
+                    return from_row(Job, row, prompt_ids=ids)
+        return None
+
+    def queue_length(self) -> int:
+        with self._read() as s:
+            query = select(func.count()).where(GenerationRow.status == "queued")
+            return s.scalar(query.select_from(GenerationRow)) or 0
+
+    # --- reading -------------------------------------------------------------------------------------
+
+    def get_generation(self, gen_id: int, *, with_text: bool = True) -> GenerationRecord:
+        with self._read() as s:
+            row = _get(s, GenerationRow, gen_id, "generation")
+            return from_row(GenerationRecord, row, text=_text(s, gen_id) if with_text else None)
+
+    def list_generations(
+        self, session_id: int | None = None, statuses: tuple[str, ...] | None = None
+    ) -> list[GenerationRecord]:
+        """Newest first, without text (use get_generation or chunks for that)."""
+        query = select(GenerationRow).order_by(GenerationRow.id.desc())
+        if session_id is not None:
+            query = query.where(GenerationRow.session_id == session_id)
+        if statuses:
+            query = query.where(GenerationRow.status.in_(statuses))
+        with self._read() as s:
+            return [from_row(GenerationRecord, r) for r in s.scalars(query)]
+
+    def get_tokens(self, gen_id: int) -> Tokens:
+        with self._read() as s:
+            row = _get(s, GenerationRow, gen_id, "generation")
+            return Tokens(unpack_ids(row.prompt_ids), _generated_ids(s, gen_id))
+
+    def chunks(self, gen_id: int, after_seq: int = -1) -> list[ChunkRecord]:
+        """Chunks in order; a UI polling a running job passes the last seq it has seen."""
+        query = select(ChunkRow).where(ChunkRow.generation_id == gen_id, ChunkRow.seq > after_seq)
+        with self._read() as s:
+            rows = s.scalars(query.order_by(ChunkRow.seq))
+            return [from_row(ChunkRecord, r, token_ids=unpack_ids(r.token_ids)) for r in rows]
+
+    def metric_points(self, gen_id: int, after_tokens: int = -1) -> list[MetricPoint]:
+        query = select(MetricRow).where(MetricRow.generation_id == gen_id, MetricRow.tokens > after_tokens)
+        with self._read() as s:
+            return [from_row(MetricPoint, r) for r in s.scalars(query.order_by(MetricRow.id))]
+
+    def latest_metric(self, gen_id: int) -> MetricPoint | None:
+        query = select(MetricRow).where(MetricRow.generation_id == gen_id).order_by(MetricRow.id.desc())
+        with self._read() as s:
+            row = s.scalars(query.limit(1)).first()
+            return from_row(MetricPoint, row) if row else None
+
+    # --- control (UI side) ---------------------------------------------------------------------------
+
+    def request_pause(self, gen_id: int) -> GenerationRecord:
+        """Queued jobs pause at once; a running one when its worker next looks (one iteration)."""
+        return self._control(gen_id, "pause", {"queued": {"status": "paused"},
+                                               "running": {"control": "pause"}, "paused": {}})
+
+    def request_resume(self, gen_id: int) -> GenerationRecord:
+        """Back to the queue; the worker re-prefills from the stored ids and continues the same stream."""
+        return self._control(gen_id, "resume", {"paused": {"status": "queued"}, "queued": {},
+                                                "running": {"control": None}})
+
+    def request_cancel(self, gen_id: int) -> GenerationRecord:
+        finished = {"status": "cancelled", "finished_at": utcnow()}
+        return self._control(gen_id, "cancel", {"queued": finished, "paused": finished,
+                                                "running": {"control": "cancel"}, "cancelled": {}})
+
+    def _control(self, gen_id: int, verb: str, by_status: dict[str, dict]) -> GenerationRecord:
+        with self._write() as s:
+            row = _get(s, GenerationRow, gen_id, "generation", lock=True)
+            if row.status not in by_status:
+                raise Conflict(f"cannot {verb} generation {gen_id}: it is {row.status}")
+            for name, value in by_status[row.status].items():
+                setattr(row, name, value)
+            s.flush()
+            return from_row(GenerationRecord, row)
+
+    # --- the worker's writes -------------------------------------------------------------------------
+
+    def control_for(self, gen_id: int, owner: Owner) -> str | None:
+        """The pending request for a running job: "pause", "cancel", None, or "lost" if not ours any more."""
+        query = select(GenerationRow.owner, GenerationRow.control).where(GenerationRow.id == gen_id)
+        with self.engine.connect() as connection:
+            found = connection.execute(query).first()
+        if found is None or found.owner != owner.token:
+            return "lost"
+        return found.control
+
+    def record_start(
+        self, gen_id: int, owner: Owner, prompt_ids: list[int], model: str, heads: str | None
+    ) -> bool:
+        """Fix what the job runs with: the tokenized prompt and the model (so a resume uses the same)."""
+        with self._write() as s:
+            row = _owned(s, gen_id, owner)
+            if row is not None:
+                row.prompt_ids, row.model, row.heads = pack_ids(prompt_ids), model, heads
+            return row is not None
+
+    def append_progress(
+        self, gen_id: int, owner: Owner, progress: Progress, *, finish: str | None = None,
+        finish_reason: str | None = None,
+    ) -> bool:
+        """Append one chunk + metric point and bump the counters, in one transaction; `finish` (done,
+        paused, cancelled) ends the run in the same one. False if the job is no longer ours."""
+        with self._write() as s:
+            row = _owned(s, gen_id, owner)
+            if row is None:
+                return False
+            if progress.token_ids or progress.text:
+                s.add(ChunkRow(generation_id=gen_id, seq=row.chunk_count, token_start=row.produced_tokens,
+                               token_ids=pack_ids(progress.token_ids), text=progress.text, source="ai",
+                               created_at=utcnow()))
+                row.chunk_count += 1
+                row.produced_tokens += len(progress.token_ids)
+            if progress.metric is not None:
+                s.add(MetricRow(generation_id=gen_id, created_at=utcnow(), **progress.metric.to_dict()))
+            row.elapsed_s, row.heartbeat_at = progress.elapsed_s, utcnow()
+            if finish is not None:
+                _end_run(row, finish)
+                row.finish_reason = finish_reason
+            return True
+
+    def mark_failed(self, gen_id: int, owner: Owner, error: str) -> bool:
+        with self._write() as s:
+            row = _owned(s, gen_id, owner)
+            if row is not None:
+                _end_run(row, "failed")
+                row.error = error
+            return row is not None
+
+    def release(self, gen_id: int, owner: Owner) -> bool:
+        """A stopping worker hands the job back (queued, or paused/cancelled if that was asked for)."""
+        with self._write() as s:
+            row = _owned(s, gen_id, owner)
+            if row is not None:
+                _end_run(row, _RELEASED.get(row.control, "queued"))
+            return row is not None
+
+    def requeue_abandoned(self, me: Owner, lease_s: float, is_alive: Callable[[int], bool]) -> list[int]:
+        """Give back running jobs whose worker is gone: on this host a dead pid (or our own pid with
+        another token: a previous process) is proof at once; elsewhere, a heartbeat older than the lease."""
+        cutoff = utcnow() - timedelta(seconds=lease_s)
+        running = select(GenerationRow).where(GenerationRow.status == "running",
+                                              GenerationRow.owner != me.token)
+        with self._read() as s:
+            if s.scalar(select(func.count()).select_from(running.subquery())) == 0:
+                return []  # the common case, without taking the write lock
+        with self._write() as s:
+            released = []
+            for row in s.scalars(running.with_for_update()):
+                here = row.owner_host == me.host
+                dead = here and (row.owner_pid == me.pid or not is_alive(row.owner_pid))
+                if dead or row.heartbeat_at is None or row.heartbeat_at < cutoff:
+                    _end_run(row, _RELEASED.get(row.control, "queued"))
+                    released.append(row.id)
+            return released
+
+
+def _get(s: Session, cls: type, ident: int, what: str, *, lock: bool = False):
+    row = s.get(cls, ident, with_for_update=lock or None)
+    if row is None:
+        raise NotFound(what, ident)
+    return row
+
+
+def _owned(s: Session, gen_id: int, owner: Owner) -> GenerationRow | None:
+    row = s.get(GenerationRow, gen_id, with_for_update=True, populate_existing=True)
+    return row if row is not None and row.status == "running" and row.owner == owner.token else None
+
+
+def _end_run(row: GenerationRow, status: str) -> None:
+    row.status, row.control = status, None
+    row.owner = row.owner_host = row.owner_pid = None
+    if status in FINISHED:
+        row.finished_at = utcnow()
+
+
+def _book(s: Session, session_id: int | None) -> SessionRow:
+    if session_id is None:
+        book = SessionRow(title="Untitled", author="", created_at=utcnow(), updated_at=utcnow())
+        s.add(book)
+        s.flush()
+        return book
+    book = _get(s, SessionRow, session_id, "session")
+    book.updated_at = utcnow()
+    return book
+
+
+def _new_generation(book: SessionRow, prompt: str, settings: JobSettings, **model) -> GenerationRow:
+    return GenerationRow(
+        session_id=book.id, prompt_text=prompt, mode=settings.mode, seed=settings.seed,
+        settings_json=settings.to_json(), target_tokens=settings.max_new_tokens, status="queued",
+        produced_tokens=0, chunk_count=0, elapsed_s=0.0, created_at=utcnow(), **model,
+    )
+
+
+def _text(s: Session, gen_id: int) -> str:
+    query = select(ChunkRow.text).where(ChunkRow.generation_id == gen_id).order_by(ChunkRow.seq)
+    return "".join(s.scalars(query))
+
+
+def _generated_ids(s: Session, gen_id: int) -> list[int]:
+    query = select(ChunkRow.token_ids).where(ChunkRow.generation_id == gen_id).order_by(ChunkRow.seq)
+    return [t for packed in s.scalars(query) for t in unpack_ids(packed)]

@@ -1,0 +1,82 @@
+"""Store verbs for the worker-status table: what each worker holds, and the model the UI wants it to hold.
+
+Mixed into storage.repo.Store (it provides _read/_write); kept apart because only the worker and the
+Model tab use them.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import select, update
+
+from storage.models import GenerationRow, WorkerRow
+from storage.records import ModelSpec, Owner, WorkerStatus, from_row, utcnow
+
+
+class WorkerVerbs:
+    def register_worker(self, owner: Owner) -> WorkerStatus:
+        """Create or take over this worker id's row (a restart keeps the desired model)."""
+        with self._write() as s:
+            row = s.get(WorkerRow, owner.worker_id)
+            if row is None:
+                row = WorkerRow(worker_id=owner.worker_id, load_status="idle")
+                s.add(row)
+            row.host, row.pid, row.current_job_id = owner.host, owner.pid, None
+            row.started_at = row.heartbeat_at = utcnow()
+            s.flush()
+            return _status(row)
+
+    def report_model(
+        self, worker_id: str, spec: ModelSpec | None, load_status: str, *, load_error: str | None = None,
+        memory_bytes: int | None = None, max_context: int | None = None,
+    ) -> None:
+        with self._write() as s:
+            row = s.get(WorkerRow, worker_id)
+            if row is None:
+                return
+            row.model, row.heads = (spec.model, spec.heads) if spec else (None, None)
+            row.device, row.dtype = (spec.device, spec.dtype) if spec else (None, None)
+            row.load_status, row.load_error = load_status, load_error
+            row.memory_bytes, row.max_context, row.heartbeat_at = memory_bytes, max_context, utcnow()
+
+    def heartbeat(self, owner: Owner, job_id: int | None = None) -> bool:
+        """Touch the worker row and the job it runs; False if that job is no longer this worker's."""
+        with self._write() as s:
+            s.execute(update(WorkerRow).where(WorkerRow.worker_id == owner.worker_id)
+                      .values(heartbeat_at=utcnow(), current_job_id=job_id))
+            if job_id is None:
+                return True
+            touched = s.execute(
+                update(GenerationRow)
+                .where(GenerationRow.id == job_id, GenerationRow.owner == owner.token)
+                .values(heartbeat_at=utcnow())
+                .execution_options(synchronize_session=False)
+            )
+            return touched.rowcount == 1
+
+    def set_desired_model(self, spec: ModelSpec, worker_id: str | None = None) -> int:
+        """The Model tab's choice; workers load it between jobs. None: every worker. Returns rows set."""
+        query = update(WorkerRow).values(desired_model=spec.model, desired_heads=spec.heads,
+                                         desired_device=spec.device, desired_dtype=spec.dtype)
+        if worker_id is not None:
+            query = query.where(WorkerRow.worker_id == worker_id)
+        with self._write() as s:
+            return s.execute(query.execution_options(synchronize_session=False)).rowcount
+
+    def get_worker(self, worker_id: str) -> WorkerStatus | None:
+        with self._read() as s:
+            row = s.get(WorkerRow, worker_id)
+            return _status(row) if row else None
+
+    def list_workers(self) -> list[WorkerStatus]:
+        """Freshest heartbeat first."""
+        with self._read() as s:
+            rows = s.scalars(select(WorkerRow).order_by(WorkerRow.heartbeat_at.desc()))
+            return [_status(r) for r in rows]
+
+
+def _status(row: WorkerRow) -> WorkerStatus:
+    desired = None
+    if row.desired_model:
+        desired = ModelSpec(row.desired_model, row.desired_heads, row.desired_device or "cpu",
+                            row.desired_dtype or "float32")
+    return from_row(WorkerStatus, row, desired=desired)

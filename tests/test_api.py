@@ -1,0 +1,208 @@
+"""The REST contract, against a real store file (the worker's side is played through the store's verbs)."""
+
+from __future__ import annotations
+
+import io
+import xml.etree.ElementTree as ET
+import zipfile
+
+import pytest
+from fastapi.testclient import TestClient
+
+from storage import open_store
+from storage.records import ModelSpec, Owner, Progress
+from ui.api import create_app
+
+GOOD = {"prompt": "Once upon a time", "max_new_tokens": 300, "mode": "tokenswift", "seed": 7,
+        "settings": {"temperature": 0.8, "top_p": 0.9, "min_p": 0.05, "eta": 0.0, "penalty": 1.2,
+                     "penalty_window": 512, "ngram_topk": 8, "tree": [1, 3, 3], "budget": 256}}
+
+
+@pytest.fixture
+def store(tmp_path):
+    s = open_store(f"sqlite:///{tmp_path / 'studio.db'}")
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def client(store):
+    return TestClient(create_app(store))
+
+
+def with_settings(**changes) -> dict:
+    return {**GOOD, "settings": {**GOOD["settings"], **changes}}
+
+
+def written(store, gen_id: int, pieces: list[tuple[list[int], str]], finish: str = "done") -> None:
+    """Play the worker: claim the job and store its output."""
+    owner = Owner.here("test-worker")
+    assert store.claim_next(owner).id == gen_id
+    store.record_start(gen_id, owner, [1, 400, 401], "stories", None)
+    for i, (ids, text) in enumerate(pieces):
+        last = i == len(pieces) - 1
+        store.append_progress(gen_id, owner, Progress(ids, text, 0.5), finish=finish if last else None)
+
+
+def test_create_and_read_back(client, store):
+    created = client.post("/api/generations", json=GOOD)
+    assert created.status_code == 201
+    assert created.json()["status"] == "queued" and isinstance(created.json()["id"], int)
+    gen = store.get_generation(created.json()["id"])
+    assert gen.settings_json and '"penalty_length": 512' in gen.settings_json  # W mapped to Settings
+    body = client.get(f"/api/generations/{gen.id}").json()
+    expected = {"id": gen.id, "status": "queued", "produced_tokens": 0, "target_tokens": 300, "text": "",
+                "metrics": {}}
+    assert {k: body[k] for k in expected} == expected
+    written(store, gen.id, [([5, 6], "Hello"), ([7], " there")])
+    body = client.get(f"/api/generations/{gen.id}").json()
+    assert (body["status"], body["text"], body["produced_tokens"]) == ("done", "Hello there", 3)
+    tokens = client.get(f"/api/generations/{gen.id}/tokens").json()
+    assert tokens == {"prompt_tokens": [1, 400, 401], "tokens": [5, 6, 7]}
+
+
+INVALID = [
+    ({"prompt": "x"}, "max_new_tokens"),
+    ({**GOOD, "prompt": ""}, "prompt"),
+    ({**GOOD, "prompt": "   "}, "prompt"),
+    ({**GOOD, "max_new_tokens": 0}, "max_new_tokens"),
+    ({**GOOD, "max_new_tokens": "300"}, "max_new_tokens"),
+    ({**GOOD, "mode": "fast"}, "mode"),
+    ({**GOOD, "seed": -1}, "seed"),
+    ({**GOOD, "model": "gpt"}, "model"),
+    (with_settings(temperature=-1), "settings.temperature"),
+    (with_settings(top_p=0), "settings.top_p"),
+    (with_settings(min_p=1), "settings.min_p"),
+    (with_settings(eta=2), "settings.eta"),
+    (with_settings(penalty=0.5), "settings.penalty"),
+    (with_settings(penalty_window=-1), "settings.penalty_window"),
+    (with_settings(ngram_topk=1000), "settings.ngram_topk"),
+    (with_settings(tree=[2, 3]), "settings.tree"),
+    (with_settings(tree="1,3"), "settings.tree"),
+    (with_settings(budget=3), "settings.budget"),
+    (with_settings(penalty_length=5), "settings.penalty_length"),
+    ({**GOOD, "session_id": 999}, "session_id"),
+    ({"max_new_tokens": 10, "continue_from": 999}, "continue_from"),
+    ({**GOOD, "continue_from": 1}, "prompt"),
+]
+
+
+@pytest.mark.parametrize(("payload", "field"), INVALID, ids=[f for _, f in INVALID])
+def test_every_validation_error_names_its_field(client, payload, field):
+    response = client.post("/api/generations", json=payload)
+    assert response.status_code == 422
+    detail = response.json()["detail"]
+    assert any(d["msg"].startswith(f"{field}: ") and d["loc"][1:] == field.split(".") for d in detail), detail
+
+
+def test_settings_messages_match_the_engine_settings(client):
+    detail = client.post("/api/generations", json=with_settings(penalty=0.5)).json()["detail"]
+    assert detail[0]["msg"] == "settings.penalty: theta must be >= 1"
+
+
+def test_targets_beyond_the_workers_context_are_rejected(client, store):
+    owner = Owner.here("gpu0")
+    store.register_worker(owner)
+    store.report_model("gpu0", ModelSpec("stories"), "ready", max_context=512)
+    assert client.post("/api/generations", json={**GOOD, "max_new_tokens": 500}).status_code == 201
+    response = client.post("/api/generations", json={**GOOD, "max_new_tokens": 513})
+    assert response.status_code == 422 and "context of 512" in response.json()["detail"][0]["msg"]
+    parent = client.post("/api/generations", json=GOOD).json()["id"]
+    store.request_cancel(1)  # the first job: out of the way so the worker claims `parent`
+    written(store, parent, [([5] * 100, "word " * 100)])
+    too_long = client.post("/api/generations", json={"max_new_tokens": 410, "continue_from": parent})
+    assert too_long.status_code == 422
+    assert "410 new + 103 prompt tokens" in too_long.json()["detail"][0]["msg"]  # 3 prompt + 100 generated
+
+
+def test_continue_from_a_finished_draft(client, store):
+    book = store.create_session("Dragons", "Ann")
+    parent = client.post("/api/generations", json={**GOOD, "session_id": book.id}).json()["id"]
+    busy = client.post("/api/generations", json={"max_new_tokens": 10, "continue_from": parent})
+    assert busy.status_code == 422 and busy.json()["detail"][0]["loc"] == ["body", "continue_from"]
+    written(store, parent, [([5, 6], " and a dragon")])
+    child = client.post("/api/generations", json={"max_new_tokens": 10, "continue_from": parent})
+    assert child.status_code == 201 and child.json()["session_id"] == book.id
+    tokens = client.get(f"/api/generations/{child.json()['id']}/tokens").json()
+    assert tokens == {"prompt_tokens": [1, 400, 401, 5, 6], "tokens": []}
+
+
+def test_unknown_ids_are_404(client):
+    for path in ("", "/tokens", "/export?format=txt"):
+        assert client.get(f"/api/generations/999{path}").status_code == 404
+    for verb in ("pause", "resume", "cancel"):
+        assert client.post(f"/api/generations/999/{verb}").status_code == 404
+
+
+def test_pause_resume_cancel(client):
+    gen_id = client.post("/api/generations", json=GOOD).json()["id"]
+    assert client.post(f"/api/generations/{gen_id}/pause").json()["status"] == "paused"
+    assert client.post(f"/api/generations/{gen_id}/resume").json()["status"] == "queued"
+    assert client.post(f"/api/generations/{gen_id}/cancel").json()["status"] == "cancelled"
+    conflict = client.post(f"/api/generations/{gen_id}/resume")
+    assert conflict.status_code == 409 and "cancelled" in conflict.json()["detail"]
+
+
+def test_exports_parse_in_every_format(client, store):
+    book = store.create_session("The Lighthouse", "Ada Byron")
+    gen_id = client.post("/api/generations", json={**GOOD, "session_id": book.id}).json()["id"]
+    written(store, gen_id, [([5, 6], "\nShe climbed the stairs.\n\nThe lamp was lit."), ([7], " Ünïcode!")])
+    base = f"/api/generations/{gen_id}/export"
+    txt = client.get(f"{base}?format=txt")
+    assert txt.status_code == 200 and "attachment" in txt.headers["content-disposition"]
+    assert "The Lighthouse" in txt.text and "The lamp was lit. Ünïcode!" in txt.text
+    assert "Once upon a time" in client.get(f"{base}?format=md").text  # the prompt opens the book
+    check_epub(client.get(f"{base}?format=epub").content, "The Lighthouse")
+    check_docx(client.get(f"{base}?format=docx&title=Beacon&author=Bo").content, "Beacon", "Bo")
+    bad = client.get(f"{base}?format=pdf")
+    assert bad.status_code == 422 and bad.json()["detail"][0]["msg"].startswith("format: ")
+
+
+def check_epub(data: bytes, title: str) -> None:
+    archive = zipfile.ZipFile(io.BytesIO(data))
+    first = archive.infolist()[0]
+    assert (first.filename, first.compress_type) == ("mimetype", zipfile.ZIP_STORED)
+    assert archive.read("mimetype") == b"application/epub+zip"
+    container = ET.fromstring(archive.read("META-INF/container.xml"))
+    opf_path = container.find(".//{urn:oasis:names:tc:opendocument:xmlns:container}rootfile").get("full-path")
+    opf = ET.fromstring(archive.read(opf_path))
+    ns = {"opf": "http://www.idpf.org/2007/opf", "dc": "http://purl.org/dc/elements/1.1/"}
+    assert opf.find(".//dc:title", ns).text == title
+    folder = opf_path.rsplit("/", 1)[0] + "/" if "/" in opf_path else ""
+    for item in opf.findall(".//opf:manifest/opf:item", ns):
+        name = folder + item.get("href")
+        if name.endswith(".xhtml"):
+            ET.fromstring(archive.read(name))  # every content document is well-formed XML
+
+
+def check_docx(data: bytes, title: str, author: str) -> None:
+    from docx import Document
+
+    document = Document(io.BytesIO(data))
+    assert (document.core_properties.title, document.core_properties.author) == (title, author)
+    assert any("The lamp was lit." in p.text for p in document.paragraphs)
+
+
+def test_health_reports_the_worker_and_queue(client, store):
+    assert client.get("/api/health").json()["load_status"] == "no worker"
+    store.register_worker(Owner.here("gpu0"))
+    store.report_model("gpu0", ModelSpec("stories", None, "cuda", "bfloat16"), "ready", max_context=4096)
+    client.post("/api/generations", json=GOOD)
+    health = client.get("/api/health").json()
+    assert (health["model"], health["device"], health["queue_length"]) == ("stories", "cuda", 1)
+    assert 0 <= health["worker_heartbeat_age_s"] < 5
+
+
+def test_basic_auth_when_credentials_are_given(store):
+    client = TestClient(create_app(store, credentials=[("ann", "s3cret"), ("bo", "pw")]))
+    assert client.get("/api/health").status_code == 401
+    assert client.get("/api/health", auth=("ann", "wrong")).status_code == 401
+    assert client.get("/api/health", auth=("bo", "pw")).status_code == 200
+    assert client.post("/api/generations", json=GOOD, auth=("ann", "s3cret")).status_code == 201
+
+
+def test_a_read_only_store_answers_503_with_the_reason(tmp_path, store):
+    read_only = open_store(f"sqlite:///file:{tmp_path / 'studio.db'}?mode=ro&uri=true")
+    response = TestClient(create_app(read_only)).post("/api/generations", json=GOOD)
+    assert response.status_code == 503 and "readonly" in response.json()["detail"]
+    read_only.close()

@@ -1,0 +1,71 @@
+"""Drafting strategies behind one small interface.
+
+A drafter proposes, for the root token r at position L, candidate tokens for each depth below r (a list
+per depth, the widths of the tree); the engine merges them with the n-gram candidates into one trie and
+verifies. Drafting only affects speed: whatever a drafter proposes, verification emits the target's
+tokens. Another strategy (say, drafting from the verify pass's own hidden states) implements the same
+three methods and can be compared in `bench`.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import torch
+
+from .kv_cache import KVCache
+from .loading import LoadedModel
+from .partial_cache import PartialCache
+from .sampling import Sampler
+from .settings import Settings
+
+
+class Drafter(Protocol):
+    def start(self, full: KVCache, length: int, queries: list[torch.Tensor]) -> None:
+        """Called once after prefill: `length` tokens are in the full cache."""
+
+    def propose(self, root: int, position: int, window: torch.Tensor | None) -> list[list[int]]:
+        """Candidate tokens per depth (depth 1 first) for the root at `position`."""
+
+    def commit(self, full: KVCache, start: int, end: int, queries: list[torch.Tensor] | None) -> None:
+        """Tokens [start, end) were committed to the full cache."""
+
+    def wants_queries(self, count: int) -> bool:
+        """Whether the next commit of up to `count` tokens needs the last token's queries."""
+
+
+class HeadsDrafter:
+    """TokenSwift's drafter (design §1–§2, §4): one pass of the target over the partial cache, then the
+    base LM head and the chained draft heads give depth 1..gamma+1 distributions."""
+
+    def __init__(self, lm: LoadedModel, settings: Settings, sampler: Sampler, budget: int):
+        self.lm, self.sampler = lm, sampler
+        gamma = min(settings.gamma, lm.heads.gamma) if lm.heads is not None else 0
+        self.widths = list(settings.tree[: gamma + 1])
+        self.partial = PartialCache(lm.config, budget, settings.sinks, lm.device, lm.dtype)
+
+    def start(self, full: KVCache, length: int, queries: list[torch.Tensor]) -> None:
+        self.partial.extend(full, 0, length, queries)
+
+    def wants_queries(self, count: int) -> bool:
+        return self.partial.needs_selection(count)
+
+    def propose(self, root: int, position: int, window: torch.Tensor | None) -> list[list[int]]:
+        lm, partial = self.lm, self.partial
+        tokens = torch.tensor([root], device=lm.device)
+        pos = torch.tensor([position], device=lm.device)
+        out = lm.model(tokens, pos, partial.cache, partial.n, logits="all")
+        rows = [out.logits]
+        if len(self.widths) > 1:
+            states = lm.heads(out.hidden)[: len(self.widths) - 1]
+            rows.extend(lm.model.head(s) for s in states)
+        logits = torch.cat(rows)
+        if window is not None:
+            # Temperature and filters keep the order of the best tokens: only the penalty changes which
+            # tokens lead, so it is the only processing a draft needs.
+            logits = self.sampler.penalize(logits, window.expand(logits.shape[0], -1))
+        best = torch.topk(logits, max(self.widths), dim=-1).indices.tolist()
+        return [best[i][:w] for i, w in enumerate(self.widths)]
+
+    def commit(self, full: KVCache, start: int, end: int, queries: list[torch.Tensor] | None) -> None:
+        self.partial.extend(full, start, end, queries)

@@ -1,0 +1,215 @@
+"""The decoding state and one iteration of each mode: plain autoregressive and TokenSwift (design §1).
+
+State: `length` tokens committed to the full KV cache and one sampled-but-uncached root token at position
+`length`. Everything is rebuilt from the token ids alone (prefill, partial cache, n-gram table), so a run
+resumed from stored ids continues exactly as an uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import torch
+
+from .drafting import Drafter, HeadsDrafter
+from .kv_cache import KVCache
+from .loading import LoadedModel
+from .metrics import RunMetrics
+from .model import causal_mask, with_prefix
+from .ngram import NgramTable
+from .sampling import Sampler
+from .settings import Settings
+from .trie import build_trie, max_nodes, verify_inputs, walk
+
+PREFILL_CHUNK = 1024
+NGRAM_LEN = 4
+PROBE_INTERVAL_S = 2.0  # how often TokenSwift re-measures an AR step at the current context
+
+
+def default_budget(settings: Settings, prompt_len: int) -> int:
+    if settings.budget is not None:
+        return settings.budget
+    return max(256, min(prompt_len, 4096), settings.sinks + 8)
+
+
+@dataclass
+class StepResult:
+    tokens: list[int]  # emitted this iteration; the last one is the new root
+
+
+class Engine:
+    def __init__(self, lm: LoadedModel, settings: Settings, ids: list[int], prompt_len: int,
+                 pad_verify: bool | None = None):
+        """ids: prompt + tokens generated so far (at least the prompt)."""
+        self.lm, self.s, self.prompt_len = lm, settings, prompt_len
+        self.ts = settings.mode == "tokenswift"
+        self.pad_verify = lm.device.type == "cuda" if pad_verify is None else pad_verify
+        self.depth = len(settings.tree)
+        self.verify_slots = max_nodes(settings.tree, settings.ngram_topk, NGRAM_LEN) if self.ts else 1
+        capacity = prompt_len + settings.max_new_tokens + self.verify_slots + 8
+        lm.ensure_positions(capacity)
+        cfg = lm.config
+        self.cache = KVCache(cfg.n_layers, cfg.n_kv_heads, capacity, cfg.head_dim, lm.device, lm.dtype)
+        self.ids = list(ids)
+        self.buf = torch.zeros(capacity, dtype=torch.int64, device=lm.device)
+        self.buf[: len(ids)] = torch.tensor(ids, dtype=torch.int64)
+        self.sampler = Sampler(settings, cfg.vocab_size, lm.device)
+        self.metrics = RunMetrics(settings.mode, depth=self.depth)
+        self.drafter: Drafter | None = None
+        self.ngrams: NgramTable | None = None
+        self.length = 0
+        self._last_probe = 0.0
+
+    # -- setup --------------------------------------------------------------------------------------
+
+    def start(self) -> list[int]:
+        """Prefill and return the tokens emitted by it: the first sampled token on a fresh run, or
+        nothing when resuming (the last stored token becomes the root)."""
+        t0 = time.perf_counter()
+        fresh = len(self.ids) == self.prompt_len
+        upto = len(self.ids) if fresh else len(self.ids) - 1
+        logits, queries = self._prefill(upto)
+        emitted: list[int] = []
+        if fresh:
+            token = int(self.sampler.sample(logits, self._window(upto, []), [upto])[0])
+            self._append([token])
+            emitted = [token]
+        self.length = upto
+        if self.ts:
+            budget = default_budget(self.s, self.prompt_len)
+            self.drafter = HeadsDrafter(self.lm, self.s, self.sampler, budget)
+            self.drafter.start(self.cache, self.length, queries)
+            self.ngrams = NgramTable(NGRAM_LEN)
+            self._advance_ngrams()
+        self._sync()
+        self.metrics.prefill_s = time.perf_counter() - t0
+        return emitted
+
+    @torch.inference_mode()
+    def _prefill(self, upto: int) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        model, dev, window = self.lm.model, self.lm.device, self.lm.config.sliding_window
+        out = None
+        for start in range(0, upto, PREFILL_CHUNK):
+            end = min(start + PREFILL_CHUNK, upto)
+            pos = torch.arange(start, end, device=dev)
+            mask = causal_mask(start, end - start, pos, window, dev)
+            out = model(self.buf[start:end], pos, self.cache, start, mask, logits="last",
+                        capture_queries=end == upto)
+        return out.logits, [q[-1] for q in out.queries]
+
+    # -- shared helpers -----------------------------------------------------------------------------
+
+    @property
+    def root(self) -> int:
+        return self.ids[-1]
+
+    def _append(self, tokens: list[int]) -> None:
+        n = len(self.ids)
+        self.buf[n:n + len(tokens)] = torch.tensor(tokens, dtype=torch.int64)
+        self.ids.extend(tokens)
+
+    def _window(self, end: int, path: list[int]) -> torch.Tensor | None:
+        """The penalty window (last W tokens) of the history ids[:end] + path, as a [1, <=W] row."""
+        w = self.s.penalty_length
+        if w == 0 or self.s.penalty == 1.0:
+            return None
+        tail = torch.tensor(path[-w:], dtype=torch.int64, device=self.lm.device)
+        if w > len(path):
+            tail = torch.cat((self.buf[max(0, end - (w - len(path))):end], tail))
+        return tail[None]
+
+    def _sync(self) -> None:
+        if self.lm.device.type == "cuda":
+            torch.cuda.synchronize(self.lm.device)
+
+    def _advance_ngrams(self) -> None:
+        self.ngrams.advance(self.ids, max(self.prompt_len, len(self.ids) - self.s.lag))
+
+    # -- plain autoregressive decoding ---------------------------------------------------------------
+
+    @torch.inference_mode()
+    def ar_step(self) -> StepResult:
+        t0 = time.perf_counter()
+        token = self._ar_forward_and_sample()
+        self._sync()
+        dt = time.perf_counter() - t0
+        self.metrics.add_step(1, 0, 0, False, 0.0, dt, 0.0)
+        self.metrics.ar_latency_s = dt
+        return StepResult([token])
+
+    def _ar_forward_and_sample(self) -> int:
+        n = self.length
+        tokens = self.buf[n:n + 1]
+        out = self.lm.model(tokens, torch.tensor([n], device=self.lm.device), self.cache, n, logits="all")
+        self.length = n + 1
+        token = int(self.sampler.sample(out.logits, self._window(n + 1, []), [n + 1])[0])
+        self._append([token])
+        return token
+
+    # -- TokenSwift ----------------------------------------------------------------------------------
+
+    @torch.inference_mode()
+    def ts_step(self) -> StepResult:
+        self._maybe_probe_ar()
+        L, root, dev = self.length, self.root, self.lm.device
+        t0 = time.perf_counter()
+        # 1. Draft: one pass over the partial cache; the base head and the draft heads give each depth.
+        levels = self.drafter.propose(root, L, self._window(L + 1, []))
+        self._sync()
+        t1 = time.perf_counter()
+        # 2. Candidates: the tree plus the k most frequent 4-grams starting with the depth-1 token.
+        first = levels[0][0]
+        paths = [(first, *c) for c in self.ngrams.top_k(first, self.s.ngram_topk)] if self.s.ngram_topk else []
+        trie = build_trie(root, levels, paths)
+        pad = self.verify_slots if self.pad_verify else len(trie.tokens)
+        tokens, positions, tree_mask = (t.to(dev) for t in verify_inputs(trie, L, pad))
+        mask = with_prefix(tree_mask, L, positions, self.lm.config.sliding_window)
+        capture = self.drafter.wants_queries(self.depth + 1)
+        t2 = time.perf_counter()
+        # 3. Verify: the target over the full cache with every candidate at once, under the tree mask.
+        out = self.lm.model(tokens, positions, self.cache, L, mask, logits="all", capture_queries=capture)
+        self._sync()
+        t3 = time.perf_counter()
+        # 4. Accept: walk the trie with the target's own position-keyed samples.
+        accepted, emitted = walk(trie, lambda node: self._target_token(out.logits, trie, node, L))
+        # 5. Commit: compact the accepted path's K/V behind the prefix, extend the partial cache and n-grams.
+        self.cache.commit(torch.tensor([L + i for i in accepted], device=dev), L)
+        self.length = L + len(accepted)
+        queries = [q[accepted[-1]] for q in out.queries] if capture else None
+        self.drafter.commit(self.cache, L, self.length, queries)
+        self._append(emitted)
+        self._advance_ngrams()
+        self._sync()
+        t4 = time.perf_counter()
+        ngram_accepted = sum(trie.from_ngram[i] for i in accepted)
+        ngram_hit = any(trie.from_ngram[i] and not trie.from_tree[i] for i in accepted)
+        self.metrics.add_step(len(emitted), len(emitted) - 1, ngram_accepted, ngram_hit,
+                              t1 - t0, t3 - t2, (t2 - t1) + (t4 - t3))
+        return StepResult(emitted)
+
+    def _target_token(self, logits: torch.Tensor, trie, node: int, L: int) -> int:
+        path = []
+        i = node
+        while i > 0:
+            path.append(trie.tokens[i])
+            i = trie.parents[i]
+        path.reverse()
+        window = self._window(L + 1, path)
+        return int(self.sampler.sample(logits[node:node + 1], window, [L + len(path) + 1])[0])
+
+    def _maybe_probe_ar(self) -> None:
+        """Measure one plain AR step at the current context, so time saved is against this very run.
+
+        It writes the root's K/V at slot `length`, exactly what the verify pass writes there next."""
+        now = time.perf_counter()
+        if now - self._last_probe < PROBE_INTERVAL_S:
+            return
+        n = self.length
+        self._sync()
+        t0 = time.perf_counter()
+        out = self.lm.model(self.buf[n:n + 1], torch.tensor([n], device=self.lm.device), self.cache, n)
+        self.sampler.sample(out.logits, self._window(n + 1, []), [n + 1])
+        self._sync()
+        self.metrics.ar_latency_s = time.perf_counter() - t0
+        self._last_probe = time.perf_counter()

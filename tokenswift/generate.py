@@ -1,0 +1,120 @@
+"""The public generation API shared by the CLI, the worker and the benchmarks.
+
+    gen = Generator(lm, settings, prompt_ids, generated_ids=stored)   # validates, loads nothing
+    for event in gen.steps():                                        # one event per iteration
+        store(event.tokens)
+    gen.metrics().to_dict()
+
+Both modes emit the same tokens for the same seed and settings (design §3); TokenSwift only emits them
+in fewer, larger steps. Passing the ids generated so far resumes the very same token stream.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+
+from .detok import IncrementalDetokenizer
+from .engine import Engine
+from .loading import LoadedModel
+from .metrics import RunMetrics
+from .settings import Settings, SettingsError
+
+
+@dataclass
+class StepEvent:
+    tokens: list[int]  # new ids this iteration, already cut at max_new_tokens / EOS / a stop string
+    done: bool
+    finish_reason: str | None  # "length", "eos" or "stop" when done
+
+
+def validate(lm: LoadedModel, settings: Settings, prompt_ids: Sequence[int], generated: Sequence[int]) -> None:
+    if not prompt_ids:
+        raise SettingsError("prompt", "is empty")
+    total = len(prompt_ids) + settings.max_new_tokens
+    if total > lm.max_context:
+        raise SettingsError(
+            "max_new_tokens",
+            f"prompt ({len(prompt_ids)} tokens) + max_new_tokens ({settings.max_new_tokens}) = {total} exceeds "
+            f"the model's context of {lm.max_context} tokens",
+        )
+    if len(generated) > settings.max_new_tokens:
+        raise SettingsError("max_new_tokens", f"{len(generated)} tokens were already generated")
+    vocab = lm.config.vocab_size
+    if any(not 0 <= t < vocab for t in [*prompt_ids, *generated]):
+        raise SettingsError("prompt", f"token ids must lie in [0, {vocab})")
+
+
+class Generator:
+    def __init__(self, lm: LoadedModel, settings: Settings, prompt_ids: Sequence[int],
+                 generated_ids: Sequence[int] = (), pad_verify: bool | None = None):
+        validate(lm, settings, prompt_ids, generated_ids)
+        self.lm, self.s = lm, settings
+        self.prompt_ids = list(prompt_ids)
+        self.produced: list[int] = list(generated_ids)
+        self.eos = set(lm.config.eos_token_ids) | ({lm.tokenizer.eos_token_id} - {None})
+        self._pad_verify = pad_verify
+        self._engine: Engine | None = None
+        self._stop_text = ""
+
+    def steps(self) -> Iterator[StepEvent]:
+        reason = self._finished(self.produced)
+        if reason:
+            yield StepEvent([], True, reason)
+            return
+        engine = self._engine = Engine(self.lm, self.s, self.prompt_ids + self.produced, len(self.prompt_ids),
+                                       self._pad_verify)
+        detok = self._stop_detokenizer()
+        emitted = engine.start()
+        step = engine.ts_step if self.s.mode == "tokenswift" else engine.ar_step
+        while True:
+            tokens, reason = self._cut(emitted, detok)
+            self.produced.extend(tokens)
+            if reason or tokens:
+                yield StepEvent(tokens, reason is not None, reason)
+            if reason:
+                return
+            emitted = step().tokens
+
+    def _cut(self, tokens: list[int], detok: IncrementalDetokenizer | None) -> tuple[list[int], str | None]:
+        """Tokens up to the first that ends the run, and why it ends."""
+        for i, token in enumerate(tokens):
+            reason = None
+            if len(self.produced) + i + 1 >= self.s.max_new_tokens:
+                reason = "length"
+            if token in self.eos and not self.s.ignore_eos:
+                reason = "eos"
+            if detok is not None and self._hits_stop(detok.push([token])):
+                reason = "stop"
+            if reason:
+                return tokens[: i + 1], reason
+        return tokens, None
+
+    def _stop_detokenizer(self) -> IncrementalDetokenizer | None:
+        if not self.s.stop:
+            return None
+        return IncrementalDetokenizer(self.lm.tokenizer, self.prompt_ids + self.produced)
+
+    def _hits_stop(self, text: str) -> bool:
+        keep = max(len(s) for s in self.s.stop)
+        self._stop_text = (self._stop_text + text)[-(keep + len(text)):]
+        return any(s in self._stop_text for s in self.s.stop)
+
+    def _finished(self, produced: list[int]) -> str | None:
+        if len(produced) >= self.s.max_new_tokens:
+            return "length"
+        if produced and produced[-1] in self.eos and not self.s.ignore_eos:
+            return "eos"
+        return None
+
+    def metrics(self) -> RunMetrics:
+        if self._engine is None:
+            return RunMetrics(self.s.mode, depth=len(self.s.tree))
+        return self._engine.metrics
+
+    def run(self, on_tokens: Callable[[list[int]], None] | None = None) -> list[int]:
+        """Generate to the end; returns all generated ids (including any passed in to resume)."""
+        for event in self.steps():
+            if on_tokens is not None and event.tokens:
+                on_tokens(event.tokens)
+        return self.produced

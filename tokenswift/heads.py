@@ -1,0 +1,110 @@
+"""Draft heads (design §2): gamma chained residual heads on the last hidden state, sharing the LM head.
+
+    h_0 = the last decoder layer's output before the model's final norm
+    h_i = h_{i-1} + W_i · RMSNorm_in_i(h_{i-1})          (square, bias-free, no activation)
+    logits_i = LMHead(RMSNorm_out_i(h_i))                 (head i at position t predicts token t+1+i)
+
+The chain matters: the paper's ablation shows independent Medusa-style heads draft clearly worse.
+Our own files are small and separate from the model: `heads.safetensors` + `heads_config.json`.
+Tensor names match the official TokenSwift checkpoints' `model.medusa_layers.{j}.*` after the prefix.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+from .config import ModelConfig
+from .model import RMSNorm
+
+CONFIG_NAME = "heads_config.json"
+WEIGHTS_NAME = "heads.safetensors"
+OFFICIAL_PREFIX = "model.medusa_layers."
+
+
+class HeadsError(RuntimeError):
+    pass
+
+
+class HeadLayer(nn.Module):
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.input_layernorm = RMSNorm(dim, eps)
+        self.linear = nn.Linear(dim, dim, bias=False)
+        self.post_layernorm = RMSNorm(dim, eps)
+
+
+class DraftHeads(nn.Module):
+    def __init__(self, dim: int, gamma: int, eps: float):
+        super().__init__()
+        self.dim, self.gamma, self.eps = dim, gamma, eps
+        self.layers = nn.ModuleList(HeadLayer(dim, eps) for _ in range(gamma))
+
+    def forward(self, h0: torch.Tensor) -> list[torch.Tensor]:
+        """h0: [T, dim] -> gamma normalised states [T, dim]; apply the model's LM head to get logits."""
+        states, h = [], h0
+        for layer in self.layers:
+            h = h + layer.linear(layer.input_layernorm(h))
+            states.append(layer.post_layernorm(h))
+        return states
+
+    def config_dict(self) -> dict:
+        return {"format": "tokenswift-heads", "version": 1, "dim": self.dim, "gamma": self.gamma, "eps": self.eps}
+
+
+def save_heads(heads: DraftHeads, directory: Path, record: dict | None = None) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    tensors = {k: v.detach().to("cpu", torch.float32).contiguous() for k, v in heads.state_dict().items()}
+    save_file(tensors, str(directory / WEIGHTS_NAME))
+    config = heads.config_dict() | ({"record": record} if record else {})
+    (directory / CONFIG_NAME).write_text(json.dumps(config, indent=2))
+
+
+def load_heads(directory: Path, cfg: ModelConfig, device, dtype) -> DraftHeads:
+    config_file, weights_file = directory / CONFIG_NAME, directory / WEIGHTS_NAME
+    if not config_file.exists() or not weights_file.exists():
+        raise HeadsError(f"no draft heads in {directory}: expected {CONFIG_NAME} and {WEIGHTS_NAME}")
+    try:
+        meta = json.loads(config_file.read_text())
+        state = load_file(str(weights_file))
+    except Exception as error:  # noqa: BLE001 - a corrupt file must name itself
+        raise HeadsError(f"corrupt draft heads in {directory}: {error}") from error
+    if meta.get("dim") != cfg.dim:
+        raise HeadsError(f"heads in {directory} are for hidden size {meta.get('dim')}, the model has {cfg.dim}")
+    return _build(state, meta["dim"], meta["gamma"], meta.get("eps", cfg.norm_eps), str(directory)).to(device, dtype)
+
+
+def heads_from_state_dict(state: dict[str, torch.Tensor], cfg: ModelConfig) -> DraftHeads | None:
+    """Heads stored inside an official TokenSwift checkpoint, or None when there are none."""
+    ours = {k[len(OFFICIAL_PREFIX):]: v for k, v in state.items() if k.startswith(OFFICIAL_PREFIX)}
+    if not ours:
+        return None
+    renamed = {f"layers.{k}": v for k, v in ours.items()}
+    gamma = len({k.split(".")[1] for k in renamed})
+    return _build(renamed, cfg.dim, gamma, cfg.norm_eps, "checkpoint")
+
+
+def _build(state: dict[str, torch.Tensor], dim: int, gamma: int, eps: float, source: str) -> DraftHeads:
+    with torch.device("meta"):
+        heads = DraftHeads(dim, gamma, eps)
+    expected = heads.state_dict()
+    if set(expected) != set(state):
+        missing, extra = sorted(set(expected) - set(state)), sorted(set(state) - set(expected))
+        raise HeadsError(f"draft heads from {source} do not match: missing {missing[:3]}, unexpected {extra[:3]}")
+    for name, ref in expected.items():
+        if tuple(state[name].shape) != tuple(ref.shape):
+            raise HeadsError(f"head tensor {name} has shape {tuple(state[name].shape)}, expected {tuple(ref.shape)}")
+    heads.load_state_dict({k: v.float() for k, v in state.items()}, assign=True, strict=True)
+    return heads.eval().requires_grad_(False)
+
+
+def new_heads(cfg: ModelConfig, gamma: int = 3) -> DraftHeads:
+    """Fresh heads for training: W_i = 0, so each head starts out repeating the base model's guess."""
+    heads = DraftHeads(cfg.dim, gamma, cfg.norm_eps)
+    for layer in heads.layers:
+        nn.init.zeros_(layer.linear.weight)
+    return heads

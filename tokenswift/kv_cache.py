@@ -1,0 +1,42 @@
+"""A static, preallocated key/value cache for batch size 1.
+
+One buffer per K and V for all layers, [layers, kv_heads, capacity, head_dim]: K/V stay at kv_heads (no
+GQA repetition) and attention reads only the filled prefix, so the cost of a step grows with the context,
+not with the capacity. Keys are stored after RoPE, at their absolute positions.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+class KVCache:
+    def __init__(self, n_layers: int, n_kv_heads: int, capacity: int, head_dim: int, device, dtype):
+        shape = (n_layers, n_kv_heads, capacity, head_dim)
+        self.k = torch.zeros(shape, device=device, dtype=dtype)
+        self.v = torch.zeros(shape, device=device, dtype=dtype)
+        self.capacity = capacity
+
+    def write(self, layer: int, start: int, k: torch.Tensor, v: torch.Tensor) -> None:
+        """k, v: [kv_heads, T, head_dim] written at slots start..start+T-1."""
+        end = start + k.shape[1]
+        if end > self.capacity:
+            raise RuntimeError(f"KV cache full: need {end} slots, have {self.capacity}")
+        self.k[layer, :, start:end] = k
+        self.v[layer, :, start:end] = v
+
+    def view(self, layer: int, length: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.k[layer, :, :length], self.v[layer, :, :length]
+
+    def commit(self, src: torch.Tensor, dst_start: int) -> None:
+        """Move the K/V of slots `src` (ascending) to contiguous slots from dst_start, in every layer.
+
+        Tree verification writes every candidate node's K/V after the committed prefix; only the accepted
+        path may stay visible, so it is compacted right behind the prefix and the rest is left beyond the
+        new length, where attention never reads."""
+        dst = slice(dst_start, dst_start + src.numel())
+        self.k[:, :, dst] = self.k[:, :, src]
+        self.v[:, :, dst] = self.v[:, :, src]
+
+    def nbytes(self) -> int:
+        return self.k.numel() * self.k.element_size() * 2

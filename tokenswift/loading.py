@@ -1,0 +1,201 @@
+"""Loading Hugging Face–format checkpoints: a local directory, or a hub id found in the local cache.
+
+Weights load onto the `meta` device and are then assigned, so a model is never materialised twice.
+Checkpoints are safetensors (single or sharded) or PyTorch .bin files; any failure names what was looked
+for and why it failed. Official TokenSwift checkpoints carry their draft heads in the same files
+(`model.medusa_layers.{j}.*`): those are picked up as the model's heads.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from .config import ModelConfig, UnsupportedModelError
+from .heads import DraftHeads, heads_from_state_dict, load_heads
+from .model import Transformer
+from .rope import rope_table
+
+DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16, "float16": torch.float16}
+HEADS_SUBDIR = "heads"
+
+
+class ModelLoadError(RuntimeError):
+    pass
+
+
+@dataclass
+class LoadedModel:
+    name: str
+    path: Path
+    model: Transformer
+    tokenizer: object
+    hf_config: object
+    heads: DraftHeads | None
+    device: torch.device
+    dtype: torch.dtype
+    extras: dict = field(default_factory=dict)
+
+    @property
+    def config(self) -> ModelConfig:
+        return self.model.cfg
+
+    @property
+    def max_context(self) -> int:
+        return context_limit(self.hf_config)
+
+    def ensure_positions(self, length: int) -> None:
+        """Grow the RoPE table to cover positions [0, length)."""
+        if self.model.rope_cos is None or self.model.rope_cos.shape[0] < length:
+            self.model.set_rope(*rope_table(self.hf_config, length, self.device, self.dtype))
+
+    def encode(self, text: str) -> list[int]:
+        return list(self.tokenizer(text).input_ids)
+
+    def decode(self, ids) -> str:
+        return self.tokenizer.decode(list(ids), skip_special_tokens=True)
+
+    def memory_bytes(self) -> int:
+        tensors = list(self.model.parameters()) + (list(self.heads.parameters()) if self.heads else [])
+        return sum(t.numel() * t.element_size() for t in tensors)
+
+
+def resolve_device(device: str) -> torch.device:
+    if device not in ("cpu", "cuda") and not device.startswith("cuda:"):
+        raise ValueError(f"unknown device {device!r}: use cpu or cuda")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError("device cuda requested but no CUDA device is available")
+    return torch.device(device)
+
+
+def resolve_dtype(dtype: str) -> torch.dtype:
+    if dtype not in DTYPES:
+        raise ValueError(f"unknown dtype {dtype!r}: use one of {', '.join(DTYPES)}")
+    return DTYPES[dtype]
+
+
+def resolve_path(model: str) -> Path:
+    """A local directory, or a hub id resolved through the local Hugging Face cache."""
+    path = Path(model).expanduser()
+    if path.is_dir():
+        return path
+    if path.exists():
+        raise ModelLoadError(f"model path {model!r} is a file; expected a checkpoint directory")
+    if model.count("/") != 1 or model.startswith((".", "/", "~")):
+        raise ModelLoadError(f"model {model!r} not found: no such directory, and it is not a hub id (org/name)")
+    from huggingface_hub import snapshot_download
+
+    patterns = ["*.json", "*.safetensors", "*.bin", "*.model", "*.txt"]
+    try:
+        return Path(snapshot_download(model, local_files_only=True, allow_patterns=patterns))
+    except Exception as cached_error:  # noqa: BLE001 - any cache miss falls through to the clear message
+        if os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false", "False"):
+            raise ModelLoadError(
+                f"model {model!r} not found: no local directory of that name and no copy in the Hugging Face "
+                f"cache (HF_HOME={os.environ.get('HF_HOME', '~/.cache/huggingface')}), and HF_HUB_OFFLINE=1 "
+                "forbids downloading. Download it where there is network access, or pass a local directory."
+            ) from cached_error
+    try:
+        return Path(snapshot_download(model, allow_patterns=patterns))
+    except Exception as error:  # noqa: BLE001
+        raise ModelLoadError(
+            f"model {model!r} not found locally and could not be downloaded ({type(error).__name__}); "
+            "pass a local checkpoint directory"
+        ) from error
+
+
+def _weight_files(path: Path) -> list[Path]:
+    for index_name in ("model.safetensors.index.json", "pytorch_model.bin.index.json"):
+        index = path / index_name
+        if index.exists():
+            shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+            missing = [s for s in shards if not (path / s).exists()]
+            if missing:
+                raise ModelLoadError(f"{index} lists shards that are missing: {', '.join(missing)}")
+            return [path / s for s in shards]
+    for single in ("model.safetensors", "pytorch_model.bin"):
+        if (path / single).exists():
+            return [path / single]
+    raise ModelLoadError(f"no weights in {path}: looked for model.safetensors(.index.json) and pytorch_model.bin")
+
+
+def read_state_dict(path: Path) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    state: dict[str, torch.Tensor] = {}
+    for file in _weight_files(path):
+        try:
+            if file.suffix == ".safetensors":
+                state.update(load_file(str(file)))
+            else:
+                state.update(torch.load(file, map_location="cpu", weights_only=True, mmap=True))
+        except Exception as error:  # noqa: BLE001 - a corrupt file must name itself
+            raise ModelLoadError(f"corrupt checkpoint file {file}: {error}") from error
+    return state
+
+
+def build_model(cfg: ModelConfig, state: dict[str, torch.Tensor], device, dtype) -> Transformer:
+    with torch.device("meta"):
+        model = Transformer(cfg)
+    expected = model.state_dict()
+    missing = sorted(set(expected) - set(state))
+    if missing:
+        raise ModelLoadError(f"checkpoint is missing {len(missing)} tensors, e.g. {missing[:3]}")
+    for name, ref in expected.items():
+        if tuple(state[name].shape) != tuple(ref.shape):
+            raise ModelLoadError(f"tensor {name} has shape {tuple(state[name].shape)}, expected {tuple(ref.shape)}")
+    weights = {name: state[name].to(device=device, dtype=dtype) for name in expected}
+    model.load_state_dict(weights, assign=True, strict=True)
+    return model.eval().requires_grad_(False)
+
+
+def context_limit(hf) -> int:
+    """Positions the model was trained or scaled for: rope scaling factors extend the original window."""
+    params = getattr(hf, "rope_parameters", None) or {}
+    limit = hf.max_position_embeddings
+    if params.get("rope_type") in ("linear", "dynamic", "yarn") and "factor" in params:
+        original = params.get("original_max_position_embeddings") or hf.max_position_embeddings
+        limit = max(limit, int(original * params["factor"]))
+    return limit
+
+
+def load_model(model: str, *, device: str = "cpu", dtype: str = "float32", heads: str | None = None) -> LoadedModel:
+    """heads: a heads directory; None looks for `<model>/heads` or heads inside an official checkpoint;
+    "none" disables them."""
+    from transformers import AutoConfig, AutoTokenizer
+
+    dev, dt = resolve_device(device), resolve_dtype(dtype)
+    path = resolve_path(model)
+    if not (path / "config.json").exists():
+        raise ModelLoadError(f"{path} has no config.json: not a Hugging Face checkpoint directory")
+    try:
+        hf = AutoConfig.from_pretrained(path, local_files_only=True)
+        cfg = ModelConfig.from_hf(hf)
+    except UnsupportedModelError as error:
+        raise ModelLoadError(str(error)) from error
+    except Exception as error:  # noqa: BLE001
+        raise ModelLoadError(f"cannot read {path / 'config.json'}: {error}") from error
+    state = read_state_dict(path)
+    net = build_model(cfg, state, dev, dt)
+    net.set_rope(*rope_table(hf, 4096, dev, dt))
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+    except Exception as error:  # noqa: BLE001
+        raise ModelLoadError(f"cannot load the tokenizer from {path}: {error}") from error
+    draft = _pick_heads(path, heads, state, cfg, dev, dt)
+    return LoadedModel(model, path, net, tokenizer, hf, draft, dev, dt)
+
+
+def _pick_heads(path: Path, heads: str | None, state, cfg: ModelConfig, device, dtype) -> DraftHeads | None:
+    if heads == "none":
+        return None
+    if heads is not None:
+        return load_heads(Path(heads), cfg, device, dtype)
+    if (path / HEADS_SUBDIR / "heads_config.json").exists():
+        return load_heads(path / HEADS_SUBDIR, cfg, device, dtype)
+    embedded = heads_from_state_dict(state, cfg)
+    return embedded.to(device=device, dtype=dtype) if embedded is not None else None

@@ -1,0 +1,69 @@
+"""Run metrics (design §7): acceptance α, n-gram acceptance β, tokens per iteration, timings, time saved.
+
+α = accepted draft tokens / ((γ+1) × iterations), as the paper's Eq. 4; β the same for the accepted
+tokens that lie on an n-gram candidate. Time saved is measured, not assumed: tokens × the AR latency
+probed in the same run at the current context − the time actually spent.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+
+@dataclass
+class RunMetrics:
+    mode: str
+    depth: int = 4  # γ + 1: the most draft tokens one iteration can accept
+    steps: int = 0
+    tokens: int = 0
+    accepted: int = 0  # draft tokens accepted (tokens beyond the one the target always contributes)
+    ngram_accepted: int = 0
+    ngram_hits: int = 0  # iterations in which a token only an n-gram proposed was accepted
+    draft_s: float = 0.0
+    verify_s: float = 0.0
+    overhead_s: float = 0.0  # everything outside the two model passes: trie, sampling, commit, n-grams
+    prefill_s: float = 0.0
+    ar_latency_s: float = 0.0  # latest AR step time measured at the current context
+    time_saved_s: float = 0.0
+    accept_histogram: list[int] = field(default_factory=lambda: [0] * 9)
+
+    @property
+    def elapsed_s(self) -> float:
+        return self.draft_s + self.verify_s + self.overhead_s
+
+    def add_step(self, emitted: int, accepted: int, ngram_accepted: int, ngram_hit: bool,
+                 draft_s: float, verify_s: float, overhead_s: float) -> None:
+        self.steps += 1
+        self.tokens += emitted
+        self.accepted += accepted
+        self.ngram_accepted += ngram_accepted
+        self.ngram_hits += int(ngram_hit)
+        self.draft_s += draft_s
+        self.verify_s += verify_s
+        self.overhead_s += overhead_s
+        self.accept_histogram[min(accepted, len(self.accept_histogram) - 1)] += 1
+        if self.ar_latency_s:
+            self.time_saved_s += emitted * self.ar_latency_s - (draft_s + verify_s + overhead_s)
+
+    def to_dict(self) -> dict:
+        steps = max(self.steps, 1)
+        elapsed = self.elapsed_s
+        out = asdict(self)
+        out.update(
+            elapsed_s=elapsed,
+            tokens_per_s=self.tokens / elapsed if elapsed > 0 else 0.0,
+            alpha=self.accepted / (self.depth * steps) if self.mode == "tokenswift" else 0.0,
+            beta=self.ngram_accepted / (self.depth * steps) if self.mode == "tokenswift" else 0.0,
+            tokens_per_step=self.tokens / steps,
+        )
+        return out
+
+
+def distinct_n(ids: list[int], n: int) -> float:
+    """Unique n-grams / total n-grams of a token sequence (0 when there are none)."""
+    grams = [tuple(ids[i:i + n]) for i in range(len(ids) - n + 1)]
+    return len(set(grams)) / len(grams) if grams else 0.0
+
+
+def distinct(ids: list[int]) -> list[float]:
+    return [distinct_n(ids, n) for n in (1, 2, 3, 4)]

@@ -1,0 +1,167 @@
+"""Our compact decoder forward for Llama, Mistral and Qwen2 checkpoints (RMSNorm, RoPE, GQA, SwiGLU).
+
+Batch size 1 throughout: a forward call takes a block of T query tokens with explicit positions, writes
+their K/V into a cache at slots start..start+T-1 and attends to slots [0, start+T) under a boolean mask.
+The same call serves chunked prefill (causal mask), single-token decoding (no mask), the draft pass over
+the partial cache, and tree verification (an arbitrary mask, positions = L + depth).
+
+Module names mirror transformers' (model.layers.N.self_attn.q_proj, ...), so a Hugging Face state dict
+loads with no renaming and every tensor's shape is checked by load_state_dict.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .config import ModelConfig
+from .kv_cache import KVCache
+from .rope import apply_rope
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # Normalise in at least float32 as the reference does; bf16 variance loses too much.
+        work = x.float() if x.dtype in (torch.bfloat16, torch.float16) else x
+        work = work * torch.rsqrt(work.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * work.to(x.dtype)
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.q_proj = nn.Linear(cfg.dim, cfg.n_heads * cfg.head_dim, bias=cfg.qkv_bias)
+        self.k_proj = nn.Linear(cfg.dim, cfg.n_kv_heads * cfg.head_dim, bias=cfg.qkv_bias)
+        self.v_proj = nn.Linear(cfg.dim, cfg.n_kv_heads * cfg.head_dim, bias=cfg.qkv_bias)
+        self.o_proj = nn.Linear(cfg.n_heads * cfg.head_dim, cfg.dim, bias=False)
+
+    def forward(self, x, cos, sin, cache: KVCache, layer: int, start: int, mask) -> tuple[torch.Tensor, ...]:
+        cfg, t = self.cfg, x.shape[0]
+        q = apply_rope(self.q_proj(x).view(t, cfg.n_heads, cfg.head_dim), cos, sin)
+        k = apply_rope(self.k_proj(x).view(t, cfg.n_kv_heads, cfg.head_dim), cos, sin)
+        v = self.v_proj(x).view(t, cfg.n_kv_heads, cfg.head_dim)
+        cache.write(layer, start, k.transpose(0, 1), v.transpose(0, 1))
+        keys, values = cache.view(layer, start + t)
+        # GQA without repeating K/V: fold each KV head's group of query heads into the query axis.
+        g = cfg.group
+        qg = q.transpose(0, 1).reshape(cfg.n_kv_heads, g * t, cfg.head_dim)
+        if mask is not None:
+            mask = mask.repeat(g, 1)
+        out = F.scaled_dot_product_attention(qg, keys, values, attn_mask=mask)
+        out = out.view(cfg.n_kv_heads * g, t, cfg.head_dim).transpose(0, 1).reshape(t, -1)
+        return self.o_proj(out), q
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.gate_proj = nn.Linear(cfg.dim, cfg.intermediate_size, bias=False)
+        self.up_proj = nn.Linear(cfg.dim, cfg.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(cfg.intermediate_size, cfg.dim, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.self_attn = Attention(cfg)
+        self.mlp = MLP(cfg)
+        self.input_layernorm = RMSNorm(cfg.dim, cfg.norm_eps)
+        self.post_attention_layernorm = RMSNorm(cfg.dim, cfg.norm_eps)
+
+    def forward(self, x, cos, sin, cache, layer, start, mask):
+        attn, q = self.self_attn(self.input_layernorm(x), cos, sin, cache, layer, start, mask)
+        x = x + attn
+        return x + self.mlp(self.post_attention_layernorm(x)), q
+
+
+class Backbone(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.dim)
+        self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
+        self.norm = RMSNorm(cfg.dim, cfg.norm_eps)
+
+
+@dataclass
+class ForwardOut:
+    logits: torch.Tensor | None  # [T, vocab] (None when not asked for)
+    hidden: torch.Tensor  # [T, dim]: last layer's output before the final norm (the draft heads' input)
+    queries: list[torch.Tensor] | None  # per layer [T, n_heads, head_dim] post-RoPE, when captured
+
+
+class Transformer(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.model = Backbone(cfg)
+        if not cfg.tie_embeddings:
+            self.lm_head = nn.Linear(cfg.dim, cfg.vocab_size, bias=False)
+        self.rope_cos: torch.Tensor | None = None
+        self.rope_sin: torch.Tensor | None = None
+
+    def set_rope(self, cos: torch.Tensor, sin: torch.Tensor) -> None:
+        self.rope_cos, self.rope_sin = cos, sin
+
+    def head(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The frozen LM head on a normalised state (shared with the draft heads)."""
+        weight = self.model.embed_tokens.weight if self.cfg.tie_embeddings else self.lm_head.weight
+        return F.linear(hidden, weight)
+
+    def forward(
+        self,
+        tokens: torch.Tensor,
+        positions: torch.Tensor,
+        cache: KVCache,
+        start: int,
+        mask: torch.Tensor | None = None,
+        logits: str = "all",
+        capture_queries: bool = False,
+    ) -> ForwardOut:
+        """tokens, positions: [T]. mask: [T, start+T] bool (True = may attend) or None for a single token
+        that sees the whole filled cache. logits: "all", "last" or "none"."""
+        if positions.numel() and int(positions[-1]) >= self.rope_cos.shape[0]:
+            raise ValueError(f"position {int(positions[-1])} beyond the RoPE table ({self.rope_cos.shape[0]})")
+        cos, sin = self.rope_cos[positions], self.rope_sin[positions]
+        x = self.model.embed_tokens(tokens)
+        queries = [] if capture_queries else None
+        for i, layer in enumerate(self.model.layers):
+            x, q = layer(x, cos, sin, cache, i, start, mask)
+            if capture_queries:
+                queries.append(q)
+        out = None
+        if logits == "all":
+            out = self.head(self.model.norm(x))
+        elif logits == "last":
+            out = self.head(self.model.norm(x[-1:]))
+        return ForwardOut(out, x, queries)
+
+
+def causal_mask(prefix: int, t: int, positions: torch.Tensor, window: int | None, device) -> torch.Tensor:
+    """[t, prefix+t]: every new token sees the whole prefix and the new tokens up to itself."""
+    block = torch.ones(t, t, dtype=torch.bool, device=device).tril()
+    return with_prefix(block, prefix, positions, window)
+
+
+def with_prefix(block: torch.Tensor, prefix: int, positions: torch.Tensor, window: int | None) -> torch.Tensor:
+    """Extend a [t, t] mask among new tokens with the committed prefix (slot == position there).
+
+    With a sliding window (Mistral), a query at position p sees keys at positions > p - window."""
+    t = block.shape[0]
+    full = torch.ones(t, prefix, dtype=torch.bool, device=block.device)
+    mask = torch.cat((full, block), dim=1)
+    if window is not None:
+        key_pos = torch.cat((torch.arange(prefix, device=block.device), positions))
+        mask &= key_pos[None, :] > positions[:, None] - window
+    return mask

@@ -1,0 +1,156 @@
+"""Samplers: the contextual penalty, temperature, top-k/top-p/min-p/η filters, and position-keyed noise.
+
+Every function here is row-wise: row r of a batch is processed exactly as it would be alone, so a node of
+the verification trie gets the same token as plain decoding would at that position.
+
+Position-keyed common random numbers (design §3)
+-------------------------------------------------
+The token chosen at absolute position t is argmax_i (z_i / T + g_i(seed, t)), the Gumbel-max trick, where
+z are the processed logits and g_i = -log(-log(u_i)) with u_i built from a counter-based integer hash of
+(seed, t, i). There is no RNG state: the noise for position t is the same whether it is drawn by plain
+decoding, by any node at depth d with L + d = t, on CPU or CUDA (integer arithmetic is exact on both; only
+the final float64 log may differ in the last ulp), and whatever other rows share the batch. Because every
+candidate at a position sees the same noise, at most one child of a trie node can be the target's token:
+that is what makes tree verification exactly lossless. Greedy decoding (T = 0) is the same rule without
+noise.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .settings import Settings
+
+M32 = 0xFFFFFFFF
+
+
+def mix32(x):
+    """A 32-bit integer mixer (Wellons' lowbias32) that gives identical results for Python ints and int64
+    tensors: products of two 32-bit numbers may wrap in int64, but their low 32 bits stay exact."""
+    x = x ^ (x >> 16)
+    x = (x * 0x7FEB352D) & M32
+    x = x ^ (x >> 15)
+    x = (x * 0x846CA68B) & M32
+    return x ^ (x >> 16)
+
+
+def position_key(seed: int, position: int) -> int:
+    """A 32-bit key for (seed, absolute position)."""
+    k = mix32((seed & M32) ^ mix32((seed >> 32) & M32 ^ 0x5BD1E995))
+    k = mix32(k ^ (position & M32))
+    return mix32(k ^ mix32((position >> 32) & M32 ^ 0x27D4EB2F))
+
+
+class Noise:
+    """Gumbel noise g[r, i] for rows at given absolute positions."""
+
+    def __init__(self, seed: int, vocab_size: int, device):
+        self.seed = seed
+        ids = torch.arange(vocab_size, dtype=torch.int64, device=device)
+        self.token_mix = mix32((ids * 0x9E3779B1 + 0x7F4A7C15) & M32)
+
+    def gumbel(self, positions: list[int]) -> torch.Tensor:
+        keys = torch.tensor([position_key(self.seed, p) for p in positions], dtype=torch.int64,
+                            device=self.token_mix.device)[:, None]
+        h = mix32(self.token_mix[None, :] ^ keys)
+        h = mix32((h + keys) & M32)
+        u = (h.double() + 0.5) * 2.0**-32
+        return -torch.log(-torch.log(u))
+
+
+def penalty_mask(windows: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """windows: [R, W] token ids padded with -1 -> [R, vocab] bool: token occurs in the row's window."""
+    idx = torch.where(windows < 0, vocab_size, windows)
+    mask = torch.zeros(windows.shape[0], vocab_size + 1, dtype=torch.bool, device=windows.device)
+    mask.scatter_(1, idx, True)
+    return mask[:, :vocab_size]
+
+
+def apply_penalty(logits: torch.Tensor, mask: torch.Tensor, theta: float) -> torch.Tensor:
+    """Sign-aware contextual penalty (design §6): positive logits of windowed tokens are divided by θ,
+    negative ones multiplied, so both become less likely (the paper's Eq. 3 read literally would raise
+    negative logits)."""
+    penalised = torch.where(logits > 0, logits / theta, logits * theta)
+    return torch.where(mask, penalised, logits)
+
+
+def top_k_filter(scores: torch.Tensor, k: int) -> torch.Tensor:
+    k = min(k, scores.shape[-1])
+    kth = torch.topk(scores, k, dim=-1).values[..., -1:]
+    return scores.masked_fill(scores < kth, -math.inf)
+
+
+def top_p_filter(scores: torch.Tensor, top_p: float, min_keep: int) -> torch.Tensor:
+    """Keep the smallest set of most likely tokens whose probability reaches top_p."""
+    sorted_scores, order = torch.sort(scores, dim=-1, descending=False, stable=True)
+    cumulative = sorted_scores.softmax(dim=-1).cumsum(dim=-1)
+    remove = cumulative <= (1 - top_p)
+    remove[..., -min_keep:] = False
+    return scores.masked_fill(remove.scatter(-1, order, remove), -math.inf)
+
+
+def min_p_filter(scores: torch.Tensor, min_p: float, min_keep: int) -> torch.Tensor:
+    """Drop tokens whose probability is below min_p times the most likely token's."""
+    probs = scores.softmax(dim=-1)
+    remove = probs < min_p * probs.amax(dim=-1, keepdim=True)
+    return _keep_best(scores, remove, min_keep)
+
+
+def eta_filter(scores: torch.Tensor, epsilon: float, min_keep: int) -> torch.Tensor:
+    """η-sampling: drop tokens below η = min(ε, √ε · exp(−H)), H the entropy of the distribution."""
+    log_probs = scores.log_softmax(dim=-1)
+    probs = log_probs.exp()
+    entropy = -(probs * log_probs.nan_to_num(neginf=0.0)).sum(dim=-1, keepdim=True)
+    eta = torch.clamp(math.sqrt(epsilon) * torch.exp(-entropy), max=epsilon)
+    return _keep_best(scores, probs < eta, min_keep)
+
+
+def _keep_best(scores: torch.Tensor, remove: torch.Tensor, min_keep: int) -> torch.Tensor:
+    order = torch.argsort(scores, dim=-1, descending=True, stable=True)
+    ranked = remove.gather(-1, order)
+    ranked[..., :min_keep] = False
+    return scores.masked_fill(ranked.scatter(-1, order, ranked), -math.inf)
+
+
+class Sampler:
+    """Turns raw logits into tokens under one Settings, with the noise of each row's position."""
+
+    def __init__(self, settings: Settings, vocab_size: int, device):
+        self.s = settings
+        self.vocab_size = vocab_size
+        self.noise = Noise(settings.seed, vocab_size, device) if settings.temperature > 0 else None
+
+    def penalize(self, logits: torch.Tensor, windows: torch.Tensor | None) -> torch.Tensor:
+        s = self.s
+        z = logits.float() if logits.dtype in (torch.bfloat16, torch.float16) else logits
+        if windows is not None and s.penalty != 1.0 and s.penalty_length > 0:
+            z = apply_penalty(z, penalty_mask(windows, self.vocab_size), s.penalty)
+        return z
+
+    def process(self, logits: torch.Tensor, windows: torch.Tensor | None) -> torch.Tensor:
+        """Penalty, temperature and filters: [R, V] scores, -inf where a token may not be chosen."""
+        s = self.s
+        z = self.penalize(logits, windows)
+        if s.temperature == 0:
+            return z
+        z = z / s.temperature
+        if s.top_k:
+            z = top_k_filter(z, s.top_k)
+        if s.top_p < 1.0:
+            z = top_p_filter(z, s.top_p, s.min_keep)
+        if s.min_p > 0:
+            z = min_p_filter(z, s.min_p, s.min_keep)
+        if s.eta > 0:
+            z = eta_filter(z, s.eta, s.min_keep)
+        return z
+
+    def choose(self, scores: torch.Tensor, positions: list[int]) -> torch.Tensor:
+        """Tokens for rows of processed scores; positions[r] = absolute position of the token chosen."""
+        if self.noise is None:
+            return scores.argmax(dim=-1)
+        return (scores.double() + self.noise.gumbel(positions)).argmax(dim=-1)
+
+    def sample(self, logits: torch.Tensor, windows: torch.Tensor | None, positions: list[int]) -> torch.Tensor:
+        return self.choose(self.process(logits, windows), positions)

@@ -1,0 +1,105 @@
+"""Generation settings: one frozen dataclass shared by the CLI, the worker and the UI.
+
+Field names follow the paper. Validation lives in __post_init__ so that every entry point (command line,
+REST API, UI form, a job row read back from the store) rejects bad values with the same message.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from dataclasses import dataclass, field
+
+MODES = ("tokenswift", "ar")
+
+
+class SettingsError(ValueError):
+    """A setting is out of range; the message names the field."""
+
+    def __init__(self, field_name: str, message: str):
+        super().__init__(f"{field_name}: {message}")
+        self.field = field_name
+
+
+@dataclass(frozen=True)
+class Settings:
+    mode: str = "tokenswift"  # "tokenswift" or "ar" (plain autoregressive decoding)
+    seed: int = 0  # keys the position-indexed sampling noise (design §3)
+    max_new_tokens: int = 1024  # target length of the generated text, in tokens
+    temperature: float = 1.0  # 0 = greedy
+    top_k: int = 0  # 0 = off
+    top_p: float = 1.0  # nucleus sampling; 1 = off
+    min_p: float = 0.0  # drop tokens below min_p * p_max; 0 = off
+    eta: float = 0.0  # eta-sampling epsilon; 0 = off
+    min_keep: int = 1  # filters never keep fewer tokens (the published code uses 20)
+    penalty: float = 1.0  # contextual repetition penalty theta (>= 1; 1 = off)
+    penalty_length: int = 1024  # W: window of the penalty, in tokens (0 = off)
+    gamma: int = 3  # number of chained draft heads used (depth of the tree beyond the base head)
+    tree: tuple[int, ...] = (1, 3, 3, 3)  # top-k taken from each of the gamma+1 draft distributions
+    ngram_topk: int = 20  # k: n-gram candidates per iteration
+    ngram_lag: int | None = None  # 4-grams enter the table this many tokens late; None = penalty_length
+    budget: int | None = None  # |B| of the partial cache; None = min(prompt length, 4096), at least 64
+    sinks: int = 16  # |S|: initial tokens always kept in the partial cache
+    ignore_eos: bool = False  # keep decoding past EOS (fixed-length runs as in the paper)
+    stop: tuple[str, ...] = field(default_factory=tuple)  # stop strings
+
+    def __post_init__(self) -> None:
+        # Values may come from JSON (lists, ints for floats): normalise before checking.
+        object.__setattr__(self, "tree", tuple(int(x) for x in self.tree))
+        object.__setattr__(self, "stop", tuple(str(s) for s in self.stop))
+        self._check()
+
+    def _check(self) -> None:
+        def need(ok: bool, name: str, message: str) -> None:
+            if not ok:
+                raise SettingsError(name, message)
+
+        need(self.mode in MODES, "mode", f"must be one of {', '.join(MODES)}, got {self.mode!r}")
+        need(isinstance(self.seed, int) and self.seed >= 0, "seed", "must be an integer >= 0")
+        need(self.max_new_tokens >= 1, "max_new_tokens", "must be >= 1")
+        need(_finite(self.temperature) and self.temperature >= 0, "temperature", "must be >= 0")
+        need(self.top_k >= 0, "top_k", "must be >= 0")
+        need(_finite(self.top_p) and 0 < self.top_p <= 1, "top_p", "must be in (0, 1]")
+        need(_finite(self.min_p) and 0 <= self.min_p < 1, "min_p", "must be in [0, 1)")
+        need(_finite(self.eta) and 0 <= self.eta < 1, "eta", "must be in [0, 1)")
+        need(self.min_keep >= 1, "min_keep", "must be >= 1")
+        need(_finite(self.penalty) and self.penalty >= 1, "penalty", "theta must be >= 1")
+        need(self.penalty_length >= 0, "penalty_length", "W must be >= 0")
+        need(1 <= self.gamma <= 8, "gamma", "must be in 1..8")
+        need(len(self.tree) >= 1 and all(k >= 1 for k in self.tree), "tree", "needs positive widths")
+        need(len(self.tree) <= self.gamma + 1, "tree", f"has at most gamma+1 = {self.gamma + 1} levels")
+        need(self.tree[0] == 1, "tree", "the first level is the base head's top-1 (width 1)")
+        need(0 <= self.ngram_topk <= 256, "ngram_topk", "k must be in 0..256")
+        need(self.ngram_lag is None or self.ngram_lag >= 0, "ngram_lag", "must be >= 0")
+        need(self.sinks >= 0, "sinks", "must be >= 0")
+        need(self.budget is None or self.budget >= self.sinks + 8, "budget", "must be >= sinks + 8")
+        need(all(self.stop), "stop", "stop strings must not be empty")
+
+    @property
+    def lag(self) -> int:
+        return self.penalty_length if self.ngram_lag is None else self.ngram_lag
+
+    def replace(self, **changes) -> Settings:
+        unknown = set(changes) - {f.name for f in dataclasses.fields(self)}
+        if unknown:
+            raise SettingsError(sorted(unknown)[0], "unknown setting")
+        return dataclasses.replace(self, **changes)
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, values: dict) -> Settings:
+        unknown = set(values) - {f.name for f in dataclasses.fields(cls)}
+        if unknown:
+            raise SettingsError(sorted(unknown)[0], "unknown setting")
+        return cls(**values)
+
+    @classmethod
+    def from_json(cls, text: str) -> Settings:
+        return cls.from_dict(json.loads(text))
+
+
+def _finite(x: float) -> bool:
+    return isinstance(x, (int, float)) and math.isfinite(x)

@@ -1,0 +1,240 @@
+"""REST API beside the Gradio UI. Other tools rely on these paths and field names: keep them exact.
+
+    POST /api/generations                    -> 201 {"id", "status", "session_id"}
+    GET  /api/generations/{id}               -> {"id", "status", "produced_tokens", "target_tokens",
+                                     "text", "metrics", "session_id", "parent_id", "finish_reason", "error"}
+    GET  /api/generations/{id}/tokens        -> {"prompt_tokens": [...], "tokens": [...]}
+    POST /api/generations/{id}/pause|resume|cancel
+    GET  /api/generations/{id}/export?format=txt|md|epub|docx[&title=&author=]
+    GET  /api/health
+
+Validation errors are 422 in FastAPI's shape, {"detail": [{"loc": [...], "msg", "type"}]}, and every
+msg starts with the field it is about ("settings.penalty_window: W must be >= 0"). Settings go through
+tokenswift.settings.Settings, so the API, the CLI and the UI reject the same values with the same words.
+This process never loads the model: it only reads and writes the store.
+"""
+
+from __future__ import annotations
+
+import secrets
+import uuid
+from collections.abc import Sequence
+from typing import Annotated, Any
+from urllib.parse import quote
+
+from fastapi import APIRouter, Body, Depends, FastAPI, HTTPException, Response
+from fastapi.security import HTTPBasic, HTTPBasicCredentials
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from storage import Conflict, NotFound, Store, StoreError
+from storage.export import FORMATS, Book, export_book
+from storage.records import GenerationRecord
+from tokenswift.settings import Settings, SettingsError
+
+# API name -> Settings field, where they differ (the UI labels W "penalty window").
+SETTING_NAMES = {"penalty_window": "penalty_length"}
+TOP_LEVEL = ("max_new_tokens", "mode", "seed")
+BASIC = HTTPBasic(realm="TokenSwift Studio")  # stateless; module level so the annotation below resolves
+
+
+class SamplingIn(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    temperature: float | None = None
+    top_p: float | None = None
+    min_p: float | None = None
+    eta: float | None = None
+    penalty: float | None = None  # theta
+    penalty_window: int | None = None  # W
+    ngram_topk: int | None = None  # k
+    tree: list[int] | None = None
+    budget: int | None = None
+
+
+class GenerationIn(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    prompt: str = ""
+    max_new_tokens: int
+    mode: str = "tokenswift"
+    seed: int = 0
+    settings: SamplingIn = SamplingIn()
+    session_id: int | None = None
+    continue_from: int | None = None
+
+
+def invalid(field: str, message: str, kind: str = "value_error") -> HTTPException:
+    loc = ["body", *field.split(".")]
+    return HTTPException(422, detail=[{"loc": loc, "msg": f"{field}: {message}", "type": kind}])
+
+
+def parse_request(payload: dict[str, Any]) -> tuple[GenerationIn, Settings]:
+    try:
+        request = GenerationIn.model_validate(payload)
+    except ValidationError as error:
+        detail = []
+        for e in error.errors(include_url=False):
+            field = ".".join(str(part) for part in e["loc"])
+            detail.append({"loc": ["body", *e["loc"]], "msg": f"{field}: {e['msg']}", "type": e["type"]})
+        raise HTTPException(422, detail=detail) from None
+    if request.continue_from is None and not request.prompt.strip():
+        raise invalid("prompt", "must not be empty")
+    if request.continue_from is not None and request.prompt:
+        raise invalid("prompt", "must be empty with continue_from: the parent's text is the prompt")
+    return request, to_settings(request)
+
+
+def to_settings(request: GenerationIn) -> Settings:
+    chosen = request.settings.model_dump(exclude_unset=True)
+    values = {SETTING_NAMES.get(k, k): v for k, v in chosen.items() if v is not None or k == "budget"}
+    values.update(max_new_tokens=request.max_new_tokens, mode=request.mode, seed=request.seed)
+    try:
+        return Settings.from_dict(values)
+    except SettingsError as error:
+        api_name = {v: k for k, v in SETTING_NAMES.items()}.get(error.field, error.field)
+        field = api_name if api_name in TOP_LEVEL else f"settings.{api_name}"
+        raise invalid(field, str(error).split(": ", 1)[-1]) from None
+
+
+def check_context(store: Store, request: GenerationIn) -> None:
+    """Reject a target the model cannot hold, when a worker has told us its context length."""
+    limit = next((w.max_context for w in store.list_workers() if w.max_context), None)
+    prompt_tokens = 0
+    if request.continue_from is not None:
+        try:
+            parent = store.get_generation(request.continue_from, with_text=False)
+        except NotFound:
+            raise invalid("continue_from", f"no generation {request.continue_from}") from None
+        prompt_tokens = len(store.get_tokens(parent.id).prompt_ids) + parent.produced_tokens
+    if limit and prompt_tokens + request.max_new_tokens > limit:
+        wanted = f"{request.max_new_tokens} new + {prompt_tokens} prompt tokens"
+        raise invalid("max_new_tokens", f"{wanted} exceed the model's context of {limit} tokens")
+
+
+def enqueue(store: Store, request: GenerationIn, settings: Settings) -> GenerationRecord:
+    try:
+        if request.continue_from is not None:
+            return store.continue_generation(request.continue_from, settings, session_id=request.session_id)
+        return store.enqueue_generation(request.prompt, settings, session_id=request.session_id)
+    except NotFound as error:
+        field = "session_id" if error.what == "session" else "continue_from"
+        raise invalid(field, str(error)) from None
+    except Conflict as error:
+        raise invalid("continue_from", str(error)) from None
+
+
+def generation_view(store: Store, gen: GenerationRecord) -> dict:
+    metric = store.latest_metric(gen.id)
+    return {
+        "id": gen.id, "status": gen.status, "produced_tokens": gen.produced_tokens,
+        "target_tokens": gen.target_tokens, "text": gen.text, "metrics": metric.to_dict() if metric else {},
+        "session_id": gen.session_id, "parent_id": gen.parent_id, "finish_reason": gen.finish_reason,
+        "error": gen.error,
+    }
+
+
+def store_errors():
+    """A store that cannot be written (full disk, read-only file) answers 503 with the reason."""
+    try:
+        yield
+    except StoreError as error:
+        raise HTTPException(503, detail=str(error)) from error
+
+
+def basic_auth(credentials: Sequence[tuple[str, str]]):
+    def check(given: Annotated[HTTPBasicCredentials, Depends(BASIC)]) -> str:
+        user, password = given.username.encode(), given.password.encode()
+        for known_user, known_password in credentials:
+            # compare_digest on both parts, for every pair: no timing hint about which part was wrong.
+            ok_user = secrets.compare_digest(user, known_user.encode())
+            if ok_user & secrets.compare_digest(password, known_password.encode()):
+                return given.username
+        raise HTTPException(401, detail="wrong user or password", headers={"WWW-Authenticate": "Basic"})
+
+    return check
+
+
+def create_router(store: Store, credentials: Sequence[tuple[str, str]] | None = None) -> APIRouter:
+    """The /api routes over `store`. With credentials, every route needs HTTP Basic with one pair."""
+    guard = [Depends(basic_auth(credentials))] if credentials else []
+    router = APIRouter(prefix="/api", dependencies=[*guard, Depends(store_errors)])
+    add_generation_routes(router, store)
+    add_control_routes(router, store)
+
+    @router.get("/health")
+    def health() -> dict:
+        workers = store.list_workers()
+        w = workers[0] if workers else None
+        return {
+            "model": w.model if w else None, "device": w.device if w else None,
+            "dtype": w.dtype if w else None, "load_status": w.load_status if w else "no worker",
+            "load_error": w.load_error if w else None, "max_context": w.max_context if w else None,
+            "queue_length": store.queue_length(),
+            "worker_heartbeat_age_s": round(w.heartbeat_age_s, 3) if w else None,
+        }
+
+    return router
+
+
+def add_generation_routes(router: APIRouter, store: Store) -> None:
+    @router.post("/generations", status_code=201)
+    def create_generation(payload: Annotated[dict[str, Any], Body()]) -> dict:
+        request, settings = parse_request(payload)
+        check_context(store, request)
+        gen = enqueue(store, request, settings)
+        return {"id": gen.id, "status": gen.status, "session_id": gen.session_id}
+
+    @router.get("/generations/{gen_id}")
+    def get_generation(gen_id: int) -> dict:
+        return generation_view(store, found(store.get_generation, gen_id))
+
+    @router.get("/generations/{gen_id}/tokens")
+    def get_tokens(gen_id: int) -> dict:
+        tokens = found(store.get_tokens, gen_id)
+        return {"prompt_tokens": tokens.prompt_ids, "tokens": tokens.generated_ids}
+
+    @router.get("/generations/{gen_id}/export")
+    def export(gen_id: int, format: str = "txt", title: str | None = None, author: str | None = None):
+        if format not in FORMATS:
+            raise HTTPException(422, detail=[{"loc": ["query", "format"], "type": "value_error",
+                                              "msg": f"format: must be one of {', '.join(FORMATS)}"}])
+        gen = found(store.get_generation, gen_id)
+        book = store.get_session(gen.session_id)
+        # One identifier per book, so e-readers see a re-export as a new version, not a new book.
+        identifier = f"urn:uuid:{uuid.uuid5(uuid.NAMESPACE_URL, f'tokenswift-studio:session:{book.id}')}"
+        title = book.title if title is None else title
+        author = book.author if author is None else author
+        draft = Book(title, author, gen.prompt_text + (gen.text or ""), identifier=identifier)
+        data, media_type, filename = export_book(draft, format)
+        disposition = f"attachment; filename=\"{quote(filename)}\"; filename*=UTF-8''{quote(filename)}"
+        return Response(data, media_type=media_type, headers={"Content-Disposition": disposition})
+
+
+def add_control_routes(router: APIRouter, store: Store) -> None:
+    verbs = {"pause": store.request_pause, "resume": store.request_resume, "cancel": store.request_cancel}
+    for verb, request in verbs.items():
+        router.add_api_route(f"/generations/{{gen_id}}/{verb}", control_route(request), methods=["POST"],
+                             name=verb)
+
+
+def control_route(request):
+    def control(gen_id: int) -> dict:
+        try:
+            gen = found(request, gen_id)
+        except Conflict as error:
+            raise HTTPException(409, detail=str(error)) from None
+        return {"id": gen.id, "status": gen.status, "control": gen.control}
+
+    return control
+
+
+def found(read, gen_id: int):
+    try:
+        return read(gen_id)
+    except NotFound as error:
+        raise HTTPException(404, detail=str(error)) from None
+
+
+def create_app(store: Store, credentials: Sequence[tuple[str, str]] | None = None) -> FastAPI:
+    """A stand-alone app with just the API (tests, headless servers); app.py mounts the router instead."""
+    app = FastAPI(title="TokenSwift Studio API")
+    app.include_router(create_router(store, credentials))
+    return app

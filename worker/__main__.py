@@ -1,0 +1,37 @@
+"""python -m worker --db URL [--model M] [--heads DIR] [--device cpu|cuda] [--dtype ...] [--once]"""
+
+from __future__ import annotations
+
+import argparse
+
+from worker.config import WorkerConfig
+from worker.loop import run_worker
+
+
+def parse_args(argv: list[str] | None = None) -> WorkerConfig:
+    defaults = WorkerConfig()
+    p = argparse.ArgumentParser(prog="python -m worker", description="TokenSwift Studio generation worker")
+    p.add_argument("--db", help="SQLAlchemy URL of the store (default: the app's SQLite file)")
+    p.add_argument("--model", help="checkpoint directory or hub id to load at start")
+    p.add_argument("--heads", help="draft-heads directory, if not inside the checkpoint")
+    p.add_argument("--device", default=defaults.device, help="cpu, cuda or cuda:N")
+    p.add_argument("--dtype", default=defaults.dtype, help="float32, float64 (CPU), bfloat16, float16")
+    p.add_argument("--worker-id", default=defaults.worker_id, help="row in the workers table (default: host)")
+    p.add_argument("--once", action="store_true", help="exit when the queue is empty")
+    p.add_argument("--threads", type=int, help="torch CPU threads")
+    p.add_argument("--poll-s", type=float, default=defaults.poll_s, help="idle wait between queue looks")
+    p.add_argument("--lease-s", type=float, default=defaults.lease_s,
+                   help="requeue a job whose worker on another host is silent this long")
+    p.add_argument("--flush-s", type=float, default=defaults.flush_s, help="persist at least this often")
+    p.add_argument("--flush-tokens", type=int, default=defaults.flush_tokens,
+                   help="... or when this many tokens are pending")
+    args = p.parse_args(argv)
+    return WorkerConfig(
+        db=args.db, model=args.model, heads=args.heads, device=args.device, dtype=args.dtype,
+        worker_id=args.worker_id, once=args.once, threads=args.threads, poll_s=args.poll_s,
+        lease_s=args.lease_s, flush_s=args.flush_s, flush_tokens=args.flush_tokens,
+    )
+
+
+if __name__ == "__main__":
+    run_worker(parse_args())

@@ -1,0 +1,25 @@
+"""The worker's settings: one picklable dataclass, so app.py can hand it to a spawned process."""
+
+from __future__ import annotations
+
+import socket
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    db: str | None = None  # SQLAlchemy URL; None = the default SQLite file (storage.db.default_url)
+    model: str | None = None  # loaded at start and saved as this worker's desired model
+    heads: str | None = None  # draft-heads directory, when not inside the checkpoint
+    device: str = "cpu"
+    dtype: str = "float32"
+    worker_id: str = field(default_factory=socket.gethostname)  # one row in the workers table
+    once: bool = False  # exit when the queue is empty instead of waiting for more jobs
+    threads: int | None = None  # torch CPU threads; None = torch's default
+    poll_s: float = 0.25  # idle wait between looks at the queue
+    heartbeat_s: float = 2.0
+    lease_s: float = 60.0  # a job whose worker (on another host) is silent this long is requeued
+    sweep_s: float = 5.0  # how often an idle worker looks for abandoned jobs
+    flush_s: float = 1.0  # persist at least this often while generating ...
+    flush_tokens: int = 256  # ... or once this many tokens are pending, whichever comes first
+    parent_pid: int | None = None  # stop when this process (app.py) is gone

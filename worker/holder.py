@@ -1,0 +1,65 @@
+"""Keeps one loaded model and swaps it only when a job or the desired-model row asks for another."""
+
+from __future__ import annotations
+
+import gc
+import logging
+
+from storage import Store
+from storage.records import ModelSpec
+
+log = logging.getLogger(__name__)
+
+
+class ModelUnavailable(RuntimeError):
+    """No model could be loaded for a job; the message says why (it becomes the job's error)."""
+
+
+class ModelHolder:
+    def __init__(self, store: Store, worker_id: str):
+        self.store, self.worker_id = store, worker_id
+        self.spec: ModelSpec | None = None
+        self.model = None  # tokenswift.loading.LoadedModel
+        self.failed: tuple[ModelSpec, str] | None = None  # last spec that failed, with its error
+
+    def ensure(self, spec: ModelSpec | None, *, retry: bool = True):
+        """The loaded model for `spec`, loading it if needed. retry=False: do not try again a spec that
+        just failed (the idle loop would otherwise reload a broken checkpoint forever)."""
+        if spec is None:
+            raise ModelUnavailable("no model configured: start the worker with --model or choose one in the "
+                                   "Model tab")
+        if spec == self.spec and self.model is not None:
+            return self.model
+        if self.failed and self.failed[0] == spec and not retry:
+            raise ModelUnavailable(self.failed[1])
+        self.unload()
+        return self._load(spec)
+
+    def unload(self) -> None:
+        if self.model is None:
+            return
+        cuda = self.model.device.type == "cuda"
+        self.model, self.spec = None, None
+        gc.collect()  # the old weights must be gone before the new ones arrive (GPU memory)
+        if cuda:
+            import torch
+
+            torch.cuda.empty_cache()
+
+    def _load(self, spec: ModelSpec):
+        from tokenswift.loading import load_model
+
+        self.store.report_model(self.worker_id, spec, "loading")
+        log.info("loading %s (heads=%s) on %s/%s", spec.model, spec.heads, spec.device, spec.dtype)
+        try:
+            model = load_model(spec.model, device=spec.device, dtype=spec.dtype, heads=spec.heads)
+        except Exception as error:  # noqa: BLE001 - bad path, bad checkpoint, OOM: all reported the same way
+            message = f"cannot load model {spec.model!r}: {type(error).__name__}: {error}"
+            self.failed = (spec, message)
+            self.store.report_model(self.worker_id, spec, "failed", load_error=message)
+            log.error("%s", message)
+            raise ModelUnavailable(message) from error
+        self.model, self.spec, self.failed = model, spec, None
+        self.store.report_model(self.worker_id, spec, "ready", memory_bytes=model.memory_bytes(),
+                                max_context=model.max_context)
+        return model

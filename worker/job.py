@@ -1,0 +1,154 @@
+"""Runs one claimed job: the engine's iterations, persisted every <= flush_s or <= flush_tokens.
+
+A resumed job (after pause, crash or shutdown) is rebuilt from the ids in the store: the engine gets
+prompt + generated ids and, being deterministic in (seed, position), continues the very same stream.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from storage import Store
+from storage.records import Job, MetricPoint, ModelSpec, Owner, Progress
+
+log = logging.getLogger(__name__)
+
+# What a control request ends the run as.
+FINISH = {"pause": "paused", "cancel": "cancelled"}
+
+
+@dataclass
+class Pending:
+    """Tokens decoded since the last flush."""
+
+    ids: list[int] = field(default_factory=list)
+    text: list[str] = field(default_factory=list)
+
+    def add(self, ids: list[int], text: str) -> None:
+        self.ids.extend(ids)
+        self.text.append(text)
+
+    def take(self) -> tuple[list[int], str]:
+        ids, text = self.ids, "".join(self.text)
+        self.ids, self.text = [], []
+        return ids, text
+
+
+@dataclass(frozen=True)
+class FlushPolicy:
+    every_s: float = 1.0
+    every_tokens: int = 256
+
+
+class JobRun:
+    def __init__(self, store: Store, owner: Owner, job: Job, lm, spec: ModelSpec, policy: FlushPolicy,
+                 stopping: Callable[[], bool]):
+        self.store, self.owner, self.job, self.lm, self.spec = store, owner, job, lm, spec
+        self.policy, self.stopping = policy, stopping
+        self.pending = Pending()
+        self.gen = None
+        self.started = time.monotonic()
+        self.saved_base = 0.0  # time saved by earlier runs of this job
+
+    def run(self) -> str:
+        """done | paused | cancelled | released (worker stopping) | lost (job taken away) | failed."""
+        try:
+            return self._run()
+        except Exception as error:  # noqa: BLE001 - any failure ends this job, never the worker
+            return self._fail(error)
+
+    def _run(self) -> str:
+        from tokenswift.settings import Settings
+
+        settings = Settings.from_json(self.job.settings_json)
+        prompt_ids = self.job.prompt_ids
+        if prompt_ids is None:  # the API has no tokenizer: the first run tokenizes and records the ids
+            prompt_ids = self.lm.encode(self.job.prompt_text)
+        if not self.store.record_start(self.job.id, self.owner, prompt_ids, self.spec.model, self.spec.heads):
+            return "lost"
+        done_ids = self.store.get_tokens(self.job.id).generated_ids
+        if len(done_ids) >= settings.max_new_tokens:  # finished before a crash could mark it
+            return self._flush("done", "length")
+        previous = self.store.latest_metric(self.job.id)
+        self.saved_base = (previous.time_saved_s or 0.0) if previous else 0.0
+        self.started = time.monotonic()
+        self.gen, detok = self._engine(settings, prompt_ids, done_ids)
+        return self._loop(detok)
+
+    def _engine(self, settings, prompt_ids: list[int], done_ids: list[int]):
+        from tokenswift.detok import IncrementalDetokenizer
+        from tokenswift.generate import Generator
+
+        gen = Generator(self.lm, settings, prompt_ids, generated_ids=done_ids)
+        detok = IncrementalDetokenizer(self.lm.tokenizer)
+        # Replay what is already written so the next piece of text joins it exactly (leading spaces,
+        # multi-byte characters split across tokens); that text is in the store already.
+        detok.push(list(prompt_ids) + list(done_ids))
+        return gen, detok
+
+    def _loop(self, detok) -> str:
+        last_flush = time.monotonic()
+        for event in self.gen.steps():
+            self.pending.add(event.tokens, detok.push(event.tokens))
+            request = None if event.done else self.store.control_for(self.job.id, self.owner)
+            if request == "lost":
+                return "lost"
+            if request is None and self.stopping():
+                request = "release"
+            due = len(self.pending.ids) >= self.policy.every_tokens
+            due = due or time.monotonic() - last_flush >= self.policy.every_s
+            if event.done or request or due:
+                finish = "done" if event.done else FINISH.get(request)
+                outcome = self._flush(finish, event.finish_reason)
+                if outcome != "saved" or finish:
+                    return outcome
+                if request == "release":
+                    return "released" if self.store.release(self.job.id, self.owner) else "lost"
+                last_flush = time.monotonic()
+        return self._flush("done", "length")  # the engine stopped without a final event
+
+    def _flush(self, finish: str | None, reason: str | None = None) -> str:
+        ids, text = self.pending.take()
+        elapsed = self.job.elapsed_s + time.monotonic() - self.started
+        progress = Progress(ids, text, elapsed, self._metric(elapsed))
+        kept = self.store.append_progress(self.job.id, self.owner, progress, finish=finish,
+                                          finish_reason=reason if finish == "done" else None)
+        if not kept:
+            return "lost"
+        return finish or "saved"
+
+    def _metric(self, elapsed: float) -> MetricPoint | None:
+        if self.gen is None:
+            return None
+        try:
+            m = self.gen.metrics().to_dict()
+        except Exception:  # noqa: BLE001 - a broken engine must not cost the tokens being saved
+            return None
+        tokens = len(self.gen.produced)
+        return MetricPoint(
+            tokens=tokens, elapsed_s=elapsed, steps=m.get("steps"), alpha=m.get("alpha"), beta=m.get("beta"),
+            tokens_per_step=m.get("tokens_per_step"), ngram_hits=m.get("ngram_hits"),
+            tokens_per_s=m.get("tokens_per_s"), ar_latency_s=m.get("ar_latency_s"),
+            time_saved_s=self.saved_base + (m.get("time_saved_s") or 0.0),
+        )
+
+    def _fail(self, error: Exception) -> str:
+        message = describe(error)
+        log.error("job %s failed: %s", self.job.id, message, exc_info=error)
+        try:
+            if self.pending.ids:  # what was decoded before the failure is valid output: keep it
+                self._flush(None)
+            return "failed" if self.store.mark_failed(self.job.id, self.owner, message) else "lost"
+        except Exception as second:  # noqa: BLE001 - e.g. a full disk; the job is requeued (lease)
+            log.error("could not record the failure of job %s: %s", self.job.id, describe(second))
+            return "failed"
+
+
+def describe(error: BaseException) -> str:
+    text = f"{type(error).__name__}: {error}"
+    if "out of memory" in str(error).lower():
+        text += " (try a shorter target, fewer draft candidates (tree, k), or a smaller dtype)"
+    return text

@@ -1,0 +1,125 @@
+"""The worker: one process that owns the model, claims jobs FIFO and runs them one at a time.
+
+No Gradio here. It talks to the UI only through the store: jobs and control requests in, chunks,
+metrics and its own status out.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import threading
+import time
+
+from storage import Store, open_store
+from storage.records import Job, ModelSpec, Owner
+from worker.config import WorkerConfig
+from worker.heartbeat import Heartbeat
+from worker.holder import ModelHolder, ModelUnavailable
+from worker.job import FlushPolicy, JobRun
+from worker.liveness import pid_alive
+
+log = logging.getLogger(__name__)
+
+
+class Worker:
+    def __init__(self, store: Store, config: WorkerConfig):
+        self.store, self.config = store, config
+        self.owner = Owner.here(config.worker_id)
+        self.holder = ModelHolder(store, config.worker_id)
+        self.stop_requested = threading.Event()
+        self.policy = FlushPolicy(config.flush_s, config.flush_tokens)
+        self._last_sweep = 0.0
+
+    def serve(self) -> None:
+        self.store.register_worker(self.owner)
+        if self.config.model:  # the command line wins over what the Model tab chose last time
+            c = self.config
+            self.store.set_desired_model(ModelSpec(c.model, c.heads, c.device, c.dtype), self.owner.worker_id)
+        with Heartbeat(self.store, self.owner, self.config.heartbeat_s) as heartbeat:
+            while not self.stopping():
+                self._sweep(force=self._last_sweep == 0.0)
+                self._load_desired()
+                job = self.store.claim_next(self.owner)
+                if job is None:
+                    if self.config.once:
+                        break
+                    self.stop_requested.wait(self.config.poll_s)
+                    continue
+                heartbeat.job_id = job.id
+                try:
+                    self._run(job)
+                finally:
+                    heartbeat.job_id = None
+        self.holder.unload()
+        self.store.report_model(self.owner.worker_id, None, "stopped")
+
+    def stopping(self) -> bool:
+        orphaned = self.config.parent_pid is not None and os.getppid() != self.config.parent_pid
+        return self.stop_requested.is_set() or orphaned
+
+    def _run(self, job: Job) -> None:
+        spec = self._job_spec(job)
+        try:
+            lm = self.holder.ensure(spec)
+        except ModelUnavailable as error:
+            self.store.mark_failed(job.id, self.owner, str(error))
+            return
+        log.info("job %s: start (%d tokens already)", job.id, job.produced_tokens)
+        outcome = JobRun(self.store, self.owner, job, lm, self.holder.spec, self.policy, self.stopping).run()
+        log.info("job %s: %s", job.id, outcome)
+        if outcome == "failed" and lm.device.type == "cuda":
+            import torch
+
+            torch.cuda.empty_cache()  # after an OOM the next job needs the memory back
+
+    def _sweep(self, force: bool = False) -> None:
+        """Requeue jobs whose worker died (this host: pid gone; elsewhere: lease expired)."""
+        if not force and time.monotonic() - self._last_sweep < self.config.sweep_s:
+            return
+        self._last_sweep = time.monotonic()
+        for gen_id in self.store.requeue_abandoned(self.owner, self.config.lease_s, pid_alive):
+            log.info("job %s was abandoned by a dead worker: requeued", gen_id)
+
+    def _load_desired(self) -> None:
+        """Between jobs, follow the Model tab; a failure is reported in the workers table, not raised."""
+        spec = self._desired()
+        if spec is not None and spec != self.holder.spec:
+            with contextlib.suppress(ModelUnavailable):
+                self.holder.ensure(spec, retry=False)
+
+    def _desired(self) -> ModelSpec | None:
+        status = self.store.get_worker(self.owner.worker_id)
+        return status.desired if status else None
+
+    def _job_spec(self, job: Job) -> ModelSpec | None:
+        """The job's own model (a resumed or continued job keeps the one it started with) on this
+        worker's device and dtype; else the desired one."""
+        desired = self._desired()
+        if not job.model:
+            return desired
+        base = desired or ModelSpec("", None, self.config.device, self.config.dtype)
+        return ModelSpec(job.model, job.heads, base.device, base.dtype)
+
+
+def run_worker(config: WorkerConfig) -> None:
+    """Process entry point (python -m worker, or app.py through multiprocessing's spawn context).
+    The store is opened here, inside the child: engines and pools must never cross a fork/spawn."""
+    log_format = "%(asctime)s worker[%(process)d] %(levelname)s %(message)s"
+    logging.basicConfig(level=logging.INFO, format=log_format)
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    if config.threads:
+        import torch
+
+        torch.set_num_threads(config.threads)
+    worker = Worker(open_store(config.db), config)
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            # Finish the current iteration, save, hand the job back to the queue, exit.
+            signal.signal(sig, lambda *_: worker.stop_requested.set())
+    try:
+        worker.serve()
+    finally:
+        worker.store.close()
