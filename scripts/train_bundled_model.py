@@ -18,11 +18,21 @@ number of MACs per token in the output softmax) stays about a third of a 6M-para
 that English prose packs ~4 characters per token (so a 4096-token context is ~16k characters), and it fits
 uint16 token files.
 
-Model size, measured (`bench`, 2 cores of an AMD EPYC, torch 2.13 CPU, seq 512, batch 8, AdamW step
-included; see BENCH_NOTES below for the numbers filled in from the run). With ~85 minutes on 2 cores the
-run sees only ~10-20M tokens, far below the ~20 tokens/parameter of compute-optimal training for any
-size worth shipping, so the choice is the largest model whose throughput still gives several tokens per
-parameter: a bigger model would see too few tokens to get past the loss of a smaller one.
+Model size, measured with `bench` (2 shared cores of an AMD EPYC, torch 2.13 CPU, fp32, seq 512,
+8 x 512 tokens per forward/backward, AdamW step included; other jobs were loading the machine, so the
+numbers are noisy, but the pairs run back to back agree):
+    s  d256 x 4 layers, 4.87M params:  ~2400 tok/s (least contended run)
+    m  d256 x 6 layers, 6.25M params:  1827 tok/s / 330 tok/s (idle-ish / contended)
+    l  d384 x 4 layers, 9.44M params:  1778 tok/s / 354 tok/s (idle-ish / contended)
+bf16 autocast was not reliably faster (1.5x for s once, 0.7x for m, 0.3-0.5x for l: the per-forward weight
+casts dominate at this size), so training is fp32. `l` trains as fast as `m` (wider matmuls use the cores
+better, fewer layers mean less per-op overhead), so at equal wall time it sees the same tokens with 1.5x the
+parameters (6.3M non-embedding vs 4.2M); `s` would see only ~1.3x more tokens than `l` with half its
+non-embedding parameters. With 85 minutes the run sees roughly 2-9M tokens (depending on how loaded the
+machine is): far below compute-optimal (~20 tokens/param) for any of them, but in this regime the larger
+model is also the more sample-efficient one, and 9.44M fp32 params (38 MB) is the most that fits the ~40 MB
+size limit. Fewer layers also make generation in the app faster. Hence `l`, with 8192-token steps (more
+optimizer steps than 16k-token ones when only a few million tokens are seen).
 """
 
 from __future__ import annotations
@@ -81,7 +91,7 @@ SIZES = {
 
 @dataclass
 class Config:
-    size: str = "m"
+    size: str = "l"
     vocab_size: int = 8192
     tokenizer_sample_mb: float = 40.0  # text used to learn the BPE merges (a few minutes on 2 cores)
     max_train_tokens: int = 40_000_000  # packed training tokens: what the budget can consume plus margin
@@ -89,9 +99,9 @@ class Config:
     seq_len: int = 512  # most steps: short context is ~2x cheaper per token on CPU
     long_seq_len: int = 4096  # final phase: teach positions up to 4096 (the app generates long texts)
     long_frac: float = 0.15  # fraction of the wall-time budget spent at long_seq_len
-    batch_tokens: int = 16384  # tokens per optimizer step (same at both lengths)
+    batch_tokens: int = 8192  # tokens per optimizer step (same at both lengths); small: more steps on CPU
     micro_tokens: int = 4096  # tokens per forward/backward (bounds memory at 4096 context)
-    lr: float = 2e-3  # small models tolerate a high peak LR; the schedule decays it to lr * min_lr_frac
+    lr: float = 1.5e-3  # small models tolerate a high peak LR; the schedule decays it to lr * min_lr_frac
     min_lr_frac: float = 0.1
     warmup_frac: float = 0.03
     weight_decay: float = 0.1
@@ -466,8 +476,9 @@ def finish(cfg: Config, model, val: np.ndarray, state: dict) -> None:
     """Final eval, then write the HF-format model directory with tokenizer, card and training record."""
     from transformers import AutoTokenizer, GenerationConfig
 
-    vl_short = evaluate(model, val, cfg.seq_len, 256, cfg)  # 131k tokens at the short context
-    vl_long = evaluate(model, val, cfg.long_seq_len, 32, cfg)  # 131k tokens at 4096 context
+    # Larger slices than the periodic eval (default 131k tokens each, at the short and the 4096 context).
+    vl_short = evaluate(model, val, cfg.seq_len, cfg.eval_windows * 4, cfg)
+    vl_long = evaluate(model, val, cfg.long_seq_len, max(1, cfg.eval_windows // 2), cfg)
     state["curve"].append({"tokens": state["tokens"], "min": round(state["elapsed"] / 60, 2),
                            "val_loss": round(evaluate(model, val, cfg.seq_len, cfg.eval_windows, cfg), 4)})
     log(f"final val loss {vl_short:.4f} (ppl {math.exp(vl_short):.1f}) at ctx {cfg.seq_len}; "
@@ -482,6 +493,8 @@ def finish(cfg: Config, model, val: np.ndarray, state: dict) -> None:
     tok = AutoTokenizer.from_pretrained(cfg.tok_dir)
     tok.save_pretrained(out)
     GenerationConfig(bos_token_id=BOS_ID, eos_token_id=EOS_ID, pad_token_id=PAD_ID).save_pretrained(out)
+    for f in out.iterdir():
+        f.chmod(0o644)  # safetensors writes 0600; the repo files must be readable by everyone
 
     # A seeded sample for the card (and a check that the saved directory generates).
     sample = sample_text(out, "It was a dark and stormy night; the rain fell in torrents", 80)
@@ -584,6 +597,8 @@ def main(argv=None) -> None:
     ap.add_argument("--ckpt-dir", default=Config.ckpt_dir)
     ap.add_argument("--ckpt-every-s", type=float, default=Config.ckpt_every_s)
     ap.add_argument("--log-every-s", type=float, default=Config.log_every_s)
+    ap.add_argument("--eval-windows", type=int, default=Config.eval_windows)
+    ap.add_argument("--batch-tokens", type=int, default=Config.batch_tokens)
     ap.add_argument("--bench-seconds", type=float, default=50)
     ap.add_argument("--bench-sizes", default="s,m,l")
     ap.add_argument("--bench-bf16", default="0", help="comma list of 0/1: which precisions to bench")
@@ -591,7 +606,8 @@ def main(argv=None) -> None:
     a = ap.parse_args(argv)
     cfg = Config(size=a.size, time_budget_min=a.time_budget_min, bf16=a.bf16,
                  max_train_tokens=a.max_train_tokens, out_dir=a.out_dir, ckpt_dir=a.ckpt_dir,
-                 ckpt_every_s=a.ckpt_every_s, log_every_s=a.log_every_s)
+                 ckpt_every_s=a.ckpt_every_s, log_every_s=a.log_every_s, eval_windows=a.eval_windows,
+                 batch_tokens=a.batch_tokens)
     args = sys.argv[1:] if argv is None else argv
     cfg.extra["command"] = "python scripts/train_bundled_model.py " + " ".join(args)
     if a.bench_json and Path(a.bench_json).exists():

@@ -30,15 +30,21 @@ CASES = {
 }
 
 
-def hf_model(case: str, seed: int = 0, dtype=torch.float32):
-    from transformers import LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM, Qwen2Config
-    from transformers import Qwen2ForCausalLM
+def hf_model(case: str, seed: int = 0, dtype=torch.float32, **overrides):
+    from transformers import (
+        LlamaConfig,
+        LlamaForCausalLM,
+        MistralConfig,
+        MistralForCausalLM,
+        Qwen2Config,
+        Qwen2ForCausalLM,
+    )
 
     family, extra = CASES[case]
     classes = {"llama": (LlamaConfig, LlamaForCausalLM), "mistral": (MistralConfig, MistralForCausalLM),
                "qwen2": (Qwen2Config, Qwen2ForCausalLM)}
     config_cls, model_cls = classes[family]
-    config = config_cls(**(BASE | extra))
+    config = config_cls(**(BASE | extra | overrides))
     config._attn_implementation = "eager"
     torch.manual_seed(seed)
     model = model_cls(config).to(dtype).eval()

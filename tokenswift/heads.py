@@ -19,6 +19,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from .config import ModelConfig
+from .errors import ModelLoadError
 from .model import RMSNorm
 
 CONFIG_NAME = "heads_config.json"
@@ -26,7 +27,7 @@ WEIGHTS_NAME = "heads.safetensors"
 OFFICIAL_PREFIX = "model.medusa_layers."
 
 
-class HeadsError(RuntimeError):
+class HeadsError(ModelLoadError):
     pass
 
 

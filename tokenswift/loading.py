@@ -16,16 +16,13 @@ from pathlib import Path
 import torch
 
 from .config import ModelConfig, UnsupportedModelError
+from .errors import ModelLoadError
 from .heads import DraftHeads, heads_from_state_dict, load_heads
 from .model import Transformer
 from .rope import rope_table
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16, "float16": torch.float16}
 HEADS_SUBDIR = "heads"
-
-
-class ModelLoadError(RuntimeError):
-    pass
 
 
 @dataclass

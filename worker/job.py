@@ -83,10 +83,11 @@ class JobRun:
         from tokenswift.generate import Generator
 
         gen = Generator(self.lm, settings, prompt_ids, generated_ids=done_ids)
-        detok = IncrementalDetokenizer(self.lm.tokenizer)
-        # Replay what is already written so the next piece of text joins it exactly (leading spaces,
-        # multi-byte characters split across tokens); that text is in the store already.
-        detok.push(list(prompt_ids) + list(done_ids))
+        detok = IncrementalDetokenizer(self.lm.tokenizer, list(prompt_ids))
+        if done_ids:
+            # Replay what is already stored (its text too) so the next piece joins it exactly: a
+            # character split across tokens at the crash point is still held back and comes out whole.
+            detok.push(list(done_ids))
         return gen, detok
 
     def _loop(self, detok) -> str:

@@ -1,0 +1,200 @@
+"""The CLI contract (tokenswift/cli.py): flags, JSON keys, streamed text and exit codes, on stories260k.
+
+`generate` runs as a real subprocess (what other tools do); the error cases and the benchmarks run
+in-process through cli.main, where an escaping exception would fail the test just as a traceback would.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from tokenswift import cli
+
+REPO = Path(__file__).resolve().parents[1]
+BOOKS = REPO.parent / "shared" / "data" / "books"
+SAMPLER = ["--temperature", "1.0", "--min-p", "0.1", "--penalty", "1.2", "--penalty-window", "64"]
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+METRIC_KEYS = {"elapsed_s", "tokens_per_s", "alpha", "beta", "tokens_per_step", "steps", "ngram_hits",
+               "draft_s", "verify_s", "overhead_s"}
+
+
+def launch(*args: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "tokenswift", *args], cwd=REPO, env=ENV, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+@pytest.fixture(scope="module")
+def generated(stories_path, tmp_path_factory):
+    """Both modes, same seed and settings, float64; started together since each spends seconds importing."""
+    out = tmp_path_factory.mktemp("generate")
+    common = ["generate", "--model", str(stories_path), "--prompt", "Once upon a time", "--dtype", "float64",
+              "--device", "cpu", "--seed", "3", *SAMPLER, "--ignore-eos", "--max-new-tokens", "300"]
+    procs = {mode: launch(*common, "--mode", mode, "--json", str(out / f"{mode}.json"))
+             for mode in ("ar", "tokenswift")}
+    results = {}
+    for mode, proc in procs.items():
+        stdout, stderr = proc.communicate(timeout=120)
+        assert proc.returncode == 0, stderr
+        results[mode] = (json.loads((out / f"{mode}.json").read_text()), stdout, stderr)
+    return results
+
+
+def test_generate_modes_agree(generated):
+    (ar, _, _), (ts, _, _) = generated["ar"], generated["tokenswift"]
+    assert len(ar["tokens"]) == 300
+    assert ts["tokens"] == ar["tokens"]
+    assert ts["text"] == ar["text"] and ts["prompt_tokens"] == ar["prompt_tokens"] > 1
+
+
+def test_generate_json_and_stream(generated):
+    for mode, (data, stdout, stderr) in generated.items():
+        assert set(data) >= {"prompt_tokens", "tokens", "text", "metrics"}
+        keys = METRIC_KEYS if mode == "tokenswift" else {"elapsed_s", "tokens_per_s"}
+        assert set(data["metrics"]) >= keys, mode
+        assert stdout == data["text"] + "\n"  # streamed piece by piece, then one newline
+        assert "Traceback" not in stderr
+    assert generated["tokenswift"][0]["metrics"]["steps"] < 300  # some steps accepted drafts
+
+
+# -- bad input: exit 2, one line naming the problem ----------------------------------------------------
+
+
+def run_main(capsys, *args: str) -> tuple[int, str]:
+    code = cli.main(list(args))
+    return code, capsys.readouterr().err
+
+
+def assert_usage_error(code: int, err: str, *words: str) -> None:
+    assert code == 2
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), err
+    for word in words:
+        assert word in lines[0], err
+
+
+def gen_args(model, *extra: str, prompt: tuple[str, ...] = ("--prompt", "Once upon a time")) -> list[str]:
+    return ["generate", "--model", str(model), *prompt, "--max-new-tokens", "8", *extra]
+
+
+@pytest.mark.parametrize(("extra", "words"), [
+    (("--penalty", "0.9"), ("penalty", "theta")),
+    (("--penalty-window", "-1"), ("penalty_length",)),
+    (("--tree", "1,x"), ("--tree",)),
+    (("--tree", "2,3,3"), ("tree",)),
+    (("--tree", "1,3,3,3,3,3,3,3,3,3"), ("tree",)),
+    (("--device", "tpu"), ("device", "tpu")),
+    (("--dtype", "int8"), ("dtype",)),
+    (("--mode", "fast"), ("mode",)),
+    (("--top-p", "0"), ("top_p",)),
+    (("--max-new-tokens", "40000"), ("max_new_tokens", "context")),
+    (("--heads", "/nonexistent-heads"), ("heads",)),
+])
+def test_bad_settings(capsys, stories_path, extra, words):
+    assert_usage_error(*run_main(capsys, *gen_args(stories_path, *extra)), *words)
+
+
+@pytest.mark.parametrize("prompt", ["", "  \n\t "])
+def test_empty_prompt(capsys, stories_path, prompt):
+    code, err = run_main(capsys, *gen_args(stories_path, prompt=("--prompt", prompt)))
+    assert_usage_error(code, err, "prompt", "empty")
+
+
+def test_bad_prompt_files(capsys, stories_path, tmp_path):
+    missing = tmp_path / "missing.txt"
+    args = gen_args(stories_path, prompt=("--prompt-file", str(missing)))
+    assert_usage_error(*run_main(capsys, *args), str(missing), "not found")
+    blank = tmp_path / "blank.txt"
+    blank.write_text("\n\n")
+    args = gen_args(stories_path, prompt=("--prompt-file", str(blank)))
+    assert_usage_error(*run_main(capsys, *args), "prompt", "empty")
+
+
+def test_bad_models(capsys, stories_path, tmp_path):
+    assert_usage_error(*run_main(capsys, *gen_args(tmp_path / "nope")), "nope", "not found")
+    broken = tmp_path / "broken"
+    shutil.copytree(stories_path, broken)
+    (broken / "model.safetensors").chmod(0o644)
+    (broken / "model.safetensors").write_bytes(b"\x00garbage" * 10)
+    assert_usage_error(*run_main(capsys, *gen_args(broken)), "corrupt", "model.safetensors")
+    if not cli.BUNDLED_MODEL.exists():
+        code, err = run_main(capsys, "generate", "--prompt", "hi", "--max-new-tokens", "8")
+        assert_usage_error(code, err, "--model")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_cuda_without_cuda(capsys, stories_path):
+    assert_usage_error(*run_main(capsys, *gen_args(stories_path, "--device", "cuda")), "cuda")
+
+
+def test_usage_errors_are_one_line(capsys, stories_path):
+    code, err = run_main(capsys, "generate", "--model", str(stories_path), "--prompt", "hi")
+    assert_usage_error(code, err, "--max-new-tokens")
+
+
+def test_subprocess_error_exit(stories_path):
+    """The real process: exit status 2 and one line (this one is caught before torch is even imported)."""
+    proc = launch(*gen_args(stories_path, "--penalty", "0.5"))
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 2 and "Traceback" not in stderr
+    assert_usage_error(2, stderr, "penalty")
+
+
+# -- benchmarks ----------------------------------------------------------------------------------------
+
+BENCH_KEYS = {"ar_tokens_per_s", "ts_tokens_per_s", "speedup", "identical", "first_divergence", "alpha",
+              "beta", "tokens_per_step", "distinct", "ar_elapsed_s", "ts_elapsed_s", "draft_s", "verify_s",
+              "overhead_s", "overhead_share", "device", "dtype", "model", "prompt_tokens", "settings"}
+
+
+def test_bench(capsys, stories_path, tmp_path):
+    out = tmp_path / "bench.json"
+    code = cli.main(["bench", "--model", str(stories_path), "--dtype", "float64", "--device", "cpu",
+                     "--prompt", "Once upon a time", "--max-new-tokens", "96", "--seed", "5", *SAMPLER,
+                     "--ngram-topk", "8", "--warmup-tokens", "4", "--json", str(out)])
+    assert code == 0, capsys.readouterr().err
+    data = json.loads(out.read_text())
+    assert set(data) >= BENCH_KEYS
+    assert data["identical"] is True and data["first_divergence"] is None
+    assert len(data["distinct"]) == 4 and data["settings"]["ignore_eos"] is True
+    assert data["settings"]["penalty"] == 1.2 and data["settings"]["ngram_topk"] == 8
+    assert (data["dtype"], data["new_tokens"]) == ("float64", 96)
+    assert "speed-up" in capsys.readouterr().out
+
+
+def test_bench_prompt_book(capsys, stories_path, tmp_path):
+    books = BOOKS / "eval.jsonl.xz"
+    if not books.exists():
+        pytest.skip(f"{books} is absent")
+    out = tmp_path / "bench.json"
+    code = cli.main(["bench", "--model", str(stories_path), "--dtype", "float64", "--prompt-book", "eval:1",
+                     "--books", str(books), "--prompt-tokens", "64", "--max-new-tokens", "16",
+                     "--warmup-tokens", "0", "--json", str(out)])
+    assert code == 0, capsys.readouterr().err
+    capsys.readouterr()
+    data = json.loads(out.read_text())
+    assert data["prompt_tokens"] == 64 and data["identical"] is True
+    code, err = run_main(capsys, "bench", "--model", str(stories_path), "--prompt-book", "eval:99",
+                         "--books", str(books), "--max-new-tokens", "8")
+    assert_usage_error(code, err, "prompt-book", "99")
+
+
+def test_bench_ar(capsys, stories_path, tmp_path):
+    out = tmp_path / "ar.json"
+    code = cli.main(["bench-ar", "--model", str(stories_path), "--device", "cpu", "--contexts", "16,64,40000",
+                     "--steps", "4", "--warmup", "1", "--json", str(out)])
+    assert code == 0, capsys.readouterr().err
+    data = json.loads(out.read_text())
+    rows = {row["context"]: row for row in data["rows"]}
+    assert set(rows) == {16, 64, 40000}
+    for context in (16, 64):
+        assert rows[context]["tokens_per_s"] > 0 and rows[context]["steps"] == 4
+    assert "skipped" in rows[40000] and "32768" in rows[40000]["skipped"]
+    assert "skipped" in capsys.readouterr().out

@@ -1,0 +1,109 @@
+"""Samplers against direct formulas, and the position-keyed noise's determinism and batch independence."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from tokenswift.sampling import (
+    Noise,
+    Sampler,
+    apply_penalty,
+    eta_filter,
+    min_p_filter,
+    mix32,
+    penalty_mask,
+    position_key,
+    top_k_filter,
+    top_p_filter,
+)
+from tokenswift.settings import Settings
+
+V = 50
+
+
+def logits(rows=3, seed=0):
+    return torch.randn(rows, V, generator=torch.Generator().manual_seed(seed), dtype=torch.float64) * 3
+
+
+def kept(scores):
+    return [set(torch.nonzero(torch.isfinite(r)).flatten().tolist()) for r in scores]
+
+
+def test_penalty_sign_aware():
+    z = torch.tensor([[2.0, -2.0, 1.0, -1.0]], dtype=torch.float64)
+    mask = penalty_mask(torch.tensor([[0, 1, 1, -1]]), 4)
+    assert mask.tolist() == [[True, True, False, False]]
+    assert apply_penalty(z, mask, 1.25).tolist() == [[1.6, -2.5, 1.0, -1.0]]
+
+
+def test_top_k_and_top_p_against_direct_formulas():
+    z = logits()
+    for row, keep in zip(z, kept(top_k_filter(z, 7)), strict=True):
+        assert keep == set(torch.argsort(row, descending=True)[:7].tolist())
+    for row, keep in zip(z, kept(top_p_filter(z, 0.8, 1)), strict=True):
+        probs = row.softmax(-1)
+        order = torch.argsort(probs, descending=True).tolist()
+        direct, total = set(), 0.0
+        for i in order:  # the smallest prefix of the ranking whose mass reaches top_p
+            direct.add(i)
+            total += probs[i].item()
+            if total >= 0.8:
+                break
+        assert keep == direct
+
+
+def test_min_p_and_eta_against_direct_formulas():
+    z = logits()
+    for row, keep in zip(z, kept(min_p_filter(z, 0.1, 1)), strict=True):
+        probs = row.softmax(-1)
+        assert keep == set(torch.nonzero(probs >= 0.1 * probs.max()).flatten().tolist())
+    eps = 0.02
+    for row, keep in zip(z, kept(eta_filter(z, eps, 1)), strict=True):
+        probs = row.softmax(-1)
+        entropy = -(probs * probs.log()).sum().item()
+        eta = min(eps, math.sqrt(eps) * math.exp(-entropy))
+        assert keep == set(torch.nonzero(probs >= eta).flatten().tolist())
+
+
+def test_min_keep_is_honoured():
+    z = logits(1)
+    z[0, 0] = 100.0  # one dominant token: min-p alone would keep just it
+    assert len(kept(min_p_filter(z, 0.5, 1))[0]) == 1
+    assert len(kept(min_p_filter(z, 0.5, 20))[0]) == 20
+    assert len(kept(eta_filter(z, 0.5, 20))[0]) == 20
+
+
+def test_mix32_same_for_ints_and_tensors():
+    values = [0, 1, 12345, 2**31, 2**32 - 1]
+    assert mix32(torch.tensor(values)).tolist() == [mix32(v) for v in values]
+
+
+def test_noise_is_a_pure_function_of_seed_and_position():
+    a, b = Noise(7, V, "cpu"), Noise(7, V, "cpu")
+    assert torch.equal(a.gumbel([5, 9]), b.gumbel([5, 9]))
+    assert torch.equal(a.gumbel([9])[0], a.gumbel([5, 9, 11])[1])  # batch-independent
+    assert not torch.equal(a.gumbel([5])[0], a.gumbel([6])[0])
+    assert not torch.equal(a.gumbel([5]), Noise(8, V, "cpu").gumbel([5]))
+    assert position_key(7, 2**33 + 5) != position_key(7, 5)
+
+
+def test_gumbel_max_samples_the_distribution():
+    probs = torch.tensor([0.5, 0.3, 0.2], dtype=torch.float64)
+    sampler = Sampler(Settings(temperature=1.0, seed=3), 3, "cpu")
+    draws = [int(sampler.sample(probs.log()[None], None, [p])[0]) for p in range(6000)]
+    freq = torch.bincount(torch.tensor(draws), minlength=3).double() / len(draws)
+    assert torch.allclose(freq, probs, atol=0.03)
+
+
+@pytest.mark.parametrize("kw", [dict(temperature=0), dict(min_p=0.1, penalty=1.2), dict(top_p=0.9, top_k=20),
+                                dict(eta=0.01, min_keep=5)])
+def test_sampler_rows_are_batch_independent(kw):
+    sampler = Sampler(Settings(seed=11, penalty_length=4, **kw), V, "cpu")
+    z = logits(6, seed=2)
+    windows = torch.randint(0, V, (6, 4), generator=torch.Generator().manual_seed(5))
+    together = sampler.sample(z, windows, list(range(100, 106)))
+    alone = [int(sampler.sample(z[i:i + 1], windows[i:i + 1], [100 + i])[0]) for i in range(6)]
+    assert together.tolist() == alone

@@ -1,0 +1,209 @@
+"""Real worker subprocesses on a real SQLite file with the stories260k model (CPU, float64).
+
+The promise under test: however a job is interrupted (kill -9, pause, shutdown), the ids it ends with are
+exactly those of one uninterrupted run, and nothing already committed is lost or rewritten.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from storage import open_store
+from tokenswift.settings import Settings
+
+REPO = Path(__file__).resolve().parents[1]
+PROMPT = "Once upon a time, there was a little dog named Max."
+SETTINGS = Settings(mode="tokenswift", seed=11, max_new_tokens=240, temperature=1.0, penalty=1.2,
+                    penalty_length=64, ngram_topk=8)
+FLUSH_TOKENS = 16
+SHORT = Settings(mode="ar", seed=1, max_new_tokens=30)
+
+
+@dataclass(frozen=True)
+class Straight:
+    ids: list[int]
+    text: str
+
+
+@contextmanager
+def one_torch_thread():
+    """Tiny models run far faster on one thread on a busy 2-core machine; restore the setting after."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def straight(stories64) -> Straight:
+    """The uninterrupted run, computed in this process with the engine."""
+    from tokenswift.detok import IncrementalDetokenizer
+    from tokenswift.generate import Generator
+
+    prompt_ids = stories64.encode(PROMPT)
+    with one_torch_thread():
+        ids = Generator(stories64, SETTINGS, prompt_ids).run()
+    return Straight(ids, IncrementalDetokenizer(stories64.tokenizer, prompt_ids).push(ids))
+
+
+class Workers:
+    """Starts `python -m worker` processes and kills, at teardown, those of them still running."""
+
+    def __init__(self, tmp_path: Path, model: Path):
+        self.tmp_path, self.model, self.procs = tmp_path, model, []
+        self.db = f"sqlite:///{tmp_path / 'studio.db'}"
+
+    def start(self, *extra: str, model: str | None = None) -> subprocess.Popen:
+        log = open(self.tmp_path / f"worker-{len(self.procs)}.log", "wb")  # noqa: SIM115 - closed at teardown
+        command = [sys.executable, "-m", "worker", "--db", self.db, "--model", model or str(self.model),
+                   "--device", "cpu", "--dtype", "float64", "--threads", "1", "--worker-id", "test",
+                   "--poll-s", "0.05", "--flush-s", "0.2", "--flush-tokens", str(FLUSH_TOKENS), *extra]
+        env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+        proc = subprocess.Popen(command, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+        self.procs.append((proc, log))
+        return proc
+
+    def log(self) -> str:
+        return "\n".join(f.name + ":\n" + Path(f.name).read_text(errors="replace") for _, f in self.procs)
+
+    def wait_until(self, condition, timeout: float, proc: subprocess.Popen | None = None) -> None:
+        deadline = time.monotonic() + timeout
+        while not condition():
+            if proc is not None and proc.poll() is not None:
+                pytest.fail(f"worker exited with {proc.returncode}\n{self.log()}")
+            if time.monotonic() > deadline:
+                pytest.fail(f"timed out after {timeout} s\n{self.log()}")
+            time.sleep(0.02)
+
+    def finish(self, proc: subprocess.Popen, timeout: float = 120) -> None:
+        assert proc.wait(timeout) == 0, self.log()
+
+    def close(self) -> None:
+        for proc, log in self.procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            log.close()
+
+
+@pytest.fixture
+def workers(tmp_path, stories_path):
+    started = Workers(tmp_path, stories_path)
+    yield started
+    started.close()
+
+
+@pytest.fixture
+def store(workers):
+    s = open_store(workers.db)
+    yield s
+    s.close()
+
+
+def raw_chunks(workers: Workers, gen_id: int) -> list[tuple]:
+    """Chunk rows exactly as stored, to prove earlier ones are never rewritten."""
+    db = sqlite3.connect(workers.tmp_path / "studio.db")
+    query = "select id, seq, token_start, token_ids, text, source from chunks where generation_id=?"
+    query += " order by seq"
+    rows = db.execute(query, (gen_id,)).fetchall()
+    db.close()
+    return rows
+
+
+def assert_complete_and_exact(store, workers, gen_id: int, straight: Straight, kept: list[tuple]) -> None:
+    gen = store.get_generation(gen_id)
+    assert (gen.status, gen.finish_reason, gen.error) == ("done", "length", None), workers.log()
+    rows = raw_chunks(workers, gen_id)
+    assert rows[: len(kept)] == kept  # committed before the interruption: byte-identical
+    assert [r[1] for r in rows] == list(range(len(rows)))  # seq contiguous
+    starts = [0]
+    for chunk in store.chunks(gen_id)[:-1]:
+        starts.append(starts[-1] + len(chunk.token_ids))
+    assert [r[2] for r in rows] == starts  # no token lost or duplicated at a seam
+    assert store.get_tokens(gen_id).generated_ids == straight.ids
+    assert gen.text == straight.text and gen.produced_tokens == SETTINGS.max_new_tokens
+
+
+def test_kill_9_then_shutdown_then_restart_gives_the_straight_run(store, workers, straight):
+    gen_id = store.enqueue_generation(PROMPT, SETTINGS).id
+    proc = workers.start()
+    workers.wait_until(lambda: len(store.chunks(gen_id)) >= 3, 90, proc)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    kept = raw_chunks(workers, gen_id)
+    interrupted = store.get_generation(gen_id, with_text=False)
+    assert interrupted.status == "running" and 0 < interrupted.produced_tokens < SETTINGS.max_new_tokens
+
+    proc = workers.start()  # sees the dead pid at once, requeues the job, resumes from the stored ids
+    workers.wait_until(lambda: len(store.chunks(gen_id)) >= len(kept) + 2, 60, proc)
+    proc.send_signal(signal.SIGTERM)  # what app.py's shutdown sends: save, hand the job back, exit
+    workers.finish(proc, 30)
+    assert store.get_generation(gen_id, with_text=False).status in ("queued", "done")
+
+    workers.finish(workers.start("--once"))
+    assert_complete_and_exact(store, workers, gen_id, straight, kept)
+    assert store.latest_metric(gen_id).tokens == SETTINGS.max_new_tokens
+
+
+def test_pause_resume_gives_the_straight_run_and_cancel_stops_within_an_iteration(store, workers, straight):
+    gen_id = store.enqueue_generation(PROMPT, SETTINGS).id
+    long_id = store.enqueue_generation(PROMPT, Settings(mode="ar", seed=2, max_new_tokens=20_000)).id
+    next_id = store.enqueue_generation(PROMPT, SHORT).id
+    proc = workers.start()
+    workers.wait_until(lambda: len(store.chunks(gen_id)) >= 2, 90, proc)
+    store.request_pause(gen_id)
+    workers.wait_until(lambda: store.get_generation(gen_id, with_text=False).status == "paused", 10, proc)
+    paused = store.get_generation(gen_id, with_text=False)
+    assert paused.produced_tokens < SETTINGS.max_new_tokens and paused.control is None
+    kept = raw_chunks(workers, gen_id)
+
+    # Meanwhile the worker took the next job; cancel it once it has written something.
+    workers.wait_until(lambda: len(store.chunks(long_id)) >= 2, 30, proc)
+    seen = store.get_generation(long_id, with_text=False).produced_tokens
+    asked = time.monotonic()
+    store.request_cancel(long_id)
+    workers.wait_until(lambda: store.get_generation(long_id, with_text=False).status == "cancelled", 10, proc)
+    assert time.monotonic() - asked < 3
+    cancelled = store.get_generation(long_id, with_text=False)
+    # At most: what was pending unflushed, one flush that raced the request, and one iteration.
+    assert cancelled.produced_tokens - seen <= 2 * (FLUSH_TOKENS + 5)
+    assert len(store.get_tokens(long_id).generated_ids) == cancelled.produced_tokens
+
+    store.request_resume(gen_id)  # queued again, ahead of next_id (FIFO by id)
+    workers.wait_until(lambda: store.get_generation(next_id, with_text=False).status == "done", 60, proc)
+    assert_complete_and_exact(store, workers, gen_id, straight, kept)
+
+
+def test_fifo_one_at_a_time_and_failures_recorded_while_the_worker_serves_on(store, workers, stories_path):
+    model = str(stories_path)
+    too_long = Settings(mode="ar", seed=1, max_new_tokens=40_000)  # beyond stories260k's 32K context
+    ids = [
+        store.enqueue_generation(PROMPT, SHORT).id,  # no model of its own: the worker's, which is broken
+        store.enqueue_generation(PROMPT, SHORT, model=model).id,
+        store.enqueue_generation(PROMPT, too_long, model=model).id,
+        store.enqueue_generation(PROMPT, SETTINGS.replace(max_new_tokens=30), model=model).id,
+    ]
+    workers.finish(workers.start("--once", model="/nonexistent/model"))
+    gens = [store.get_generation(i) for i in ids]
+    assert [g.status for g in gens] == ["failed", "done", "failed", "done"], workers.log()
+    assert "cannot load model '/nonexistent/model'" in gens[0].error
+    assert "context" in gens[2].error and "max_new_tokens" in gens[2].error
+    starts = [g.started_at for g in gens]
+    assert starts == sorted(starts)
+    assert gens[1].finished_at <= gens[2].started_at <= gens[3].started_at
+    assert [len(store.get_tokens(g.id).generated_ids) for g in gens] == [0, 30, 0, 30]
+    assert gens[1].model == model

@@ -1,0 +1,202 @@
+"""Benchmarks behind `python -m tokenswift bench` and `bench-ar`: pure functions that return dicts.
+
+Both measure in one process on one loaded model, so the comparison is against our own fast AR path on the
+same machine (design §7), never against a number from elsewhere. Prefill is excluded from every rate.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import lzma
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+
+from .engine import Engine
+from .generate import Generator
+from .loading import LoadedModel
+from .metrics import distinct
+from .settings import Settings
+
+# Filler for bench-ar contexts: real prose, so the cache holds ordinary token statistics, not one id.
+FILLER = (
+    "It was a bright cold day in April, and the clocks were striking thirteen. The hall smelt of boiled "
+    "cabbage and old rag mats. At one end of it a coloured poster, too large for indoor display, had been "
+    "tacked to the wall. She walked slowly along the river, counting the boats that lay at anchor, and "
+    "wondered whether the letter would come before the winter set in. Nobody in the village could remember "
+    "a summer so long, nor a harvest so poor, and the old men spoke of it every evening at the inn. "
+)
+COPY_BYTES = 256 * 2**20  # large enough that a device copy runs at full bandwidth
+
+
+class BenchError(ValueError):
+    """Bad benchmark input (the CLI turns it into one error line and exit code 2)."""
+
+
+# -- prompts -------------------------------------------------------------------------------------------
+
+
+def book_text(books: Path, index: int) -> str:
+    """The text of the index-th book (0-based) of a JSON-lines .xz file, reading no further than needed."""
+    if not books.is_file():
+        raise BenchError(f"books file {books} not found (pass --books)")
+    if index < 0:
+        raise BenchError(f"book index must be >= 0, got {index}")
+    count = 0
+    with lzma.open(books, "rt", encoding="utf-8") as lines:
+        for count, line in enumerate(lines):
+            if count == index:
+                return json.loads(line)["text"]
+    raise BenchError(f"{books} has {count + 1} books (indices 0..{count}), asked for {index}")
+
+
+def leading_tokens(lm: LoadedModel, text: str, n: int) -> list[int]:
+    """BOS + the first tokens of `text`, n ids in all (fewer when the text is short).
+
+    Tokenising a whole novel is slow, so grow a character prefix until it covers n tokens."""
+    chars = 8 * n
+    while True:
+        ids = lm.encode(text[:chars])
+        if len(ids) >= n or chars >= len(text):
+            return ids[:n]
+        chars *= 2
+
+
+def filler_ids(lm: LoadedModel, n: int) -> list[int]:
+    """A prompt of exactly n ids: BOS then the filler prose repeated."""
+    body = lm.encode(FILLER)
+    bos, body = body[:1], body[1:]
+    reps = n // max(len(body), 1) + 1
+    return (bos + body * reps)[:n]
+
+
+# -- bench-ar ------------------------------------------------------------------------------------------
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def copy_bandwidth(device: torch.device, nbytes: int = COPY_BYTES, repeats: int = 10) -> float:
+    """Measured device-to-device copy bandwidth in bytes/s (read + write), the practical ceiling."""
+    src = torch.empty(nbytes, dtype=torch.uint8, device=device)
+    dst = torch.empty_like(src)
+    dst.copy_(src)  # warm-up
+    _sync(device)
+    t0 = time.perf_counter()
+    for _ in range(repeats):
+        dst.copy_(src)
+    _sync(device)
+    return 2 * nbytes * repeats / (time.perf_counter() - t0)
+
+
+def weight_bytes(lm: LoadedModel) -> int:
+    """Bytes of weights one decoding step reads. An untied input embedding only reads one row: left out."""
+    model = lm.model
+    total = sum(p.numel() * p.element_size() for p in model.parameters())
+    if not lm.config.tie_embeddings:
+        emb = model.model.embed_tokens.weight
+        total -= emb.numel() * emb.element_size()
+    return total
+
+
+def kv_bytes_per_token(lm: LoadedModel) -> int:
+    cfg = lm.config
+    return 2 * cfg.n_layers * cfg.n_kv_heads * cfg.head_dim * torch.finfo(lm.dtype).bits // 8
+
+
+def ar_at_context(lm: LoadedModel, context: int, steps: int, warmup: int = 4) -> dict:
+    """Plain AR decoding speed with `context` tokens already in the cache (timed after a warm-up)."""
+    settings = Settings(mode="ar", max_new_tokens=warmup + steps + 1, ignore_eos=True)
+    ids = filler_ids(lm, context)
+    engine = Engine(lm, settings, ids, len(ids))
+    engine.start()
+    for _ in range(warmup):
+        engine.ar_step()
+    _sync(lm.device)
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        engine.ar_step()
+    _sync(lm.device)
+    elapsed = time.perf_counter() - t0
+    return {"context": context, "steps": steps, "elapsed_s": elapsed, "tokens_per_s": steps / elapsed,
+            "step_ms": 1e3 * elapsed / steps, "prefill_s": engine.metrics.prefill_s,
+            # mean filled cache length while timing: what each step's attention read
+            "mean_kv_tokens": context + warmup + (steps + 1) / 2}
+
+
+def bench_ar(lm: LoadedModel, contexts: Sequence[int], steps: int = 64, warmup: int = 4) -> dict:
+    """AR tokens/s per context length; on CUDA also the bandwidth achieved versus a measured copy."""
+    cuda = lm.device.type == "cuda"
+    copy_bw = copy_bandwidth(lm.device) if cuda else None
+    weights, kv_token = weight_bytes(lm), kv_bytes_per_token(lm)
+    rows = []
+    for context in contexts:
+        need = context + warmup + steps + 1
+        if need > lm.max_context:
+            reason = (f"context + {warmup + steps + 1} decoded tokens = {need} exceeds the model's limit "
+                      f"of {lm.max_context}")
+            rows.append({"context": context, "skipped": reason})
+            continue
+        row = ar_at_context(lm, context, steps, warmup)
+        if cuda:
+            moved = weights + kv_token * row["mean_kv_tokens"]
+            row["bandwidth_gb_s"] = moved / (row["step_ms"] / 1e3) / 1e9
+            row["bandwidth_fraction"] = row["bandwidth_gb_s"] * 1e9 / copy_bw
+        rows.append(row)
+    return {"model": lm.name, "device": str(lm.device), "dtype": str(lm.dtype).removeprefix("torch."),
+            "steps": steps, "warmup": warmup, "weight_bytes": weights, "kv_bytes_per_token": kv_token,
+            "copy_bandwidth_gb_s": copy_bw / 1e9 if copy_bw else None, "rows": rows}
+
+
+# -- bench: AR versus TokenSwift -----------------------------------------------------------------------
+
+
+def _run(lm: LoadedModel, settings: Settings, prompt_ids: list[int]) -> tuple[list[int], dict]:
+    gen = Generator(lm, settings, prompt_ids)
+    tokens = gen.run()
+    return tokens, gen.metrics().to_dict()
+
+
+def first_divergence(a: Sequence[int], b: Sequence[int]) -> int | None:
+    for i, (x, y) in enumerate(zip(a, b, strict=False)):
+        if x != y:
+            return i
+    return None if len(a) == len(b) else min(len(a), len(b))
+
+
+def compare(lm: LoadedModel, prompt_ids: list[int], settings: Settings, warmup_tokens: int = 16) -> dict:
+    """AR and TokenSwift on the same prompt, seed and settings, in this process (fixed length: EOS ignored).
+
+    A short run of each mode first, so one-off costs (kernel selection, allocator growth, lazy imports)
+    do not land on whichever mode happens to run first."""
+    settings = settings.replace(ignore_eos=True, stop=())
+    ar_settings, ts_settings = settings.replace(mode="ar"), settings.replace(mode="tokenswift")
+    if warmup_tokens:
+        n = min(warmup_tokens, settings.max_new_tokens)
+        _run(lm, ar_settings.replace(max_new_tokens=n), prompt_ids)
+        _run(lm, ts_settings.replace(max_new_tokens=n), prompt_ids)
+    ar_tokens, ar = _run(lm, ar_settings, prompt_ids)
+    ts_tokens, ts = _run(lm, ts_settings, prompt_ids)
+    divergence = first_divergence(ar_tokens, ts_tokens)
+    dist = distinct(ts_tokens)
+    return {
+        "model": lm.name, "device": str(lm.device), "dtype": str(lm.dtype).removeprefix("torch."),
+        "heads": lm.heads.gamma if lm.heads is not None else 0,
+        "prompt_tokens": len(prompt_ids), "new_tokens": len(ts_tokens),
+        "ar_tokens_per_s": ar["tokens_per_s"], "ts_tokens_per_s": ts["tokens_per_s"],
+        "speedup": ts["tokens_per_s"] / ar["tokens_per_s"] if ar["tokens_per_s"] else 0.0,
+        "identical": divergence is None, "first_divergence": divergence,
+        "alpha": ts["alpha"], "beta": ts["beta"], "tokens_per_step": ts["tokens_per_step"],
+        "steps": ts["steps"], "ngram_hits": ts["ngram_hits"], "accept_histogram": ts["accept_histogram"],
+        "distinct": dist, "distinct_avg": sum(dist) / len(dist),
+        "ar_elapsed_s": ar["elapsed_s"], "ts_elapsed_s": ts["elapsed_s"],
+        "ar_prefill_s": ar["prefill_s"], "ts_prefill_s": ts["prefill_s"],
+        "draft_s": ts["draft_s"], "verify_s": ts["verify_s"], "overhead_s": ts["overhead_s"],
+        "overhead_share": ts["overhead_s"] / ts["elapsed_s"] if ts["elapsed_s"] else 0.0,
+        "settings": dataclasses.asdict(settings),
+    }

@@ -1,0 +1,367 @@
+"""The command line: `python -m tokenswift generate | bench | bench-ar` (argparse wiring only).
+
+Other tools rely on the flag names, the JSON keys and the exit codes: bad input exits with 2 and one
+`error: ...` line on stderr, never a traceback. The benchmark logic lives in bench.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from .settings import Settings, SettingsError
+
+if TYPE_CHECKING:
+    from .loading import LoadedModel
+
+# torch and the engine are imported inside the commands: importing them takes seconds, and `--help` or
+# a typo in a flag should answer at once.
+
+REPO = Path(__file__).resolve().parents[1]
+BUNDLED_MODEL = REPO / "models" / "tswift-books"
+BOOKS_DIR = REPO.parent / "shared" / "data" / "books"
+USAGE_ERROR = 2
+
+
+class CliError(Exception):
+    """Bad input: reported as one `error: ...` line with exit code 2."""
+
+
+class Parser(argparse.ArgumentParser):
+    # argparse prints the whole usage block on a bad flag; the contract is one line on stderr.
+    def error(self, message: str):
+        self.exit(USAGE_ERROR, f"error: {message} (see {self.prog} --help)\n")
+
+
+# -- argument types ------------------------------------------------------------------------------------
+
+
+def tree_arg(text: str) -> tuple[int, ...]:
+    try:
+        widths = tuple(int(x) for x in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected widths like 1,3,3,3, got {text!r}") from None
+    return widths
+
+
+def int_list_arg(text: str) -> list[int]:
+    try:
+        values = [int(x) for x in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+    if any(v < 1 for v in values):
+        raise argparse.ArgumentTypeError(f"values must be >= 1, got {text!r}")
+    return values
+
+
+# -- parser --------------------------------------------------------------------------------------------
+
+
+def add_model_args(p: argparse.ArgumentParser, heads: bool = True) -> None:
+    p.add_argument("--model", default=None,
+                   help=f"checkpoint directory or cached hub id (default: the bundled {BUNDLED_MODEL.name})")
+    if heads:
+        p.add_argument("--heads", default=None,
+                       help="draft heads directory; default <model>/heads or heads inside the checkpoint; "
+                            "'none' disables them")
+    p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
+    p.add_argument("--dtype", default=None,
+                   help="float32 | bfloat16 | float16 | float64 (default: bfloat16 on cuda, float32 on cpu)")
+    p.add_argument("--threads", type=int, default=None, help="CPU threads for torch")
+    p.add_argument("--json", dest="json_out", default=None, metavar="OUT", help="write the results here")
+
+
+def add_sampler_args(p: argparse.ArgumentParser) -> None:
+    d = Settings()
+    p.add_argument("--max-new-tokens", type=int, required=True)
+    p.add_argument("--seed", type=int, default=d.seed)
+    p.add_argument("--temperature", type=float, default=d.temperature, help="0 = greedy")
+    p.add_argument("--top-p", type=float, default=d.top_p)
+    p.add_argument("--min-p", type=float, default=d.min_p)
+    p.add_argument("--eta", type=float, default=d.eta)
+    p.add_argument("--penalty", type=float, default=d.penalty, help="repetition penalty theta (>= 1)")
+    p.add_argument("--penalty-window", type=int, default=d.penalty_length, help="W, in tokens (0 = off)")
+    p.add_argument("--ngram-topk", type=int, default=d.ngram_topk, help="k n-gram candidates per step")
+    p.add_argument("--tree", type=tree_arg, default=d.tree, help="draft widths per depth, e.g. 1,3,3,3")
+    p.add_argument("--budget", type=int, default=d.budget, help="partial cache size |B|")
+    p.add_argument("--sinks", type=int, default=d.sinks, help="|S| sink tokens of the partial cache")
+
+
+def add_prompt_args(p: argparse.ArgumentParser, books: bool = False) -> None:
+    group = p.add_mutually_exclusive_group(required=True)
+    group.add_argument("--prompt", default=None)
+    group.add_argument("--prompt-file", default=None, help="a UTF-8 text file")
+    if books:
+        group.add_argument("--prompt-book", default=None, metavar="SPLIT:N",
+                           help="the N-th book (0-based) of a books file, e.g. eval:0")
+        p.add_argument("--books", default=None,
+                       help="books JSON-lines .xz file (default: ../shared/data/books/<SPLIT>.jsonl.xz)")
+        p.add_argument("--prompt-tokens", type=int, default=2048,
+                       help="with --prompt-book: prompt length in tokens, BOS included")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = Parser(prog="python -m tokenswift", description="TokenSwift: lossless speculative decoding")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
+
+    gen = sub.add_parser("generate", help="generate text, streamed to stdout")
+    add_model_args(gen)
+    add_prompt_args(gen)
+    add_sampler_args(gen)
+    gen.add_argument("--mode", default="tokenswift", help="tokenswift or ar")
+    gen.add_argument("--ignore-eos", action="store_true", help="keep decoding past EOS")
+    gen.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
+    gen.set_defaults(func=cmd_generate)
+
+    cmp = sub.add_parser("bench", help="AR versus TokenSwift on one prompt, in one process")
+    add_model_args(cmp)
+    add_prompt_args(cmp, books=True)
+    add_sampler_args(cmp)
+    cmp.add_argument("--warmup-tokens", type=int, default=16, help="short run of each mode before timing")
+    cmp.set_defaults(func=cmd_bench)
+
+    ar = sub.add_parser("bench-ar", help="plain AR tokens/s at several context lengths")
+    add_model_args(ar, heads=False)
+    ar.add_argument("--contexts", type=int_list_arg, default=[256, 1024, 4096])
+    ar.add_argument("--steps", type=int, default=64)
+    ar.add_argument("--warmup", type=int, default=4)
+    ar.set_defaults(func=cmd_bench_ar)
+    return parser
+
+
+# -- shared steps --------------------------------------------------------------------------------------
+
+
+def settings_from(args: argparse.Namespace, **extra) -> Settings:
+    try:
+        return Settings(seed=args.seed, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
+                        top_p=args.top_p, min_p=args.min_p, eta=args.eta, penalty=args.penalty,
+                        penalty_length=args.penalty_window, ngram_topk=args.ngram_topk, tree=args.tree,
+                        budget=args.budget, sinks=args.sinks, **extra)
+    except SettingsError as error:
+        raise CliError(str(error)) from error
+
+
+def read_prompt(args: argparse.Namespace) -> str:
+    """The prompt text of --prompt or --prompt-file; an empty or blank prompt is an error."""
+    if args.prompt is not None:
+        text, source = args.prompt, "--prompt"
+    else:
+        path = Path(args.prompt_file)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise CliError(f"prompt file {path} not found") from None
+        except (OSError, UnicodeDecodeError) as error:
+            raise CliError(f"cannot read prompt file {path}: {error}") from None
+        source = f"prompt file {path}"
+    if not text.strip():
+        raise CliError(f"prompt: {source} is empty")
+    return text
+
+
+def open_model(args: argparse.Namespace) -> LoadedModel:
+    import torch
+
+    from .heads import HeadsError
+    from .loading import ModelLoadError, load_model, resolve_device, resolve_dtype
+
+    if args.threads is not None:
+        if args.threads < 1:
+            raise CliError("threads: must be >= 1")
+        torch.set_num_threads(args.threads)
+    if args.model is None:
+        if not BUNDLED_MODEL.is_dir():
+            raise CliError(f"the bundled model {BUNDLED_MODEL} is not there yet: pass --model DIR")
+        args.model = str(BUNDLED_MODEL)
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        dev = resolve_device(device)
+        dtype = args.dtype or ("bfloat16" if dev.type == "cuda" else "float32")
+        resolve_dtype(dtype)
+    except ValueError as error:
+        raise CliError(str(error)) from None
+    try:
+        return load_model(args.model, device=device, dtype=dtype, heads=args.heads)
+    except (ModelLoadError, HeadsError) as error:
+        raise CliError(str(error)) from None
+
+
+def check_lengths(lm: LoadedModel, settings: Settings, prompt_ids: list[int]) -> None:
+    """The engine's own checks (prompt not empty, prompt + N within the context, ids in the vocabulary)."""
+    from .generate import validate
+
+    try:
+        validate(lm, settings, prompt_ids, [])
+    except SettingsError as error:
+        raise CliError(str(error)) from None
+
+
+def write_json(path: str | None, data: dict) -> None:
+    if path is None:
+        return
+    try:
+        Path(path).write_text(json.dumps(data, indent=2) + "\n")
+    except OSError as error:
+        raise CliError(f"cannot write {path}: {error}") from None
+
+
+def note(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+# -- generate ------------------------------------------------------------------------------------------
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    # Check everything cheap before importing torch and loading a model that may take minutes.
+    settings = settings_from(args, mode=args.mode, ignore_eos=args.ignore_eos, stop=tuple(args.stop))
+    text = read_prompt(args)
+    from .generate import Generator
+
+    lm = open_model(args)
+    prompt_ids = lm.encode(text)
+    check_lengths(lm, settings, prompt_ids)
+    gen = Generator(lm, settings, prompt_ids)
+    streamed, finish = stream(gen, lm.tokenizer, prompt_ids)
+    metrics = gen.metrics().to_dict()
+    write_json(args.json_out, {
+        "prompt_tokens": len(prompt_ids), "tokens": gen.produced, "text": streamed, "metrics": metrics,
+        "finish_reason": finish, "model": lm.name, "device": str(lm.device),
+        "dtype": str(lm.dtype).removeprefix("torch."), "settings": json.loads(settings.to_json()),
+    })
+    summary = f"[{len(gen.produced)} tokens, {metrics['tokens_per_s']:.1f} tokens/s, {finish}"
+    if settings.mode == "tokenswift":
+        summary += f", alpha {metrics['alpha']:.2f}, {metrics['tokens_per_step']:.2f} tokens/step"
+    note(summary + "]")
+    return 0
+
+
+def stream(gen, tokenizer, prompt_ids: list[int]) -> tuple[str, str | None]:
+    """Write the text to stdout as it is produced; returns exactly what was written and why it ended."""
+    from .detok import IncrementalDetokenizer
+
+    # The prompt is the detokenizer's context, so the first token's leading space comes out right.
+    detok = IncrementalDetokenizer(tokenizer, prompt_ids)
+    pieces, finish = [], None
+    for event in gen.steps():
+        pieces.append(detok.push(event.tokens))
+        sys.stdout.write(pieces[-1])
+        sys.stdout.flush()
+        finish = event.finish_reason
+    sys.stdout.write("\n")
+    sys.stdout.flush()
+    return "".join(pieces), finish
+
+
+# -- bench ---------------------------------------------------------------------------------------------
+
+
+def bench_prompt_text(args: argparse.Namespace) -> str:
+    """The prompt text: --prompt, --prompt-file, or a whole book from --prompt-book (cut to tokens later)."""
+    if args.prompt_book is None:
+        return read_prompt(args)
+    from .bench import BenchError, book_text
+
+    split, _, index = args.prompt_book.partition(":")
+    if not split or not index.isdigit():
+        raise CliError(f"prompt-book: expected SPLIT:N such as eval:0, got {args.prompt_book!r}")
+    if args.prompt_tokens < 1:
+        raise CliError("prompt-tokens: must be >= 1")
+    books = Path(args.books) if args.books else BOOKS_DIR / f"{split}.jsonl.xz"
+    try:
+        text = book_text(books, int(index))
+    except BenchError as error:
+        raise CliError(f"prompt-book: {error}") from None
+    if not text.strip():
+        raise CliError(f"prompt-book: book {args.prompt_book} is empty")
+    return text
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    settings = settings_from(args, ignore_eos=True)
+    text = bench_prompt_text(args)  # a bad prompt fails before the model loads
+    from .bench import compare, leading_tokens
+
+    lm = open_model(args)
+    prompt_ids = leading_tokens(lm, text, args.prompt_tokens) if args.prompt_book else lm.encode(text)
+    check_lengths(lm, settings, prompt_ids)
+    if lm.heads is None:
+        note("note: no draft heads: TokenSwift drafts with the base head and n-grams only")
+    result = compare(lm, prompt_ids, settings, warmup_tokens=args.warmup_tokens)
+    print_bench(result)
+    write_json(args.json_out, result)
+    return 0
+
+
+def print_bench(r: dict) -> None:
+    print(f"{r['model']} on {r['device']} ({r['dtype']}), prompt {r['prompt_tokens']} tokens, "
+          f"{r['new_tokens']} new tokens")
+    print(f"{'mode':<12}{'tokens/s':>12}{'elapsed s':>12}")
+    print(f"{'ar':<12}{r['ar_tokens_per_s']:>12.1f}{r['ar_elapsed_s']:>12.3f}")
+    print(f"{'tokenswift':<12}{r['ts_tokens_per_s']:>12.1f}{r['ts_elapsed_s']:>12.3f}")
+    same = "yes" if r["identical"] else f"no (first divergence at {r['first_divergence']})"
+    print(f"speed-up {r['speedup']:.2f}x | identical: {same}")
+    print(f"alpha {r['alpha']:.3f} | beta {r['beta']:.3f} | tokens/step {r['tokens_per_step']:.2f} | "
+          f"distinct {' '.join(f'{d:.3f}' for d in r['distinct'])}")
+    print(f"draft {r['draft_s']:.3f} s | verify {r['verify_s']:.3f} s | overhead {r['overhead_s']:.3f} s "
+          f"({100 * r['overhead_share']:.1f}%)")
+
+
+def cmd_bench_ar(args: argparse.Namespace) -> int:
+    if args.steps < 1 or args.warmup < 0:
+        raise CliError("steps: must be >= 1 (and --warmup >= 0)")
+    args.heads = "none"  # AR reads no heads: do not load them
+    lm = open_model(args)
+    from .bench import bench_ar
+
+    result = bench_ar(lm, args.contexts, steps=args.steps, warmup=args.warmup)
+    print_bench_ar(result)
+    write_json(args.json_out, result)
+    return 0
+
+
+def print_bench_ar(r: dict) -> None:
+    print(f"{r['model']} on {r['device']} ({r['dtype']}), {r['steps']} timed steps per context")
+    cuda = r["copy_bandwidth_gb_s"] is not None
+    header = f"{'context':>8}{'tokens/s':>12}{'ms/token':>12}"
+    print(header + (f"{'GB/s':>10}{'of copy':>10}" if cuda else ""))
+    for row in r["rows"]:
+        if "skipped" in row:
+            print(f"{row['context']:>8}  skipped: {row['skipped']}")
+            continue
+        line = f"{row['context']:>8}{row['tokens_per_s']:>12.1f}{row['step_ms']:>12.3f}"
+        if cuda:
+            line += f"{row['bandwidth_gb_s']:>10.1f}{100 * row['bandwidth_fraction']:>9.1f}%"
+        print(line)
+    if cuda:
+        print(f"measured device copy bandwidth: {r['copy_bandwidth_gb_s']:.1f} GB/s")
+
+
+# -- entry point ---------------------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as done:  # --help, or a usage error already printed as one line
+        return done.code if isinstance(done.code, int) else USAGE_ERROR
+    try:
+        return args.func(args)
+    except CliError as error:
+        sys.stdout.flush()
+        note(f"error: {error}")
+        return USAGE_ERROR
+    except BrokenPipeError:
+        # The reader went away (`| head`): stop quietly, and keep Python from complaining at exit.
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - lives until the process exits
+        return 1
+    except KeyboardInterrupt:
+        sys.stdout.flush()
+        note("interrupted")
+        return 130
