@@ -50,8 +50,11 @@ class Store(WorkerVerbs):
 
     @contextmanager
     def _read(self) -> Iterator[Session]:
-        with Session(self.engine) as session:
-            yield session
+        try:
+            with Session(self.engine) as session:
+                yield session
+        except OperationalError as exc:
+            raise StoreError(f"could not read the store ({exc.orig})") from exc
 
     @contextmanager
     def _write(self) -> Iterator[Session]:
@@ -211,7 +214,8 @@ class Store(WorkerVerbs):
                                                "running": {"control": "pause"}, "paused": {}})
 
     def request_resume(self, gen_id: int) -> GenerationRecord:
-        """Back to the queue; the worker re-prefills from the stored ids and continues the same stream."""
+        """Back to the queue, in its old place (FIFO is by id); the worker re-prefills from the stored ids
+        and continues the same stream."""
         return self._control(gen_id, "resume", {"paused": {"status": "queued"}, "queued": {},
                                                 "running": {"control": None}})
 
@@ -235,8 +239,8 @@ class Store(WorkerVerbs):
     def control_for(self, gen_id: int, owner: Owner) -> str | None:
         """The pending request for a running job: "pause", "cancel", None, or "lost" if not ours any more."""
         query = select(GenerationRow.owner, GenerationRow.control).where(GenerationRow.id == gen_id)
-        with self.engine.connect() as connection:
-            found = connection.execute(query).first()
+        with self._read() as s:
+            found = s.execute(query).first()
         if found is None or found.owner != owner.token:
             return "lost"
         return found.control
@@ -292,11 +296,11 @@ class Store(WorkerVerbs):
             return row is not None
 
     def requeue_abandoned(self, me: Owner, lease_s: float, is_alive: Callable[[int], bool]) -> list[int]:
-        """Give back running jobs whose worker is gone: on this host a dead pid (or our own pid with
-        another token: a previous process) is proof at once; elsewhere, a heartbeat older than the lease."""
+        """Give back running jobs whose worker is gone: on this host a dead pid is proof at once;
+        elsewhere, a heartbeat older than the lease. A worker calls it between jobs, so a job held under
+        its own pid (its own, stuck after a failed write, or a previous process's) is abandoned too."""
         cutoff = utcnow() - timedelta(seconds=lease_s)
-        running = select(GenerationRow).where(GenerationRow.status == "running",
-                                              GenerationRow.owner != me.token)
+        running = select(GenerationRow).where(GenerationRow.status == "running")
         with self._read() as s:
             if s.scalar(select(func.count()).select_from(running.subquery())) == 0:
                 return []  # the common case, without taking the write lock

@@ -6,6 +6,7 @@ exactly those of one uninterrupted run, and nothing already committed is lost or
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import signal
 import sqlite3
@@ -20,6 +21,7 @@ import pytest
 
 from storage import open_store
 from tokenswift.settings import Settings
+from worker import WorkerConfig, run_worker
 
 REPO = Path(__file__).resolve().parents[1]
 PROMPT = "Once upon a time, there was a little dog named Max."
@@ -64,7 +66,7 @@ class Workers:
     """Starts `python -m worker` processes and kills, at teardown, those of them still running."""
 
     def __init__(self, tmp_path: Path, model: Path):
-        self.tmp_path, self.model, self.procs = tmp_path, model, []
+        self.tmp_path, self.model, self.procs, self.spawned = tmp_path, model, [], []
         self.db = f"sqlite:///{tmp_path / 'studio.db'}"
 
     def start(self, *extra: str, model: str | None = None) -> subprocess.Popen:
@@ -80,11 +82,19 @@ class Workers:
     def log(self) -> str:
         return "\n".join(f.name + ":\n" + Path(f.name).read_text(errors="replace") for _, f in self.procs)
 
-    def wait_until(self, condition, timeout: float, proc: subprocess.Popen | None = None) -> None:
+    def spawn(self, config: WorkerConfig):
+        """As app.py starts it: run_worker in a spawned process, which opens the store itself."""
+        proc = multiprocessing.get_context("spawn").Process(target=run_worker, args=(config,))
+        proc.start()
+        self.spawned.append(proc)
+        return proc
+
+    def wait_until(self, condition, timeout: float, proc=None) -> None:
         deadline = time.monotonic() + timeout
         while not condition():
-            if proc is not None and proc.poll() is not None:
-                pytest.fail(f"worker exited with {proc.returncode}\n{self.log()}")
+            code = proc.exitcode if hasattr(proc, "exitcode") else proc and proc.poll()
+            if code is not None:
+                pytest.fail(f"worker exited with {code}\n{self.log()}")
             if time.monotonic() > deadline:
                 pytest.fail(f"timed out after {timeout} s\n{self.log()}")
             time.sleep(0.02)
@@ -93,6 +103,10 @@ class Workers:
         assert proc.wait(timeout) == 0, self.log()
 
     def close(self) -> None:
+        for spawned in self.spawned:
+            if spawned.is_alive():
+                spawned.kill()
+                spawned.join()
         for proc, log in self.procs:
             if proc.poll() is None:
                 proc.kill()
@@ -138,72 +152,81 @@ def assert_complete_and_exact(store, workers, gen_id: int, straight: Straight, k
     assert gen.text == straight.text and gen.produced_tokens == SETTINGS.max_new_tokens
 
 
-def test_kill_9_then_shutdown_then_restart_gives_the_straight_run(store, workers, straight):
+def test_pause_kill_9_and_shutdown_leave_exactly_the_straight_run(store, workers, straight):
+    """One job through every interruption; each phase checks that what was committed stays as it was.
+    (One test rather than three: each worker start costs seconds of torch import and model load.)"""
     gen_id = store.enqueue_generation(PROMPT, SETTINGS).id
-    proc = workers.start()
-    workers.wait_until(lambda: len(store.chunks(gen_id)) >= 3, 90, proc)
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
-    kept = raw_chunks(workers, gen_id)
-    interrupted = store.get_generation(gen_id, with_text=False)
-    assert interrupted.status == "running" and 0 < interrupted.produced_tokens < SETTINGS.max_new_tokens
-
-    proc = workers.start()  # sees the dead pid at once, requeues the job, resumes from the stored ids
-    workers.wait_until(lambda: len(store.chunks(gen_id)) >= len(kept) + 2, 60, proc)
-    proc.send_signal(signal.SIGTERM)  # what app.py's shutdown sends: save, hand the job back, exit
-    workers.finish(proc, 30)
-    assert store.get_generation(gen_id, with_text=False).status in ("queued", "done")
-
-    workers.finish(workers.start("--once"))
-    assert_complete_and_exact(store, workers, gen_id, straight, kept)
-    assert store.latest_metric(gen_id).tokens == SETTINGS.max_new_tokens
-
-
-def test_pause_resume_gives_the_straight_run_and_cancel_stops_within_an_iteration(store, workers, straight):
-    gen_id = store.enqueue_generation(PROMPT, SETTINGS).id
-    long_id = store.enqueue_generation(PROMPT, Settings(mode="ar", seed=2, max_new_tokens=20_000)).id
-    next_id = store.enqueue_generation(PROMPT, SHORT).id
     proc = workers.start()
     workers.wait_until(lambda: len(store.chunks(gen_id)) >= 2, 90, proc)
+
+    # 1. Pause: saved and released within an iteration; the worker moves on to the next jobs.
     store.request_pause(gen_id)
     workers.wait_until(lambda: store.get_generation(gen_id, with_text=False).status == "paused", 10, proc)
     paused = store.get_generation(gen_id, with_text=False)
     assert paused.produced_tokens < SETTINGS.max_new_tokens and paused.control is None
     kept = raw_chunks(workers, gen_id)
 
-    # Meanwhile the worker took the next job; cancel it once it has written something.
-    workers.wait_until(lambda: len(store.chunks(long_id)) >= 2, 30, proc)
+    # 2. Resume, then kill -9 mid-generation: the job is left "running" with a dead owner.
+    store.request_resume(gen_id)
+    workers.wait_until(lambda: len(store.chunks(gen_id)) >= len(kept) + 2, 30, proc)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    kept = committed_prefix_kept(workers, gen_id, kept)
+    interrupted = store.get_generation(gen_id, with_text=False)
+    assert interrupted.status == "running" and interrupted.produced_tokens < SETTINGS.max_new_tokens
+
+    # 3. A new worker sees the dead pid at once, resumes; SIGTERM (app.py's shutdown) hands it back.
+    proc = workers.start()
+    workers.wait_until(lambda: len(store.chunks(gen_id)) >= len(kept) + 2, 60, proc)
+    proc.send_signal(signal.SIGTERM)
+    workers.finish(proc, 30)
+    assert store.get_generation(gen_id, with_text=False).status in ("queued", "done")
+    kept = committed_prefix_kept(workers, gen_id, kept)
+
+    # 4. A last worker finishes it: the ids are those of one uninterrupted run.
+    workers.finish(workers.start("--once"))
+    assert_complete_and_exact(store, workers, gen_id, straight, kept)
+    assert store.latest_metric(gen_id).tokens == SETTINGS.max_new_tokens
+
+
+def committed_prefix_kept(workers: Workers, gen_id: int, kept: list[tuple]) -> list[tuple]:
+    rows = raw_chunks(workers, gen_id)
+    assert rows[: len(kept)] == kept
+    return rows
+
+
+def test_fifo_cancel_and_failures_while_the_worker_serves_on(store, workers, stories_path):
+    model = str(stories_path)
+    too_long = Settings(mode="ar", seed=1, max_new_tokens=40_000)  # beyond stories260k's 32K context
+    ids = [
+        store.enqueue_generation(PROMPT, SHORT).id,  # no model of its own: the worker's, which is broken
+        store.enqueue_generation(PROMPT, SHORT.replace(max_new_tokens=20_000), model=model).id,  # cancelled
+        store.enqueue_generation(PROMPT, SHORT, model=model).id,
+        store.enqueue_generation(PROMPT, too_long, model=model).id,
+        store.enqueue_generation(PROMPT, SETTINGS.replace(max_new_tokens=30), model=model).id,
+    ]
+    config = WorkerConfig(db=workers.db, model="/nonexistent/model", device="cpu", dtype="float64", threads=1,
+                          worker_id="test", once=True, poll_s=0.05, flush_s=0.2, flush_tokens=FLUSH_TOKENS,
+                          parent_pid=os.getpid())
+    proc = workers.spawn(config)
+    long_id = ids[1]
+    workers.wait_until(lambda: len(store.chunks(long_id)) >= 2, 90, proc)
     seen = store.get_generation(long_id, with_text=False).produced_tokens
     asked = time.monotonic()
     store.request_cancel(long_id)
     workers.wait_until(lambda: store.get_generation(long_id, with_text=False).status == "cancelled", 10, proc)
     assert time.monotonic() - asked < 3
-    cancelled = store.get_generation(long_id, with_text=False)
-    # At most: what was pending unflushed, one flush that raced the request, and one iteration.
-    assert cancelled.produced_tokens - seen <= 2 * (FLUSH_TOKENS + 5)
-    assert len(store.get_tokens(long_id).generated_ids) == cancelled.produced_tokens
+    proc.join(120)
+    assert proc.exitcode == 0
 
-    store.request_resume(gen_id)  # queued again, ahead of next_id (FIFO by id)
-    workers.wait_until(lambda: store.get_generation(next_id, with_text=False).status == "done", 60, proc)
-    assert_complete_and_exact(store, workers, gen_id, straight, kept)
-
-
-def test_fifo_one_at_a_time_and_failures_recorded_while_the_worker_serves_on(store, workers, stories_path):
-    model = str(stories_path)
-    too_long = Settings(mode="ar", seed=1, max_new_tokens=40_000)  # beyond stories260k's 32K context
-    ids = [
-        store.enqueue_generation(PROMPT, SHORT).id,  # no model of its own: the worker's, which is broken
-        store.enqueue_generation(PROMPT, SHORT, model=model).id,
-        store.enqueue_generation(PROMPT, too_long, model=model).id,
-        store.enqueue_generation(PROMPT, SETTINGS.replace(max_new_tokens=30), model=model).id,
-    ]
-    workers.finish(workers.start("--once", model="/nonexistent/model"))
     gens = [store.get_generation(i) for i in ids]
-    assert [g.status for g in gens] == ["failed", "done", "failed", "done"], workers.log()
+    assert [g.status for g in gens] == ["failed", "cancelled", "done", "failed", "done"], workers.log()
     assert "cannot load model '/nonexistent/model'" in gens[0].error
-    assert "context" in gens[2].error and "max_new_tokens" in gens[2].error
+    assert "context" in gens[3].error and "max_new_tokens" in gens[3].error
+    # Cancel lands within an iteration: at most the unflushed tokens, one racing flush, one iteration.
+    assert gens[1].produced_tokens - seen <= 2 * (FLUSH_TOKENS + 5)
+    assert [len(store.get_tokens(g.id).generated_ids) for g in gens] == [0, gens[1].produced_tokens, 30, 0, 30]
     starts = [g.started_at for g in gens]
-    assert starts == sorted(starts)
-    assert gens[1].finished_at <= gens[2].started_at <= gens[3].started_at
-    assert [len(store.get_tokens(g.id).generated_ids) for g in gens] == [0, 30, 0, 30]
-    assert gens[1].model == model
+    assert starts == sorted(starts)  # FIFO
+    assert all(a.finished_at <= b.started_at for a, b in zip(gens, gens[1:], strict=False))  # one at a time
+    assert gens[2].model == model

@@ -23,9 +23,9 @@ from .settings import Settings
 
 # Filler for bench-ar contexts: real prose, so the cache holds ordinary token statistics, not one id.
 FILLER = (
-    "It was a bright cold day in April, and the clocks were striking thirteen. The hall smelt of boiled "
-    "cabbage and old rag mats. At one end of it a coloured poster, too large for indoor display, had been "
-    "tacked to the wall. She walked slowly along the river, counting the boats that lay at anchor, and "
+    "The rain had stopped by the time the coach reached the crossroads, and the driver climbed down to "
+    "look at the wheel. The inn stood dark behind its hedge, and only one window showed a candle. "
+    "She walked slowly along the river, counting the boats that lay at anchor, and "
     "wondered whether the letter would come before the winter set in. Nobody in the village could remember "
     "a summer so long, nor a harvest so poor, and the old men spoke of it every evening at the inn. "
 )

@@ -13,7 +13,7 @@ import signal
 import threading
 import time
 
-from storage import Store, open_store
+from storage import Store, StoreError, open_store
 from storage.records import Job, ModelSpec, Owner
 from worker.config import WorkerConfig
 from worker.heartbeat import Heartbeat
@@ -22,6 +22,7 @@ from worker.job import FlushPolicy, JobRun
 from worker.liveness import pid_alive
 
 log = logging.getLogger(__name__)
+STORE_RETRY_S = 5.0
 
 
 class Worker:
@@ -31,7 +32,7 @@ class Worker:
         self.holder = ModelHolder(store, config.worker_id)
         self.stop_requested = threading.Event()
         self.policy = FlushPolicy(config.flush_s, config.flush_tokens)
-        self._last_sweep = 0.0
+        self._last_sweep = float("-inf")  # sweep at start-up: resume what a crash left running
 
     def serve(self) -> None:
         self.store.register_worker(self.owner)
@@ -40,21 +41,31 @@ class Worker:
             self.store.set_desired_model(ModelSpec(c.model, c.heads, c.device, c.dtype), self.owner.worker_id)
         with Heartbeat(self.store, self.owner, self.config.heartbeat_s) as heartbeat:
             while not self.stopping():
-                self._sweep(force=self._last_sweep == 0.0)
-                self._load_desired()
-                job = self.store.claim_next(self.owner)
-                if job is None:
-                    if self.config.once:
-                        break
-                    self.stop_requested.wait(self.config.poll_s)
-                    continue
-                heartbeat.job_id = job.id
                 try:
-                    self._run(job)
-                finally:
-                    heartbeat.job_id = None
+                    if not self._next(heartbeat) and self.config.once:
+                        break
+                except StoreError as error:  # full disk, locked file: keep the model, try again later
+                    log.error("%s; trying again in %.0f s", error, STORE_RETRY_S)
+                    self.stop_requested.wait(STORE_RETRY_S)
         self.holder.unload()
-        self.store.report_model(self.owner.worker_id, None, "stopped")
+        with contextlib.suppress(StoreError):
+            self.store.report_model(self.owner.worker_id, None, "stopped")
+
+    def _next(self, heartbeat: Heartbeat) -> bool:
+        """Look after the queue, follow the Model tab, run one job. False if there was none."""
+        self._sweep()
+        self._load_desired()
+        job = self.store.claim_next(self.owner)
+        if job is None:
+            if not self.config.once:
+                self.stop_requested.wait(self.config.poll_s)
+            return False
+        heartbeat.job_id = job.id
+        try:
+            self._run(job)
+        finally:
+            heartbeat.job_id = None
+        return True
 
     def stopping(self) -> bool:
         orphaned = self.config.parent_pid is not None and os.getppid() != self.config.parent_pid
@@ -75,9 +86,9 @@ class Worker:
 
             torch.cuda.empty_cache()  # after an OOM the next job needs the memory back
 
-    def _sweep(self, force: bool = False) -> None:
+    def _sweep(self) -> None:
         """Requeue jobs whose worker died (this host: pid gone; elsewhere: lease expired)."""
-        if not force and time.monotonic() - self._last_sweep < self.config.sweep_s:
+        if time.monotonic() - self._last_sweep < self.config.sweep_s:
             return
         self._last_sweep = time.monotonic()
         for gen_id in self.store.requeue_abandoned(self.owner, self.config.lease_s, pid_alive):
@@ -96,10 +107,10 @@ class Worker:
 
     def _job_spec(self, job: Job) -> ModelSpec | None:
         """The job's own model (a resumed or continued job keeps the one it started with) on this
-        worker's device and dtype; else the desired one."""
+        worker's device and dtype; else the desired one, else whatever is loaded."""
         desired = self._desired()
         if not job.model:
-            return desired
+            return desired or self.holder.spec
         base = desired or ModelSpec("", None, self.config.device, self.config.dtype)
         return ModelSpec(job.model, job.heads, base.device, base.dtype)
 
@@ -109,6 +120,7 @@ def run_worker(config: WorkerConfig) -> None:
     The store is opened here, inside the child: engines and pools must never cross a fork/spawn."""
     log_format = "%(asctime)s worker[%(process)d] %(levelname)s %(message)s"
     logging.basicConfig(level=logging.INFO, format=log_format)
+    logging.getLogger("alembic").setLevel(logging.WARNING)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     if config.threads:
         import torch

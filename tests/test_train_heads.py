@@ -1,0 +1,278 @@
+"""Draft-head training (design §2): it learns, saved heads reload exactly, an interrupted run resumes to the
+same heads, bad data fails clearly, and official TokenSwift heads import tensor for tensor.
+
+All on stories260k (CPU, float32), trained on text the model wrote itself (TinyStories-like, which is
+what its heads should draft), and evaluated on held-out text sampled with other seeds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import lzma
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from tokenswift import eval_heads as ev
+from tokenswift import train_heads as th
+from tokenswift.data import DataError, load_sequences, opening_tokens, pack
+from tokenswift.heads import HeadsError, load_heads
+from tokenswift.loading import read_state_dict
+
+QUICK = dict(seq_len=64, batch=8, warmup=5, lr=2e-2, min_lr=2e-3, progress=False)
+
+
+@pytest.fixture(scope="module")
+def trained(stories_path, stories32, tmp_path_factory):
+    """One short self-distillation run: 4,000 generated tokens, 60 steps of 8 x 64 tokens."""
+    out = tmp_path_factory.mktemp("heads")
+    cfg = th.TrainConfig(model=str(stories_path), out=str(out), steps=60, checkpoint_every=30,
+                         distill=th.DistillConfig(tokens=4000, sample_tokens=256), **QUICK)
+    return cfg, th.train_heads(cfg, lm=stories32)
+
+
+@pytest.fixture(scope="module")
+def heldout(stories32, tmp_path_factory):
+    docs = th.self_distill(stories32, th.DistillConfig(tokens=1200), [[1]], 300, seed=10_000, progress=False)
+    path = tmp_path_factory.mktemp("heldout") / "heldout.jsonl"
+    th.write_distilled(path, docs, stories32)
+    return path
+
+
+def evaluate(stories_path, stories32, heads: str, data) -> dict:
+    cfg = ev.EvalConfig(model=str(stories_path), heads=heads, data=(str(data),), seq_len=64, progress=False)
+    return ev.eval_heads(cfg, lm=stories32)["rows"]
+
+
+# -- learning, reload, record -------------------------------------------------------------------------
+
+
+def test_training_beats_untrained_heads_on_heldout_text(trained, heldout, stories_path, stories32):
+    cfg, _ = trained
+    before = evaluate(stories_path, stories32, ev.UNTRAINED, heldout)
+    after = evaluate(stories_path, stories32, cfg.out, heldout)
+    assert before["base"] == after["base"]  # the frozen model is untouched
+    for i in (1, 2, 3):
+        b, a = before[f"head{i}"], after[f"head{i}"]
+        assert a["loss"] < b["loss"] - 2.0, (i, b, a)
+        assert a["top1"] > b["top1"] + 0.03 and a["top1"] > 2 * b["top1"], (i, b, a)
+        assert a["top3"] > b["top3"], (i, b, a)
+
+
+def test_untrained_heads_repeat_the_base_head(stories32):
+    tokens = torch.tensor([stories32.encode("Once upon a time, there was a little dog named Max.")])
+    hidden = th.base_hidden(stories32, tokens)
+    base = stories32.model.head(stories32.model.model.norm(hidden)).float()
+    for i, logits in enumerate(th.draft_logits(stories32, th.initial_heads(stories32), hidden), start=1):
+        torch.testing.assert_close(logits, base[:, : -(i + 1)], rtol=0, atol=1e-5)
+
+
+def test_base_hidden_is_the_engines_prenorm_state(stories32):
+    """The training h0 gives the engine's logits once the final norm is applied."""
+    from tokenswift.kv_cache import KVCache
+    from tokenswift.model import causal_mask
+
+    ids = torch.tensor(stories32.encode("Tom saw a big red ball in the park."))
+    cfg, t = stories32.config, len(ids)
+    cache = KVCache(cfg.n_layers, cfg.n_kv_heads, t, cfg.head_dim, "cpu", torch.float32)
+    out = stories32.model(ids, torch.arange(t), cache, 0, causal_mask(0, t, torch.arange(t), None, "cpu"))
+    hidden = th.base_hidden(stories32, ids[None])[0]
+    assert torch.equal(hidden, out.hidden)
+    assert torch.equal(stories32.model.head(stories32.model.model.norm(hidden)), out.logits)
+
+
+def test_saved_heads_reload_to_identical_logits(trained, stories32):
+    cfg, result = trained
+    loaded = load_heads(Path(cfg.out), stories32.config, "cpu", torch.float32)
+    tokens = torch.tensor([stories32.encode("Lily and Ben went to the beach to build a sandcastle.")])
+    hidden = th.base_hidden(stories32, tokens)
+    for ours, theirs in zip(th.draft_logits(stories32, result.heads, hidden),
+                            th.draft_logits(stories32, loaded, hidden), strict=True):
+        assert torch.equal(ours, theirs)
+
+
+def test_record_describes_data_and_settings(trained):
+    cfg, result = trained
+    record = json.loads((Path(cfg.out) / "heads_config.json").read_text())["record"]
+    assert record == json.loads(json.dumps(result.record))
+    assert record["data"]["self_distill"]["tokens"] == 4000 and record["data"]["sequences"] >= 60
+    assert record["settings"]["lr"] == 2e-2 and record["steps"] == 60
+    assert record["tokens_seen"] == 60 * 8 * 64
+    assert len(record["final"]["top1_per_head"]) == 3 and record["final"]["loss"] > 0
+    distilled = (Path(cfg.out) / th.DISTILL_NAME).read_text().splitlines()
+    assert sum(len(json.loads(line)["ids"]) - 1 for line in distilled) == 4000  # BOS prompt + samples
+
+
+# -- resume -------------------------------------------------------------------------------------------
+
+
+class Interrupted(Exception):
+    pass
+
+
+def test_resume_after_interruption_gives_the_uninterrupted_heads(trained, stories_path, stories32, tmp_path):
+    """9 steps, checkpoints every 3, killed after step 5: resuming from step 3 ends bit-identical."""
+    data = (str(Path(trained[0].out) / th.DISTILL_NAME),)  # the distilled text, read back as --data
+    settings = dict(QUICK, model=str(stories_path), data=data, steps=9, batch=3, grad_accum=2,
+                    checkpoint_every=3, warmup=2)
+    whole = th.train_heads(th.TrainConfig(out=str(tmp_path / "whole"), **settings), lm=stories32)
+
+    def crash(step, _metrics):
+        if step == 5:
+            raise Interrupted
+
+    with pytest.raises(Interrupted):
+        th.train_heads(th.TrainConfig(out=str(tmp_path / "split"), **settings), lm=stories32, on_step=crash)
+    assert torch.load(tmp_path / "split" / th.CHECKPOINT_NAME, weights_only=True)["step"] == 3
+    steps = []
+    resumed = th.train_heads(th.TrainConfig(out=str(tmp_path / "split"), resume=True, **settings), lm=stories32,
+                             on_step=lambda step, _: steps.append(step))
+    assert steps == [4, 5, 6, 7, 8, 9]
+    for name, tensor in whole.heads.state_dict().items():
+        assert torch.equal(tensor, resumed.heads.state_dict()[name]), name
+    assert whole.record["final"] == resumed.record["final"]
+
+    changed = th.TrainConfig(out=str(tmp_path / "split"), resume=True, **(settings | {"lr": 1e-2}))
+    with pytest.raises(ValueError, match="lr: 0.02 -> 0.01"):
+        th.train_heads(changed, lm=stories32)
+
+
+def test_data_order_is_a_function_of_seed_and_position():
+    stream = th.sample_indices(5, seed=3, start=0, count=15)
+    assert sorted(stream[:5]) == sorted(stream[5:10]) == list(range(5))  # each epoch a permutation
+    assert th.sample_indices(5, seed=3, start=7, count=4) == stream[7:11]
+    assert th.sample_indices(5, seed=4, start=0, count=15) != stream
+
+
+def test_schedule_warms_up_then_decays_to_min_lr():
+    cfg = th.TrainConfig(model="m", out="o", data=("x",), steps=100, warmup=10, lr=1e-2, min_lr=1e-3)
+    factors = [th.lr_factor(s, cfg) for s in range(101)]
+    assert factors[:11] == sorted(factors[:11]) and factors[10] == pytest.approx(1.0)
+    assert factors[10:] == sorted(factors[10:], reverse=True) and factors[100] == pytest.approx(0.1)
+
+
+# -- data -----------------------------------------------------------------------------------------------
+
+
+def test_reads_txt_jsonl_and_jsonl_xz_and_keeps_each_documents_opening(stories32, tmp_path):
+    a, b = "Tim had a red kite. " * 20, "Sue liked to sing songs with her mom. " * 20
+    (tmp_path / "a.txt").write_text(a)
+    (tmp_path / "b.jsonl").write_text(json.dumps({"text": b}) + "\n\n")
+    with lzma.open(tmp_path / "c.jsonl.xz", "wt") as f:
+        f.write(json.dumps({"id": 1, "text": a}) + "\n" + json.dumps({"text": b}) + "\n")
+    files = [tmp_path / "a.txt", tmp_path / "b.jsonl", tmp_path / "c.jsonl.xz"]
+    packed = load_sequences(files, stories32.encode, seq_len=16, doc_tokens=30)
+    first30 = [stories32.encode(t)[:30] for t in (a, b, a, b)]
+    stream = [t for doc in first30 for t in doc]
+    assert packed.documents == 4 and packed.total_tokens == 120
+    assert packed.tokens.tolist() == [stream[i:i + 16] for i in range(0, 112, 16)]  # the 8-token tail dropped
+    assert load_sequences(files, stories32.encode, 16, None, max_docs=1).total_tokens == len(stories32.encode(a))
+
+
+def test_opening_tokens_match_tokenising_the_whole_text(stories32):
+    text = "Once upon a time, a big bear found a little honey pot in the woods. " * 80
+    for n in (1, 50, 300):
+        assert opening_tokens(text, stories32.encode, n) == stories32.encode(text)[:n]
+
+
+@pytest.mark.parametrize("name, content, message", [
+    ("notes.md", "some text", "unknown file type"),
+    ("empty.txt", "", "no text"),
+    ("blank.jsonl", "\n\n", "no text"),
+    ("short.txt", "A cat.", "fewer than one sequence"),
+    ("bad.jsonl", '{"text": "fine"}\n{"title": "no text field"}\n', r"bad.jsonl:2: .*`text`"),
+    ("broken.jsonl", '{"text": "fine"\n', r"broken.jsonl:1: not valid JSON"),
+    ("list.jsonl", '["text"]\n', r"list.jsonl:1: .*JSON object"),
+])
+def test_bad_data_fails_with_a_clear_message(stories32, tmp_path, name, content, message):
+    path = tmp_path / name
+    path.write_text(content)
+    with pytest.raises(DataError, match=message):
+        load_sequences([path], stories32.encode, seq_len=64)
+    assert issubclass(DataError, ValueError)
+
+
+def test_missing_file_and_missing_data_are_errors(stories32, tmp_path):
+    with pytest.raises(DataError, match="no such file"):
+        load_sequences([tmp_path / "gone.txt"], stories32.encode, seq_len=8)
+    with pytest.raises(DataError, match="fewer than one sequence"):
+        pack([[1, 2, 3]], seq_len=8)
+    with pytest.raises(ValueError, match="--data FILE... or --self-distill"):
+        th.TrainConfig(model="m", out="o")
+
+
+# -- import of official heads ------------------------------------------------------------------------
+
+
+def official_checkpoint(stories_path, path, sharded: bool) -> dict[str, torch.Tensor]:
+    """A TokenSwift-style full model copy: the base tensors plus model.medusa_layers.{j}.* in bf16."""
+    path.mkdir()
+    shutil.copy(stories_path / "config.json", path / "config.json")
+    gen = torch.Generator().manual_seed(0)
+    medusa = {}
+    for j in range(3):
+        p = f"model.medusa_layers.{j}."
+        medusa[p + "linear.weight"] = torch.randn(64, 64, generator=gen).to(torch.bfloat16)
+        medusa[p + "input_layernorm.weight"] = torch.rand(64, generator=gen).to(torch.bfloat16)
+        medusa[p + "post_layernorm.weight"] = torch.rand(64, generator=gen).to(torch.bfloat16)
+    base = read_state_dict(stories_path)
+    if not sharded:
+        save_file(base | medusa, str(path / "model.safetensors"))
+        return medusa
+    save_file(base, str(path / "model-00001-of-00002.safetensors"))
+    save_file(medusa, str(path / "model-00002-of-00002.safetensors"))
+    weight_map = {k: "model-00001-of-00002.safetensors" for k in base}
+    weight_map |= {k: "model-00002-of-00002.safetensors" for k in medusa}
+    (path / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
+    return medusa
+
+
+@pytest.mark.parametrize("sharded", [False, True])
+def test_import_official_heads_reproduces_the_tensors(stories_path, stories32, tmp_path, sharded):
+    source = official_checkpoint(stories_path, tmp_path / "official", sharded)
+    parser = argparse.ArgumentParser()
+    th.add_import_arguments(parser)
+    th.run_import(parser.parse_args(["--from", str(tmp_path / "official"), "--out", str(tmp_path / "ours")]))
+    ours = load_file(str(tmp_path / "ours" / "heads.safetensors"))
+    assert len(ours) == len(source) == 9
+    for name, tensor in source.items():
+        assert torch.equal(ours["layers." + name.removeprefix("model.medusa_layers.")], tensor.float()), name
+    heads = load_heads(tmp_path / "ours", stories32.config, "cpu", torch.float32)
+    assert heads.gamma == 3 and heads.eps == stories32.config.norm_eps
+
+
+def test_import_without_heads_is_an_error(stories_path, tmp_path):
+    with pytest.raises(HeadsError, match="no model.medusa_layers"):
+        th.import_heads(th.ImportConfig(str(stories_path), str(tmp_path / "ours")))
+
+
+# -- command-line surface ------------------------------------------------------------------------------
+
+
+def test_train_arguments_map_onto_the_config():
+    parser = argparse.ArgumentParser()
+    th.add_arguments(parser)
+    args = parser.parse_args(["--model", "m", "--self-distill", "5000", "--data", "a.txt", "b.jsonl", "--out", "o",
+                              "--seq-len", "512", "--doc-tokens", "0", "--grad-accum", "4", "--lr", "1e-3",
+                              "--temperature", "0.8", "--min-p", "0.05", "--resume"])
+    cfg = th.config_from_args(args)
+    assert cfg.data == ("a.txt", "b.jsonl") and cfg.seq_len == 512 and cfg.doc_tokens is None
+    assert cfg.grad_accum == 4 and cfg.lr == 1e-3 and cfg.resume and cfg.steps == 200
+    assert cfg.distill == th.DistillConfig(tokens=5000, temperature=0.8, min_p=0.05)
+
+
+def test_eval_command_prints_a_table_and_writes_json(trained, heldout, stories_path, tmp_path, capsys):
+    parser = argparse.ArgumentParser()
+    ev.add_arguments(parser)
+    out = tmp_path / "eval.json"
+    ev.run(parser.parse_args(["--model", str(stories_path), "--heads", trained[0].out, "--data", str(heldout),
+                              "--seq-len", "64", "--max-sequences", "4", "--json", str(out), "--no-progress"]))
+    printed = capsys.readouterr().out
+    assert "head3" in printed and "top-3" in printed
+    result = json.loads(out.read_text())
+    assert set(result["rows"]) == {"base", "head1", "head2", "head3"}
+    assert result["data"]["evaluated_sequences"] == 4 and result["rows"]["head1"]["positions"] == 4 * 62

@@ -1,0 +1,116 @@
+"""Form values -> tokenswift Settings, with messages a writer can read (no stack traces, UI labels).
+
+The UI shows θ/W/k; Settings keeps the paper's names (penalty, penalty_length, ngram_topk). A bad value
+raises FormError whose text names the field as the form labels it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tokenswift.settings import Settings, SettingsError
+
+MODES = {"TokenSwift": "tokenswift", "AR": "ar"}
+# Sampler choice -> (Settings field, default value, value label).
+SAMPLERS = {
+    "top-p": ("top_p", 0.9, "p (top-p, 1 = off)"),
+    "min-p": ("min_p", 0.05, "min-p (0 = off)"),
+    "η": ("eta", 0.0009, "η (eta-sampling ε, 0 = off)"),
+}
+QUICK_LENGTHS = {"1K": 1_000, "5K": 5_000, "10K": 10_000, "25K": 25_000, "50K": 50_000, "100K": 100_000}
+LABELS = {
+    "max_new_tokens": "Target length", "mode": "Mode", "seed": "Seed", "temperature": "Temperature",
+    "top_p": "top-p", "min_p": "min-p", "eta": "η", "penalty": "θ (penalty)", "penalty_length": "W (penalty window)",
+    "ngram_topk": "k (n-gram top-k)", "budget": "Partial-cache budget", "sinks": "Sinks",
+}
+DEFAULTS = {"theta": 1.2, "window": 1024, "k": 20, "sampler": "top-p", "temperature": 1.0, "seed": 0, "budget": 0}
+
+
+class FormError(ValueError):
+    """A message for the status line: '<field label>: <what is wrong>'."""
+
+
+@dataclass(frozen=True)
+class SettingsForm:
+    """The settings panel's raw values (gr.Number gives None when a box is emptied)."""
+
+    mode: str = "TokenSwift"
+    target: float | None = 1000
+    theta: float | None = DEFAULTS["theta"]
+    window: float | None = DEFAULTS["window"]
+    k: float | None = DEFAULTS["k"]
+    sampler: str = DEFAULTS["sampler"]
+    sampler_value: float | None = SAMPLERS["top-p"][1]
+    temperature: float | None = DEFAULTS["temperature"]
+    seed: float | None = DEFAULTS["seed"]
+    budget: float | None = DEFAULTS["budget"]
+
+    def to_settings(self, *, limit: int | None = None, prompt_tokens: int = 0) -> Settings:
+        if self.mode not in MODES:
+            raise FormError(f"Mode: choose one of {', '.join(MODES)}")
+        if self.sampler not in SAMPLERS:
+            raise FormError(f"Sampler: choose one of {', '.join(SAMPLERS)}")
+        field_name, _, _ = SAMPLERS[self.sampler]
+        values = {
+            "mode": MODES[self.mode],
+            "max_new_tokens": _whole(self.target, "max_new_tokens"),
+            "seed": _whole(self.seed, "seed"),
+            "temperature": _number(self.temperature, "temperature"),
+            "penalty": _number(self.theta, "penalty"),
+            "penalty_length": _whole(self.window, "penalty_length"),
+            "ngram_topk": _whole(self.k, "ngram_topk"),
+            field_name: _number(self.sampler_value, field_name),
+        }
+        budget = _whole(self.budget, "budget")
+        values["budget"] = budget or None  # 0 = automatic
+        if limit and prompt_tokens + values["max_new_tokens"] > limit:
+            wanted = f"{values['max_new_tokens']:,} new" + (f" + {prompt_tokens:,} existing" if prompt_tokens else "")
+            raise FormError(f"Target length: {wanted} tokens exceed the model's context of {limit:,} tokens")
+        return settings_from(values)
+
+
+def settings_from(values: dict) -> Settings:
+    try:
+        return Settings.from_dict(values)
+    except SettingsError as error:
+        raise FormError(f"{LABELS.get(error.field, error.field)}: {str(error).split(': ', 1)[-1]}") from None
+
+
+def ar_twin(settings: Settings) -> Settings:
+    """The AR run whose text a lossless TokenSwift run must equal: same seed, sampler, θ and W; the
+    drafting-only knobs (k, budget) are reset so runs that differ only there share one twin."""
+    return settings.replace(mode="ar", ngram_topk=Settings.ngram_topk, budget=None)
+
+
+def form_from_settings(settings: Settings) -> SettingsForm:
+    """The panel values that reproduce `settings` (opening a stored generation)."""
+    sampler = next((name for name, (f, _, _) in SAMPLERS.items() if getattr(settings, f) != getattr(Settings, f)),
+                   "top-p")
+    mode = next(label for label, value in MODES.items() if value == settings.mode)
+    return SettingsForm(
+        mode=mode, target=settings.max_new_tokens, theta=settings.penalty, window=settings.penalty_length,
+        k=settings.ngram_topk, sampler=sampler, sampler_value=getattr(settings, SAMPLERS[sampler][0]),
+        temperature=settings.temperature, seed=settings.seed, budget=settings.budget or 0,
+    )
+
+
+def parse_target(text: str | float | None) -> int | None:
+    """Quick-pick labels ('25K') or plain numbers."""
+    if text is None:
+        return None
+    if isinstance(text, str):
+        return QUICK_LENGTHS.get(text.strip().upper())
+    return int(text)
+
+
+def _number(value: float | None, name: str) -> float:
+    if value is None:
+        raise FormError(f"{LABELS.get(name, name)}: enter a number")
+    return float(value)
+
+
+def _whole(value: float | None, name: str) -> int:
+    number = _number(value, name)
+    if number != int(number):
+        raise FormError(f"{LABELS.get(name, name)}: must be a whole number, got {number:g}")
+    return int(number)

@@ -1,0 +1,74 @@
+"""What one browser tab has read of one generation, advanced by cheap incremental reads of the store.
+
+Each timer tick asks only for chunks and metric points past the cursor, so a 100K-token draft costs the
+same per tick as a short one; the text shown live is a bounded tail, and the word count is kept
+incrementally (a word split across two chunks is counted once).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from storage import Store
+from storage.records import GenerationRecord, MetricPoint
+
+TAIL_CHARS = 6_000
+ACTIVE = ("queued", "running")
+FINISHED = ("done", "cancelled", "failed")
+
+
+@dataclass
+class Watch:
+    gen_id: int
+    record: GenerationRecord
+    tail: str = ""  # the last TAIL_CHARS of prompt + generated text
+    last_seq: int = -1
+    words: int = 0  # words generated (the prompt is not counted)
+    mid_word: bool = False  # the generated text so far ends inside a word
+    points: list[MetricPoint] = field(default_factory=list)
+
+    @classmethod
+    def open(cls, store: Store, gen_id: int) -> Watch:
+        record = store.get_generation(gen_id, with_text=False)
+        watch = cls(gen_id, record, tail=record.prompt_text[-TAIL_CHARS:])
+        watch.refresh(store)
+        return watch
+
+    def refresh(self, store: Store) -> tuple[bool, bool, bool]:
+        """Read what is new: (status or counters changed, text changed, metric points changed)."""
+        record = store.get_generation(self.gen_id, with_text=False)
+        moved = (record.status, record.produced_tokens, record.control) != (
+            self.record.status, self.record.produced_tokens, self.record.control) or self.last_seq < 0
+        self.record = record
+        chunks = store.chunks(self.gen_id, after_seq=self.last_seq)
+        for chunk in chunks:
+            self._add_text(chunk.text)
+            self.last_seq = chunk.seq
+        after = self.points[-1].tokens if self.points else -1
+        points = store.metric_points(self.gen_id, after_tokens=after)
+        self.points.extend(points)
+        return moved, bool(chunks), bool(points)
+
+    def _add_text(self, text: str) -> None:
+        if not text:
+            return
+        words = len(text.split())
+        if words and self.mid_word and not text[0].isspace():
+            words -= 1  # the first word continues the previous chunk's last one
+        self.words += words
+        self.mid_word = not text[-1].isspace()
+        self.tail = (self.tail + text)[-TAIL_CHARS:]
+
+    @property
+    def latest(self) -> MetricPoint | None:
+        return self.points[-1] if self.points else None
+
+    @property
+    def active(self) -> bool:
+        return self.record.status in ACTIVE
+
+
+def whole_text(store: Store, gen_id: int) -> str:
+    """Prompt + generated text, read once on demand ("show whole text", export)."""
+    record = store.get_generation(gen_id)
+    return record.prompt_text + (record.text or "")
