@@ -125,8 +125,10 @@ class Store(WorkerVerbs):
         """A new job whose prompt is the parent's prompt + generated ids (same model, same book)."""
         with self._write() as s:
             parent = _get(s, GenerationRow, parent_id, "generation")
-            if parent.status in ("queued", "running") or parent.prompt_ids is None:
+            if parent.status in ("queued", "running"):
                 raise Conflict(f"generation {parent_id} is still {parent.status}; pause or finish it first")
+            if parent.prompt_ids is None:
+                raise Conflict(f"generation {parent_id} never ran ({parent.status}): nothing to continue")
             ids = unpack_ids(parent.prompt_ids) + _generated_ids(s, parent_id)
             text = parent.prompt_text + _text(s, parent_id)
             book = _book(s, session_id or parent.session_id)
@@ -140,7 +142,7 @@ class Store(WorkerVerbs):
         """Take the oldest queued job. The UPDATE re-checks status='queued' and its rowcount says who
         won, so workers on several machines sharing a database server never take the same job."""
         with self._write() as s:
-            for _ in range(20):
+            for _ in range(20):  # lost a race on a server database: try the next oldest
                 oldest = select(GenerationRow.id).where(GenerationRow.status == "queued")
                 gen_id = s.scalar(oldest.order_by(GenerationRow.id).limit(1))
                 if gen_id is None:

@@ -46,6 +46,12 @@ def test_migrations_create_the_schema_on_an_empty_file(tmp_path):
     open_store(url(tmp_path)).close()  # already at head: nothing to do, nothing broken
 
 
+def test_default_store_lives_in_the_app_data_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("TOKENSWIFT_HOME", str(tmp_path / "home"))
+    open_store().close()
+    assert (tmp_path / "home" / "studio.db").exists()
+
+
 def test_two_processes_migrating_a_new_file_at_once(tmp_path):
     code = "import sys; from storage import open_store; open_store(sys.argv[1]).close()"
     procs = [subprocess.Popen([sys.executable, "-c", code, url(tmp_path)], cwd=REPO, stderr=subprocess.PIPE)

@@ -29,3 +29,10 @@ class IncrementalDetokenizer:
         self.ids = self.ids[self.read:]
         self.prefix, self.read = 0, len(self.ids)
         return after[len(before):]
+
+    def flush(self) -> str:
+        """Whatever is still held back (an incomplete character at the very end), as decoded."""
+        before = self._decode(self.ids[self.prefix:self.read])
+        after = self._decode(self.ids[self.prefix:])
+        self.ids, self.prefix, self.read = self.ids[self.read:], 0, len(self.ids) - self.read
+        return after[len(before):]

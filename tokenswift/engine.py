@@ -45,7 +45,9 @@ class Engine:
         self.lm, self.s, self.prompt_len = lm, settings, prompt_len
         self.ts = settings.mode == "tokenswift"
         self.pad_verify = lm.device.type == "cuda" if pad_verify is None else pad_verify
-        self.depth = len(settings.tree)
+        self.depth = len(settings.tree)  # gamma + 1: alpha's denominator, as the paper's Eq. 4
+        # The most tokens one iteration can commit: the root plus the deepest tree or n-gram path.
+        self.max_commit = 1 + max(self.depth, NGRAM_LEN if settings.ngram_topk else 0)
         self.verify_slots = max_nodes(settings.tree, settings.ngram_topk, NGRAM_LEN) if self.ts else 1
         capacity = prompt_len + settings.max_new_tokens + self.verify_slots + 8
         lm.ensure_positions(capacity)
@@ -165,7 +167,7 @@ class Engine:
         pad = self.verify_slots if self.pad_verify else len(trie.tokens)
         tokens, positions, tree_mask = (t.to(dev) for t in verify_inputs(trie, L, pad))
         mask = with_prefix(tree_mask, L, positions, self.lm.config.sliding_window)
-        capture = self.drafter.wants_queries(self.depth + 1)
+        capture = self.drafter.wants_queries(self.max_commit)
         t2 = time.perf_counter()
         # 3. Verify: the target over the full cache with every candidate at once, under the tree mask.
         out = self.lm.model(tokens, positions, self.cache, L, mask, logits="all", capture_queries=capture)

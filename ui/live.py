@@ -25,6 +25,7 @@ class Watch:
     last_seq: int = -1
     words: int = 0  # words generated (the prompt is not counted)
     mid_word: bool = False  # the generated text so far ends inside a word
+    generated_chars: int = 0
     points: list[MetricPoint] = field(default_factory=list)
 
     @classmethod
@@ -57,7 +58,13 @@ class Watch:
             words -= 1  # the first word continues the previous chunk's last one
         self.words += words
         self.mid_word = not text[-1].isspace()
+        self.generated_chars += len(text)
         self.tail = (self.tail + text)[-TAIL_CHARS:]
+
+    @property
+    def generated_tail(self) -> str:
+        """The tail without the prompt."""
+        return self.tail[-self.generated_chars:] if self.generated_chars else ""
 
     @property
     def latest(self) -> MetricPoint | None:

@@ -1,0 +1,270 @@
+"""Compare tab: one prompt and seed, 2-4 columns of θ/W/k/sampler, run side by side.
+
+Every distinct sampling setting (seed, sampler, θ, W) also gets one AR run: TokenSwift is lossless, so
+each column's token ids must equal its AR twin's. Columns that differ only in k (or the cache budget)
+share a twin, and the table shows that changing k changed the speed, never the text.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import gradio as gr
+
+from storage import NotFound, Store, StoreError
+from tokenswift.metrics import distinct
+from tokenswift.settings import Settings
+from ui import charts
+from ui.forms import SAMPLERS, FormError, SettingsForm, ar_twin
+from ui.live import ACTIVE, Watch
+
+LETTERS = "ABCD"
+TICK_S = 1.0
+TEXT_CHARS = 4_000
+# Column defaults: B differs from A only in k (same text, other speed); C turns the penalty off; D uses min-p.
+PRESETS = [
+    {"theta": 1.2, "window": 1024, "k": 20, "sampler": "top-p", "value": 0.9},
+    {"theta": 1.2, "window": 1024, "k": 4, "sampler": "top-p", "value": 0.9},
+    {"theta": 1.0, "window": 1024, "k": 20, "sampler": "top-p", "value": 0.9},
+    {"theta": 1.2, "window": 1024, "k": 20, "sampler": "min-p", "value": 0.05},
+]
+HEADERS = ["Run", "Settings", "Status", "Tokens", "α", "β", "Tokens/step", "Tokens/s", "Speed-up vs AR",
+           "Distinct-1", "Distinct-2", "Distinct-3", "Distinct-4", "Same text as AR twin"]
+
+
+@dataclass
+class ColumnParts:
+    box: gr.Column
+    theta: gr.Number
+    window: gr.Number
+    k: gr.Number
+    sampler: gr.Radio
+    value: gr.Number
+
+    @property
+    def fields(self) -> list:
+        return [self.theta, self.window, self.k, self.sampler, self.value]
+
+
+@dataclass
+class CompareParts:
+    runs: gr.State  # Runs | None
+    prompt: gr.Textbox
+    seed: gr.Number
+    target: gr.Number
+    temperature: gr.Slider
+    count: gr.Radio
+    columns: list[ColumnParts]
+    run: gr.Button
+    status: gr.Markdown
+    texts: list[gr.Textbox]
+    table: gr.Dataframe
+    alpha: gr.Plot
+    speed: gr.Plot
+    timer: gr.Timer
+
+    @property
+    def column_fields(self) -> list:
+        return [f for c in self.columns for f in c.fields]
+
+    @property
+    def view(self) -> list:
+        return [self.runs, self.status, *self.texts, self.table, self.alpha, self.speed, self.timer]
+
+
+@dataclass
+class Runs:
+    """One comparison: the TokenSwift run of each column and the AR twin each one is checked against."""
+
+    labels: list[str]
+    settings: list[str]  # a short description per column
+    ts_ids: list[int]
+    twin_ids: list[int]  # per column
+    watches: dict[int, Watch] = field(default_factory=dict)
+    finished: dict[int, tuple[list[int], list[float]]] = field(default_factory=dict)  # ids, distinct-1..4
+
+    @property
+    def ar_ids(self) -> list[int]:
+        return list(dict.fromkeys(self.twin_ids))
+
+    @property
+    def active(self) -> bool:
+        return any(w.active for w in self.watches.values())
+
+
+def build() -> CompareParts:
+    gr.Markdown("Same prompt and seed, different settings. Each distinct sampling setting also runs once with "
+                "plain AR decoding: a lossless decoder must produce exactly the AR text, whatever θ/W/k cost "
+                "in speed.")
+    with gr.Row():
+        prompt = gr.Textbox(label="Prompt", lines=3, scale=3, elem_id="compare-prompt",
+                            placeholder="The storm had been building over the harbour for three days…")
+        with gr.Column(scale=1, min_width=220):
+            seed = gr.Number(0, label="Seed", minimum=0, precision=0, elem_id="compare-seed")
+            target = gr.Number(500, label="Tokens per run", minimum=1, precision=0, elem_id="compare-target")
+            temperature = gr.Slider(0, 2, value=1.0, step=0.05, label="Temperature", elem_id="compare-temperature")
+    count = gr.Radio(["2", "3", "4"], value="2", label="Columns", elem_id="compare-count")
+    columns, texts = [], []
+    with gr.Row():
+        for i, preset in enumerate(PRESETS):
+            with gr.Column(visible=i < 2, min_width=200, elem_classes="ts-column") as box:
+                gr.Markdown(f"**Column {LETTERS[i]}**")
+                theta = gr.Number(preset["theta"], label="θ (penalty)", minimum=1, step=0.05,
+                                  elem_id=f"compare-theta-{i}")
+                window = gr.Number(preset["window"], label="W (penalty window)", minimum=0, precision=0,
+                                   elem_id=f"compare-w-{i}")
+                k = gr.Number(preset["k"], label="k (n-gram top-k)", minimum=0, maximum=256, precision=0,
+                              elem_id=f"compare-k-{i}")
+                sampler = gr.Radio(list(SAMPLERS), value=preset["sampler"], label="Sampler",
+                                   elem_id=f"compare-sampler-{i}")
+                value = gr.Number(preset["value"], label="Sampler value", step=0.01, elem_id=f"compare-value-{i}")
+                columns.append(ColumnParts(box, theta, window, k, sampler, value))
+    run = gr.Button("Run comparison", variant="primary", elem_id="compare-run")
+    status = gr.Markdown("", elem_id="compare-status")
+    with gr.Row():
+        for i in range(len(PRESETS)):
+            texts.append(gr.Textbox(label=f"Column {LETTERS[i]}", lines=12, max_lines=12, interactive=False,
+                                    visible=i < 2, elem_id=f"compare-text-{i}", elem_classes="ts-draft"))
+    table = gr.Dataframe(headers=HEADERS, value=[], interactive=False, wrap=True, elem_id="compare-table",
+                         label="Results (α, β and speed from the worker's metrics; Distinct-n over token ids)")
+    with gr.Row():
+        alpha = gr.Plot(charts.alpha_chart([]), show_label=False, elem_id="compare-alpha")
+        speed = gr.Plot(charts.speed_chart([]), show_label=False, elem_id="compare-speed")
+    return CompareParts(gr.State(None), prompt, seed, target, temperature, count, columns, run, status, texts,
+                        table, alpha, speed, gr.Timer(TICK_S, active=False))
+
+
+def describe(s: Settings) -> str:
+    sampler = next((f"{name} {getattr(s, f):g}" for name, (f, _, _) in SAMPLERS.items()
+                    if getattr(s, f) != getattr(Settings, f)), "no filter")
+    return f"θ {s.penalty:g} · W {s.penalty_length} · k {s.ngram_topk} · {sampler} · T {s.temperature:g}"
+
+
+def queue_runs(store: Store, prompt: str, seed, target, temperature, count: int, values: list) -> Runs:
+    """Validate every column, then queue the TokenSwift runs and one AR twin per distinct sampling setting."""
+    settings = []
+    for i in range(count):
+        theta, window, k, sampler, value = values[5 * i:5 * i + 5]
+        form = SettingsForm(mode="TokenSwift", target=target, theta=theta, window=window, k=k, sampler=sampler,
+                            sampler_value=value, temperature=temperature, seed=seed, budget=0)
+        try:
+            settings.append(form.to_settings())
+        except FormError as error:
+            raise FormError(f"Column {LETTERS[i]} — {error}") from None
+    book = store.create_session(f"Compare: {' '.join(prompt.split()[:6])}…", "")
+    ts_ids = [store.enqueue_generation(prompt, s, session_id=book.id).id for s in settings]
+    twins: dict[Settings, int] = {}
+    for s in settings:
+        twin = ar_twin(s)
+        if twin not in twins:
+            twins[twin] = store.enqueue_generation(prompt, twin, session_id=book.id).id
+    return Runs(list(LETTERS[:count]), [describe(s) for s in settings], ts_ids,
+                [twins[ar_twin(s)] for s in settings])
+
+
+def results(store: Store, runs: Runs) -> list[list]:
+    """The table: one row per column, then one per AR twin."""
+    ar_speed = {gid: _speed(runs.watches[gid]) for gid in runs.ar_ids}
+    rows = []
+    for label, desc, gid, twin in zip(runs.labels, runs.settings, runs.ts_ids, runs.twin_ids, strict=True):
+        w = runs.watches[gid]
+        m = w.latest
+        speed, base = _speed(w), ar_speed.get(twin)
+        speedup = f"{speed / base:.2f}×" if speed and base else "…"
+        rows.append([label, desc, w.record.status, w.record.produced_tokens, _f(m and m.alpha), _f(m and m.beta),
+                     _f(m and m.tokens_per_step), _f(speed, 1), speedup, *_distinct(store, runs, gid),
+                     _same(store, runs, gid, twin)])
+    for gid in runs.ar_ids:
+        w = runs.watches[gid]
+        of = ", ".join(label for label, twin in zip(runs.labels, runs.twin_ids, strict=True) if twin == gid)
+        rows.append([f"AR twin of {of}", describe(Settings.from_json(w.record.settings_json)), w.record.status,
+                     w.record.produced_tokens, "–", "–", _f(w.latest and w.latest.tokens_per_step),
+                     _f(ar_speed[gid], 1), "1.00×" if ar_speed[gid] else "…", *_distinct(store, runs, gid), "–"])
+    return rows
+
+
+def _speed(w: Watch) -> float | None:
+    return w.latest.tokens_per_s if w.latest and w.latest.tokens_per_s else None
+
+
+def _f(x: float | None, digits: int = 3) -> str:
+    return "…" if x is None else f"{x:.{digits}f}"
+
+
+def _finished_ids(store: Store, runs: Runs, gid: int) -> tuple[list[int], list[float]] | None:
+    if gid not in runs.finished and runs.watches[gid].record.status == "done":
+        ids = store.get_tokens(gid).generated_ids
+        runs.finished[gid] = (ids, distinct(ids))
+    return runs.finished.get(gid)
+
+
+def _distinct(store: Store, runs: Runs, gid: int) -> list[str]:
+    done = _finished_ids(store, runs, gid)
+    return [f"{d:.3f}" for d in done[1]] if done else ["…"] * 4
+
+
+def _same(store: Store, runs: Runs, gid: int, twin: int) -> str:
+    mine, theirs = _finished_ids(store, runs, gid), _finished_ids(store, runs, twin)
+    if mine is None or theirs is None:
+        return "…"
+    a, b = mine[0], theirs[0]
+    if a == b:
+        return f"✔ identical ({len(a):,} tokens)"
+    first = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
+    return f"✘ differs from token {first:,}"
+
+
+def render(p: CompareParts, store: Store, runs: Runs) -> dict:
+    out = {p.runs: runs, p.table: results(store, runs), p.timer: gr.Timer(active=runs.active)}
+    for i, text in enumerate(p.texts):
+        if i < len(runs.ts_ids):
+            w = runs.watches[runs.ts_ids[i]]
+            out[text] = gr.Textbox(value=w.generated_tail[-TEXT_CHARS:],
+                                   label=f"{runs.labels[i]} · {runs.settings[i]}", visible=True)
+        else:
+            out[text] = gr.Textbox(visible=False)
+    ts = [(runs.labels[i], runs.watches[gid].points) for i, gid in enumerate(runs.ts_ids)]
+    ar = [("AR", runs.watches[gid].points) for gid in runs.ar_ids]
+    out[p.alpha] = charts.alpha_chart(ts)
+    out[p.speed] = charts.speed_chart(ts + ar)
+    done = sum(w.record.status == "done" for w in runs.watches.values())
+    total = len(runs.watches)
+    state = "running" if runs.active else "finished"
+    out[p.status] = f"Comparison {state}: {done} of {total} runs done (runs go through the worker's queue in turn)."
+    return out
+
+
+def wire(p: CompareParts, store: Store) -> None:
+    fast = {"concurrency_limit": None}
+
+    def run(prompt, seed, target, temperature, count, *values):
+        if not (prompt or "").strip():
+            gr.Warning("Prompt: write the prompt to compare on first.")
+            return {p.status: "⚠️ Prompt: write the prompt to compare on first."}
+        try:
+            runs = queue_runs(store, prompt, seed, target, temperature, int(count), list(values))
+        except (FormError, StoreError) as error:
+            gr.Warning(str(error))
+            return {p.status: f"⚠️ {error}"}
+        for gid in runs.ts_ids + runs.ar_ids:
+            runs.watches[gid] = Watch.open(store, gid)
+        return render(p, store, runs)
+
+    def tick(runs: Runs | None):
+        if runs is None:
+            return {p.timer: gr.Timer(active=False)}
+        try:
+            changed = [any(w.refresh(store)) for w in runs.watches.values()]
+        except NotFound:
+            return {p.runs: None, p.timer: gr.Timer(active=False), p.status: "These runs were deleted."}
+        return render(p, store, runs) if any(changed) else {}
+
+    def set_count(count):
+        n = int(count)
+        return [gr.Column(visible=i < n) for i in range(len(p.columns))] + [
+            gr.Textbox(visible=i < n) for i in range(len(p.texts))]
+
+    inputs = [p.prompt, p.seed, p.target, p.temperature, p.count, *p.column_fields]
+    p.run.click(run, inputs, p.view, api_name="compare_run", **fast)
+    p.timer.tick(tick, p.runs, p.view, api_name="compare_tick", show_progress="hidden", **fast)
+    p.count.change(set_count, p.count, [c.box for c in p.columns] + p.texts, api_name="compare_columns", **fast)

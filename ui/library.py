@@ -1,0 +1,225 @@
+"""Library tab: books and their drafts. Open (into Write), rename, delete (after a confirmation), continue,
+and export TXT/MD/EPUB/DOCX with a title and author."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import gradio as gr
+
+from storage import Conflict, NotFound, Store, StoreError
+from storage.export import FORMATS, Book, export_book
+from ui import write
+from ui.forms import FormError, settings_from
+from ui.write import WriteParts
+
+FORMAT_LABELS = dict(zip(("TXT", "Markdown", "EPUB", "DOCX"), FORMATS, strict=True))  # FORMATS: txt md epub docx
+
+
+@dataclass
+class LibraryParts:
+    book: gr.Dropdown
+    refresh: gr.Button
+    books: gr.Dataframe
+    title: gr.Textbox
+    author: gr.Textbox
+    save: gr.Button
+    delete: gr.Button
+    confirm: gr.Row
+    confirm_text: gr.Markdown
+    confirm_yes: gr.Button
+    confirm_no: gr.Button
+    drafts: gr.Dataframe
+    draft: gr.Dropdown
+    open: gr.Button
+    extend_by: gr.Number
+    cont: gr.Button
+    fmt: gr.Radio
+    export: gr.Button
+    file: gr.File
+    status: gr.Markdown
+
+    @property
+    def listing(self) -> list:
+        return [self.book, self.books, self.title, self.author, self.drafts, self.draft, self.confirm]
+
+
+def build() -> LibraryParts:
+    status = gr.Markdown("", elem_id="library-status")
+    with gr.Row():
+        book = gr.Dropdown([], label="Book", elem_id="library-book", scale=4)
+        refresh = gr.Button("↻ Refresh", size="sm", elem_id="library-refresh", scale=1)
+    books = gr.Dataframe(headers=["#", "Title", "Author", "Drafts", "Updated"], value=[], interactive=False,
+                         max_height=220, elem_id="library-books", label="Books")
+    with gr.Row():
+        title = gr.Textbox(label="Title", max_lines=1, elem_id="library-title")
+        author = gr.Textbox(label="Author", max_lines=1, elem_id="library-author")
+    with gr.Row():
+        save = gr.Button("Save title & author", size="sm", elem_id="library-save")
+        delete = gr.Button("🗑 Delete book…", variant="stop", size="sm", elem_id="library-delete")
+    with gr.Row(visible=False, elem_id="library-confirm") as confirm:
+        confirm_text = gr.Markdown("")
+        confirm_yes = gr.Button("Yes, delete it", variant="stop", size="sm", elem_id="library-delete-yes")
+        confirm_no = gr.Button("Cancel", size="sm", elem_id="library-delete-no")
+    drafts = gr.Dataframe(headers=["#", "Status", "Mode", "Tokens", "Target", "Created", "Begins"], value=[],
+                          interactive=False, max_height=260, elem_id="library-drafts", label="Drafts in this book")
+    with gr.Row():
+        draft = gr.Dropdown([], label="Draft", elem_id="library-draft", scale=3)
+        open_ = gr.Button("Open in Write", variant="primary", size="sm", elem_id="library-open")
+        extend_by = gr.Number(1000, label="Continue by (tokens)", minimum=1, precision=0, elem_id="library-extend")
+        cont = gr.Button("⏭ Continue", size="sm", elem_id="library-continue")
+    with gr.Row(equal_height=True):
+        fmt = gr.Radio(list(FORMAT_LABELS), value="EPUB", label="Export format", elem_id="library-format")
+        export = gr.Button("⬇ Export", size="sm", elem_id="library-export")
+    file = gr.File(label="Exported file", interactive=False, elem_id="library-file")
+    return LibraryParts(book, refresh, books, title, author, save, delete, confirm, confirm_text, confirm_yes,
+                        confirm_no, drafts, draft, open_, extend_by, cont, fmt, export, file, status)
+
+
+def listing(p: LibraryParts, store: Store, book_id: int | None) -> dict:
+    """Books, the chosen one (kept if it still exists, else the newest), and its drafts."""
+    sessions = store.list_sessions()
+    counts: dict[int, int] = {}
+    for gen in store.list_generations():
+        counts[gen.session_id] = counts.get(gen.session_id, 0) + 1
+    ids = [s.id for s in sessions]
+    book_id = book_id if book_id in ids else (ids[0] if ids else None)
+    rows = [[s.id, s.title, s.author, counts.get(s.id, 0), f"{s.updated_at:%Y-%m-%d %H:%M}"] for s in sessions]
+    choices = [(f"#{s.id} · {s.title}", s.id) for s in sessions]
+    out = {p.book: gr.Dropdown(choices=choices, value=book_id), p.books: rows, p.confirm: gr.Row(visible=False)}
+    return {**out, **book_view(p, store, book_id)}
+
+
+def book_view(p: LibraryParts, store: Store, book_id: int | None) -> dict:
+    if book_id is None:
+        return {p.title: "", p.author: "", p.drafts: [], p.draft: gr.Dropdown(choices=[], value=None)}
+    book = store.get_session(book_id)
+    gens = store.list_generations(book_id)
+    rows = [[g.id, g.status, g.mode, g.produced_tokens, g.target_tokens, f"{g.created_at:%Y-%m-%d %H:%M}",
+             _begins(g.prompt_text)] for g in gens]
+    choices = [(f"#{g.id} · {g.status} · {g.produced_tokens:,} tokens", g.id) for g in gens]
+    return {p.title: book.title, p.author: book.author, p.drafts: rows,
+            p.draft: gr.Dropdown(choices=choices, value=gens[0].id if gens else None)}
+
+
+def _begins(prompt: str, words: int = 8) -> str:
+    head = " ".join(prompt.split()[:words])
+    return head + ("…" if len(prompt.split()) > words else "")
+
+
+def export_file(store: Store, gen_id: int, fmt: str, title: str, author: str) -> Path:
+    """Write the export to a fresh temp folder (Gradio serves it from there as a download)."""
+    gen = store.get_generation(gen_id)
+    book = store.get_session(gen.session_id)
+    identifier = f"urn:uuid:{uuid.uuid5(uuid.NAMESPACE_URL, f'tokenswift-studio:session:{book.id}')}"  # as ui/api
+    draft = Book(title.strip() or book.title, author.strip(), gen.prompt_text + (gen.text or ""), identifier=identifier)
+    data, _, filename = export_book(draft, FORMAT_LABELS[fmt])
+    path = Path(tempfile.mkdtemp(prefix="tokenswift-export-")) / filename
+    path.write_bytes(data)
+    return path
+
+
+def wire(p: LibraryParts, store: Store, w: WriteParts, tabs: gr.Tabs, tab: gr.Tab) -> None:
+    fast = {"concurrency_limit": None}
+
+    def say(message: str, ok: bool = True) -> dict:
+        (gr.Info if ok else gr.Warning)(message)
+        return {p.status: message if ok else f"⚠️ {message}"}
+
+    def refresh(book_id):
+        return listing(p, store, book_id)
+
+    def select_book(book_id):
+        try:
+            return {**book_view(p, store, book_id), p.confirm: gr.Row(visible=False)}
+        except NotFound:
+            return {**listing(p, store, None), **say(f"Book #{book_id} no longer exists.", ok=False)}
+
+    def rename(book_id, title, author):
+        if book_id is None:
+            return say("Rename: choose a book first.", ok=False)
+        if not (title or "").strip():
+            return say("Title: must not be empty.", ok=False)
+        try:
+            store.rename_session(book_id, title=title.strip(), author=(author or "").strip())
+        except (NotFound, StoreError) as error:
+            return say(f"Rename: {error}", ok=False)
+        return {**listing(p, store, book_id), **say(f"Saved “{title.strip()}”.")}
+
+    def ask_delete(book_id):
+        if book_id is None:
+            return say("Delete: choose a book first.", ok=False)
+        try:
+            book, drafts = store.get_session(book_id), len(store.list_generations(book_id))
+        except NotFound:
+            return {**listing(p, store, None), **say(f"Book #{book_id} no longer exists.", ok=False)}
+        text = f"Delete **{book.title}** and its {drafts} draft{'s' if drafts != 1 else ''}? This cannot be undone."
+        return {p.confirm: gr.Row(visible=True), p.confirm_text: text}
+
+    def delete(book_id):
+        try:
+            title = store.get_session(book_id).title
+            store.delete_session(book_id)
+        except (NotFound, StoreError) as error:
+            return {**listing(p, store, None), **say(f"Delete: {error}", ok=False)}
+        return {**listing(p, store, None), **say(f"Deleted “{title}”.")}
+
+    def cancel_delete():
+        return {p.confirm: gr.Row(visible=False)}
+
+    def open_draft(gen_id):
+        if gen_id is None:
+            return say("Open: choose a draft first.", ok=False)
+        try:
+            return {**write.show_generation(w, store, gen_id), tabs: gr.Tabs(selected="write")}
+        except NotFound as error:
+            return say(f"Open: {error}", ok=False)
+
+    def continue_draft(gen_id, extend_by):
+        if gen_id is None:
+            return say("Continue: choose a draft first.", ok=False)
+        try:
+            parent = store.get_generation(gen_id, with_text=False)
+            values = json.loads(parent.settings_json)  # the parent's settings, longer
+            values["max_new_tokens"] = int(extend_by) if extend_by is not None else 0
+            settings = settings_from(values)
+            limit = write.model_limit(store)
+            existing = len(store.get_tokens(gen_id).prompt_ids) + parent.produced_tokens
+            if limit and existing + settings.max_new_tokens > limit:
+                raise FormError(f"Continue by: {existing:,} + {settings.max_new_tokens:,} tokens exceed the "
+                                f"model's context of {limit:,}")
+            child = store.continue_generation(gen_id, settings)
+        except FormError as error:
+            return say(str(error).replace("Target length", "Continue by"), ok=False)
+        except (Conflict, NotFound, StoreError) as error:
+            return say(f"Continue: {error}", ok=False)
+        return {**write.show_generation(w, store, child.id, fill_form=False), tabs: gr.Tabs(selected="write")}
+
+    def export(gen_id, fmt, title, author):
+        if gen_id is None:
+            return say("Export: choose a draft first.", ok=False)
+        if fmt not in FORMAT_LABELS:
+            return say(f"Export: choose one of {', '.join(FORMAT_LABELS)}.", ok=False)
+        try:
+            path = export_file(store, gen_id, fmt, title or "", author or "")
+        except (NotFound, StoreError, OSError) as error:
+            return say(f"Export: {error}", ok=False)
+        return {p.file: str(path), **say(f"Exported {path.name}; download it below.")}
+
+    tab.select(refresh, p.book, [*p.listing, p.status], api_name="library_refresh", **fast)
+    p.refresh.click(refresh, p.book, [*p.listing, p.status], api_name="library_reload", **fast)
+    p.book.input(select_book, p.book, [*p.listing, p.status], api_name="library_select_book", **fast)
+    p.save.click(rename, [p.book, p.title, p.author], [*p.listing, p.status], api_name="library_rename", **fast)
+    p.delete.click(ask_delete, p.book, [*p.listing, p.confirm_text, p.status], api_name="library_ask_delete",
+                   **fast)
+    p.confirm_yes.click(delete, p.book, [*p.listing, p.status], api_name="library_delete", **fast)
+    p.confirm_no.click(cancel_delete, None, p.confirm, api_name="library_cancel_delete", **fast)
+    p.open.click(open_draft, p.draft, [*w.opened, tabs, p.status], api_name="library_open", **fast)
+    p.cont.click(continue_draft, [p.draft, p.extend_by], [*w.opened, tabs, p.status], api_name="library_continue",
+                 **fast)
+    p.export.click(export, [p.draft, p.fmt, p.title, p.author], [p.file, p.status], api_name="library_export",
+                   **fast)

@@ -1,0 +1,124 @@
+"""Text the tabs show: status lines, the progress bar, worker and model summaries. Pure functions."""
+
+from __future__ import annotations
+
+import html
+
+from storage.records import GenerationRecord, MetricPoint, WorkerStatus
+
+WORKER_SILENT_S = 15.0  # a worker row older than this is shown as not running
+
+
+def progress_line(record: GenerationRecord, words: int, latest: MetricPoint | None, ahead: int = 0,
+                  worker_note: str = "") -> str:
+    """One Markdown line: where the generation is, in tokens and words, with speed and ETA."""
+    done, target = record.produced_tokens, record.target_tokens
+    head = f"**Draft #{record.id}** · {done:,} / {target:,} tokens · {words:,} words"
+    speed = latest.tokens_per_s if latest and latest.tokens_per_s else None
+    rate = f" · {speed:,.0f} tokens/s" if speed else ""
+    status = record.status
+    if status == "queued":
+        wait = f"{ahead} job{'s' if ahead != 1 else ''} ahead" if ahead else "next in line"
+        return f"⏳ Queued ({wait}) — {head}{worker_note}"
+    if status == "running":
+        if record.control == "pause":
+            return f"⏸ Pausing… — {head}"
+        if record.control == "cancel":
+            return f"⏹ Stopping… — {head}"
+        eta = f" · ETA {duration((target - done) / speed)}" if speed and done < target else ""
+        return f"✍️ Writing — {head}{rate}{eta}"
+    if status == "paused":
+        return f"⏸ Paused — {head}. **Resume** continues the very same text."
+    if status == "done":
+        why = {"eos": "the model ended the story", "stop": "a stop string", "length": "target reached"}
+        reason = why.get(record.finish_reason or "", record.finish_reason or "finished")
+        return f"✅ Done ({reason}) — {head} in {duration(record.elapsed_s)}{rate}. **Continue** extends it."
+    if status == "cancelled":
+        return f"⏹ Stopped — {head}. **Continue** writes on from here."
+    if status == "failed":
+        return f"⚠️ Failed — {head}: {record.error or 'unknown error'}"
+    return f"{status} — {head}"
+
+
+def progress_bar(record: GenerationRecord | None) -> str:
+    fraction = 0.0
+    if record is not None and record.target_tokens:
+        fraction = min(1.0, record.produced_tokens / record.target_tokens)
+    state = record.status if record else "idle"
+    return (f'<div class="ts-progress ts-{html.escape(state)}" role="progressbar" aria-valuenow="{fraction * 100:.0f}"'
+            f' aria-valuemin="0" aria-valuemax="100"><div style="width:{fraction * 100:.1f}%"></div></div>')
+
+
+def duration(seconds: float) -> str:
+    seconds = max(0, int(round(seconds)))
+    if seconds < 90:
+        return f"{seconds} s"
+    if seconds < 5400:
+        return f"{seconds // 60} min"
+    return f"{seconds // 3600} h {seconds % 3600 // 60:02d} min"
+
+
+def size(n_bytes: int | None) -> str:
+    if not n_bytes:
+        return "–"
+    for unit in ("B", "KB", "MB", "GB"):
+        if n_bytes < 1024 or unit == "GB":
+            return f"{n_bytes:,.0f} {unit}" if unit == "B" else f"{n_bytes:,.1f} {unit}"
+        n_bytes /= 1024
+    return ""
+
+
+def live_worker(workers: list[WorkerStatus]) -> WorkerStatus | None:
+    fresh = [w for w in workers if w.heartbeat_age_s < WORKER_SILENT_S and w.load_status != "stopped"]
+    return fresh[0] if fresh else None
+
+
+HOW_TO_POINT = ("Point it at a model: restart with `python app.py --model ../shared/models/stories260k` "
+                "(or any Hugging Face checkpoint directory or hub id), or enter one in the **Model** tab.")
+
+
+def model_banner(workers: list[WorkerStatus], no_worker_hint: str) -> str:
+    """The one-line model status under the title, and what to do when there is none."""
+    w = live_worker(workers)
+    if w is None:
+        return f"🔴 **No worker is running.** {no_worker_hint}"
+    name = short_name(w.model or (w.desired.model if w.desired else ""))
+    if w.load_status == "ready":
+        return f"🟢 **{name}** ready on {w.device}/{w.dtype} · context {w.max_context or 0:,} tokens"
+    if w.load_status == "loading":
+        return f"🟡 Loading **{name}** on {w.device}/{w.dtype}…"
+    if w.load_status == "failed":
+        return f"🔴 **Model could not be loaded.** {w.load_error or ''} {HOW_TO_POINT}"
+    if w.desired is None:
+        return f"🟠 **No model chosen yet.** {HOW_TO_POINT}"
+    return f"🟡 Worker idle; it will load **{short_name(w.desired.model)}** before the next draft."
+
+
+def model_details(workers: list[WorkerStatus], queue: int) -> str:
+    """The Model tab's status table, from the worker-status rows."""
+    if not workers:
+        return "No worker has reported yet."
+    rows = ["| Worker | Status | Model | Device | Memory | Context | Job | Heartbeat |", "|---|---|---|---|---|---|---|---|"]
+    for w in workers:
+        alive = w.heartbeat_age_s < WORKER_SILENT_S and w.load_status != "stopped"
+        status = w.load_status if alive else f"not running ({w.load_status})"
+        rows.append(
+            f"| {w.worker_id} (pid {w.pid}) | {status} | {html.escape(w.model or '–')} | "
+            f"{w.device or '–'}/{w.dtype or '–'} | {size(w.memory_bytes)} | "
+            f"{f'{w.max_context:,}' if w.max_context else '–'} | {w.current_job_id or '–'} | "
+            f"{duration(w.heartbeat_age_s)} ago |")
+    lines = ["\n".join(rows), f"\nQueue: {queue} draft{'s' if queue != 1 else ''} waiting."]
+    for w in workers:
+        if w.load_error:
+            lines.append(f"\n**{w.worker_id}:** {html.escape(w.load_error)}")
+        if w.desired and (w.desired.model != w.model or w.load_status != "ready"):
+            d = w.desired
+            lines.append(f"\n**{w.worker_id}** will load `{d.model}` ({d.device}/{d.dtype}) between drafts.")
+    return "\n".join(lines)
+
+
+def short_name(model: str | None) -> str:
+    if not model:
+        return "–"
+    parts = [p for p in model.replace("\\", "/").split("/") if p]
+    return "/".join(parts[-2:]) if model.count("/") == 1 and not model.startswith((".", "/", "~")) else parts[-1]
