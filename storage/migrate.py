@@ -1,8 +1,10 @@
 """Alembic, driven from code: the app and the worker bring the schema to head at start-up.
 
-New revision after changing models.py:
+New revision after changing models.py (autogenerate diffs models.py against a database at head):
+    export TOKENSWIFT_DB=sqlite:////tmp/scratch.db
+    .venv/bin/python -c "from storage import open_store; open_store('$TOKENSWIFT_DB')"
     .venv/bin/alembic -c storage/alembic.ini revision --autogenerate -m "what changed"
-(the ini reads the database URL from $TOKENSWIFT_DB; point it at a scratch file migrated to head).
+then read the file it writes in storage/migrations/versions (batch mode is on for SQLite's ALTER).
 """
 
 from __future__ import annotations

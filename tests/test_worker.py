@@ -60,7 +60,8 @@ def straight(stories64) -> Straight:
     prompt_ids = stories64.encode(PROMPT)
     with one_torch_thread():
         ids = Generator(stories64, SETTINGS, prompt_ids).run()
-    return Straight(ids, IncrementalDetokenizer(stories64.tokenizer, prompt_ids).push(ids))
+    detok = IncrementalDetokenizer(stories64.tokenizer, prompt_ids)
+    return Straight(ids, detok.push(ids) + detok.flush())
 
 
 class Workers:

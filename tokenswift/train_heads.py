@@ -87,8 +87,8 @@ class TrainConfig:
         self.data = tuple(self.data)
         if not self.data and not self.distill.tokens:
             raise ValueError("train-heads needs training text: --data FILE... or --self-distill N_TOKENS")
-        for name in ("seq_len", "steps", "batch", "grad_accum", "checkpoint_every", "gamma"):
-            if getattr(self, name) < 1:
+        for name in ("seq_len", "steps", "batch", "grad_accum", "checkpoint_every", "gamma", "doc_tokens"):
+            if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.seq_len < self.gamma + 2:
             raise ValueError(f"seq_len must be >= gamma + 2 = {self.gamma + 2}: every head needs a target")
@@ -123,7 +123,7 @@ def base_hidden(lm: LoadedModel, tokens: torch.Tensor) -> torch.Tensor:
 
     no_grad rather than inference_mode: inference tensors could not be saved for the heads' backward."""
     cfg, dev = lm.config, lm.device
-    b, t = tokens.shape
+    t = tokens.shape[1]
     lm.ensure_positions(t)
     cache = KVCache(cfg.n_layers, cfg.n_kv_heads, t, cfg.head_dim, dev, lm.dtype)  # rows overwrite it
     rows = []
@@ -325,6 +325,11 @@ def train_step(lm: LoadedModel, heads: torch.nn.Module, opt, sched, data: torch.
 # -- checkpoints --------------------------------------------------------------------------------------
 
 
+def resume_settings(cfg: TrainConfig, data_id: str, world: int) -> dict:
+    return {k: getattr(cfg, k) for k in RESUME_KEYS} | {"distill": asdict(cfg.distill), "world": world,
+                                                       "data": data_id}
+
+
 def save_checkpoint(path: Path, heads: DraftHeads, opt, sched, step: int, position: int, cfg: TrainConfig,
                     data_id: str, world: int) -> None:
     state = {
@@ -335,7 +340,7 @@ def save_checkpoint(path: Path, heads: DraftHeads, opt, sched, step: int, positi
         "scheduler": sched.state_dict(),
         "rng": {"torch": torch.get_rng_state(),
                 "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []},
-        "settings": {k: getattr(cfg, k) for k in RESUME_KEYS} | {"world": world, "data": data_id},
+        "settings": resume_settings(cfg, data_id, world),
     }
     tmp = path.with_suffix(".tmp")
     torch.save(state, tmp)
@@ -345,7 +350,7 @@ def save_checkpoint(path: Path, heads: DraftHeads, opt, sched, step: int, positi
 def load_checkpoint(path: Path, heads: DraftHeads, opt, sched, cfg: TrainConfig, data_id: str,
                     world: int) -> tuple[int, int]:
     state = torch.load(path, map_location="cpu", weights_only=True)
-    now = {k: getattr(cfg, k) for k in RESUME_KEYS} | {"world": world, "data": data_id}
+    now = resume_settings(cfg, data_id, world)
     then = state["settings"]
     changed = [f"{k}: {then.get(k)} -> {v}" for k, v in now.items() if then.get(k) != v]
     if changed:

@@ -16,7 +16,7 @@ from tokenswift.metrics import distinct
 from tokenswift.settings import Settings
 from ui import charts
 from ui.forms import SAMPLERS, FormError, SettingsForm, ar_twin
-from ui.live import ACTIVE, Watch
+from ui.live import Watch
 
 LETTERS = "ABCD"
 TICK_S = 1.0
@@ -100,8 +100,8 @@ def build() -> CompareParts:
         prompt = gr.Textbox(label="Prompt", lines=3, scale=3, elem_id="compare-prompt",
                             placeholder="The storm had been building over the harbour for three days…")
         with gr.Column(scale=1, min_width=220):
-            seed = gr.Number(0, label="Seed", minimum=0, precision=0, elem_id="compare-seed")
-            target = gr.Number(500, label="Tokens per run", minimum=1, precision=0, elem_id="compare-target")
+            seed = gr.Number(0, label="Seed", precision=0, elem_id="compare-seed")
+            target = gr.Number(500, label="Tokens per run", precision=0, elem_id="compare-target")
             temperature = gr.Slider(0, 2, value=1.0, step=0.05, label="Temperature", elem_id="compare-temperature")
     count = gr.Radio(["2", "3", "4"], value="2", label="Columns", elem_id="compare-count")
     columns, texts = [], []
@@ -109,18 +109,18 @@ def build() -> CompareParts:
         for i, preset in enumerate(PRESETS):
             with gr.Column(visible=i < 2, min_width=200, elem_classes="ts-column") as box:
                 gr.Markdown(f"**Column {LETTERS[i]}**")
-                theta = gr.Number(preset["theta"], label="θ (penalty)", minimum=1, step=0.05,
+                theta = gr.Number(preset["theta"], label="θ (penalty)", step=0.05,
                                   elem_id=f"compare-theta-{i}")
-                window = gr.Number(preset["window"], label="W (penalty window)", minimum=0, precision=0,
+                window = gr.Number(preset["window"], label="W (penalty window)", precision=0,
                                    elem_id=f"compare-w-{i}")
-                k = gr.Number(preset["k"], label="k (n-gram top-k)", minimum=0, maximum=256, precision=0,
+                k = gr.Number(preset["k"], label="k (n-gram top-k)", precision=0,
                               elem_id=f"compare-k-{i}")
                 sampler = gr.Radio(list(SAMPLERS), value=preset["sampler"], label="Sampler",
                                    elem_id=f"compare-sampler-{i}")
                 value = gr.Number(preset["value"], label="Sampler value", step=0.01, elem_id=f"compare-value-{i}")
                 columns.append(ColumnParts(box, theta, window, k, sampler, value))
     run = gr.Button("Run comparison", variant="primary", elem_id="compare-run")
-    status = gr.Markdown("", elem_id="compare-status")
+    status = gr.Markdown("", label="Compare status", elem_id="compare-status")
     with gr.Row():
         for i in range(len(PRESETS)):
             texts.append(gr.Textbox(label=f"Column {LETTERS[i]}", lines=12, max_lines=12, interactive=False,
@@ -128,8 +128,8 @@ def build() -> CompareParts:
     table = gr.Dataframe(headers=HEADERS, value=[], interactive=False, wrap=True, elem_id="compare-table",
                          label="Results (α, β and speed from the worker's metrics; Distinct-n over token ids)")
     with gr.Row():
-        alpha = gr.Plot(charts.alpha_chart([]), show_label=False, elem_id="compare-alpha")
-        speed = gr.Plot(charts.speed_chart([]), show_label=False, elem_id="compare-speed")
+        alpha = gr.Plot(charts.alpha_chart([]), label="α overlay", show_label=False, elem_id="compare-alpha")
+        speed = gr.Plot(charts.speed_chart([]), label="speed overlay", show_label=False, elem_id="compare-speed")
     return CompareParts(gr.State(None), prompt, seed, target, temperature, count, columns, run, status, texts,
                         table, alpha, speed, gr.Timer(TICK_S, active=False))
 

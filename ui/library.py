@@ -12,12 +12,12 @@ from pathlib import Path
 import gradio as gr
 
 from storage import Conflict, NotFound, Store, StoreError
-from storage.export import FORMATS, Book, export_book
+from storage.export import Book, export_book
 from ui import write
 from ui.forms import FormError, settings_from
 from ui.write import WriteParts
 
-FORMAT_LABELS = dict(zip(("TXT", "Markdown", "EPUB", "DOCX"), FORMATS, strict=True))  # FORMATS: txt md epub docx
+FORMAT_LABELS = {"TXT": "txt", "Markdown": "md", "EPUB": "epub", "DOCX": "docx"}  # storage.export.FORMATS
 
 
 @dataclass
@@ -49,7 +49,7 @@ class LibraryParts:
 
 
 def build() -> LibraryParts:
-    status = gr.Markdown("", elem_id="library-status")
+    status = gr.Markdown("", label="Library status", elem_id="library-status")
     with gr.Row():
         book = gr.Dropdown([], label="Book", elem_id="library-book", scale=4)
         refresh = gr.Button("↻ Refresh", size="sm", elem_id="library-refresh", scale=1)
@@ -62,7 +62,7 @@ def build() -> LibraryParts:
         save = gr.Button("Save title & author", size="sm", elem_id="library-save")
         delete = gr.Button("🗑 Delete book…", variant="stop", size="sm", elem_id="library-delete")
     with gr.Row(visible=False, elem_id="library-confirm") as confirm:
-        confirm_text = gr.Markdown("")
+        confirm_text = gr.Markdown("", label="Delete confirmation")
         confirm_yes = gr.Button("Yes, delete it", variant="stop", size="sm", elem_id="library-delete-yes")
         confirm_no = gr.Button("Cancel", size="sm", elem_id="library-delete-no")
     drafts = gr.Dataframe(headers=["#", "Status", "Mode", "Tokens", "Target", "Created", "Begins"], value=[],
@@ -70,7 +70,7 @@ def build() -> LibraryParts:
     with gr.Row():
         draft = gr.Dropdown([], label="Draft", elem_id="library-draft", scale=3)
         open_ = gr.Button("Open in Write", variant="primary", size="sm", elem_id="library-open")
-        extend_by = gr.Number(1000, label="Continue by (tokens)", minimum=1, precision=0, elem_id="library-extend")
+        extend_by = gr.Number(1000, label="Continue by (tokens)", precision=0, elem_id="library-extend")
         cont = gr.Button("⏭ Continue", size="sm", elem_id="library-continue")
     with gr.Row(equal_height=True):
         fmt = gr.Radio(list(FORMAT_LABELS), value="EPUB", label="Export format", elem_id="library-format")

@@ -98,7 +98,7 @@ def model_details(workers: list[WorkerStatus], queue: int) -> str:
     """The Model tab's status table, from the worker-status rows."""
     if not workers:
         return "No worker has reported yet."
-    rows = ["| Worker | Status | Model | Device | Memory | Context | Job | Heartbeat |", "|---|---|---|---|---|---|---|---|"]
+    rows = ["| Worker | Status | Model | Device | Memory | Context | Job | Heartbeat |", "|---" * 8 + "|"]
     for w in workers:
         alive = w.heartbeat_age_s < WORKER_SILENT_S and w.load_status != "stopped"
         status = w.load_status if alive else f"not running ({w.load_status})"

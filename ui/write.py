@@ -88,16 +88,17 @@ def build() -> WriteParts:
                                             "(type or load a .txt; Ctrl+Enter starts)")
             upload = gr.UploadButton("📄 Load .txt", file_types=[".txt"], size="sm", elem_id="write-upload")
             with gr.Row():
-                target = gr.Number(d.target, label="Target length (new tokens)", minimum=1, precision=0,
+                target = gr.Number(d.target, label="Target length (new tokens)", precision=0,
                                    elem_id="write-target", scale=2)
                 mode = gr.Radio(list(MODES), value=d.mode, label="Mode", elem_id="write-mode", scale=2)
             quick = gr.Radio(list(QUICK_LENGTHS), value=None, label="Quick picks", elem_id="write-quick")
-            limit = gr.Markdown("Model limit: waiting for the worker…", elem_id="write-limit")
+            limit = gr.Markdown("Model limit: waiting for the worker…", label="Model limit", elem_id="write-limit")
             with gr.Accordion("Settings (θ, W, k, sampler)", open=False, elem_id="write-settings"):
                 with gr.Row():
-                    theta = gr.Number(d.theta, label="θ (penalty, 1 = off)", minimum=1, step=0.05, elem_id="write-theta")
-                    window = gr.Number(d.window, label="W (penalty window)", minimum=0, precision=0, elem_id="write-w")
-                    k = gr.Number(d.k, label="k (n-gram top-k)", minimum=0, maximum=256, precision=0,
+                    theta = gr.Number(d.theta, label="θ (penalty, 1 = off)", step=0.05,
+                                      elem_id="write-theta")
+                    window = gr.Number(d.window, label="W (penalty window)", precision=0, elem_id="write-w")
+                    k = gr.Number(d.k, label="k (n-gram top-k)", precision=0,
                                   elem_id="write-k")
                 with gr.Row():
                     sampler = gr.Radio(list(SAMPLERS), value=d.sampler, label="Sampler", elem_id="write-sampler")
@@ -106,8 +107,8 @@ def build() -> WriteParts:
                 with gr.Row():
                     temperature = gr.Slider(0, 2, value=d.temperature, step=0.05, label="Temperature (0 = greedy)",
                                             elem_id="write-temperature")
-                    seed = gr.Number(d.seed, label="Seed", minimum=0, precision=0, elem_id="write-seed")
-                    budget = gr.Number(d.budget, label="Partial-cache budget (0 = auto)", minimum=0, precision=0,
+                    seed = gr.Number(d.seed, label="Seed", precision=0, elem_id="write-seed")
+                    budget = gr.Number(d.budget, label="Partial-cache budget (0 = auto)", precision=0,
                                        elem_id="write-budget")
             with gr.Row():
                 start = gr.Button("▶ Start", variant="primary", elem_id="write-start", scale=2)
@@ -119,8 +120,9 @@ def build() -> WriteParts:
                 new_book = gr.Button("🗋 New book", elem_id="write-new", size="sm")
         with gr.Column(scale=3, min_width=420):
             status = gr.Markdown("Write or load an opening, pick a length, press **Start** (Ctrl+Enter). "
-                                 "The draft keeps going if you close this tab.", elem_id="write-status")
-            bar = gr.HTML(views.progress_bar(None), elem_id="write-bar")
+                                 "The draft keeps going if you close this tab.", label="Write status",
+                                 elem_id="write-status")
+            bar = gr.HTML(views.progress_bar(None), label="Progress", elem_id="write-bar")
             text = gr.Textbox(label=f"Draft (live: last {TAIL_CHARS:,} characters)", lines=16, max_lines=16,
                               interactive=False, autoscroll=True, elem_id="write-text", elem_classes="ts-draft",
                               buttons=["copy"])
@@ -128,11 +130,12 @@ def build() -> WriteParts:
             full = gr.Textbox(label="Whole text", lines=20, max_lines=40, interactive=False, visible=False,
                               elem_id="write-full", elem_classes="ts-draft", buttons=["copy"])
             with gr.Row():
-                alpha = gr.Plot(charts.alpha_chart([]), elem_id="chart-alpha", show_label=False)
-                ngram = gr.Plot(charts.ngram_chart([]), elem_id="chart-ngram", show_label=False)
+                alpha = gr.Plot(charts.alpha_chart([]), label="α chart", elem_id="chart-alpha", show_label=False)
+                ngram = gr.Plot(charts.ngram_chart([]), label="n-gram chart", elem_id="chart-ngram", show_label=False)
             with gr.Row():
-                speed = gr.Plot(charts.speed_chart([]), elem_id="chart-speed", show_label=False)
-                saved = gr.Plot(charts.saved_chart([]), elem_id="chart-saved", show_label=False)
+                speed = gr.Plot(charts.speed_chart([]), label="speed chart", elem_id="chart-speed", show_label=False)
+                saved = gr.Plot(charts.saved_chart([]), label="time-saved chart", elem_id="chart-saved",
+                                show_label=False)
     return WriteParts(
         watch=gr.State(None), book=gr.State(None), remembered=gr.BrowserState(None, storage_key="tokenswift-draft"),
         full_shown=gr.State(False), title=title, prompt=prompt, upload=upload, target=target, quick=quick,

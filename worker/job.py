@@ -103,13 +103,16 @@ class JobRun:
             due = due or time.monotonic() - last_flush >= self.policy.every_s
             if event.done or request or due:
                 finish = "done" if event.done else FINISH.get(request)
+                if finish in ("done", "cancelled"):  # final: an incomplete last character goes out as is
+                    self.pending.add([], detok.flush())
                 outcome = self._flush(finish, event.finish_reason)
                 if outcome != "saved" or finish:
                     return outcome
                 if request == "release":
                     return "released" if self.store.release(self.job.id, self.owner) else "lost"
                 last_flush = time.monotonic()
-        return self._flush("done", "length")  # the engine stopped without a final event
+        self.pending.add([], detok.flush())  # the engine stopped without a final event
+        return self._flush("done", "length")
 
     def _flush(self, finish: str | None, reason: str | None = None) -> str:
         ids, text = self.pending.take()

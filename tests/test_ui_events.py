@@ -1,0 +1,283 @@
+"""Every event the UI wires up, called through gradio_client against a real `python app.py` (real worker,
+stories260k on CPU), plus the REST API mounted beside it and the shared login.
+
+Outputs are looked up by component label (view_api), so a reordering of outputs does not break a test.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import zipfile
+from pathlib import Path
+
+import httpx
+import pytest
+from conftest import REPO, need_shared
+
+FORM = ["TokenSwift", 300, 1.2, 1024, 20, "top-p", 0.9, 1.0, 3, 0]  # mode target θ W k sampler value T seed budget
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def running_app(tmp: Path, *extra: str, ready: bool = True):
+    """`python app.py` on a free port with its own store; yields the base URL. With ready, waits until the
+    worker reports the model loaded."""
+    model = need_shared()
+    port = free_port()
+    cmd = [sys.executable, "app.py", "--port", str(port), "--db", f"sqlite:///{tmp / 'studio.db'}",
+           "--model", str(model), "--device", "cpu", "--threads", "1", *extra]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENSWIFT_HOME": str(tmp), "GRADIO_ANALYTICS_ENABLED": "False",
+           "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
+    log = open(tmp / "app.log", "w")  # noqa: SIM115 - closed below, after the process
+    proc = subprocess.Popen(["nice", *cmd], cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    auth = _auth(extra)
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            assert proc.poll() is None, f"app exited: {(tmp / 'app.log').read_text()[-3000:]}"
+            assert time.monotonic() < deadline, f"app not ready: {(tmp / 'app.log').read_text()[-3000:]}"
+            with contextlib.suppress(httpx.HTTPError):
+                health = httpx.get(f"{url}/api/health", auth=auth, timeout=2)
+                if health.is_success and (not ready or health.json()["load_status"] == "ready"):
+                    break
+            time.sleep(0.5)
+        yield url
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(40)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+
+
+def _auth(extra: tuple[str, ...]):
+    if "--auth" in extra:
+        user, _, password = extra[extra.index("--auth") + 1].partition(":")
+        return (user, password)
+    return None
+
+
+class UI:
+    """gradio_client with results as {label: value} (states, buttons and timers are not returned)."""
+
+    def __init__(self, url: str, auth=None):
+        from gradio_client import Client
+
+        self.client = Client(url + "/", auth=auth, verbose=False)
+        api = self.client.view_api(return_format="dict", print_info=False)["named_endpoints"]
+        self.labels = {name: [r["label"] for r in ep["returns"]] for name, ep in api.items()}
+
+    def __call__(self, api: str, *args) -> dict:
+        result = self.client.predict(*args, api_name=api)
+        values = result if isinstance(result, tuple) else (result,)
+        return dict(zip(self.labels[api], values, strict=True))
+
+    def until(self, api: str, done, timeout: float = 60.0, *args) -> dict:
+        deadline = time.monotonic() + timeout
+        while True:
+            out = self(api, *args)
+            if done(out):
+                return out
+            assert time.monotonic() < deadline, f"{api}: condition not met; last {out}"
+            time.sleep(0.5)
+
+
+def value(update):
+    """A returned component update or plain value -> its value (None for 'unchanged')."""
+    return update.get("value") if isinstance(update, dict) else update
+
+
+@pytest.fixture(scope="module")
+def app(tmp_path_factory):
+    with running_app(tmp_path_factory.mktemp("ui-events")) as url:
+        yield url
+
+
+@pytest.fixture
+def ui(app):
+    return UI(app)
+
+
+def test_banner_and_limits(ui, app):
+    status = ui("/app_status_load")
+    assert "stories260k" in status["Model banner"] and "ready" in status["Model banner"]
+    assert "32,768 tokens" in status["Model limit"]
+    assert "stories260k" in status["Model details"] and "ready" in status["Model details"]
+    assert ui("/app_status")["Model banner"] == status["Model banner"]
+    assert httpx.get(f"{app}/api/health", timeout=5).json()["load_status"] == "ready"  # API beside the UI
+    assert "TokenSwift Studio" in httpx.get(app, timeout=5).text
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({1: ""}, "Prompt: write or load the opening"),
+    ({4: 0.5}, "θ (penalty): theta must be >= 1"),
+    ({5: 10.5}, "W (penalty window): must be a whole number"),
+    ({6: 999}, "k (n-gram top-k): k must be in 0..256"),
+    ({8: 1.5}, "top-p: must be in (0, 1]"),
+    ({3: 50_000}, "exceed the model's context of 32,768 tokens"),
+    ({10: None}, "Seed: enter a number"),
+])
+def test_start_rejects_bad_input_readably(ui, change, message):
+    args = ["Title", "Once upon a time", *FORM]
+    for index, new in change.items():
+        args[index] = new
+    status = ui("/write_start", *args)["Write status"]
+    assert message in status and "Traceback" not in status
+
+
+def test_write_pause_resume_stop_continue(ui):
+    assert ui("/write_quick_length", "25K")["Target length (new tokens)"] == 25_000
+    assert value(ui("/write_sampler", "min-p")["p (top-p, 1 = off)"]) == 0.05
+    assert "no draft is open" in ui("/write_pause")["Write status"]
+
+    out = ui("/write_start", "Pause test", "Once upon a time", "TokenSwift", 3000, *FORM[2:])
+    assert "Queued" in out["Write status"] or "Writing" in out["Write status"]
+    out = ui.until("/write_tick", lambda o: value(o["Draft (live: last 6,000 characters)"]))
+    ui("/write_pause")
+    out = ui.until("/write_tick", lambda o: "Paused" in (o["Write status"] or ""))
+    paused_at = int(out["Write status"].split(" / ")[0].split()[-1].replace(",", ""))
+    assert 0 < paused_at < 3000
+    assert "Resume" in out["Write status"]
+    assert "Writing" in ui("/write_resume")["Write status"] or True  # queued again until the worker claims it
+    ui.until("/write_tick", lambda o: "Writing" in (o["Write status"] or "") and "tokens/s" in o["Write status"])
+    out = ui("/write_stop")
+    out = ui.until("/write_tick", lambda o: "Stopped" in (o["Write status"] or ""))
+    assert "cannot resume" in ui("/write_resume")["Write status"]  # a readable Conflict, not a trace
+
+    shown = ui("/write_show_all")
+    assert shown["Whole text"]["visible"] and shown["Whole text"]["value"].startswith("Once upon a time")
+    assert ui("/write_show_all")["Whole text"]["visible"] is False
+
+    out = ui("/write_continue", "TokenSwift", 200, *FORM[2:])
+    assert "Draft #" in out["Write status"]
+    out = ui.until("/write_tick", lambda o: "Done" in (o["Write status"] or ""))
+    assert "200 / 200 tokens" in out["Write status"]
+    assert ui("/write_continue", "TokenSwift", 40_000, *FORM[2:])["Write status"].count("context") == 1
+
+    fresh = ui("/write_new_book")
+    assert fresh["Book title"] == "Untitled" and "New book" in fresh["Write status"]
+
+
+def test_upload_txt(ui, tmp_path):
+    from gradio_client import handle_file
+
+    good = tmp_path / "opening.txt"
+    good.write_text("It was a dark and stormy night.\n", encoding="utf-8")
+    out = ui("/write_upload", handle_file(str(good)))
+    assert out["Opening / prompt"].startswith("It was a dark") and "7 words" in out["Write status"]
+    bad = tmp_path / "latin1.txt"
+    bad.write_bytes("caf\xe9 cr\xe8me".encode("latin-1"))
+    assert "not UTF-8" in ui("/write_upload", handle_file(str(bad)))["Write status"]
+
+
+def test_reopened_tab_reattaches(ui, app):
+    out = ui("/write_start", "Reattach", "The dragon slept", *FORM)
+    gen_line = out["Write status"]
+    gen_id = int(gen_line.split("Draft #")[1].split("*")[0])
+    other = UI(app)  # a new browser session: nothing in its state
+    attached = other("/write_attach", gen_id)
+    assert f"Draft #{gen_id}" in attached["Write status"]
+    assert attached["Opening / prompt"] == "The dragon slept" and attached["Book title"] == "Reattach"
+    assert "Draft #" in other("/write_attach", None)["Write status"] or True  # latest active, if any
+    ui.until("/write_tick", lambda o: "Done" in (o["Write status"] or ""))
+
+
+def test_compare_two_columns(ui):
+    columns = [1.2, 1024, 20, "top-p", 0.9, 1.2, 1024, 4, "top-p", 0.9, 1.0, 1024, 20, "top-p", 0.9,
+               1.2, 1024, 20, "min-p", 0.05]
+    bad = list(columns)
+    bad[7] = -1
+    assert "Column B — k (n-gram top-k)" in ui("/compare_run", "A harbour", 5, 150, 1.0, "2", *bad)["Compare status"]
+    assert "Prompt" in ui("/compare_run", " ", 5, 150, 1.0, "2", *columns)["Compare status"]
+    visible = ui("/compare_columns", "3")
+    assert [u.get("visible") for u in visible.values()] == [True, True, True, False]
+
+    out = ui("/compare_run", "The storm had been building over the harbour", 5, 150, 1.0, "2", *columns)
+    assert "0 of 3 runs done" in out["Compare status"]  # A, B and one shared AR twin (they differ only in k)
+    out = ui.until("/compare_tick", lambda o: "3 of 3 runs done" in (o["Compare status"] or ""), 90)
+    table = out["Results (α, β and speed from the worker's metrics; Distinct-n over token ids)"]
+    rows = {row[0]: row for row in table["data"]}
+    assert rows["A"][-1].startswith("✔ identical") and rows["B"][-1].startswith("✔ identical")
+    assert "AR twin of A, B" in rows
+    assert all(0 < float(rows["A"][i]) <= 1 for i in range(9, 13))  # Distinct-1..4
+    texts = [v for k, v in out.items() if k and k.startswith(("A ·", "B ·"))]
+    assert len(texts) == 2 and value(texts[0]) == value(texts[1])  # k changes speed, never the text
+
+
+def test_library(ui):
+    out = ui("/write_start", "Library Book", "In the library", *FORM[:1], 120, *FORM[2:])
+    ui.until("/write_tick", lambda o: "Done" in (o["Write status"] or ""))
+    listing = ui("/library_refresh", None)
+    books = listing["Book"]
+    book_id = next(v for label, v in books["choices"] if "Library Book" in label)
+    out = ui("/library_select_book", book_id)
+    assert out["Title"] == "Library Book"
+    gen_id = value(out["Draft"])
+    assert ui("/library_reload", book_id)["Title"] == "Library Book"
+
+    assert "must not be empty" in ui("/library_rename", book_id, " ", "")["Library status"]
+    out = ui("/library_rename", book_id, "The Archive", "A. Writer")
+    assert "Saved" in out["Library status"] and out["Title"] == "The Archive"
+
+    out = ui("/library_export", gen_id, "EPUB", "The Archive", "A. Writer")
+    path = Path(out["Exported file"])
+    assert path.name == "the-archive.epub"
+    with zipfile.ZipFile(path) as epub:
+        assert epub.namelist()[0] == "mimetype" and epub.read("mimetype") == b"application/epub+zip"
+        assert any(b"A. Writer" in epub.read(n) for n in epub.namelist() if n.endswith(".opf"))
+    for fmt, suffix in (("DOCX", ".docx"), ("Markdown", ".md"), ("TXT", ".txt")):
+        assert ui("/library_export", gen_id, fmt, "The Archive", "A. Writer")["Exported file"].endswith(suffix)
+    assert "choose a draft" in ui("/library_export", None, "EPUB", "", "")["Library status"]
+
+    opened = ui("/library_open", gen_id)
+    assert f"Draft #{gen_id}" in opened["Write status"] and opened["Book title"] == "The Archive"
+    cont = ui("/library_continue", gen_id, 100)
+    assert "Draft #" in cont["Write status"] and f"Draft #{gen_id}" not in cont["Write status"]
+    assert "Continue by" in ui("/library_continue", gen_id, 0)["Library status"]
+    ui.until("/write_tick", lambda o: "Done" in (o["Write status"] or ""))
+
+    ask = ui("/library_ask_delete", book_id)
+    assert "Delete **The Archive** and its 2 drafts?" in ask["Delete confirmation"]
+    ui("/library_cancel_delete")
+    assert any(v == book_id for _, v in ui("/library_reload", book_id)["Book"]["choices"])
+    gone = ui("/library_delete", book_id)
+    assert "Deleted" in gone["Library status"]
+    assert all(v != book_id for _, v in gone["Book"]["choices"])
+    assert "no longer exists" in ui("/library_select_book", book_id)["Library status"]
+
+
+def test_model_tab(ui, tmp_path):
+    filled = ui("/model_refresh")
+    assert filled["Model directory or hub id"].endswith("stories260k") and filled["Device"] == "cpu"
+    msg = ui("/model_apply", str(tmp_path / "nope"), "", "cpu", "float32")["Model message"]
+    assert "no directory" in msg
+    msg = ui("/model_apply", "someone/not-cached-model", "", "cpu", "float32")["Model message"]
+    assert "not in the local Hugging Face cache" in msg and "HF_HUB_OFFLINE=1" in msg
+    assert "Device" in ui("/model_apply", str(need_shared()), "", "gpu", "float32")["Model message"]
+    assert "config.json" in ui("/model_apply", str(tmp_path), "", "cpu", "float32")["Model message"]
+    ok = ui("/model_apply", str(need_shared()), "", "cpu", "float32")
+    assert ok["Model message"].startswith("✔") and "stories260k" in ok["Model details"]
+
+
+def test_auth_guards_ui_and_api_without_worker(tmp_path):
+    with running_app(tmp_path, "--no-worker", "--auth", "ann:secret", ready=False) as url:
+        assert httpx.get(f"{url}/api/health", timeout=5).status_code == 401
+        assert httpx.get(f"{url}/api/health", auth=("ann", "secret"), timeout=5).is_success
+        assert httpx.get(f"{url}/config", timeout=5).status_code in (401, 403)
+        ui = UI(url, auth=("ann", "secret"))
+        assert "No worker is running" in ui("/app_status")["Model banner"]
+        assert "--no-worker" in ui("/app_status")["Model banner"]

@@ -1,0 +1,140 @@
+"""Model tab: which checkpoint the worker holds, and the one it should hold next.
+
+The UI never loads a model (it has no torch); it checks what it can cheaply (the directory exists and
+holds a config.json, a hub id is in the local Hugging Face cache when offline) and writes the desired
+model to the worker-status row. The worker reloads between drafts and reports success or the error.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import gradio as gr
+
+from storage import Store, StoreError
+from storage.records import ModelSpec
+from ui import views
+
+DEVICES = ["cpu", "cuda", "cuda:0", "cuda:1"]
+DTYPES = ["float32", "bfloat16", "float16", "float64"]
+HUB_ID = re.compile(r"^[\w.-]+/[\w.-]+$")
+HELP = """\
+**Where models come from.** A local directory with `config.json`, the weights (`model.safetensors`) and the
+tokenizer, e.g. `../shared/models/stories260k` or the bundled `models/tswift-books` once trained; or a
+Hugging Face hub id such as `meta-llama/Llama-3.1-8B`. Draft heads are read from `<model>/heads` unless you
+name another directory. **Offline** (`HF_HUB_OFFLINE=1`, or no network): a hub id works only if it is
+already in the Hugging Face cache (`HF_HOME`); otherwise download it where there is network, or pass a
+local directory. The worker switches models between drafts, never in the middle of one.
+"""
+
+
+@dataclass
+class ModelParts:
+    details: gr.Markdown
+    model: gr.Textbox
+    heads: gr.Textbox
+    device: gr.Dropdown
+    dtype: gr.Dropdown
+    apply: gr.Button
+    message: gr.Markdown
+
+
+def build() -> ModelParts:
+    details = gr.Markdown("Waiting for the worker…", label="Model details", elem_id="model-details")
+    with gr.Row():
+        model = gr.Textbox(label="Model directory or hub id", scale=3, elem_id="model-path",
+                           placeholder="../shared/models/stories260k  or  org/name")
+        heads = gr.Textbox(label="Draft-heads directory (optional)", scale=2, elem_id="model-heads",
+                           placeholder="default: <model>/heads")
+    with gr.Row():
+        device = gr.Dropdown(DEVICES, value="cpu", label="Device", allow_custom_value=True, elem_id="model-device")
+        dtype = gr.Dropdown(DTYPES, value="float32", label="Dtype", elem_id="model-dtype")
+        apply = gr.Button("Use this model", variant="primary", elem_id="model-apply")
+    message = gr.Markdown("", label="Model message", elem_id="model-message")
+    gr.Markdown(HELP)
+    return ModelParts(details, model, heads, device, dtype, apply, message)
+
+
+def check_spec(model: str, heads: str, device: str, dtype: str) -> tuple[ModelSpec, str]:
+    """(spec, note) or ValueError with a readable message; the note says what the worker will do."""
+    model, heads, device = (model or "").strip(), (heads or "").strip(), (device or "").strip()
+    if not model:
+        raise ValueError("Model: enter a checkpoint directory or a Hugging Face hub id (org/name).")
+    if not re.fullmatch(r"cpu|cuda(:\d+)?", device):
+        raise ValueError(f"Device: {device!r} is not cpu, cuda or cuda:N.")
+    if dtype not in DTYPES:
+        raise ValueError(f"Dtype: choose one of {', '.join(DTYPES)}.")
+    if heads and not Path(heads).expanduser().is_dir():
+        raise ValueError(f"Draft heads: no directory {heads!r} on the server.")
+    path = Path(model).expanduser()
+    note = "local checkpoint"
+    if path.is_dir():
+        if not (path / "config.json").exists():
+            raise ValueError(f"Model: {model!r} has no config.json; is it a Hugging Face checkpoint directory?")
+    elif path.exists():
+        raise ValueError(f"Model: {model!r} is a file; give the checkpoint directory that holds it.")
+    elif HUB_ID.match(model) and not model.startswith((".", "~")):
+        if not _cached(model):
+            if _offline():
+                raise ValueError(f"Model: {model!r} is not in the local Hugging Face cache and HF_HUB_OFFLINE=1 "
+                                 "forbids downloading. Download it where there is network, or give a local "
+                                 "directory.")
+            note = "not cached yet: the worker will try to download it (this fails without network)"
+        else:
+            note = "found in the Hugging Face cache"
+    else:
+        raise ValueError(f"Model: no directory {model!r} on the server, and it is not a hub id (org/name).")
+    return ModelSpec(model, heads or None, device, dtype), note
+
+
+def _offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "0").lower() not in ("0", "", "false")
+
+
+def _cached(repo_id: str) -> bool:
+    try:
+        from huggingface_hub import try_to_load_from_cache
+    except ImportError:
+        return False
+    return isinstance(try_to_load_from_cache(repo_id, "config.json"), str)
+
+
+def status(store: Store) -> str:
+    return views.model_details(store.list_workers(), store.queue_length())
+
+
+def wire(p: ModelParts, store: Store, tab: gr.Tab) -> None:
+    fast = {"concurrency_limit": None}
+
+    def apply(model, heads, device, dtype):
+        try:
+            spec, note = check_spec(model, heads, device, dtype)
+            rows = store.set_desired_model(spec)
+        except (ValueError, StoreError) as error:
+            gr.Warning(str(error))
+            return {p.message: f"⚠️ {error}", p.details: status(store)}
+        if rows == 0:
+            message = ("⚠️ No worker has registered with this store yet, so nothing will load it. Start one: "
+                       f"`python -m worker --db <url> --model {spec.model}` (or run the app without --no-worker).")
+        else:
+            message = (f"✔ `{spec.model}` ({note}) on {spec.device}/{spec.dtype}: the worker loads it before the next "
+                       "draft. Watch the status above.")
+        gr.Info("Model choice saved.")
+        return {p.message: message, p.details: status(store)}
+
+    def fill():
+        """Tab opened: the current status, and the form set to what the worker holds or will hold."""
+        workers = store.list_workers()
+        w = views.live_worker(workers) or (workers[0] if workers else None)
+        spec = w.desired if w and w.desired else None
+        out = {p.details: status(store)}
+        if spec:
+            out.update({p.model: spec.model, p.heads: spec.heads or "", p.device: spec.device, p.dtype: spec.dtype})
+        return out
+
+    p.apply.click(apply, [p.model, p.heads, p.device, p.dtype], [p.message, p.details], api_name="model_apply",
+                  **fast)
+    tab.select(fill, None, [p.details, p.model, p.heads, p.device, p.dtype], api_name="model_refresh", **fast)

@@ -1,0 +1,76 @@
+"""The page: a header with the model's status, and the four tabs (one module each: build() + wire()).
+
+Cross-tab wiring lives here: a slow timer that refreshes the banner, the Write tab's model limit and the
+Model tab's details from the worker-status rows.
+"""
+
+from __future__ import annotations
+
+import gradio as gr
+
+from storage import Store
+from ui import compare, library, model, views, write
+
+STATUS_S = 3.0
+
+CSS = """
+#ts-header { align-items: center; gap: 12px; }
+#ts-brand h2 { margin: 0; white-space: nowrap; }
+#ts-banner { font-size: 0.95em; }
+.ts-progress { height: 8px; background: var(--neutral-200); border-radius: 4px; overflow: hidden; margin: 2px 0 6px; }
+.ts-progress > div { height: 100%; background: var(--color-accent); transition: width 0.4s ease; }
+.ts-paused > div { background: #d97706; }
+.ts-done > div { background: #059669; }
+.ts-failed > div, .ts-cancelled > div { background: #9ca3af; }
+.ts-draft textarea { font-family: Georgia, 'Iowan Old Style', 'Times New Roman', serif; font-size: 16px;
+                     line-height: 1.6; }
+.ts-column { border: 1px solid var(--border-color-primary); border-radius: 8px; padding: 8px; }
+footer { display: none !important; }
+"""
+
+# Ctrl/Cmd+Enter starts a draft (when the Write tab is showing), as in TextGen and NovelAI.
+HEAD = """
+<script>
+document.addEventListener('keydown', (event) => {
+  if ((event.ctrlKey || event.metaKey) && event.key === 'Enter') {
+    const start = document.querySelector('#write-start');
+    if (start && start.offsetParent !== null && !start.disabled) { event.preventDefault(); start.click(); }
+  }
+});
+</script>
+"""
+
+THEME = gr.themes.Soft(primary_hue="indigo", neutral_hue="slate")
+
+
+def build_page(store: Store, *, worker_hint: str) -> gr.Blocks:
+    """worker_hint: what to tell the writer when no worker answers (depends on how the app was started)."""
+    with gr.Blocks(title="TokenSwift Studio") as page:
+        with gr.Row(elem_id="ts-header"):
+            gr.Markdown("## ✒️ TokenSwift Studio", elem_id="ts-brand")
+            banner = gr.Markdown(views.model_banner(store.list_workers(), worker_hint), label="Model banner",
+                                 elem_id="ts-banner")
+        with gr.Tabs(elem_id="ts-tabs") as tabs:
+            with gr.Tab("Write", id="write", elem_id="tab-write"):
+                write_parts = write.build()
+            with gr.Tab("Compare", id="compare", elem_id="tab-compare"):
+                compare_parts = compare.build()
+            with gr.Tab("Library", id="library", elem_id="tab-library") as library_tab:
+                library_parts = library.build()
+            with gr.Tab("Model", id="model", elem_id="tab-model") as model_tab:
+                model_parts = model.build()
+        status_timer = gr.Timer(STATUS_S)
+
+        write.wire(write_parts, store, page)
+        compare.wire(compare_parts, store)
+        library.wire(library_parts, store, write_parts, tabs, library_tab)
+        model.wire(model_parts, store, model_tab)
+
+        def refresh_status():
+            return views.model_banner(store.list_workers(), worker_hint), write.limit_line(store), model.status(store)
+
+        status_timer.tick(refresh_status, None, [banner, write_parts.limit, model_parts.details],
+                          api_name="app_status", show_progress="hidden", concurrency_limit=None)
+        page.load(refresh_status, None, [banner, write_parts.limit, model_parts.details], api_name="app_status_load",
+                  show_progress="hidden", concurrency_limit=None)
+    return page
