@@ -104,7 +104,8 @@ def _build(state: dict[str, torch.Tensor], dim: int, gamma: int, eps: float, sou
 
 
 def new_heads(cfg: ModelConfig, gamma: int = 3) -> DraftHeads:
-    """Fresh heads for training: W_i = 0, so each head starts out repeating the base model's guess."""
+    """Fresh heads: W_i = 0 and unit norms. Training starts from train_heads.initial_heads, which also copies
+    the model's final-norm gain into each output norm so that every head starts as the base head."""
     heads = DraftHeads(cfg.dim, gamma, cfg.norm_eps)
     for layer in heads.layers:
         nn.init.zeros_(layer.linear.weight)

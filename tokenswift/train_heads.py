@@ -397,9 +397,9 @@ def train_heads(cfg: TrainConfig, lm: LoadedModel | None = None,
         step, position = step + 1, position + cfg.grad_accum
         metrics = {"loss": sum(values[: cfg.gamma]), "loss_per_head": values[: cfg.gamma],
                    "top1_per_head": values[cfg.gamma:], "lr": sched.get_last_lr()[0]}
-        bar.update()
         top1 = "/".join(f"{a:.2f}" for a in metrics["top1_per_head"])
-        bar.set_postfix_str(f"loss={metrics['loss']:.3f} top1={top1}")
+        bar.set_postfix_str(f"loss={metrics['loss']:.3f} top1={top1}", refresh=False)
+        bar.update()
         if par.main and (step % cfg.checkpoint_every == 0 or step == cfg.steps):
             save_checkpoint(out / CHECKPOINT_NAME, heads, opt, sched, step, position, cfg, data_id, par.world)
         if on_step is not None:
