@@ -7,8 +7,11 @@ Opens the store (migrating it), spawns the generation worker, and serves the UI 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import multiprocessing
 import os
+import signal
+import sys
 import threading
 import webbrowser
 from pathlib import Path
@@ -57,7 +60,7 @@ def spawn_worker(args: argparse.Namespace) -> multiprocessing.Process:
 
 
 def stop_worker(process: multiprocessing.Process | None) -> None:
-    if process is None or not process.is_alive():
+    if process is None:
         return
     process.terminate()  # SIGTERM: the worker saves, hands its draft back to the queue, and exits
     process.join(30)
@@ -74,25 +77,36 @@ def main(argv: list[str] | None = None) -> None:
 
     store = open_store(args.db)
     worker = None if args.no_worker else spawn_worker(args)
-    hint = ("The app runs without one (--no-worker): start `python -m worker --db <same url>`." if args.no_worker
-            else "The app's worker has stopped; see the terminal, then restart the app.")
+    # uvicorn re-raises the signal that stopped it: make it an exception, so the worker is stopped below.
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, _stop)
     try:
-        app = create_app(store, args.credentials, worker_hint=hint)
+        app = create_app(store, args.credentials, own_worker=worker is not None)
         host = "0.0.0.0" if args.listen else args.host
         url = f"http://{'127.0.0.1' if host == '0.0.0.0' else host}:{args.port}"
         print(f"TokenSwift Studio at {url}  (REST API {url}/api, docs {url}/api/docs)", flush=True)
-        if args.model is None:
-            print("No model given and the bundled one is not trained yet: pass --model "
-                  "../shared/models/stories260k (or a HF directory / hub id), or choose one in the Model tab.")
+        if (args.listen or args.share) and not args.credentials:
+            print("Warning: reachable by others without a login; add --auth user:pass or --auth-file.", flush=True)
         if args.share:
             threading.Thread(target=share_link, args=(args.port,), daemon=True).start()
         if args.inbrowser:
             threading.Timer(2.0, webbrowser.open, [url]).start()
-        uvicorn.run(app, host=host, port=args.port, log_level="warning")
+        uvicorn.run(app, host=host, port=args.port, log_level="warning", timeout_graceful_shutdown=1)
     finally:
         stop_worker(worker)
         store.close()
 
 
+class Stopped(Exception):
+    """SIGTERM or Ctrl+C: the normal way to stop the app."""
+
+
+def _stop(*_) -> None:
+    raise Stopped
+
+
 if __name__ == "__main__":
-    main()
+    with contextlib.suppress(Stopped):
+        main()
+    sys.stdout.flush()
+    os._exit(0)  # the store is closed and the worker gone: skip seconds of interpreter teardown (gradio, plotly)

@@ -20,7 +20,9 @@ import httpx
 import pytest
 from conftest import REPO, need_shared
 
-FORM = ["TokenSwift", 300, 1.2, 1024, 20, "top-p", 0.9, 1.0, 3, 0]  # mode target θ W k sampler value T seed budget
+from ui import views
+
+FORM = ["TokenSwift", 200, 1.2, 1024, 20, "top-p", 0.9, 1.0, 3, 0]  # mode target θ W k sampler value T seed budget
 
 
 def free_port() -> int:
@@ -55,6 +57,7 @@ def running_app(tmp: Path, *extra: str, ready: bool = True):
             time.sleep(0.5)
         yield url
     finally:
+        children = child_pids(proc.pid)  # the spawned worker
         proc.send_signal(signal.SIGTERM)
         try:
             proc.wait(40)
@@ -62,6 +65,21 @@ def running_app(tmp: Path, *extra: str, ready: bool = True):
             proc.kill()
             proc.wait()
         log.close()
+    assert proc.returncode == 0, (tmp / "app.log").read_text()[-3000:]
+    deadline = time.monotonic() + 5  # the worker (and multiprocessing's resource tracker) end with the app
+    while [pid for pid in children if Path(f"/proc/{pid}").exists()] and time.monotonic() < deadline:
+        time.sleep(0.1)
+    left = [Path(f"/proc/{pid}/cmdline").read_bytes()[:200] for pid in children if Path(f"/proc/{pid}").exists()]
+    assert not left, f"outlived the app: {left}"
+
+
+def child_pids(parent: int) -> list[int]:
+    pids = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, IndexError):
+            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == parent:
+                pids.append(int(stat.parent.name))
+    return pids
 
 
 def _auth(extra: tuple[str, ...]):
@@ -101,15 +119,18 @@ def value(update):
     return update.get("value") if isinstance(update, dict) else update
 
 
+AUTH = ("ann", "secret")
+
+
 @pytest.fixture(scope="module")
 def app(tmp_path_factory):
-    with running_app(tmp_path_factory.mktemp("ui-events")) as url:
+    with running_app(tmp_path_factory.mktemp("ui-events"), "--auth", ":".join(AUTH)) as url:
         yield url
 
 
 @pytest.fixture
 def ui(app):
-    return UI(app)
+    return UI(app, auth=AUTH)
 
 
 def test_banner_and_limits(ui, app):
@@ -118,14 +139,23 @@ def test_banner_and_limits(ui, app):
     assert "32,768 tokens" in status["Model limit"]
     assert "stories260k" in status["Model details"] and "ready" in status["Model details"]
     assert ui("/app_status")["Model banner"] == status["Model banner"]
-    assert httpx.get(f"{app}/api/health", timeout=5).json()["load_status"] == "ready"  # API beside the UI
-    assert "TokenSwift Studio" in httpx.get(app, timeout=5).text
+
+
+
+def test_one_login_guards_ui_and_api(app):
+    assert httpx.get(f"{app}/api/health", timeout=5).status_code == 401
+    assert httpx.get(f"{app}/api/health", auth=AUTH, timeout=5).json()["load_status"] == "ready"  # API beside UI
+    assert httpx.get(f"{app}/config", timeout=5).status_code in (401, 403)
+    with httpx.Client(base_url=app, timeout=5) as browser:
+        assert browser.post("/login", data={"username": "ann", "password": "wrong"}).status_code in (400, 401)
+        assert browser.post("/login", data={"username": "ann", "password": "secret"}).is_success
+        assert browser.get("/config").is_success
 
 
 @pytest.mark.parametrize(("change", "message"), [
     ({1: ""}, "Prompt: write or load the opening"),
     ({4: 0.5}, "θ (penalty): theta must be >= 1"),
-    ({5: 10.5}, "W (penalty window): must be a whole number"),
+    ({5: -1}, "W (penalty window): W must be >= 0"),
     ({6: 999}, "k (n-gram top-k): k must be in 0..256"),
     ({8: 1.5}, "top-p: must be in (0, 1]"),
     ({3: 50_000}, "exceed the model's context of 32,768 tokens"),
@@ -188,7 +218,7 @@ def test_reopened_tab_reattaches(ui, app):
     out = ui("/write_start", "Reattach", "The dragon slept", *FORM)
     gen_line = out["Write status"]
     gen_id = int(gen_line.split("Draft #")[1].split("*")[0])
-    other = UI(app)  # a new browser session: nothing in its state
+    other = UI(app, auth=AUTH)  # a new browser session: nothing in its state
     attached = other("/write_attach", gen_id)
     assert f"Draft #{gen_id}" in attached["Write status"]
     assert attached["Opening / prompt"] == "The dragon slept" and attached["Book title"] == "Reattach"
@@ -196,7 +226,7 @@ def test_reopened_tab_reattaches(ui, app):
     ui.until("/write_tick", lambda o: "Done" in (o["Write status"] or ""))
 
 
-def test_compare_two_columns(ui):
+def test_compare_two_columns(ui, app):
     columns = [1.2, 1024, 20, "top-p", 0.9, 1.2, 1024, 4, "top-p", 0.9, 1.0, 1024, 20, "top-p", 0.9,
                1.2, 1024, 20, "min-p", 0.05]
     bad = list(columns)
@@ -211,11 +241,16 @@ def test_compare_two_columns(ui):
     out = ui.until("/compare_tick", lambda o: "3 of 3 runs done" in (o["Compare status"] or ""), 90)
     table = out["Results (α, β and speed from the worker's metrics; Distinct-n over token ids)"]
     rows = {row[0]: row for row in table["data"]}
-    assert rows["A"][-1].startswith("✔ identical") and rows["B"][-1].startswith("✔ identical")
+    assert rows["A"][1].startswith("✔ identical") and rows["B"][1].startswith("✔ identical")
     assert "AR twin of A, B" in rows
     assert all(0 < float(rows["A"][i]) <= 1 for i in range(9, 13))  # Distinct-1..4
-    texts = [v for k, v in out.items() if k and k.startswith(("A ·", "B ·"))]
-    assert len(texts) == 2 and value(texts[0]) == value(texts[1])  # k changes speed, never the text
+    a, b = out["Column A"], out["Column B"]
+    assert a["label"].startswith("A · θ 1.2 · W 1024 · k 20") and b["label"].startswith("B · θ 1.2 · W 1024 · k 4")
+    assert value(a) and value(a) == value(b)  # k changes the speed, never the text
+
+    remembered = next(v for v in out.values() if isinstance(v, dict) and "ts_ids" in v)  # the BrowserState
+    restored = UI(app, auth=AUTH)("/compare_restore", remembered)  # a reopened tab
+    assert "3 of 3 runs done" in restored["Compare status"] and value(restored["Column A"]) == value(a)
 
 
 def test_library(ui):
@@ -257,7 +292,7 @@ def test_library(ui):
     gone = ui("/library_delete", book_id)
     assert "Deleted" in gone["Library status"]
     assert all(v != book_id for _, v in gone["Book"]["choices"])
-    assert "no longer exists" in ui("/library_select_book", book_id)["Library status"]
+    assert "choose a book first" in ui("/library_ask_delete", None)["Library status"]
 
 
 def test_model_tab(ui, tmp_path):
@@ -270,14 +305,37 @@ def test_model_tab(ui, tmp_path):
     assert "Device" in ui("/model_apply", str(need_shared()), "", "gpu", "float32")["Model message"]
     assert "config.json" in ui("/model_apply", str(tmp_path), "", "cpu", "float32")["Model message"]
     ok = ui("/model_apply", str(need_shared()), "", "cpu", "float32")
-    assert ok["Model message"].startswith("✔") and "stories260k" in ok["Model details"]
+    assert "the worker loads it" in ok["Model message"] and "stories260k" in ok["Model details"]
 
 
-def test_auth_guards_ui_and_api_without_worker(tmp_path):
-    with running_app(tmp_path, "--no-worker", "--auth", "ann:secret", ready=False) as url:
-        assert httpx.get(f"{url}/api/health", timeout=5).status_code == 401
-        assert httpx.get(f"{url}/api/health", auth=("ann", "secret"), timeout=5).is_success
-        assert httpx.get(f"{url}/config", timeout=5).status_code in (401, 403)
-        ui = UI(url, auth=("ann", "secret"))
-        assert "No worker is running" in ui("/app_status")["Model banner"]
-        assert "--no-worker" in ui("/app_status")["Model banner"]
+def test_forms_charts_and_word_count_without_an_app():
+    import plotly.graph_objects as go
+
+    from storage.records import MetricPoint
+    from tokenswift.settings import Settings
+    from ui import charts
+    from ui.forms import SettingsForm, ar_twin, form_from_settings
+    from ui.live import Watch
+
+    ts = SettingsForm(sampler="min-p", sampler_value=0.05, k=4, budget=256).to_settings()
+    assert (ts.min_p, ts.top_p, ts.ngram_topk, ts.budget) == (0.05, 1.0, 4, 256)
+    assert form_from_settings(ts) == SettingsForm(sampler="min-p", sampler_value=0.05, k=4, budget=256)
+    assert ar_twin(ts) == ar_twin(ts.replace(ngram_topk=20, budget=None)) != ar_twin(ts.replace(penalty=1.0))
+    assert ar_twin(ts).mode == "ar" and isinstance(ar_twin(ts), Settings)
+
+    points = [MetricPoint(tokens=t, elapsed_s=t / 100, alpha=0.3, beta=0.1, ngram_hits=h, tokens_per_s=90.0,
+                          time_saved_s=t / 1000) for t, h in ((256, 3), (512, 7), (768, 2))]
+    assert charts.hits_per_1k(points) == ([512, 768], [1000 * 4 / 256, 1000 * 2 / 256])  # resumed: new base
+    for chart in (charts.alpha_chart, charts.ngram_chart, charts.speed_chart, charts.saved_chart):
+        for series in ([], [("", points)], [("A", points), ("B", points[:1])]):
+            go.Figure(chart(series).to_dict())  # the hand-built dicts pass plotly's own validation
+
+    watch = Watch(1, None, tail="Once")
+    for text in (" upon a ti", "me there", " was a fox.\n"):  # "time" is split across two chunks
+        watch._add_text(text)
+    assert watch.words == 7 and watch.generated_tail == " upon a time there was a fox.\n"
+
+
+def test_banner_without_worker_says_what_to_do():
+    hint = "The app runs without one (--no-worker): start `python -m worker --db <same url>`."
+    assert "No worker is running" in views.model_banner([], hint) and "--no-worker" in views.model_banner([], hint)

@@ -1,4 +1,4 @@
-"""The command line: `python -m tokenswift generate | bench | bench-ar` (argparse wiring only).
+"""The command line: `python -m tokenswift generate | bench | bench-ar | bench-gpu` (argparse wiring only).
 
 Other tools rely on the flag names, the JSON keys and the exit codes: bad input exits with 2 and one
 `error: ...` line on stderr, never a traceback. The benchmark logic lives in bench.py.
@@ -91,6 +91,15 @@ def add_sampler_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sinks", type=int, default=d.sinks, help="|S| sink tokens of the partial cache")
 
 
+def add_fast_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--fast", action="store_true",
+                   help="fast path: static shapes, CUDA graphs, attention over the filled cache only "
+                        "(on a CPU the same passes run eagerly)")
+    p.add_argument("--attention", default="auto", help="fast-path attention kernel: auto | flex | flex-fold | sdpa")
+    p.add_argument("--adaptive", action="store_true",
+                   help="adapt the candidate batch to the context length and measured pass costs (same text)")
+
+
 def add_prompt_args(p: argparse.ArgumentParser, books: bool = False) -> None:
     group = p.add_mutually_exclusive_group(required=True)
     group.add_argument("--prompt", default=None)
@@ -115,6 +124,7 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--mode", default="tokenswift", help="tokenswift or ar")
     gen.add_argument("--ignore-eos", action="store_true", help="keep decoding past EOS")
     gen.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
+    add_fast_args(gen)
     gen.set_defaults(func=cmd_generate)
 
     cmp = sub.add_parser("bench", help="AR versus TokenSwift on one prompt, in one process")
@@ -122,6 +132,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_prompt_args(cmp, books=True)
     add_sampler_args(cmp)
     cmp.add_argument("--warmup-tokens", type=int, default=16, help="short run of each mode before timing")
+    add_fast_args(cmp)
     cmp.set_defaults(func=cmd_bench)
 
     ar = sub.add_parser("bench-ar", help="plain AR tokens/s at several context lengths")
@@ -130,6 +141,24 @@ def build_parser() -> argparse.ArgumentParser:
     ar.add_argument("--steps", type=int, default=64)
     ar.add_argument("--warmup", type=int, default=4)
     ar.set_defaults(func=cmd_bench_ar)
+
+    gpu = sub.add_parser("bench-gpu", help="fast-path pass costs at 4K-100K contexts, bandwidth, 100K projection")
+    add_model_args(gpu)
+    gpu.add_argument("--preset", default=None,
+                     help="comma list of llama3.1-8b,qwen2.5-7b,qwen2.5-1.5b (random weights); default: all "
+                          "three, or none when --model is given")
+    gpu.add_argument("--tiny", action="store_true", help="shrink the presets so the run takes seconds (CPU)")
+    gpu.add_argument("--contexts", type=int_list_arg, default=None, help="default 4096,32768,65536,100000")
+    gpu.add_argument("--kernels", default=None, help="fast-path kernels to time: flex,flex-fold,sdpa "
+                                                     "(default flex,sdpa; sdpa on a CPU)")
+    gpu.add_argument("--graphs", default=None, help="cuda | compile | none (default: cuda on CUDA, else none)")
+    gpu.add_argument("--steps", type=int, default=16, help="timed AR steps per context")
+    gpu.add_argument("--reps", type=int, default=8, help="timed draft/verify passes per context and shape")
+    gpu.add_argument("--budget", type=int, default=None, help="partial cache |B| (default 4096; 32 with --tiny)")
+    gpu.add_argument("--tokens-per-iter", type=float, default=4.0,
+                     help="TokenSwift tokens per iteration assumed by the 100K projection")
+    gpu.add_argument("--no-eager", action="store_true", help="skip timing the eager path")
+    gpu.set_defaults(func=cmd_bench_gpu)
     return parser
 
 
@@ -191,6 +220,21 @@ def open_model(args: argparse.Namespace) -> LoadedModel:
         raise CliError(str(error)) from None
 
 
+def apply_fast_args(args: argparse.Namespace, lm: LoadedModel) -> None:
+    """--fast / --adaptive: set on the loaded model, so every engine built on it uses them."""
+    if args.fast:
+        from .fastpath import FastOptions, enable
+
+        if lm.config.sliding_window is not None:
+            raise CliError("fast: sliding-window models are not supported by the fast path")
+        try:
+            enable(lm, FastOptions(attention=args.attention))
+        except ValueError as error:
+            raise CliError(str(error)) from None
+    if args.adaptive:
+        lm.extras["adaptive"] = True
+
+
 def check_lengths(lm: LoadedModel, settings: Settings, prompt_ids: list[int]) -> None:
     """The engine's own checks (prompt not empty, prompt + N within the context, ids in the vocabulary)."""
     from .generate import validate
@@ -224,6 +268,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     from .generate import Generator
 
     lm = open_model(args)
+    apply_fast_args(args, lm)
     prompt_ids = lm.encode(text)
     check_lengths(lm, settings, prompt_ids)
     gen = Generator(lm, settings, prompt_ids)
@@ -288,6 +333,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from .bench import compare, leading_tokens
 
     lm = open_model(args)
+    apply_fast_args(args, lm)
     prompt_ids = leading_tokens(lm, text, args.prompt_tokens) if args.prompt_book else lm.encode(text)
     check_lengths(lm, settings, prompt_ids)
     if lm.heads is None:
@@ -340,6 +386,71 @@ def print_bench_ar(r: dict) -> None:
         print(line)
     if cuda:
         print(f"measured device copy bandwidth: {r['copy_bandwidth_gb_s']:.1f} GB/s")
+
+
+# -- bench-gpu -----------------------------------------------------------------------------------------
+
+
+def cmd_bench_gpu(args: argparse.Namespace) -> int:
+    import torch
+
+    from .bench_gpu import CONTEXTS, TINY_CONTEXTS, GpuBench, run, summary_rows, table
+    from .fastpath import ATTENTION, GRAPHS
+    from .loading import resolve_device, resolve_dtype
+    from .presets import PRESETS, preset, random_model
+
+    try:
+        dev = resolve_device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        dtype = resolve_dtype(args.dtype or ("bfloat16" if dev.type == "cuda" else "float32"))
+    except ValueError as error:
+        raise CliError(str(error)) from None
+    if dev.type != "cuda" and not args.tiny:
+        raise CliError("bench-gpu on a CPU needs --tiny: full-size models would take hours")
+    names = args.preset.split(",") if args.preset else ([] if args.model else list(PRESETS))
+    kernels = (args.kernels or ("flex,sdpa" if dev.type == "cuda" else "sdpa")).split(",")
+    choose("preset", names, PRESETS)
+    choose("kernels", kernels, ATTENTION)
+    choose("graphs", [args.graphs] if args.graphs else [], GRAPHS)
+    if args.steps < 1 or args.reps < 1 or args.tokens_per_iter < 1:
+        raise CliError("steps and reps must be >= 1, tokens-per-iter >= 1")
+    contexts = args.contexts or list(TINY_CONTEXTS if args.tiny else CONTEXTS)
+    scale = {"contexts": contexts}
+    if args.tiny:  # project over the measured range only: tiny timings are too noisy to extrapolate
+        scale.update(prompt=min(contexts), new_tokens=max(1, max(contexts) - min(contexts)))
+    bench = GpuBench(kernels=kernels, graphs=args.graphs, steps=args.steps, reps=args.reps,
+                     budget=args.budget or (32 if args.tiny else 4096), tokens_per_iter=args.tokens_per_iter,
+                     eager=not args.no_eager, **scale)
+
+    def build(name: str):  # models are built one at a time, inside run(), and freed after
+        return lambda: random_model(name, *preset(name, tiny=args.tiny), dev, dtype)
+
+    # tiny shapes get their own names, so no paper reference is printed beside them
+    models = [(name + ("-tiny" if args.tiny else ""), build(name)) for name in names]
+    if args.model:
+        models.append((Path(args.model).name, lambda: checkpoint_for_bench(args)))
+    result = run(models, bench, dev, log=note)
+    print(table(result))
+    print()
+    print("\n".join(summary_rows(result)))
+    write_json(args.json_out, result)
+    return 0
+
+
+def choose(flag: str, values: list[str], allowed) -> None:
+    for value in values:
+        if value not in allowed:
+            raise CliError(f"{flag}: unknown {value!r}; choose from {', '.join(allowed)}")
+
+
+def checkpoint_for_bench(args: argparse.Namespace) -> LoadedModel:
+    """A real checkpoint; without draft heads it gets random ones (the draft pass costs the same)."""
+    from .presets import random_heads
+
+    lm = open_model(args)
+    if lm.heads is None:
+        lm.heads = random_heads(lm.config, lm.device, lm.dtype)
+        lm.extras["random_heads"] = True
+    return lm
 
 
 # -- entry point ---------------------------------------------------------------------------------------

@@ -12,7 +12,9 @@ from dataclasses import dataclass
 
 import torch
 
+from .adaptive import CandidatePolicy, ladder
 from .drafting import Drafter, HeadsDrafter
+from .fastpath import FastOptions, FastPasses, options_of, padded_capacity
 from .kv_cache import KVCache
 from .loading import LoadedModel
 from .metrics import RunMetrics
@@ -40,8 +42,10 @@ class StepResult:
 
 class Engine:
     def __init__(self, lm: LoadedModel, settings: Settings, ids: list[int], prompt_len: int,
-                 pad_verify: bool | None = None):
-        """ids: prompt + tokens generated so far (at least the prompt)."""
+                 pad_verify: bool | None = None, fast: FastOptions | None = None, adaptive: bool | None = None):
+        """ids: prompt + tokens generated so far (at least the prompt). fast: the opt-in static-shape / CUDA
+        graph passes (fastpath.py); adaptive: pick the candidate batch per iteration (adaptive.py). Both
+        default to what fastpath.enable / lm.extras["adaptive"] set on the model; neither changes the text."""
         self.lm, self.s, self.prompt_len = lm, settings, prompt_len
         self.ts = settings.mode == "tokenswift"
         self.pad_verify = lm.device.type == "cuda" if pad_verify is None else pad_verify
@@ -50,6 +54,9 @@ class Engine:
         self.max_commit = 1 + max(self.depth, NGRAM_LEN if settings.ngram_topk else 0)
         self.verify_slots = max_nodes(settings.tree, settings.ngram_topk, NGRAM_LEN) if self.ts else 1
         capacity = prompt_len + settings.max_new_tokens + self.verify_slots + 8
+        fast = fast if fast is not None else options_of(lm)
+        if fast is not None:
+            capacity = padded_capacity(capacity)  # compiled kernels specialise on it: keep to a few sizes
         lm.ensure_positions(capacity)
         cfg = lm.config
         self.cache = KVCache(cfg.n_layers, cfg.n_kv_heads, capacity, cfg.head_dim, lm.device, lm.dtype)
@@ -62,6 +69,10 @@ class Engine:
         self.ngrams: NgramTable | None = None
         self.length = 0
         self._last_probe = 0.0
+        self.fast = FastPasses(lm, self.cache, fast, self.sampler, self.buf) if fast is not None else None
+        self.pad_verify = self.pad_verify or self.fast is not None  # graphs need fixed shapes
+        self.adaptive = bool(lm.extras.get("adaptive", False)) if adaptive is None else adaptive
+        self.policy: CandidatePolicy | None = None
 
     # -- setup --------------------------------------------------------------------------------------
 
@@ -81,6 +92,10 @@ class Engine:
         if self.ts:
             budget = default_budget(self.s, self.prompt_len)
             self.drafter = HeadsDrafter(self.lm, self.s, self.sampler, budget)
+            if self.fast is not None:
+                self.drafter = self.fast.wrap_drafter(self.drafter)
+            if self.adaptive:
+                self.policy = CandidatePolicy(ladder(self.drafter.widths, self.s.ngram_topk))
             self.drafter.start(self.cache, self.length, queries)
             self.ngrams = NgramTable(NGRAM_LEN)
             self._advance_ngrams()
@@ -142,12 +157,20 @@ class Engine:
 
     def _ar_forward_and_sample(self) -> int:
         n = self.length
-        tokens = self.buf[n:n + 1]
-        out = self.lm.model(tokens, torch.tensor([n], device=self.lm.device), self.cache, n, logits="all")
+        token = self._ar_token(n)
         self.length = n + 1
-        token = int(self.sampler.sample(out.logits, self._window(n + 1, []), [n + 1])[0])
         self._append([token])
         return token
+
+    def _ar_token(self, n: int) -> int:
+        """Run the token in slot n (writing its K/V; it attends to slots [0, n]), sample position n + 1."""
+        if self.fast is not None and self.fast.sampler is not None:
+            return self.fast.ar_token(n)  # forward and sampling in one graph: one host sync per token
+        if self.fast is not None:
+            logits = self.fast.ar(self.buf[n:n + 1], n)
+        else:
+            logits = self.lm.model(self.buf[n:n + 1], torch.tensor([n], device=self.lm.device), self.cache, n).logits
+        return int(self.sampler.sample(logits, self._window(n + 1, []), [n + 1])[0])
 
     # -- TokenSwift ----------------------------------------------------------------------------------
 
@@ -155,30 +178,36 @@ class Engine:
     def ts_step(self) -> StepResult:
         self._maybe_probe_ar()
         L, root, dev = self.length, self.root, self.lm.device
+        shape = self.policy.choose() if self.policy is not None else None  # None: the configured batch
         t0 = time.perf_counter()
         # 1. Draft: one pass over the partial cache; the base head and the draft heads give each depth.
         levels = self.drafter.propose(root, L, self._window(L + 1, []))
         self._sync()
         t1 = time.perf_counter()
         # 2. Candidates: the tree plus the k most frequent 4-grams starting with the depth-1 token.
+        k, slots = self.s.ngram_topk, self.verify_slots
+        if shape is not None:  # the adaptive policy's share of the proposals
+            levels, k, slots = shape.cut(levels), shape.k, shape.slots
         first = levels[0][0]
-        paths = [(first, *c) for c in self.ngrams.top_k(first, self.s.ngram_topk)] if self.s.ngram_topk else []
+        paths = [(first, *c) for c in self.ngrams.top_k(first, k)] if k else []
         trie = build_trie(root, levels, paths)
-        pad = self.verify_slots if self.pad_verify else len(trie.tokens)
-        tokens, positions, tree_mask = (t.to(dev) for t in verify_inputs(trie, L, pad))
-        mask = with_prefix(tree_mask, L, positions, self.lm.config.sliding_window)
+        pad = slots if self.pad_verify else len(trie.tokens)
+        inputs = [t.to(dev) for t in verify_inputs(trie, L, pad)]
         capture = self.drafter.wants_queries(self.max_commit)
         t2 = time.perf_counter()
         # 3. Verify: the target over the full cache with every candidate at once, under the tree mask.
-        out = self.lm.model(tokens, positions, self.cache, L, mask, logits="all", capture_queries=capture)
+        logits, all_queries, targets = self._verify(inputs, trie, L, capture)
         self._sync()
         t3 = time.perf_counter()
         # 4. Accept: walk the trie with the target's own position-keyed samples.
-        accepted, emitted = walk(trie, lambda node: self._target_token(out.logits, trie, node, L))
+        if targets is not None:  # the fast path sampled every node inside the verify graph
+            accepted, emitted = walk(trie, targets)
+        else:
+            accepted, emitted = walk(trie, lambda node: self._target_token(logits, trie, node, L))
         # 5. Commit: compact the accepted path's K/V behind the prefix, extend the partial cache and n-grams.
         self.cache.commit(torch.tensor([L + i for i in accepted], device=dev), L)
         self.length = L + len(accepted)
-        queries = [q[accepted[-1]] for q in out.queries] if capture else None
+        queries = [q[accepted[-1]] for q in all_queries] if capture else None
         self.drafter.commit(self.cache, L, self.length, queries)
         self._append(emitted)
         self._advance_ngrams()
@@ -188,7 +217,21 @@ class Engine:
         ngram_hit = any(trie.from_ngram[i] and not trie.from_tree[i] for i in accepted)
         self.metrics.add_step(len(emitted), len(emitted) - 1, ngram_accepted, ngram_hit,
                               t1 - t0, t3 - t2, (t2 - t1) + (t4 - t3))
+        self.metrics.verify_batch = slots
+        self.metrics.verify_batches[str(slots)] = self.metrics.verify_batches.get(str(slots), 0) + 1
+        if self.policy is not None:
+            self.policy.observe(levels, paths, emitted[:-1], t4 - t0)
         return StepResult(emitted)
+
+    def _verify(self, inputs: list[torch.Tensor], trie, L: int, capture: bool):
+        """Logits of every candidate row, each layer's queries [T, heads, dim] when capture is set, and
+        the target's token after every trie node when the fast path sampled them (else None)."""
+        tokens, positions, tree_mask = inputs
+        if self.fast is not None:
+            return self.fast.verify(tokens, positions, tree_mask, L, trie)
+        mask = with_prefix(tree_mask, L, positions, self.lm.config.sliding_window)
+        out = self.lm.model(tokens, positions, self.cache, L, mask, logits="all", capture_queries=capture)
+        return out.logits, out.queries, None
 
     def _target_token(self, logits: torch.Tensor, trie, node: int, L: int) -> int:
         path = []
@@ -210,8 +253,7 @@ class Engine:
         n = self.length
         self._sync()
         t0 = time.perf_counter()
-        out = self.lm.model(self.buf[n:n + 1], torch.tensor([n], device=self.lm.device), self.cache, n)
-        self.sampler.sample(out.logits, self._window(n + 1, []), [n + 1])
+        self._ar_token(n)
         self._sync()
         self.metrics.ar_latency_s = time.perf_counter() - t0
         self._last_probe = time.perf_counter()

@@ -10,11 +10,17 @@ host fills before a replay, so one captured graph serves every step at every con
 Attention reads only the filled part of the cache, by one of three kernels (measured on the device by
 `bench-gpu`, chosen with FastOptions.attention):
 - "flex": FlexAttention whose block mask lists only the KV blocks below start+T, rebuilt on the device each
-  step; PyTorch runs its split-KV decoding kernel for short query blocks, with GQA heads sharing K/V.
-- "flex-fold": the same with each KV head's query heads folded into the query axis (K/V read once per
-  KV head even where the GQA decoding kernel does not apply).
+  step. For fewer than 128 query rows and a power-of-two GQA group, PyTorch's inductor picks its split-KV
+  decoding kernel (flash-decoding class), each block serving a KV head's whole query group.
+- "flex-fold": the same with each KV head's query heads folded into the query axis: the decoding kernel
+  also for groups that are not a power of two (Qwen2.5: 7 and 6), when group * T < 128.
 - "sdpa": scaled_dot_product_attention over the filled length rounded up to `bucket` slots, under a mask
   built on the device; one graph per bucket.
+- "auto" (default): "flex" for power-of-two groups, else "flex-fold" (inductor's rule, see above).
+
+The AR and verify graphs also sample (DeviceSampler: the same row-wise sampler with position-keyed noise
+computed on the device), so an AR step costs one replay and one host sync for its token, and a verify pass
+one replay and one sync for the target's token after every trie node.
 
 The compile boundary is `Pass._compute`: it takes no arguments and touches only static buffers. It is
 captured as a CUDA graph ("cuda", the default on CUDA), compiled with torch.compile mode="reduce-overhead"
@@ -35,21 +41,24 @@ from .kv_cache import KVCache
 from .loading import LoadedModel
 from .model import Transformer
 from .rope import apply_rope
-from .sampling import Sampler
+from .sampling import M32, Sampler, mix32, position_key
 from .trie import Trie
 
 BLOCK = 128  # FlexAttention's KV block: the filled length is read in steps of this many slots
-ATTENTION = ("flex", "flex-fold", "sdpa")
+MIN_FLEX_HEAD_DIM = 16
+MAX_DEPTH = 16  # deepest trie path a verify batch may hold (gamma + 1 <= 9 levels; n-grams 4)
+CAPACITY_STEP = 4096  # fast-path caches are allocated in these steps, so runs share compiled kernels
+ATTENTION = ("auto", "flex", "flex-fold", "sdpa")
 GRAPHS = ("cuda", "compile", "none")
 
 
 @dataclass(frozen=True)
 class FastOptions:
-    attention: str = "flex"  # kernel of the AR and draft passes (see the module docstring)
+    attention: str = "auto"  # kernel of the AR and draft passes (see the module docstring)
     verify_attention: str | None = None  # kernel of the verify pass; None = the same as `attention`
     graphs: str | None = None  # "cuda" | "compile" | "none"; None = "cuda" on a CUDA device, else "none"
     bucket: int = 2048  # sdpa: KV span granularity in slots (one graph per span and pass)
-    batched_targets: bool = True  # sample every trie node's target token at once: one host sync per verify
+    sample_in_graph: bool = True  # sample inside the AR and verify graphs: one host sync per step
 
     def __post_init__(self) -> None:
         for name in ("attention", "verify_attention"):
@@ -60,6 +69,10 @@ class FastOptions:
             raise ValueError(f"graphs: unknown mode {self.graphs!r}; use one of {', '.join(GRAPHS)}")
         if self.bucket < 1:
             raise ValueError("bucket: must be >= 1")
+
+
+def padded_capacity(slots: int) -> int:
+    return -(-slots // CAPACITY_STEP) * CAPACITY_STEP
 
 
 def enable(lm: LoadedModel, options: FastOptions | None = None) -> None:
@@ -84,6 +97,9 @@ class Visible:
         self.offsets = torch.arange(t, device=device)
         self.slots_range = torch.arange(capacity, device=device)
 
+    def buffers(self) -> list[torch.Tensor]:
+        return [self.start, self.tree, self.offsets, self.slots_range]
+
     def mask(self, span: int) -> torch.Tensor:
         """[T, span] bool, True where query i may attend to slot j."""
         rel = self.slots_range[None, :span] - self.start
@@ -98,6 +114,9 @@ class SdpaAttention:
         self.cfg, self.visible, self.span = model.cfg, visible, span
         self.mask: torch.Tensor | None = None
 
+    def buffers(self) -> list[torch.Tensor]:
+        return []
+
     def prepare(self) -> None:
         # One mask per pass, shared by all layers; repeated per query head of a group (rows j*T + t).
         self.mask = self.visible.mask(self.span).repeat(self.cfg.group, 1)
@@ -105,7 +124,9 @@ class SdpaAttention:
     def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         cfg, t = self.cfg, q.shape[0]
         qg = q.transpose(0, 1).reshape(cfg.n_kv_heads, cfg.group * t, cfg.head_dim)
-        out = F.scaled_dot_product_attention(qg, k[:, :self.span], v[:, :self.span], attn_mask=self.mask)
+        # 4-D inputs: CUDA's fused SDPA kernels (memory-efficient, cuDNN) take only [batch, heads, L, E]
+        out = F.scaled_dot_product_attention(qg[None], k[None, :, :self.span], v[None, :, :self.span],
+                                             attn_mask=self.mask)
         return out.view(cfg.n_heads, t, cfg.head_dim).transpose(0, 1).reshape(t, -1)
 
 
@@ -120,6 +141,11 @@ def flex_kernel(device: torch.device) -> Callable:
     if device.type != "cuda":
         return flex_attention
     if _compiled_flex is None:
+        # Each pass shape (AR, draft, every verify batch, per model) is one specialisation: the default
+        # recompile limit (8) would silently fall back to the unfused kernel after a few.
+        for name in ("recompile_limit", "cache_size_limit", "accumulated_recompile_limit"):
+            if hasattr(torch._dynamo.config, name):
+                setattr(torch._dynamo.config, name, max(getattr(torch._dynamo.config, name), 512))
         _compiled_flex = torch.compile(flex_attention, dynamic=False)
     return _compiled_flex
 
@@ -131,8 +157,8 @@ class FlexAttention:
     prefix are "full" (no mask evaluated), the one or two blocks holding the new slots are "partial", the
     rest are never read. That is the split-KV decoding loop bounded by the filled length, not the capacity."""
 
-    def __init__(self, model: Transformer, visible: Visible, fold: bool):
-        from torch.nn.attention.flex_attention import BlockMask
+    def __init__(self, model: Transformer, visible: Visible, fold: bool, compiled: bool):
+        from torch.nn.attention.flex_attention import BlockMask, flex_attention
 
         cfg, dev = model.cfg, visible.start.device
         self.cfg, self.visible, self.fold = cfg, visible, fold
@@ -155,7 +181,16 @@ class FlexAttention:
         self.block_mask = BlockMask.from_kv_blocks(
             self.kv_num, self.kv_idx, self.full_num, self.full_idx, BLOCK_SIZE=BLOCK, mask_mod=mask_mod,
             seq_lengths=(q_len, visible.capacity), compute_q_blocks=False)
-        self.kernel = flex_kernel(dev)
+        # Inside a torch.compile'd pass the plain function is traced in; elsewhere it must be compiled itself.
+        self.kernel = flex_kernel(dev) if compiled else flex_attention
+        # The decoding kernel packs a KV head's group * T query rows into one tile of next_pow2 rows and
+        # finds no config once that exceeds the 128-row mask block (a verify batch): cap the tile at 128.
+        rows = cfg.group * t
+        decoding = not fold and cfg.group > 1 and power_of_two(cfg.group) and t < BLOCK
+        self.kernel_options = {"BLOCK_M": BLOCK} if decoding and rows > BLOCK else None
+
+    def buffers(self) -> list[torch.Tensor]:
+        return [self.block_range, self.kv_num, self.kv_idx, self.full_num, self.full_idx]
 
     def prepare(self) -> None:
         start, t = self.visible.start, self.visible.t
@@ -173,14 +208,27 @@ class FlexAttention:
             out = self.kernel(qg[None], k[None], v[None], block_mask=self.block_mask)
         else:
             out = self.kernel(q.transpose(0, 1)[None], k[None], v[None], block_mask=self.block_mask,
-                              enable_gqa=cfg.group > 1)
+                              enable_gqa=cfg.group > 1, kernel_options=self.kernel_options)
         return out.view(cfg.n_heads, t, cfg.head_dim).transpose(0, 1).reshape(t, -1)
 
 
-def make_attention(kind: str, model: Transformer, visible: Visible, span: int):
+def power_of_two(n: int) -> bool:
+    return n > 0 and n & (n - 1) == 0
+
+
+def effective_kind(kind: str, cfg) -> str:
+    if cfg.head_dim < MIN_FLEX_HEAD_DIM:
+        return "sdpa"  # FlexAttention's kernels need a head_dim of at least 16 (tl.dot): tiny test models
+    if kind == "auto":
+        return "flex" if power_of_two(cfg.group) else "flex-fold"
+    return kind
+
+
+def make_attention(kind: str, model: Transformer, visible: Visible, span: int, graphs: str):
+    kind = effective_kind(kind, model.cfg)
     if kind == "sdpa":
         return SdpaAttention(model, visible, span)
-    return FlexAttention(model, visible, fold=kind == "flex-fold")
+    return FlexAttention(model, visible, fold=kind == "flex-fold", compiled=graphs != "compile")
 
 
 # -- one static-shape pass ------------------------------------------------------------------------------
@@ -193,17 +241,23 @@ class Pass:
     once; `_compute` reads and writes only those, so it can be captured once and replayed every step."""
 
     def __init__(self, model: Transformer, cache: KVCache, t: int, kind: str, span: int, graphs: str,
-                 heads=None, draft_rows: int = 1, queries: bool = False, pool=None):
+                 heads=None, draft_rows: int = 1, queries: bool = False, pool=None,
+                 sampler: DeviceSampler | None = None):
         cfg, dev = model.cfg, model.rope_cos.device
         self.model, self.cache, self.heads, self.draft_rows = model, cache, heads, draft_rows
         self.tokens = torch.zeros(t, dtype=torch.long, device=dev)
         self.positions = torch.zeros(t, dtype=torch.long, device=dev)
         self.visible = Visible(t, cache.capacity, dev)
-        self.attention = make_attention(kind, model, self.visible, span)
+        self.attention = make_attention(kind, model, self.visible, span, graphs)
         rows = draft_rows if draft_rows > 1 else t
         self.logits = torch.empty(rows, cfg.vocab_size, dtype=model.rope_cos.dtype, device=dev)
         shape = (cfg.n_layers, t, cfg.n_heads, cfg.head_dim)
         self.queries = torch.empty(shape, dtype=self.logits.dtype, device=dev) if queries else None
+        # With a sampler, the pass also draws the target's token after every row (row i: position
+        # positions[i] + 1, penalty window = history + the row's trie path).
+        self.sampler = sampler
+        self.paths = torch.full((t, MAX_DEPTH), -1, dtype=torch.long, device=dev) if sampler else None
+        self.sampled = torch.zeros(t, dtype=torch.long, device=dev) if sampler else None
         self.graphs, self.pool = graphs, pool
         self.graph: torch.cuda.CUDAGraph | None = None
         self._run = self._compute
@@ -213,9 +267,10 @@ class Pass:
             self._run = torch.compile(self._compute, mode="reduce-overhead", fullgraph=True, dynamic=False)
 
     def _buffers(self) -> list[torch.Tensor]:
-        bufs = [self.tokens, self.positions, self.visible.start, self.visible.tree, self.logits,
-                self.cache.k, self.cache.v, self.model.rope_cos, self.model.rope_sin]
-        return bufs + ([self.queries] if self.queries is not None else [])
+        bufs = [self.tokens, self.positions, self.logits, self.cache.k, self.cache.v, self.model.rope_cos,
+                self.model.rope_sin, self.queries, self.paths, self.sampled, *self.visible.buffers(),
+                *self.attention.buffers(), *(self.sampler.buffers() if self.sampler else [])]
+        return [b for b in bufs if b is not None]
 
     @torch.inference_mode()
     def __call__(self) -> None:
@@ -240,6 +295,8 @@ class Pass:
         if self.draft_rows > 1:
             rows.extend(self.heads(x)[: self.draft_rows - 1])  # chained draft heads on the pre-norm state
         self.logits.copy_(model.head(torch.cat(rows)))
+        if self.sampler is not None:
+            self.sampled.copy_(self.sampler(self.logits, self.visible.start, self.positions, self.paths))
 
     def _layer(self, layer, i: int, x, cos, sin, slots) -> torch.Tensor:
         cfg, attn, t = self.model.cfg, layer.self_attn, x.shape[0]
@@ -280,7 +337,9 @@ def capture(fn: Callable[[], None], pool) -> torch.cuda.CUDAGraph:
 class FastPasses:
     """AR, draft and verify passes over one full KV cache, each created (and captured) on first use."""
 
-    def __init__(self, lm: LoadedModel, cache: KVCache, options: FastOptions | None = None):
+    def __init__(self, lm: LoadedModel, cache: KVCache, options: FastOptions | None = None,
+                 sampler: Sampler | None = None, ids: torch.Tensor | None = None):
+        """sampler and ids (the engine's token buffer, slot = position): sample inside the graphs."""
         options = options or FastOptions()
         if lm.config.sliding_window is not None:
             raise ValueError("the fast path does not implement sliding-window attention; run without it")
@@ -291,9 +350,12 @@ class FastPasses:
         self.pool = torch.cuda.graph_pool_handle() if self.graphs == "cuda" else None
         self.passes: dict[tuple, Pass] = {}
         lm.ensure_positions(cache.capacity)  # the RoPE table is read by captured graphs: fix it before
+        in_graph = sampler is not None and ids is not None and options.sample_in_graph
+        self.sampler = DeviceSampler(sampler, ids) if in_graph else None
+        self.ids = ids
 
     def _span(self, kind: str, cache: KVCache, end: int) -> int:
-        if kind != "sdpa":
+        if effective_kind(kind, self.lm.config) != "sdpa":
             return cache.capacity  # flex reads only the listed blocks: one graph for every length
         bucket = self.options.bucket
         return min(cache.capacity, -(-end // bucket) * bucket)
@@ -307,13 +369,24 @@ class FastPasses:
 
     def ar(self, token: torch.Tensor, n: int) -> torch.Tensor:
         """Logits [1, V] after `token` (a device tensor [1]) at slot and position n; K/V written at n."""
+        return self._ar(token, n, None).logits
+
+    def ar_token(self, n: int) -> int:
+        """One AR step in one graph: the token in slot n of `ids` through the model, then the sampled
+        token for position n + 1. Its `int` is the step's only host sync."""
+        if self.sampler is None:
+            raise RuntimeError("ar_token needs FastPasses(..., sampler=, ids=) with sample_in_graph")
+        return int(self._ar(self.ids[n:n + 1], n, self.sampler).sampled[0])
+
+    def _ar(self, token: torch.Tensor, n: int, sampler: DeviceSampler | None) -> Pass:
         _check_room(self.cache, n, 1)
-        p = self._get("ar", self.cache, 1, self.options.attention, n + 1)
+        name = "ar" if sampler is None else "ar+sample"
+        p = self._get(name, self.cache, 1, self.options.attention, n + 1, sampler=sampler)
         p.tokens.copy_(token)
         p.positions.fill_(n)
         p.visible.start.fill_(n)
         p()
-        return p.logits
+        return p
 
     def draft(self, cache: KVCache, root: int, position: int, start: int, rows: int) -> torch.Tensor:
         """Draft logits [rows, V] for the root at `position`, written at slot `start` of the partial cache:
@@ -327,19 +400,25 @@ class FastPasses:
         p()
         return p.logits
 
-    def verify(self, tokens: torch.Tensor, positions: torch.Tensor, tree: torch.Tensor,
-               start: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Logits [T, V] and per-layer queries [layers, T, heads, head_dim] of a padded candidate batch."""
+    def verify(self, tokens: torch.Tensor, positions: torch.Tensor, tree: torch.Tensor, start: int,
+               trie: Trie | None = None) -> tuple[torch.Tensor, torch.Tensor, list[int] | None]:
+        """Logits [T, V], per-layer queries [layers, T, heads, head_dim] of a padded candidate batch, and,
+        given the trie and a sampler, the target's token after each trie node (one host sync)."""
         t = tokens.shape[0]
         _check_room(self.cache, start, t)
         kind = self.options.verify_attention or self.options.attention
-        p = self._get("verify", self.cache, t, kind, start + t, queries=True)
+        sampler = self.sampler if trie is not None else None
+        name = "verify" if sampler is None else "verify+sample"
+        p = self._get(name, self.cache, t, kind, start + t, queries=True, sampler=sampler)
         p.tokens.copy_(tokens)
         p.positions.copy_(positions)
         p.visible.tree.copy_(tree)
         p.visible.start.fill_(start)
+        if sampler is not None:
+            p.paths.copy_(trie_paths(trie, t), non_blocking=True)
         p()
-        return p.logits, p.queries
+        targets = p.sampled[: len(trie.tokens)].tolist() if sampler is not None else None
+        return p.logits, p.queries, targets
 
     def wrap_drafter(self, drafter) -> FastDrafter:
         return FastDrafter(drafter, self)
@@ -376,37 +455,70 @@ class FastDrafter:
         return [best[i][:w] for i, w in enumerate(self.widths)]
 
 
-# -- the target's tokens for every trie node at once -----------------------------------------------------
+# -- sampling on the device ----------------------------------------------------------------------------
 
 
-def node_windows(buf: torch.Tensor, trie: Trie, length: int, w: int) -> torch.Tensor:
-    """[nodes, w] penalty windows, padded with -1: node i sees the last w tokens of ids[:length+1] + its path.
-
-    Row i is cat(history tail of w tokens, path_i)[d_i : d_i + w] with d_i the node's depth; the penalty
-    only asks which ids occur in a window, so this equals the engine's per-node `_window`."""
-    n, end = len(trie.tokens), length + 1
-    depth = max(trie.depths)
-    paths = torch.full((n, max(depth, 1)), -1, dtype=torch.long)
-    depths = torch.tensor(trie.depths, dtype=torch.long)
-    for i in range(1, n):  # parents come before children: extend the parent's path by one token
-        parent, d = trie.parents[i], trie.depths[i]
-        paths[i, : d - 1] = paths[parent, : d - 1]
+def trie_paths(trie: Trie, rows: int) -> torch.Tensor:
+    """[rows, MAX_DEPTH] token ids of each node's path below the root (left-aligned, -1 padded)."""
+    paths = torch.full((rows, MAX_DEPTH), -1, dtype=torch.long)
+    for i in range(1, len(trie.tokens)):  # parents come before children: extend the parent's path
+        d = trie.depths[i]
+        paths[i, : d - 1] = paths[trie.parents[i], : d - 1]
         paths[i, d - 1] = trie.tokens[i]
-    dev = buf.device
-    tail = buf[max(0, end - w):end]
-    history = torch.cat((torch.full((w - tail.numel(),), -1, dtype=torch.long, device=dev), tail))
-    rows = torch.cat((history.expand(n, w), paths.to(dev)), dim=1)
-    cols = depths.to(dev)[:, None] + torch.arange(w, device=dev)[None, :]
-    return rows.gather(1, cols)
+    return paths
 
 
-def node_targets(sampler: Sampler, logits: torch.Tensor, trie: Trie, buf: torch.Tensor, length: int,
-                 w: int | None) -> list[int]:
-    """The target's token after every trie node, sampled in one batch with one host sync.
+def node_windows(history: torch.Tensor, paths: torch.Tensor, depths: torch.Tensor) -> torch.Tensor:
+    """[rows, w] penalty windows: row i is the last w tokens of history + path_i, i.e.
+    cat(history, path_i)[d_i : d_i + w] with d_i its depth (-1 = no token). The penalty only asks which
+    ids occur in a window, so this equals the engine's per-node `_window`."""
+    rows, w = paths.shape[0], history.shape[0]
+    both = torch.cat((history.expand(rows, w), paths), dim=1)
+    return both.gather(1, depths[:, None] + torch.arange(w, device=history.device)[None, :])
 
-    Row-wise sampling with each node's own penalty window and position-keyed noise (position length+d+1)
-    gives each node exactly the token the per-node walk would sample (design §3)."""
-    n = len(trie.tokens)
-    windows = node_windows(buf, trie, length, w) if w else None
-    positions = [length + d + 1 for d in trie.depths]
-    return sampler.sample(logits[:n], windows, positions).tolist()
+
+class DeviceSampler:
+    """Sampler.sample with device-side lengths, windows and noise keys, so it can live inside a graph.
+
+    Same row-wise operations as Sampler.sample (penalty, temperature, filters, then Gumbel-max with the
+    position-keyed noise, design §3): each row gets exactly the token the host-driven sampler draws."""
+
+    def __init__(self, sampler: Sampler, ids: torch.Tensor):
+        s = sampler.s
+        self.sampler, self.ids = sampler, ids
+        self.w = s.penalty_length if s.penalty != 1.0 and s.penalty_length > 0 else 0
+        self.offsets = torch.arange(self.w, device=ids.device)
+
+    def buffers(self) -> list[torch.Tensor]:
+        noise = [self.sampler.noise.token_mix] if self.sampler.noise is not None else []
+        return [self.ids, self.offsets, *noise]
+
+    def history(self, end: torch.Tensor) -> torch.Tensor:
+        """The last w ids before slot `end` (a device scalar), -1 where there are fewer."""
+        idx = end - self.w + self.offsets
+        return torch.where(idx >= 0, self.ids[idx.clamp(min=0)], -1)
+
+    def __call__(self, logits: torch.Tensor, start: torch.Tensor, positions: torch.Tensor,
+                 paths: torch.Tensor | None) -> torch.Tensor:
+        """Tokens [T] for rows whose next position is positions + 1; start = the committed length, so row
+        i lies at depth positions[i] - start below the root and its window adds paths[i]."""
+        windows = None
+        if self.w:
+            history = self.history(start + 1)
+            if paths is None:
+                windows = history.expand(logits.shape[0], self.w)
+            else:
+                windows = node_windows(history, paths, positions - start)
+        scores = self.sampler.process(logits, windows)
+        if self.sampler.noise is None:
+            return scores.argmax(dim=-1)
+        return (scores.double() + self.gumbel(positions + 1)).argmax(dim=-1)
+
+    def gumbel(self, positions: torch.Tensor) -> torch.Tensor:
+        # sampling.Noise.gumbel with the key computed on the device: position_key and mix32 give the
+        # same integers for int64 tensors as for Python ints.
+        keys = position_key(self.sampler.s.seed, positions)[:, None]
+        h = mix32(self.sampler.noise.token_mix[None, :] ^ keys)
+        h = mix32((h + keys) & M32)
+        u = (h.double() + 0.5) * 2.0**-32
+        return -torch.log(-torch.log(u))

@@ -26,6 +26,8 @@ class RunMetrics:
     ar_latency_s: float = 0.0  # latest AR step time measured at the current context
     time_saved_s: float = 0.0
     accept_histogram: list[int] = field(default_factory=lambda: [0] * 9)
+    verify_batch: int = 0  # verify rows (padded candidate batch) of the latest iteration: the adaptive choice
+    verify_batches: dict[str, int] = field(default_factory=dict)  # iterations per verify batch size
 
     @property
     def elapsed_s(self) -> float:

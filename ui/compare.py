@@ -14,7 +14,7 @@ import gradio as gr
 from storage import NotFound, Store, StoreError
 from tokenswift.metrics import distinct
 from tokenswift.settings import Settings
-from ui import charts
+from ui import charts, views
 from ui.forms import SAMPLERS, FormError, SettingsForm, ar_twin
 from ui.live import Watch
 
@@ -28,8 +28,8 @@ PRESETS = [
     {"theta": 1.0, "window": 1024, "k": 20, "sampler": "top-p", "value": 0.9},
     {"theta": 1.2, "window": 1024, "k": 20, "sampler": "min-p", "value": 0.05},
 ]
-HEADERS = ["Run", "Settings", "Status", "Tokens", "α", "β", "Tokens/step", "Tokens/s", "Speed-up vs AR",
-           "Distinct-1", "Distinct-2", "Distinct-3", "Distinct-4", "Same text as AR twin"]
+HEADERS = ["Run", "Same text as AR twin", "Status", "Tokens", "α", "β", "Tokens/step", "Tokens/s", "Speed-up vs AR",
+           "Distinct-1", "Distinct-2", "Distinct-3", "Distinct-4", "Settings"]
 
 
 @dataclass
@@ -49,6 +49,7 @@ class ColumnParts:
 @dataclass
 class CompareParts:
     runs: gr.State  # Runs | None
+    remembered: gr.BrowserState  # the last comparison's ids, so a reopened tab shows it again
     prompt: gr.Textbox
     seed: gr.Number
     target: gr.Number
@@ -69,7 +70,7 @@ class CompareParts:
 
     @property
     def view(self) -> list:
-        return [self.runs, self.status, *self.texts, self.table, self.alpha, self.speed, self.timer]
+        return [self.runs, self.remembered, self.status, *self.texts, self.table, self.alpha, self.speed, self.timer]
 
 
 @dataclass
@@ -82,6 +83,9 @@ class Runs:
     twin_ids: list[int]  # per column
     watches: dict[int, Watch] = field(default_factory=dict)
     finished: dict[int, tuple[list[int], list[float]]] = field(default_factory=dict)  # ids, distinct-1..4
+
+    def key(self) -> dict:
+        return {"labels": self.labels, "settings": self.settings, "ts_ids": self.ts_ids, "twin_ids": self.twin_ids}
 
     @property
     def ar_ids(self) -> list[int]:
@@ -124,14 +128,17 @@ def build() -> CompareParts:
     with gr.Row():
         for i in range(len(PRESETS)):
             texts.append(gr.Textbox(label=f"Column {LETTERS[i]}", lines=12, max_lines=12, interactive=False,
-                                    visible=i < 2, elem_id=f"compare-text-{i}", elem_classes="ts-draft"))
+                                    visible=i < 2, elem_id=f"compare-text-{i}", elem_classes=["ts-draft", "ts-follow"]))
+    widths = ["120px", "190px", "80px", "75px", "65px", "65px", "95px", "85px", "95px", *["90px"] * 4, "330px"]
     table = gr.Dataframe(headers=HEADERS, value=[], interactive=False, wrap=True, elem_id="compare-table",
+                         column_widths=widths,
                          label="Results (α, β and speed from the worker's metrics; Distinct-n over token ids)")
     with gr.Row():
         alpha = gr.Plot(charts.alpha_chart([]), label="α overlay", show_label=False, elem_id="compare-alpha")
         speed = gr.Plot(charts.speed_chart([]), label="speed overlay", show_label=False, elem_id="compare-speed")
-    return CompareParts(gr.State(None), prompt, seed, target, temperature, count, columns, run, status, texts,
-                        table, alpha, speed, gr.Timer(TICK_S, active=False))
+    remembered = gr.BrowserState(None, storage_key="tokenswift-compare")
+    return CompareParts(gr.State(None), remembered, prompt, seed, target, temperature, count, columns, run, status,
+                        texts, table, alpha, speed, gr.Timer(TICK_S, active=False))
 
 
 def describe(s: Settings) -> str:
@@ -171,15 +178,16 @@ def results(store: Store, runs: Runs) -> list[list]:
         m = w.latest
         speed, base = _speed(w), ar_speed.get(twin)
         speedup = f"{speed / base:.2f}×" if speed and base else "…"
-        rows.append([label, desc, w.record.status, w.record.produced_tokens, _f(m and m.alpha), _f(m and m.beta),
-                     _f(m and m.tokens_per_step), _f(speed, 1), speedup, *_distinct(store, runs, gid),
-                     _same(store, runs, gid, twin)])
+        rows.append([label, _same(store, runs, gid, twin), w.record.status, w.record.produced_tokens,
+                     _f(m and m.alpha), _f(m and m.beta), _f(m and m.tokens_per_step), _f(speed, 1), speedup,
+                     *_distinct(store, runs, gid), desc])
     for gid in runs.ar_ids:
         w = runs.watches[gid]
         of = ", ".join(label for label, twin in zip(runs.labels, runs.twin_ids, strict=True) if twin == gid)
-        rows.append([f"AR twin of {of}", describe(Settings.from_json(w.record.settings_json)), w.record.status,
-                     w.record.produced_tokens, "–", "–", _f(w.latest and w.latest.tokens_per_step),
-                     _f(ar_speed[gid], 1), "1.00×" if ar_speed[gid] else "…", *_distinct(store, runs, gid), "–"])
+        rows.append([f"AR twin of {of}", "–", w.record.status, w.record.produced_tokens, "–", "–",
+                     _f(w.latest and w.latest.tokens_per_step), _f(ar_speed[gid], 1),
+                     "1.00×" if ar_speed[gid] else "…", *_distinct(store, runs, gid),
+                     describe(Settings.from_json(w.record.settings_json))])
     return rows
 
 
@@ -215,7 +223,7 @@ def _same(store: Store, runs: Runs, gid: int, twin: int) -> str:
 
 
 def render(p: CompareParts, store: Store, runs: Runs) -> dict:
-    out = {p.runs: runs, p.table: results(store, runs), p.timer: gr.Timer(active=runs.active)}
+    out = {p.runs: runs, p.remembered: runs.key(), p.table: results(store, runs), p.timer: gr.Timer(active=runs.active)}
     for i, text in enumerate(p.texts):
         if i < len(runs.ts_ids):
             w = runs.watches[runs.ts_ids[i]]
@@ -234,21 +242,24 @@ def render(p: CompareParts, store: Store, runs: Runs) -> dict:
     return out
 
 
-def wire(p: CompareParts, store: Store) -> None:
+def wire(p: CompareParts, store: Store, page: gr.Blocks) -> None:
     fast = {"concurrency_limit": None}
+
+    def watch_all(runs: Runs) -> Runs:
+        for gid in runs.ts_ids + runs.ar_ids:
+            runs.watches[gid] = Watch.open(store, gid)
+        return runs
 
     def run(prompt, seed, target, temperature, count, *values):
         if not (prompt or "").strip():
             gr.Warning("Prompt: write the prompt to compare on first.")
-            return {p.status: "⚠️ Prompt: write the prompt to compare on first."}
+            return {p.status: f"{views.dot('bad')} Prompt: write the prompt to compare on first."}
         try:
             runs = queue_runs(store, prompt, seed, target, temperature, int(count), list(values))
         except (FormError, StoreError) as error:
-            gr.Warning(str(error))
-            return {p.status: f"⚠️ {error}"}
-        for gid in runs.ts_ids + runs.ar_ids:
-            runs.watches[gid] = Watch.open(store, gid)
-        return render(p, store, runs)
+            gr.Warning(views.plain(str(error)))
+            return {p.status: f"{views.dot('bad')} {error}"}
+        return render(p, store, watch_all(runs))
 
     def tick(runs: Runs | None):
         if runs is None:
@@ -257,14 +268,28 @@ def wire(p: CompareParts, store: Store) -> None:
             changed = [any(w.refresh(store)) for w in runs.watches.values()]
         except NotFound:
             return {p.runs: None, p.timer: gr.Timer(active=False), p.status: "These runs were deleted."}
-        return render(p, store, runs) if any(changed) else {}
+        return render(p, store, runs) if any(changed) else {p.status: gr.skip()}  # a dict: one output unchanged
 
-    def set_count(count):
+    def set_count(count, dict_form=False):
         n = int(count)
-        return [gr.Column(visible=i < n) for i in range(len(p.columns))] + [
-            gr.Textbox(visible=i < n) for i in range(len(p.texts))]
+        boxes = {c.box: gr.Column(visible=i < n) for i, c in enumerate(p.columns)}
+        if dict_form:  # restoring: the texts come from render
+            return {**boxes, p.count: str(n)}
+        return [*boxes.values(), *[gr.Textbox(visible=i < n) for i in range(len(p.texts))]]
 
     inputs = [p.prompt, p.seed, p.target, p.temperature, p.count, *p.column_fields]
+    def restore(remembered: dict | None):
+        """Page load: the comparison this browser last ran, if its runs still exist."""
+        if not remembered:
+            return {p.status: gr.skip()}
+        try:
+            runs = watch_all(Runs(**remembered))
+        except (NotFound, TypeError):
+            return {p.remembered: None}
+        return {**render(p, store, runs), **set_count(len(runs.ts_ids), dict_form=True)}
+
     p.run.click(run, inputs, p.view, api_name="compare_run", **fast)
+    page.load(restore, p.remembered, [*p.view, p.count, *[c.box for c in p.columns]], api_name="compare_restore",
+              **fast)
     p.timer.tick(tick, p.runs, p.view, api_name="compare_tick", show_progress="hidden", **fast)
     p.count.change(set_count, p.count, [c.box for c in p.columns] + p.texts, api_name="compare_columns", **fast)

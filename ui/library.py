@@ -13,7 +13,7 @@ import gradio as gr
 
 from storage import Conflict, NotFound, Store, StoreError
 from storage.export import Book, export_book
-from ui import write
+from ui import views, write
 from ui.forms import FormError, settings_from
 from ui.write import WriteParts
 
@@ -52,7 +52,7 @@ def build() -> LibraryParts:
     status = gr.Markdown("", label="Library status", elem_id="library-status")
     with gr.Row():
         book = gr.Dropdown([], label="Book", elem_id="library-book", scale=4)
-        refresh = gr.Button("↻ Refresh", size="sm", elem_id="library-refresh", scale=1)
+        refresh = gr.Button("Refresh", size="sm", elem_id="library-refresh", scale=1)
     books = gr.Dataframe(headers=["#", "Title", "Author", "Drafts", "Updated"], value=[], interactive=False,
                          max_height=220, elem_id="library-books", label="Books")
     with gr.Row():
@@ -60,7 +60,7 @@ def build() -> LibraryParts:
         author = gr.Textbox(label="Author", max_lines=1, elem_id="library-author")
     with gr.Row():
         save = gr.Button("Save title & author", size="sm", elem_id="library-save")
-        delete = gr.Button("🗑 Delete book…", variant="stop", size="sm", elem_id="library-delete")
+        delete = gr.Button("Delete book…", variant="stop", size="sm", elem_id="library-delete")
     with gr.Row(visible=False, elem_id="library-confirm") as confirm:
         confirm_text = gr.Markdown("", label="Delete confirmation")
         confirm_yes = gr.Button("Yes, delete it", variant="stop", size="sm", elem_id="library-delete-yes")
@@ -71,10 +71,10 @@ def build() -> LibraryParts:
         draft = gr.Dropdown([], label="Draft", elem_id="library-draft", scale=3)
         open_ = gr.Button("Open in Write", variant="primary", size="sm", elem_id="library-open")
         extend_by = gr.Number(1000, label="Continue by (tokens)", precision=0, elem_id="library-extend")
-        cont = gr.Button("⏭ Continue", size="sm", elem_id="library-continue")
-    with gr.Row(equal_height=True):
-        fmt = gr.Radio(list(FORMAT_LABELS), value="EPUB", label="Export format", elem_id="library-format")
-        export = gr.Button("⬇ Export", size="sm", elem_id="library-export")
+        cont = gr.Button("Continue", size="sm", elem_id="library-continue")
+    with gr.Row():
+        fmt = gr.Radio(list(FORMAT_LABELS), value="EPUB", label="Export format", elem_id="library-format", scale=3)
+        export = gr.Button("Export", variant="primary", elem_id="library-export", scale=1, min_width=120)
     file = gr.File(label="Exported file", interactive=False, elem_id="library-file")
     return LibraryParts(book, refresh, books, title, author, save, delete, confirm, confirm_text, confirm_yes,
                         confirm_no, drafts, draft, open_, extend_by, cont, fmt, export, file, status)
@@ -127,8 +127,8 @@ def wire(p: LibraryParts, store: Store, w: WriteParts, tabs: gr.Tabs, tab: gr.Ta
     fast = {"concurrency_limit": None}
 
     def say(message: str, ok: bool = True) -> dict:
-        (gr.Info if ok else gr.Warning)(message)
-        return {p.status: message if ok else f"⚠️ {message}"}
+        (gr.Info if ok else gr.Warning)(views.plain(message))
+        return {p.status: message if ok else f"{views.dot('bad')} {message}"}
 
     def refresh(book_id):
         return listing(p, store, book_id)

@@ -43,11 +43,12 @@ class Watch:
         self.record = record
         chunks = store.chunks(self.gen_id, after_seq=self.last_seq)
         for chunk in chunks:
-            self._add_text(chunk.text)
-            self.last_seq = chunk.seq
+            if chunk.seq > self.last_seq:  # a Pause click and a tick may refresh the same Watch at once
+                self._add_text(chunk.text)
+                self.last_seq = chunk.seq
         after = self.points[-1].tokens if self.points else -1
         points = store.metric_points(self.gen_id, after_tokens=after)
-        self.points.extend(points)
+        self.points.extend(p for p in points if not self.points or p.tokens > self.points[-1].tokens)
         return moved, bool(chunks), bool(points)
 
     def _add_text(self, text: str) -> None:

@@ -45,9 +45,9 @@ class ModelParts:
 def build() -> ModelParts:
     details = gr.Markdown("Waiting for the worker…", label="Model details", elem_id="model-details")
     with gr.Row():
-        model = gr.Textbox(label="Model directory or hub id", scale=3, elem_id="model-path",
+        model = gr.Textbox(label="Model directory or hub id", scale=3, max_lines=1, elem_id="model-path",
                            placeholder="../shared/models/stories260k  or  org/name")
-        heads = gr.Textbox(label="Draft-heads directory (optional)", scale=2, elem_id="model-heads",
+        heads = gr.Textbox(label="Draft-heads directory (optional)", scale=2, max_lines=1, elem_id="model-heads",
                            placeholder="default: <model>/heads")
     with gr.Row():
         device = gr.Dropdown(DEVICES, value="cpu", label="Device", allow_custom_value=True, elem_id="model-device")
@@ -114,14 +114,15 @@ def wire(p: ModelParts, store: Store, tab: gr.Tab) -> None:
             spec, note = check_spec(model, heads, device, dtype)
             rows = store.set_desired_model(spec)
         except (ValueError, StoreError) as error:
-            gr.Warning(str(error))
-            return {p.message: f"⚠️ {error}", p.details: status(store)}
+            gr.Warning(views.plain(str(error)))
+            return {p.message: f"{views.dot('bad')} {error}", p.details: status(store)}
         if rows == 0:
-            message = ("⚠️ No worker has registered with this store yet, so nothing will load it. Start one: "
-                       f"`python -m worker --db <url> --model {spec.model}` (or run the app without --no-worker).")
+            message = (f"{views.dot('bad')} No worker has registered with this store yet, so nothing will load it. "
+                       f"Start one: `python -m worker --db <url> --model {spec.model}` (or run the app without "
+                       "--no-worker).")
         else:
-            message = (f"✔ `{spec.model}` ({note}) on {spec.device}/{spec.dtype}: the worker loads it before the next "
-                       "draft. Watch the status above.")
+            message = (f"{views.dot('ok')} `{spec.model}` ({note}) on {spec.device}/{spec.dtype}: the worker loads "
+                       "it before the next draft. Watch the status above.")
         gr.Info("Model choice saved.")
         return {p.message: message, p.details: status(store)}
 

@@ -25,10 +25,14 @@ CSS = """
 .ts-draft textarea { font-family: Georgia, 'Iowan Old Style', 'Times New Roman', serif; font-size: 16px;
                      line-height: 1.6; }
 .ts-column { border: 1px solid var(--border-color-primary); border-radius: 8px; padding: 8px; }
+.ts-dot { font-size: 0.9em; margin-right: 2px; }
+.ts-ok { color: #059669; } .ts-run { color: #4f46e5; } .ts-wait { color: #d97706; }
+.ts-off { color: #6b7280; } .ts-bad { color: #dc2626; }
 footer { display: none !important; }
 """
 
 # Ctrl/Cmd+Enter starts a draft (when the Write tab is showing), as in TextGen and NovelAI.
+# Live drafts (.ts-follow) stay scrolled to their newest words unless the writer scrolls up to read.
 HEAD = """
 <script>
 document.addEventListener('keydown', (event) => {
@@ -37,6 +41,20 @@ document.addEventListener('keydown', (event) => {
     if (start && start.offsetParent !== null && !start.disabled) { event.preventDefault(); start.click(); }
   }
 });
+document.addEventListener('scroll', (event) => {
+  const box = event.target;
+  if (box instanceof HTMLTextAreaElement && box.closest('.ts-follow')) {
+    box.dataset.follow = box.scrollHeight - box.scrollTop - box.clientHeight < 40 ? '1' : '0';
+  }
+}, true);
+setInterval(() => {
+  for (const box of document.querySelectorAll('.ts-follow textarea')) {
+    if (box.value.length !== Number(box.dataset.seen || -1) && box.dataset.follow !== '0') {
+      box.scrollTop = box.scrollHeight;
+    }
+    box.dataset.seen = box.value.length;
+  }
+}, 400);
 </script>
 """
 
@@ -47,7 +65,7 @@ def build_page(store: Store, *, worker_hint: str) -> gr.Blocks:
     """worker_hint: what to tell the writer when no worker answers (depends on how the app was started)."""
     with gr.Blocks(title="TokenSwift Studio") as page:
         with gr.Row(elem_id="ts-header"):
-            gr.Markdown("## ✒️ TokenSwift Studio", elem_id="ts-brand")
+            gr.Markdown("## TokenSwift Studio", elem_id="ts-brand")
             banner = gr.Markdown(views.model_banner(store.list_workers(), worker_hint), label="Model banner",
                                  elem_id="ts-banner")
         with gr.Tabs(elem_id="ts-tabs") as tabs:
@@ -62,7 +80,7 @@ def build_page(store: Store, *, worker_hint: str) -> gr.Blocks:
         status_timer = gr.Timer(STATUS_S)
 
         write.wire(write_parts, store, page)
-        compare.wire(compare_parts, store)
+        compare.wire(compare_parts, store, page)
         library.wire(library_parts, store, write_parts, tabs, library_tab)
         model.wire(model_parts, store, model_tab)
 

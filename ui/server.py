@@ -41,10 +41,13 @@ def parse_credentials(auth: str | None, auth_file: str | None) -> Credentials:
     return pairs
 
 
-def create_app(store: Store, credentials: Credentials | None = None, *, worker_hint: str = "") -> FastAPI:
+def create_app(store: Store, credentials: Credentials | None = None, *, own_worker: bool = True) -> FastAPI:
+    """own_worker: app.py spawned the worker (else --no-worker: one runs elsewhere on the same store)."""
+    hint = ("The app's worker has stopped; see the terminal, then restart the app." if own_worker else
+            "The app runs without one (--no-worker): start `python -m worker --db <same url>`.")
     app = FastAPI(title="TokenSwift Studio", docs_url="/api/docs", openapi_url="/api/openapi.json", redoc_url=None)
     app.include_router(create_router(store, credentials or None))  # before the mount: / would shadow it
-    page = build_page(store, worker_hint=worker_hint)
+    page = build_page(store, worker_hint=hint)
     return gr.mount_gradio_app(app, page, path="/", auth=credentials or None, auth_message="TokenSwift Studio",
                                theme=THEME, css=CSS, head=HEAD, footer_links=[])
 

@@ -19,25 +19,35 @@ def progress_line(record: GenerationRecord, words: int, latest: MetricPoint | No
     status = record.status
     if status == "queued":
         wait = f"{ahead} job{'s' if ahead != 1 else ''} ahead" if ahead else "next in line"
-        return f"⏳ Queued ({wait}) — {head}{worker_note}"
+        return f"{dot('wait')} **Queued** ({wait}) — {head}{worker_note}"
     if status == "running":
         if record.control == "pause":
-            return f"⏸ Pausing… — {head}"
+            return f"{dot('wait')} **Pausing…** — {head}"
         if record.control == "cancel":
-            return f"⏹ Stopping… — {head}"
+            return f"{dot('wait')} **Stopping…** — {head}"
         eta = f" · ETA {duration((target - done) / speed)}" if speed and done < target else ""
-        return f"✍️ Writing — {head}{rate}{eta}"
+        return f"{dot('run')} **Writing** — {head}{rate}{eta}"
     if status == "paused":
-        return f"⏸ Paused — {head}. **Resume** continues the very same text."
+        return f"{dot('wait')} **Paused** — {head}. *Resume* continues the very same text."
     if status == "done":
         why = {"eos": "the model ended the story", "stop": "a stop string", "length": "target reached"}
         reason = why.get(record.finish_reason or "", record.finish_reason or "finished")
-        return f"✅ Done ({reason}) — {head} in {duration(record.elapsed_s)}{rate}. **Continue** extends it."
+        return f"{dot('ok')} **Done** ({reason}) — {head} in {duration(record.elapsed_s)}{rate}. *Continue* extends it."
     if status == "cancelled":
-        return f"⏹ Stopped — {head}. **Continue** writes on from here."
+        return f"{dot('off')} **Stopped** — {head}. *Continue* writes on from here."
     if status == "failed":
-        return f"⚠️ Failed — {head}: {record.error or 'unknown error'}"
+        return f"{dot('bad')} **Failed** — {head}: {html.escape(record.error or 'unknown error')}"
     return f"{status} — {head}"
+
+
+def plain(markdown: str) -> str:
+    """Toasts show text, not Markdown."""
+    return markdown.replace("**", "").replace("`", "")
+
+
+def dot(kind: str) -> str:
+    """A coloured status dot (ok, run, wait, off, bad); plain ● where styles are stripped."""
+    return f'<span class="ts-dot ts-{kind}">●</span>'
 
 
 def progress_bar(record: GenerationRecord | None) -> str:
@@ -81,17 +91,17 @@ def model_banner(workers: list[WorkerStatus], no_worker_hint: str) -> str:
     """The one-line model status under the title, and what to do when there is none."""
     w = live_worker(workers)
     if w is None:
-        return f"🔴 **No worker is running.** {no_worker_hint}"
+        return f"{dot('bad')} **No worker is running.** {no_worker_hint}"
     name = short_name(w.model or (w.desired.model if w.desired else ""))
     if w.load_status == "ready":
-        return f"🟢 **{name}** ready on {w.device}/{w.dtype} · context {w.max_context or 0:,} tokens"
+        return f"{dot('ok')} **{name}** ready on {w.device}/{w.dtype} · context {w.max_context or 0:,} tokens"
     if w.load_status == "loading":
-        return f"🟡 Loading **{name}** on {w.device}/{w.dtype}…"
+        return f"{dot('wait')} Loading **{name}** on {w.device}/{w.dtype}…"
     if w.load_status == "failed":
-        return f"🔴 **Model could not be loaded.** {w.load_error or ''} {HOW_TO_POINT}"
+        return f"{dot('bad')} **Model could not be loaded.** {html.escape(w.load_error or '')} {HOW_TO_POINT}"
     if w.desired is None:
-        return f"🟠 **No model chosen yet.** {HOW_TO_POINT}"
-    return f"🟡 Worker idle; it will load **{short_name(w.desired.model)}** before the next draft."
+        return f"{dot('bad')} **No model chosen yet.** {HOW_TO_POINT}"
+    return f"{dot('wait')} Worker idle; it will load **{short_name(w.desired.model)}** before the next draft."
 
 
 def model_details(workers: list[WorkerStatus], queue: int) -> str:

@@ -12,6 +12,7 @@ from pathlib import Path
 import gradio as gr
 
 from storage import Conflict, NotFound, Store, StoreError
+from storage.records import GenerationRecord
 from tokenswift.settings import Settings
 from ui import charts, views
 from ui.forms import MODES, QUICK_LENGTHS, SAMPLERS, FormError, SettingsForm, form_from_settings, parse_target
@@ -86,7 +87,7 @@ def build() -> WriteParts:
             prompt = gr.Textbox(label="Opening / prompt", lines=9, max_lines=18, elem_id="write-prompt",
                                 placeholder="Once upon a time, in a lighthouse at the edge of the map, …  "
                                             "(type or load a .txt; Ctrl+Enter starts)")
-            upload = gr.UploadButton("📄 Load .txt", file_types=[".txt"], size="sm", elem_id="write-upload")
+            upload = gr.UploadButton("Load .txt…", file_types=[".txt"], size="sm", elem_id="write-upload")
             with gr.Row():
                 target = gr.Number(d.target, label="Target length (new tokens)", precision=0,
                                    elem_id="write-target", scale=2)
@@ -112,20 +113,20 @@ def build() -> WriteParts:
                                        elem_id="write-budget")
             with gr.Row():
                 start = gr.Button("▶ Start", variant="primary", elem_id="write-start", scale=2)
-                cont = gr.Button("⏭ Continue", interactive=False, elem_id="write-continue")
+                cont = gr.Button("Continue", interactive=False, elem_id="write-continue")
             with gr.Row():
-                pause = gr.Button("⏸ Pause", interactive=False, elem_id="write-pause", size="sm")
-                resume = gr.Button("⏵ Resume", interactive=False, elem_id="write-resume", size="sm")
-                stop = gr.Button("⏹ Stop", variant="stop", interactive=False, elem_id="write-stop", size="sm")
-                new_book = gr.Button("🗋 New book", elem_id="write-new", size="sm")
+                pause = gr.Button("Pause", interactive=False, elem_id="write-pause", size="sm")
+                resume = gr.Button("Resume", interactive=False, elem_id="write-resume", size="sm")
+                stop = gr.Button("■ Stop", variant="stop", interactive=False, elem_id="write-stop", size="sm")
+                new_book = gr.Button("New book", elem_id="write-new", size="sm")
         with gr.Column(scale=3, min_width=420):
             status = gr.Markdown("Write or load an opening, pick a length, press **Start** (Ctrl+Enter). "
                                  "The draft keeps going if you close this tab.", label="Write status",
                                  elem_id="write-status")
             bar = gr.HTML(views.progress_bar(None), label="Progress", elem_id="write-bar")
             text = gr.Textbox(label=f"Draft (live: last {TAIL_CHARS:,} characters)", lines=16, max_lines=16,
-                              interactive=False, autoscroll=True, elem_id="write-text", elem_classes="ts-draft",
-                              buttons=["copy"])
+                              interactive=False, autoscroll=False, elem_id="write-text",
+                              elem_classes=["ts-draft", "ts-follow"], buttons=["copy"])
             show_all = gr.Button("Show whole text", size="sm", elem_id="write-show-all")
             full = gr.Textbox(label="Whole text", lines=20, max_lines=40, interactive=False, visible=False,
                               elem_id="write-full", elem_classes="ts-draft", buttons=["copy"])
@@ -168,7 +169,7 @@ def render(p: WriteParts, store: Store, watch: Watch | None, *, text=True, chart
         return {p.watch: None, p.status: "No draft open.", p.bar: views.progress_bar(None), p.text: "",
                 p.timer: gr.Timer(active=False), **_buttons(p, None), **empty}
     out = {p.watch: watch, p.status: _status(store, watch), p.bar: views.progress_bar(watch.record),
-           p.timer: gr.Timer(active=watch.active), **_buttons(p, watch.record.status)}
+           p.timer: gr.Timer(active=watch.active), **_buttons(p, watch.record)}
     if text:
         out[p.text] = watch.tail
     if charts_too:
@@ -205,16 +206,29 @@ def _status(store: Store, watch: Watch) -> str:
     return views.progress_line(record, watch.words, watch.latest, ahead, note)
 
 
-def _buttons(p: WriteParts, status: str | None) -> dict:
+def _buttons(p: WriteParts, record: GenerationRecord | None) -> dict:
+    status = record.status if record else None
+    extendable = status in ("done", "cancelled") or (status == "failed" and record.produced_tokens > 0)
     return {p.pause: gr.Button(interactive=status in ACTIVE), p.resume: gr.Button(interactive=status == "paused"),
-            p.stop: gr.Button(interactive=status in (*ACTIVE, "paused")),
-            p.cont: gr.Button(interactive=status in ("done", "cancelled", "failed"))}
+            p.stop: gr.Button(interactive=status in (*ACTIVE, "paused")), p.cont: gr.Button(interactive=extendable)}
+
+
+def no_model_problem(store: Store) -> str | None:
+    """Why a draft started now could not run, if the worker says so (no model chosen, or it failed to load)."""
+    worker = views.live_worker(store.list_workers())
+    if worker is None or worker.load_status in ("ready", "loading"):
+        return None  # no worker: the draft waits in the queue (the status line says so)
+    if worker.desired is None:
+        return f"Model: no model chosen yet. {views.HOW_TO_POINT}"
+    if worker.load_status == "failed" and worker.desired.model == worker.model:
+        return f"Model: {worker.load_error} — choose another in the Model tab."
+    return None
 
 
 def problem(p: WriteParts, message: str) -> dict:
     """A readable message in the status line (and a toast); nothing else changes."""
-    gr.Warning(message)
-    return {p.status: f"⚠️ {message}"}
+    gr.Warning(views.plain(message))
+    return {p.status: f"{views.dot('bad')} {message}"}
 
 
 # --- wiring ---------------------------------------------------------------------------------------------
@@ -226,6 +240,8 @@ def wire(p: WriteParts, store: Store, page: gr.Blocks) -> None:
     def start(title, prompt, book, *form):
         if not (prompt or "").strip():
             return problem(p, "Prompt: write or load the opening of your story first.")
+        if reason := no_model_problem(store):
+            return problem(p, reason)
         try:
             settings = SettingsForm(*form).to_settings(limit=model_limit(store))
             title = (title or "").strip() or "Untitled"
@@ -275,7 +291,8 @@ def wire(p: WriteParts, store: Store, page: gr.Blocks) -> None:
             moved, texted, pointed = watch.refresh(store)
         except NotFound:  # deleted from the Library while we watched
             return {**render(p, store, None), p.status: "This draft was deleted."}
-        out = render(p, store, watch, text=texted, charts_too=pointed) if moved or texted or pointed else {}
+        changed = moved or texted or pointed
+        out = render(p, store, watch, text=texted, charts_too=pointed) if changed else {p.status: gr.skip()}
         if not watch.active:
             out[p.timer] = gr.Timer(active=False)
         return out

@@ -1,0 +1,370 @@
+"""The fast path (fastpath.py) and the adaptive candidate batch (adaptive.py).
+
+On a CPU, in float64: every static-shape pass (AR, draft, verify; each attention kernel) gives the eager
+model's logits, queries, K/V and sampled tokens; the FlexAttention block mask visits exactly the filled
+blocks; a pass traces as one graph whose device-side lengths never force a recompile (what CUDA-graph
+capture needs); sampling on the device equals the host sampler node by node; and the engine emits the
+same tokens with the fast path or the adaptive batch as plain decoding does. Tests marked `cuda` check
+graph capture and replay on a device (`pytest -m cuda`); they skip without one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import pytest
+import torch
+
+from tokenswift.adaptive import CandidatePolicy, Shape, accepted_under, best_shape, ladder
+from tokenswift.engine import Engine
+from tokenswift.fastpath import (
+    ATTENTION,
+    BLOCK,
+    DeviceSampler,
+    FastOptions,
+    FastPasses,
+    FlexAttention,
+    Pass,
+    Visible,
+    effective_kind,
+    enable,
+    trie_paths,
+)
+from tokenswift.generate import Generator
+from tokenswift.kv_cache import KVCache
+from tokenswift.model import causal_mask, with_prefix
+from tokenswift.presets import preset, random_heads, random_model
+from tokenswift.sampling import Sampler
+from tokenswift.settings import Settings
+from tokenswift.trie import build_trie, verify_inputs
+
+CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+pytestmark = pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
+PROMPT = "The old lighthouse keeper climbed the stairs and"
+MINP = dict(temperature=1.0, min_p=0.1, penalty=1.2, penalty_length=64)
+
+
+def tiny(name: str, device="cpu", dtype=torch.float64):
+    return random_model(name, *preset(name, tiny=True), device, dtype)
+
+
+def new_cache(lm, capacity: int) -> KVCache:
+    cfg = lm.config
+    return KVCache(cfg.n_layers, cfg.n_kv_heads, capacity, cfg.head_dim, lm.device, lm.dtype)
+
+
+def random_trie(vocab: int, widths=(1, 3, 2), k: int = 4, seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    levels = [torch.randint(vocab, (w,), generator=g).tolist() for w in widths]
+    paths = [(levels[0][0], *torch.randint(vocab, (3,), generator=g).tolist()) for _ in range(k)]
+    return build_trie(int(torch.randint(vocab, (1,), generator=g)), levels, paths), Shape(tuple(widths), k)
+
+
+def prefilled_pair(lm, length: int, capacity: int, seed: int = 0):
+    """Two caches holding the same prefix: one for the eager model, one for the fast pass; and the ids
+    (a buffer of `capacity` slots, slot = position, as the engine keeps them)."""
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(lm.config.vocab_size, (capacity,), generator=g).to(lm.device)
+    caches = []
+    for _ in range(2):
+        cache = new_cache(lm, capacity)
+        pos = torch.arange(length, device=lm.device)
+        lm.model(ids[:length], pos, cache, 0, causal_mask(0, length, pos, None, lm.device), logits="none")
+        caches.append(cache)
+    return ids, caches
+
+
+def close(a: torch.Tensor, b: torch.Tensor, tol: float) -> bool:
+    return (a.double() - b.double()).abs().max().item() <= tol * max(1.0, b.double().abs().max().item())
+
+
+def path_of(trie, node: int) -> list[int]:
+    path = []
+    while node > 0:
+        path.insert(0, trie.tokens[node])
+        node = trie.parents[node]
+    return path
+
+
+def host_targets(sampler, logits, trie, ids, start: int, w: int) -> list[int]:
+    """The engine's lazy walk sampling, node by node: window = last w of ids[:start+1] + the node's path."""
+    history = ids[: start + 1].tolist()
+    out = []
+    for i in range(len(trie.tokens)):
+        path = path_of(trie, i)
+        window = torch.tensor((history + path)[-w:], device=logits.device)[None] if w else None
+        out.append(int(sampler.sample(logits[i:i + 1], window, [start + len(path) + 1])[0]))
+    return out
+
+
+# -- the passes against the eager model -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("name", "kind"), [("llama3.1-8b", "sdpa"), ("llama3.1-8b", "flex"),
+                                            ("qwen2.5-1.5b", "flex-fold"), ("qwen2.5-1.5b", "sdpa")])
+def test_passes_match_the_eager_model(name, kind):
+    lm = tiny(name)
+    model, length, capacity = lm.model, 150, 300  # 150 crosses a 128-slot block: full and partial blocks
+    lm.ensure_positions(capacity)
+    ids, (eager, fast) = prefilled_pair(lm, length, capacity)
+    sampler = Sampler(Settings(seed=3, **MINP), lm.config.vocab_size, "cpu")
+    passes = FastPasses(lm, fast, FastOptions(attention=kind, bucket=64), sampler, ids)
+    token = ids[length:length + 1]
+    with torch.inference_mode():
+        # AR: the token at slot `length`, then the one sampled for position length + 1 in the same graph
+        ref = model(token, torch.tensor([length]), eager, length).logits
+        assert close(passes.ar(token, length), ref, 1e-10)
+        window = ids[length + 1 - 64:length + 1][None]
+        assert passes.ar_token(length) == int(sampler.sample(ref, window, [length + 1])[0])
+        assert close(fast.k[:, :, :length + 1], eager.k[:, :, :length + 1], 1e-12)  # its K/V, at slot `length`
+        assert close(fast.v[:, :, :length + 1], eager.v[:, :, :length + 1], 1e-12)
+        # verify: a padded tree batch right after it
+        trie, shape = random_trie(lm.config.vocab_size)
+        tokens, positions, tree = verify_inputs(trie, length + 1, shape.slots)
+        mask = with_prefix(tree, length + 1, positions, None)
+        ref = model(tokens, positions, eager, length + 1, mask, capture_queries=True)
+        logits, queries, targets = passes.verify(tokens, positions, tree, length + 1, trie)
+        assert close(logits, ref.logits, 1e-10)
+        assert close(queries, torch.stack(ref.queries), 1e-12)
+        assert targets == host_targets(sampler, ref.logits, trie, ids, length + 1, 64)
+        # draft: the root over a partial cache, with the base head and three chained draft heads
+        partial_e, partial_f = new_cache(lm, 41), new_cache(lm, 41)
+        for partial in (partial_e, partial_f):
+            partial.k[:, :, :40], partial.v[:, :, :40] = eager.k[:, :, 100:140], eager.v[:, :, 100:140]
+        out = model(token, torch.tensor([length]), partial_e, 40)
+        ref = torch.cat([out.logits] + [model.head(s) for s in lm.heads(out.hidden)])
+        assert close(passes.draft(partial_f, int(ids[length]), length, 40, rows=4), ref, 1e-10)
+
+
+@pytest.mark.parametrize("fold", [False, True])
+def test_block_mask_visits_only_the_filled_blocks(fold):
+    lm = tiny("llama3.1-8b")
+    t, capacity = 3, 5 * BLOCK + 17
+    visible = Visible(t, capacity, "cpu")
+    visible.tree.copy_(torch.tensor([[1, 0, 0], [1, 1, 0], [1, 0, 1]], dtype=torch.bool))
+    flex = FlexAttention(lm.model, visible, fold=fold, compiled=False)
+    group = lm.config.group if fold else 1
+    rows, cols = torch.arange(group * t)[:, None], torch.arange(capacity)[None, :]
+    for start in (0, 5, BLOCK - 2, BLOCK, 200, capacity - t):
+        visible.start.fill_(start)
+        flex.prepare()
+        bm, blocks = flex.block_mask, cols // BLOCK
+        full = torch.zeros(flex.kv_blocks, dtype=torch.bool)
+        full[bm.full_kv_indices[0, 0, 0, : int(bm.full_kv_num_blocks[0, 0, 0])].long()] = True
+        part = torch.zeros(flex.kv_blocks, dtype=torch.bool)
+        part[bm.kv_indices[0, 0, 0, : int(bm.kv_num_blocks[0, 0, 0])].long()] = True
+        assert not (full & part).any()
+        last = math.ceil((start + t) / BLOCK)
+        assert not (full | part)[last:].any(), "a block beyond the filled length is read"
+        mod = bm.mask_mod(0, 0, rows, cols)
+        assert mod[:, full[blocks[0]]].all(), "a block marked full must need no mask"
+        dense = full[blocks] | (part[blocks] & mod)
+        assert torch.equal(dense, visible.mask(capacity).repeat(group, 1))
+
+
+def test_kernel_choice_follows_the_group_size():
+    assert effective_kind("auto", preset("llama3.1-8b")[0]) == "flex"  # group 4: GQA decoding kernel
+    assert effective_kind("auto", preset("qwen2.5-7b")[0]) == "flex-fold"  # group 7: folded rows
+    assert effective_kind("flex", preset("qwen2.5-1.5b", tiny=True)[0]) == "flex"
+    lm = tiny("llama3.1-8b")
+    options = {t: FlexAttention(lm.model, Visible(t, 300, "cpu"), fold=False, compiled=False).kernel_options
+               for t in (1, 27, 121)}
+    assert options == {1: None, 27: None, 121: {"BLOCK_M": BLOCK}}  # 4 * 121 rows: tile capped at 128
+
+
+@pytest.mark.parametrize("kind", ["flex", "flex-fold", "sdpa"])
+def test_a_pass_is_one_graph_for_every_length(kind):
+    """fullgraph tracing fails on any host sync or data-dependent branch, and a second call at another
+    length must reuse the graph: what capturing it once as a CUDA graph requires."""
+    lm = tiny("qwen2.5-1.5b", dtype=torch.float32)
+    lm.ensure_positions(400)
+    p = Pass(lm.model, new_cache(lm, 400), 5, kind, 256, "none", queries=True)
+    compiled = []
+
+    def backend(gm, example_inputs):
+        compiled.append(gm)
+        return gm.forward
+
+    torch._dynamo.reset()
+    run = torch.compile(p._compute, backend=backend, fullgraph=True)
+    with torch.inference_mode():
+        for start in (150, 170, 40):
+            p.visible.start.fill_(start)
+            p.positions.copy_(torch.arange(start, start + 5))
+            run()
+            expected = p.logits.clone()
+            p()
+            assert torch.equal(p.logits, expected)
+    assert len(compiled) == 1
+
+
+# -- batched target sampling ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("w", "temperature"), [(0, 1.0), (3, 1.0), (64, 1.0), (64, 0.0)])
+def test_device_sampling_equals_the_host_sampler_node_by_node(w, temperature):
+    vocab, start = 512, 40
+    trie, _ = random_trie(vocab, widths=(1, 3, 3), k=5, seed=3)
+    rows = len(trie.tokens) + 3  # padded like a verify batch
+    settings = Settings(temperature=temperature, min_p=0.05, penalty=1.5, penalty_length=w, seed=4)
+    sampler = Sampler(settings, vocab, "cpu")
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(vocab, (100,), generator=g)
+    logits = torch.randn(rows, vocab, generator=g, dtype=torch.float64)
+    depths = torch.tensor(trie.depths + [0] * 3)
+    tokens = DeviceSampler(sampler, ids)(logits, torch.tensor(start), start + depths, trie_paths(trie, rows))
+    assert tokens[: len(trie.tokens)].tolist() == host_targets(sampler, logits, trie, ids, start, w)
+
+
+# -- the engine: same tokens with the fast path and the adaptive batch --------------------------------------
+
+
+def ar_tokens(lm, settings, prompt):
+    return Generator(lm, settings.replace(mode="ar"), prompt).run()
+
+
+def with_options(lm, **extras):
+    """A copy of the shared fixture with random draft heads and its own extras (never mutate the fixture)."""
+    return dataclasses.replace(lm, heads=random_heads(lm.config, lm.device, lm.dtype, seed=2), extras=extras)
+
+
+def test_fast_engine_emits_the_same_tokens(stories64):
+    prompt = stories64.encode(PROMPT)
+    s = Settings(max_new_tokens=200, seed=2, ignore_eos=True, ngram_topk=5, tree=(1, 2, 2), budget=48, **MINP)
+    expected = ar_tokens(stories64, s, prompt)
+    fast = with_options(stories64)
+    enable(fast, FastOptions(attention="sdpa", bucket=64))
+    assert Generator(fast, s.replace(mode="ar"), prompt).run() == expected
+    gen = Generator(fast, s, prompt)
+    assert gen.run() == expected
+    assert gen.metrics().verify_batch == 1 + (1 + 2 + 4) + 5 * 4  # padded to the fixed batch
+
+
+def test_adaptive_batch_keeps_the_text(stories64):
+    prompt = stories64.encode(PROMPT)
+    s = Settings(max_new_tokens=300, seed=2, ignore_eos=True, ngram_topk=20, budget=48, **MINP)
+    expected = ar_tokens(stories64, s, prompt)
+    adaptive = with_options(stories64, adaptive=True)
+    gen = Generator(adaptive, s, prompt)
+    assert gen.run() == expected
+    batches = gen.metrics().verify_batches
+    assert set(batches) == {"121", "56", "28", "13"}  # every shape ran (at least its warm-up)
+    assert gen.metrics().to_dict()["verify_batch"] in (121, 56, 28, 13)
+    # with the fast path too: each shape is its own fixed-size pass
+    both = with_options(stories64, adaptive=True)
+    enable(both, FastOptions(attention="sdpa", bucket=128))
+    assert Generator(both, s.replace(max_new_tokens=120), prompt).run() == expected[:120]
+
+
+# -- the policy -------------------------------------------------------------------------------------------
+
+
+def test_ladder_is_nested_and_sized():
+    shapes = ladder((1, 3, 3, 3), 20)
+    assert [s.slots for s in shapes] == [121, 56, 28, 13]
+    for big, small in zip(shapes, shapes[1:], strict=False):
+        assert all(a >= b for a, b in zip(big.widths, small.widths, strict=True)) and big.k >= small.k
+    assert [s.slots for s in ladder((1,), 0)] == [2]
+
+
+def test_accepted_under_a_smaller_shape():
+    levels = [[7], [1, 2, 3], [4, 5, 6]]
+    paths = [(7, 9, 9, 9), (7, 2, 8, 8)]
+    full, small = Shape((1, 3, 3), 2), Shape((1, 1, 1), 1)
+    assert accepted_under(full, levels, paths, [7, 3, 6]) == 3
+    assert accepted_under(small, levels, paths, [7, 3, 6]) == 1  # 3 is beyond width 1 at depth 2
+    assert accepted_under(small, levels, paths, [7, 9, 9, 9]) == 4  # the first n-gram path survives k=1
+    assert accepted_under(small, levels, paths, [7, 2, 8, 8]) == 1  # the second does not
+    assert accepted_under(full, levels, paths, []) == 0
+
+
+def test_best_shape_maximises_tokens_per_second():
+    assert best_shape([4.0, 3.0, 2.0], [0.040, 0.020, 0.019]) == 1
+    assert best_shape([4.0, 3.0], [0.010, 0.010]) == 0
+    assert best_shape([None, 2.0], [None, 0.01]) == 1
+
+
+def test_policy_moves_to_a_smaller_batch_when_verify_gets_expensive():
+    shapes = ladder((1, 3, 3, 3), 20)
+    policy = CandidatePolicy(shapes, explore_every=8)
+    levels, paths = [[5], [1, 2, 3], [1, 2, 3], [1, 2, 3]], []
+    cost = {121: 0.050, 56: 0.020, 28: 0.015, 13: 0.012}  # long context: big batches are compute-bound
+    picks = []
+    for _ in range(60):
+        shape = policy.choose()
+        picks.append(shape.slots)
+        policy.observe(shape.cut(levels), paths, [5, 1, 1], cost[shape.slots])  # top-1 path: 3 accepted
+    assert picks[:8] == [121, 121, 56, 56, 28, 28, 13, 13]  # warm-up: each shape twice, largest first
+    assert picks[-10:].count(13) >= 8  # every shape accepts the top-1 path here: the cheapest wins
+
+
+# -- on a CUDA device ----------------------------------------------------------------------------------
+
+
+def run_engine(lm, settings, prompt, n, **kw) -> list[int]:
+    engine = Engine(lm, settings.replace(max_new_tokens=n), prompt, len(prompt), **kw)
+    out = engine.start()
+    step = engine.ts_step if settings.mode == "tokenswift" else engine.ar_step
+    while len(out) < n:
+        out += step().tokens
+    return out[:n]
+
+
+@pytest.mark.cuda
+@CUDA
+@pytest.mark.parametrize("kind", ATTENTION)
+def test_cuda_graphs_replay_the_eager_passes(kind):
+    lm = tiny("llama3.1-8b", device="cuda", dtype=torch.float32)
+    model, capacity = lm.model, 700
+    lm.ensure_positions(capacity)
+    ids, (eager, fast) = prefilled_pair(lm, 300, capacity)
+    passes = FastPasses(lm, fast, FastOptions(attention=kind, bucket=256))
+    with torch.inference_mode():
+        for n in (300, 301, 450):  # the same graph replays at new device-side lengths
+            if n == 450:
+                for cache in (eager, fast):
+                    cache.k[:, :, 302:450].normal_()
+                    cache.v[:, :, 302:450].copy_(cache.k[:, :, 302:450])
+            token = ids[300:301]
+            ref = model(token, torch.tensor([n], device="cuda"), eager, n).logits
+            assert close(passes.ar(token, n), ref, 1e-4)
+            trie, shape = random_trie(lm.config.vocab_size, seed=n)
+            tokens, positions, tree = (t.cuda() for t in verify_inputs(trie, n + 1, shape.slots))
+            ref = model(tokens, positions, eager, n + 1, with_prefix(tree, n + 1, positions, None))
+            assert close(passes.verify(tokens, positions, tree, n + 1)[0], ref.logits, 1e-4)
+    graphs = [p.graph for p in passes.passes.values()]
+    assert all(g is not None for g in graphs)
+    if kind != "sdpa":
+        assert len(graphs) == 2  # flex: one AR and one verify graph for every length
+
+
+@pytest.mark.cuda
+@CUDA
+@pytest.mark.parametrize(("name", "kind"), [("llama3.1-8b", "flex"), ("llama3.1-8b", "sdpa"),
+                                            ("qwen2.5-1.5b", "auto"), ("qwen2.5-7b", "flex")])
+def test_cuda_fast_engine_matches_plain_decoding(name, kind):
+    """float32 on the device: flips are possible in principle (design §3), so report where texts part.
+    The 121-row verify batch of a group of 4 takes the decoding kernel with a capped tile (llama, flex)."""
+    lm = tiny(name, device="cuda", dtype=torch.float32)
+    prompt = torch.randint(lm.config.vocab_size, (200,), generator=torch.Generator().manual_seed(0)).tolist()
+    s = Settings(seed=1, ignore_eos=True, ngram_topk=20, budget=64, **MINP)
+    expected = run_engine(lm, s.replace(mode="ar"), prompt, 300, fast=None)
+    fast = FastOptions(attention=kind)
+    for mode, adaptive in (("ar", False), ("tokenswift", False), ("tokenswift", True)):
+        got = run_engine(lm, s.replace(mode=mode), prompt, 300, fast=fast, adaptive=adaptive)
+        first = next((i for i, (a, b) in enumerate(zip(got, expected, strict=True)) if a != b), None)
+        assert first is None, f"{mode} (adaptive={adaptive}) diverged at token {first}"
+
+
+@pytest.mark.cuda
+@CUDA
+def test_cuda_compile_mode_matches_eager():
+    lm = tiny("llama3.1-8b", device="cuda", dtype=torch.float32)
+    lm.ensure_positions(400)
+    ids, (eager, fast) = prefilled_pair(lm, 200, 400)
+    passes = FastPasses(lm, fast, FastOptions(attention="flex", graphs="compile"))
+    with torch.inference_mode():
+        for n in (200, 201):
+            ref = lm.model(ids[200:], torch.tensor([n], device="cuda"), eager, n).logits
+            assert close(passes.ar(ids[200:], n).clone(), ref, 1e-4)

@@ -1,0 +1,133 @@
+"""A candidate batch that adapts to the context length and the measured pass costs (design §8).
+
+At a short context the verify pass costs about one token's weight read whatever its size, so the full
+121-row batch is free. At 100K the pass reads the whole cache and its attention turns compute-bound near
+295 / (query heads per KV head) rows on an H100, so fewer candidates emit more tokens per second. Each
+iteration the policy picks one of a few nested shapes (tree widths, n-gram k), maximising
+
+    rate(S) = E[tokens per iteration | S] / E[seconds per iteration | S]
+
+- Tokens: after an iteration we know exactly what any shape nested in the one used would have emitted.
+  The walk follows the target's own tokens, which do not depend on the candidates, so a smaller shape
+  accepts the longest prefix of the accepted path that its trie contains. Each iteration thus updates
+  the estimate of every shape at or below the one used.
+- Seconds: a moving average per shape of the measured iteration time; every `explore_every` iterations
+  the shape measured longest ago runs again, so the times follow the growing context.
+
+The choice only decides which candidates are verified. The trie and the walk are lossless for any
+candidate set, so the emitted text is the same whatever the policy does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from .trie import max_nodes
+
+NGRAM_LEN = 4
+
+
+@dataclass(frozen=True)
+class Shape:
+    widths: tuple[int, ...]  # top-k taken from each draft distribution (depth 1 first)
+    k: int  # n-gram candidates
+
+    @property
+    def slots(self) -> int:
+        """Rows of the padded verify batch: fixed per shape, so each shape is one captured graph."""
+        return max_nodes(self.widths, self.k, NGRAM_LEN)
+
+    def cut(self, levels: Sequence[Sequence[int]]) -> list[list[int]]:
+        """This shape's share of the drafter's proposals (each level sorted best first)."""
+        return [list(level[:w]) for level, w in zip(levels, self.widths, strict=False)]
+
+    def label(self) -> str:
+        return f"{'-'.join(map(str, self.widths))}/k{self.k}"
+
+
+def ladder(widths: Sequence[int], k: int) -> list[Shape]:
+    """Nested shapes from the configured one down to a chain: each is contained in the one before.
+
+    For the default (1,3,3,3) with k=20: 121, 56, 28 and 13 verify rows."""
+    widths = tuple(widths)
+    steps = [
+        (widths, k),
+        (tuple(min(w, 2) for w in widths), k // 2),
+        (tuple(min(w, 2) if d < 2 else 1 for d, w in enumerate(widths)), k // 4),
+        (tuple(1 for _ in widths), k // 8),
+    ]
+    shapes: list[Shape] = []
+    for w, kk in steps:
+        shape = Shape(w, kk)
+        if shape not in shapes:
+            shapes.append(shape)
+    return shapes
+
+
+def accepted_under(shape: Shape, levels: Sequence[Sequence[int]], paths: Sequence[Sequence[int]],
+                   accepted: Sequence[int]) -> int:
+    """How many of the `accepted` draft tokens (depth 1 first) `shape`'s trie would have accepted, given the
+    levels and n-gram paths of a shape that contains it."""
+    tree = 0
+    while (tree < len(accepted) and tree < len(shape.widths)
+           and accepted[tree] in levels[tree][: shape.widths[tree]]):
+        tree += 1
+    best = tree
+    for path in paths[: shape.k]:
+        m = 0
+        while m < min(len(path), len(accepted)) and path[m] == accepted[m]:
+            m += 1
+        best = max(best, m)
+    return best
+
+
+def best_shape(tokens: Sequence[float | None], seconds: Sequence[float | None]) -> int:
+    """Index of the shape with the most expected tokens per second (ties: the larger shape, listed first)."""
+    rates = [t / s if t is not None and s else -1.0 for t, s in zip(tokens, seconds, strict=True)]
+    return max(range(len(rates)), key=lambda i: (rates[i], -i))
+
+
+class CandidatePolicy:
+    def __init__(self, shapes: Sequence[Shape], explore_every: int = 16, token_decay: float = 0.1,
+                 time_decay: float = 0.3):
+        self.shapes = list(shapes)
+        self.explore_every, self.token_decay, self.time_decay = explore_every, token_decay, time_decay
+        n = len(self.shapes)
+        self.tokens: list[float | None] = [None] * n  # moving average of tokens per iteration
+        self.seconds: list[float | None] = [None] * n  # moving average of seconds per iteration
+        self.timed = [0] * n  # iterations timed per shape
+        self.last_used = [-1] * n
+        self.iteration = 0
+        self.current = 0
+
+    def choose(self) -> Shape:
+        self.current = self._pick()
+        return self.shapes[self.current]
+
+    def _pick(self) -> int:
+        # Each shape runs twice first: its first time includes one-off costs (graph capture, kernel
+        # compilation) and is not kept. The largest runs first, so every shape gets token estimates.
+        for i, count in enumerate(self.timed):
+            if count < 2:
+                return i
+        if self.iteration % self.explore_every == 0:
+            return min(range(len(self.shapes)), key=lambda i: self.last_used[i])
+        return best_shape(self.tokens, self.seconds)
+
+    def observe(self, levels: Sequence[Sequence[int]], paths: Sequence[Sequence[int]], accepted: Sequence[int],
+                seconds: float) -> None:
+        """One iteration of the current shape: its candidates, the accepted draft tokens, its duration."""
+        i = self.current
+        for j in range(i, len(self.shapes)):
+            tokens = 1 + accepted_under(self.shapes[j], levels, paths, accepted)
+            self.tokens[j] = _average(self.tokens[j], tokens, self.token_decay)
+        if self.timed[i] > 0:
+            self.seconds[i] = _average(self.seconds[i], seconds, self.time_decay)
+        self.timed[i] += 1
+        self.last_used[i] = self.iteration
+        self.iteration += 1
+
+
+def _average(old: float | None, new: float, decay: float) -> float:
+    return new if old is None else old + decay * (new - old)
