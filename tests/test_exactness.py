@@ -116,3 +116,13 @@ def test_changing_k_and_tree_changes_speed_not_text(stories64):
     texts = {tuple(Generator(lm, base.replace(ngram_topk=k, tree=tree), prompt).run())
              for k, tree in [(0, (1,)), (20, (1,)), (5, (1, 2)), (20, (1, 3, 3, 3)), (50, (1, 4, 2))]}
     assert len(texts) == 1
+
+
+def test_sliding_window_model_tokenswift_equals_ar(tmp_path, stories_path):
+    """Mistral-style local attention: every pass (prefill, AR step, verify) must hide the same old keys."""
+    save_checkpoint(hf_model("mistral-window", seed=4, max_position_embeddings=4096), tmp_path, stories_path)
+    lm = load_model(str(tmp_path), dtype="float64")
+    prompt = lm.encode(PROMPT)
+    s = Settings(max_new_tokens=300, seed=3, ignore_eos=True, ngram_lag=0, **SAMPLERS["minp-penalty"])
+    expected = Generator(lm, s.replace(mode="ar"), prompt).run()
+    assert Generator(with_heads(lm, random_heads(lm, 2)), s, prompt).run() == expected

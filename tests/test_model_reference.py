@@ -121,3 +121,19 @@ def test_corrupt_checkpoint_names_the_file(tmp_path, stories_path):
     (tmp_path / "model.safetensors").write_bytes(b"\x00garbage")
     with pytest.raises(ModelLoadError, match="corrupt checkpoint file .*model.safetensors"):
         load_model(str(tmp_path))
+
+
+@torch.no_grad()
+def test_greedy_ar_equals_transformers_generate(stories_path, stories32):
+    from transformers import AutoModelForCausalLM
+
+    from tokenswift.generate import Generator
+    from tokenswift.settings import Settings
+
+    hf = AutoModelForCausalLM.from_pretrained(stories_path, dtype=torch.float32).eval()
+    hf.generation_config.eos_token_id = None  # a fixed 200 tokens on both sides, as with --ignore-eos
+    hf.generation_config.pad_token_id = 0
+    prompt = stories32.encode("Once upon a time, there was a little dog named Max.")
+    reference = hf.generate(torch.tensor([prompt]), max_new_tokens=200, do_sample=False)[0, len(prompt):]
+    ours = Generator(stories32, Settings(mode="ar", temperature=0, max_new_tokens=200, ignore_eos=True), prompt)
+    assert ours.run() == reference.tolist()

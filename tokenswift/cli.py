@@ -1,4 +1,5 @@
-"""The command line: `python -m tokenswift generate | bench | bench-ar | bench-gpu` (argparse wiring only).
+"""The command line: `python -m tokenswift generate | bench | bench-ar | bench-gpu | train-heads | eval-heads |
+import-heads` (argparse wiring only).
 
 Other tools rely on the flag names, the JSON keys and the exit codes: bad input exits with 2 and one
 `error: ...` line on stderr, never a traceback. The benchmark logic lives in bench.py.
@@ -159,7 +160,34 @@ def build_parser() -> argparse.ArgumentParser:
                      help="TokenSwift tokens per iteration assumed by the 100K projection")
     gpu.add_argument("--no-eager", action="store_true", help="skip timing the eager path")
     gpu.set_defaults(func=cmd_bench_gpu)
+
+    add_heads_commands(sub)
     return parser
+
+
+def add_heads_commands(sub) -> None:
+    """train-heads, eval-heads and import-heads: their flags live beside their code."""
+    from . import eval_heads, train_heads
+
+    train = sub.add_parser("train-heads", help="train draft heads on text or on the model's own output")
+    train_heads.add_arguments(train)
+    train.set_defaults(func=lambda args: heads_command(train_heads.run, args))
+    ev = sub.add_parser("eval-heads", help="per-head top-1/top-3 accuracy and loss on held-out text")
+    eval_heads.add_arguments(ev)
+    ev.set_defaults(func=lambda args: heads_command(eval_heads.run, args))
+    imp = sub.add_parser("import-heads", help="import the heads of an official TokenSwift checkpoint")
+    train_heads.add_import_arguments(imp)
+    imp.set_defaults(func=lambda args: heads_command(train_heads.run_import, args))
+
+
+def heads_command(run, args: argparse.Namespace) -> int:
+    """Bad data, settings or checkpoints become one error line (exit 2), like every other command."""
+    from .errors import ModelLoadError
+
+    try:
+        return run(args)
+    except (ValueError, ModelLoadError, FileNotFoundError) as error:
+        raise CliError(str(error)) from error
 
 
 # -- shared steps --------------------------------------------------------------------------------------

@@ -169,7 +169,11 @@ class Engine:
         if self.fast is not None:
             logits = self.fast.ar(self.buf[n:n + 1], n)
         else:
-            logits = self.lm.model(self.buf[n:n + 1], torch.tensor([n], device=self.lm.device), self.cache, n).logits
+            pos = torch.tensor([n], device=self.lm.device)
+            window = self.lm.config.sliding_window
+            # A sliding-window model must mask old keys here too, or AR and verification would differ.
+            mask = causal_mask(n, 1, pos, window, self.lm.device) if window is not None else None
+            logits = self.lm.model(self.buf[n:n + 1], pos, self.cache, n, mask).logits
         return int(self.sampler.sample(logits, self._window(n + 1, []), [n + 1])[0])
 
     # -- TokenSwift ----------------------------------------------------------------------------------

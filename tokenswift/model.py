@@ -56,7 +56,8 @@ class Attention(nn.Module):
         qg = q.transpose(0, 1).reshape(cfg.n_kv_heads, g * t, cfg.head_dim)
         if mask is not None:
             mask = mask.repeat(g, 1)
-        out = F.scaled_dot_product_attention(qg, keys, values, attn_mask=mask)
+        # 4-D inputs: fused CUDA kernels take [batch, heads, tokens, dim]; 3-D would fall back to math.
+        out = F.scaled_dot_product_attention(qg[None], keys[None], values[None], attn_mask=mask)[0]
         out = out.view(cfg.n_kv_heads * g, t, cfg.head_dim).transpose(0, 1).reshape(t, -1)
         return self.o_proj(out), q
 
