@@ -10,6 +10,7 @@ from datetime import datetime
 
 from sqlalchemy import (
     BigInteger,
+    CheckConstraint,
     DateTime,
     Float,
     ForeignKey,
@@ -122,7 +123,7 @@ class MetricRow(Base):
 
 
 class WorkerRow(Base):
-    """What a worker reports about itself, and the model the UI wants it to hold (desired_*)."""
+    """What a worker reports about itself (the model it should hold is DesiredModelRow, shared by all)."""
 
     __tablename__ = "workers"
     worker_id: Mapped[str] = mapped_column(String(200), primary_key=True)
@@ -139,7 +140,19 @@ class WorkerRow(Base):
     memory_bytes: Mapped[int | None] = mapped_column(BigInteger)
     max_context: Mapped[int | None] = mapped_column(Integer)
     current_job_id: Mapped[int | None] = mapped_column(Integer)
-    desired_model: Mapped[str | None] = mapped_column(String(1000))
-    desired_heads: Mapped[str | None] = mapped_column(String(1000))
-    desired_device: Mapped[str | None] = mapped_column(String(50))
-    desired_dtype: Mapped[str | None] = mapped_column(String(50))
+
+
+class DesiredModelRow(Base):
+    """The model chosen in the Model tab (or by a worker's --model); every worker loads it between drafts.
+    Its own table, not a column of the worker rows, so it can be chosen before any worker has started.
+    Exactly one row (id 1), made by the migration: choosing is an UPDATE, never a racing INSERT."""
+
+    __tablename__ = "desired_model"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    model: Mapped[str | None] = mapped_column(String(1000))  # None: nothing chosen yet
+    heads: Mapped[str | None] = mapped_column(String(1000))
+    device: Mapped[str | None] = mapped_column(String(50))
+    dtype: Mapped[str | None] = mapped_column(String(50))
+    updated_at: Mapped[datetime | None] = mapped_column(DateTime)
+
+    __table_args__ = (CheckConstraint("id = 1", name="single_row"),)

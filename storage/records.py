@@ -120,6 +120,14 @@ class ChunkRecord:
 
 
 @dataclass(frozen=True)
+class TextChunk:
+    """A chunk's text without its token ids: what a live view appends."""
+
+    seq: int
+    text: str
+
+
+@dataclass(frozen=True)
 class MetricPoint:
     tokens: int  # generated so far, resumed runs included
     elapsed_s: float  # decoding time so far, resumed runs included
@@ -187,7 +195,6 @@ class WorkerStatus:
     memory_bytes: int | None
     max_context: int | None
     current_job_id: int | None
-    desired: ModelSpec | None
 
     @property
     def heartbeat_age_s(self) -> float:

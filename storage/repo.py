@@ -1,9 +1,9 @@
 """The store's verbs. Each one runs one short transaction and returns plain records (storage/records.py).
 
-Who writes what: the UI/API create books and jobs and set `control` (pause/cancel requests); the worker
-owns a running job (status, chunks, metrics, heartbeat). Every worker write checks that it still owns
-the job, so a worker that lost its claim (lease expired, job deleted) can never append a duplicate.
-Reads that check-then-write lock the row (FOR UPDATE on servers; SQLite's BEGIN IMMEDIATE already
+Who writes what: the UI/API create books and jobs, delete stopped ones and set `control` (pause/cancel
+requests); the worker owns a running job (status, chunks, metrics, heartbeat). Every worker write checks
+that it still owns the job, so a worker that lost its claim (lease expired, job deleted) can never append a
+duplicate. Reads that check-then-write lock the row (FOR UPDATE on servers; SQLite's BEGIN IMMEDIATE already
 serialises writers), so a pause request and a claim cannot interleave.
 """
 
@@ -28,6 +28,7 @@ from storage.records import (
     Owner,
     Progress,
     SessionRecord,
+    TextChunk,
     Tokens,
     from_row,
     pack_ids,
@@ -99,6 +100,12 @@ class Store(WorkerVerbs):
         with self._read() as s:
             rows = s.scalars(select(SessionRow).order_by(SessionRow.updated_at.desc(), SessionRow.id.desc()))
             return [from_row(SessionRecord, r) for r in rows]
+
+    def draft_counts(self) -> dict[int, int]:
+        """Drafts per book (books without any are absent), in one query."""
+        query = select(GenerationRow.session_id, func.count()).group_by(GenerationRow.session_id)
+        with self._read() as s:
+            return dict(s.execute(query).all())
 
     # --- queueing ------------------------------------------------------------------------------------
 
@@ -197,6 +204,12 @@ class Store(WorkerVerbs):
             rows = s.scalars(query.order_by(ChunkRow.seq))
             return [from_row(ChunkRecord, r, token_ids=unpack_ids(r.token_ids)) for r in rows]
 
+    def chunk_texts(self, gen_id: int, after_seq: int = -1) -> list[TextChunk]:
+        """As chunks, text only: a live view polling a long draft skips reading and unpacking the ids."""
+        query = select(ChunkRow.seq, ChunkRow.text).where(ChunkRow.generation_id == gen_id, ChunkRow.seq > after_seq)
+        with self._read() as s:
+            return [TextChunk(seq, text) for seq, text in s.execute(query.order_by(ChunkRow.seq))]
+
     def metric_points(self, gen_id: int, after_tokens: int = -1) -> list[MetricPoint]:
         query = select(MetricRow).where(MetricRow.generation_id == gen_id, MetricRow.tokens > after_tokens)
         with self._read() as s:
@@ -207,6 +220,19 @@ class Store(WorkerVerbs):
         with self._read() as s:
             row = s.scalars(query.limit(1)).first()
             return from_row(MetricPoint, row) if row else None
+
+    def delete_generation(self, gen_id: int) -> None:
+        """Delete one draft with its chunks and metric points (the foreign keys cascade). Drafts continued
+        from it stay: their prompt already holds its text, and the foreign key sets their parent_id to NULL.
+        A queued or running draft is refused: cancel it first, so no worker is left writing to it."""
+        with self._write() as s:
+            row = _get(s, GenerationRow, gen_id, "generation", lock=True)
+            if row.status in ("queued", "running"):
+                raise Conflict(f"cannot delete generation {gen_id}: it is {row.status}; stop (cancel) it first "
+                               "and delete it once it has stopped")
+            book = s.get(SessionRow, row.session_id)
+            book.updated_at = utcnow()
+            s.delete(row)
 
     # --- control (UI side) ---------------------------------------------------------------------------
 

@@ -1,20 +1,22 @@
-"""Store verbs for the worker-status table: what each worker holds, and the model the UI wants it to hold.
+"""Store verbs for the worker-status table (what each worker holds) and the desired model (what they should hold).
 
-Mixed into storage.repo.Store (it provides _read/_write); kept apart because only the worker and the
-Model tab use them.
+Mixed into storage.repo.Store (it provides _read/_write); kept apart because only the worker, the Model tab
+and the status lines use them.
 """
 
 from __future__ import annotations
 
 from sqlalchemy import select, update
 
-from storage.models import GenerationRow, WorkerRow
+from storage.models import DesiredModelRow, GenerationRow, WorkerRow
 from storage.records import ModelSpec, Owner, WorkerStatus, from_row, utcnow
+
+DESIRED_ID = 1  # the desired_model table's one row
 
 
 class WorkerVerbs:
     def register_worker(self, owner: Owner) -> WorkerStatus:
-        """Create or take over this worker id's row (a restart keeps the desired model)."""
+        """Create or take over this worker id's row."""
         with self._write() as s:
             row = s.get(WorkerRow, owner.worker_id)
             if row is None:
@@ -53,14 +55,24 @@ class WorkerVerbs:
             )
             return touched.rowcount == 1
 
-    def set_desired_model(self, spec: ModelSpec, worker_id: str | None = None) -> int:
-        """The Model tab's choice; workers load it between jobs. None: every worker. Returns rows set."""
-        query = update(WorkerRow).values(desired_model=spec.model, desired_heads=spec.heads,
-                                         desired_device=spec.device, desired_dtype=spec.dtype)
-        if worker_id is not None:
-            query = query.where(WorkerRow.worker_id == worker_id)
+    def set_desired_model(self, spec: ModelSpec) -> None:
+        """The Model tab's choice (or a worker's --model). Every worker loads it between drafts; with no
+        worker yet, the first one to start does (unless its own --model overrides it)."""
         with self._write() as s:
-            return s.execute(query.execution_options(synchronize_session=False)).rowcount
+            row = s.get(DesiredModelRow, DESIRED_ID)
+            if row is None:  # a store the 0002 migration did not seed (created by hand)
+                row = DesiredModelRow(id=DESIRED_ID)
+                s.add(row)
+            row.model, row.heads, row.device, row.dtype = spec.model, spec.heads, spec.device, spec.dtype
+            row.updated_at = utcnow()
+
+    def desired_model(self) -> ModelSpec | None:
+        """None until a model has been chosen."""
+        with self._read() as s:
+            row = s.get(DesiredModelRow, DESIRED_ID)
+            if row is None or not row.model:
+                return None
+            return ModelSpec(row.model, row.heads, row.device or "cpu", row.dtype or "float32")
 
     def get_worker(self, worker_id: str) -> WorkerStatus | None:
         with self._read() as s:
@@ -75,8 +87,4 @@ class WorkerVerbs:
 
 
 def _status(row: WorkerRow) -> WorkerStatus:
-    desired = None
-    if row.desired_model:
-        desired = ModelSpec(row.desired_model, row.desired_heads, row.desired_device or "cpu",
-                            row.desired_dtype or "float32")
-    return from_row(WorkerStatus, row, desired=desired)
+    return from_row(WorkerStatus, row)

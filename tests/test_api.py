@@ -5,12 +5,15 @@ from __future__ import annotations
 import io
 import xml.etree.ElementTree as ET
 import zipfile
+from types import SimpleNamespace
 
 import pytest
+from conftest import need_shared
 from fastapi.testclient import TestClient
 
 from storage import open_store
 from storage.records import ModelSpec, Owner, Progress
+from ui import tokens as tokens_module
 from ui.api import create_app
 
 GOOD = {"prompt": "Once upon a time", "max_new_tokens": 300, "mode": "tokenswift", "seed": 7,
@@ -105,14 +108,17 @@ def test_targets_beyond_the_workers_context_are_rejected(client, store):
     store.register_worker(owner)
     store.report_model("gpu0", ModelSpec("stories"), "ready", max_context=512)
     assert client.post("/api/generations", json={**GOOD, "max_new_tokens": 500}).status_code == 201
+    # The worker's model "stories" has no tokenizer here: only max_new_tokens is checked (the worker does the rest).
     response = client.post("/api/generations", json={**GOOD, "max_new_tokens": 513})
-    assert response.status_code == 422 and "context of 512" in response.json()["detail"][0]["msg"]
+    assert response.status_code == 422
+    message = "max_new_tokens: max_new_tokens (513) exceeds the model's context of 512 tokens"
+    assert response.json()["detail"][0]["msg"] == message
     parent = client.post("/api/generations", json=GOOD).json()["id"]
     store.request_cancel(1)  # the first job: out of the way so the worker claims `parent`
     written(store, parent, [([5] * 100, "word " * 100)])
     too_long = client.post("/api/generations", json={"max_new_tokens": 410, "continue_from": parent})
-    assert too_long.status_code == 422
-    assert "410 new + 103 prompt tokens" in too_long.json()["detail"][0]["msg"]  # 3 prompt + 100 generated
+    assert too_long.status_code == 422  # 3 prompt + 100 generated tokens
+    assert "prompt (103 tokens) + max_new_tokens (410) = 513 exceeds" in too_long.json()["detail"][0]["msg"]
 
 
 def test_continue_from_a_finished_draft(client, store):
@@ -127,11 +133,66 @@ def test_continue_from_a_finished_draft(client, store):
     assert tokens == {"prompt_tokens": [1, 400, 401, 5, 6], "tokens": []}
 
 
+def test_prompts_are_counted_with_the_models_tokenizer_before_any_worker(client, store):
+    stories = need_shared()
+    store.set_desired_model(ModelSpec(str(stories)))  # chosen in the Model tab; no worker has started yet
+    prompt = {**GOOD, "prompt": "Once upon a time"}  # <s> + 4 tokens, as the worker counts them
+    too_long = client.post("/api/generations", json={**prompt, "max_new_tokens": 32_768 - 4})
+    assert too_long.status_code == 422
+    assert too_long.json()["detail"] == [{
+        "loc": ["body", "max_new_tokens"], "type": "value_error",
+        "msg": "max_new_tokens: prompt (5 tokens) + max_new_tokens (32764) = 32769 exceeds the model's context of "
+               "32768 tokens"}]
+    assert client.post("/api/generations", json={**prompt, "max_new_tokens": 32_768 - 5}).status_code == 201
+    store.set_desired_model(ModelSpec("/no/such/model"))  # no tokenizer, no worker: the worker will check
+    assert client.post("/api/generations", json={**prompt, "max_new_tokens": 40_000}).status_code == 201
+
+
+def test_tokenizers_are_loaded_once_per_model_and_failures_retried_later(store, monkeypatch):
+    loads = []
+
+    def fake_load(model):
+        loads.append(model)
+        if model == "broken":
+            raise OSError("no tokenizer files")
+        return tokens_module._Loaded(lambda text: SimpleNamespace(input_ids=text.split()), 100)
+
+    monkeypatch.setattr(tokens_module, "_load", fake_load)
+    counter = tokens_module.PromptTokens(store, retry_s=3600)
+    assert counter.measure("a b c") is None  # no model chosen, no worker: nothing to count with
+    store.set_desired_model(ModelSpec("good"))
+    assert counter.measure("a b c") == tokens_module.Measured("good", 3, 100)
+    assert counter.measure("a b") == tokens_module.Measured("good", 2, 100)
+    store.set_desired_model(ModelSpec("broken"))
+    assert counter.measure("a") is None and counter.measure("a") is None
+    assert loads == ["good", "broken"]  # cached, and a failure is not retried at every request
+    counter.retry_s = 0
+    assert counter.measure("a") is None and loads == ["good", "broken", "broken"]
+
+
+def test_delete_a_draft(client, store):
+    gen_id = client.post("/api/generations", json=GOOD).json()["id"]
+    refused = client.delete(f"/api/generations/{gen_id}")
+    assert refused.status_code == 409 and "queued" in refused.json()["detail"]
+    owner = Owner.here("test-worker")
+    store.claim_next(owner)
+    store.append_progress(gen_id, owner, Progress([5, 6], "Hello", 0.5))
+    assert client.delete(f"/api/generations/{gen_id}").status_code == 409  # the worker is writing to it
+    client.post(f"/api/generations/{gen_id}/cancel")
+    store.release(gen_id, owner)  # the worker sees the request and stops
+    assert store.get_generation(gen_id).status == "cancelled"
+    deleted = client.delete(f"/api/generations/{gen_id}")
+    assert deleted.status_code == 204 and deleted.content == b""
+    assert client.get(f"/api/generations/{gen_id}").status_code == 404
+    assert client.delete(f"/api/generations/{gen_id}").status_code == 404
+
+
 def test_unknown_ids_are_404(client):
     for path in ("", "/tokens", "/export?format=txt"):
         assert client.get(f"/api/generations/999{path}").status_code == 404
     for verb in ("pause", "resume", "cancel"):
         assert client.post(f"/api/generations/999/{verb}").status_code == 404
+    assert client.delete("/api/generations/999").status_code == 404
 
 
 def test_pause_resume_cancel(client):

@@ -13,11 +13,13 @@ import pytest
 from sqlalchemy import event
 
 from storage import Conflict, NotFound, StoreError, open_store
-from storage.records import MetricPoint, ModelSpec, Owner, Progress
+from storage.db import make_engine
+from storage.migrate import alembic_config, upgrade
+from storage.records import MetricPoint, ModelSpec, Owner, Progress, TextChunk
 from tokenswift.settings import Settings
 
 REPO = Path(__file__).resolve().parents[1]
-TABLES = {"sessions", "generations", "chunks", "metric_points", "workers", "alembic_version"}
+TABLES = {"sessions", "generations", "chunks", "metric_points", "workers", "desired_model", "alembic_version"}
 
 
 def url(tmp_path: Path) -> str:
@@ -41,7 +43,7 @@ def test_migrations_create_the_schema_on_an_empty_file(tmp_path):
     db = sqlite3.connect(tmp_path / "studio.db")
     tables = {r[0] for r in db.execute("select name from sqlite_master where type='table'")}
     assert tables >= TABLES
-    assert db.execute("select version_num from alembic_version").fetchall() == [("0001",)]
+    assert db.execute("select version_num from alembic_version").fetchall() == [("0002",)]
     assert db.execute("pragma journal_mode").fetchone() == ("wal",)
     open_store(url(tmp_path)).close()  # already at head: nothing to do, nothing broken
 
@@ -211,14 +213,109 @@ def test_books_and_worker_rows(store):
     gen = store.enqueue_generation("x", Settings(max_new_tokens=2), session_id=book.id)
     owner = Owner.here("gpu0")
     store.register_worker(owner)
-    assert store.set_desired_model(ModelSpec("m", None, "cuda", "bfloat16")) == 1
+    store.set_desired_model(ModelSpec("m", None, "cuda", "bfloat16"))
     store.report_model("gpu0", ModelSpec("m"), "ready", memory_bytes=5 * 2**30, max_context=4096)
     status = store.get_worker("gpu0")
-    assert status.desired == ModelSpec("m", None, "cuda", "bfloat16") and status.memory_bytes == 5 * 2**30
+    assert store.desired_model() == ModelSpec("m", None, "cuda", "bfloat16") and status.memory_bytes == 5 * 2**30
     assert store.heartbeat(owner, None) and store.list_workers()[0].heartbeat_age_s < 5
     store.delete_session(book.id)  # foreign keys cascade to the generations
     with pytest.raises(NotFound):
         store.get_generation(gen.id)
+
+
+def finished(store, gen_id: int, prompt_ids: list[int], pieces: list[tuple[list[int], str]]) -> None:
+    """Play the worker: claim `gen_id` (the oldest queued job) and write it to the end, a metric per piece."""
+    owner = Owner.here("w")
+    assert store.claim_next(owner).id == gen_id
+    store.record_start(gen_id, owner, prompt_ids, "m", None)
+    for i, (ids, text) in enumerate(pieces):
+        progress = Progress(ids, text, 0.1 * (i + 1), MetricPoint(tokens=i + 1, elapsed_s=0.1 * (i + 1)))
+        store.append_progress(gen_id, owner, progress, finish="done" if i == len(pieces) - 1 else None)
+
+
+def test_deleting_a_draft_keeps_its_book_and_its_continuations(tmp_path, store):
+    book = store.create_session("Dragons")
+    parent = store.enqueue_generation("Once", Settings(max_new_tokens=3), session_id=book.id).id
+    with pytest.raises(Conflict, match="queued.*cancel"):
+        store.delete_generation(parent)
+    owner = Owner.here("w")
+    store.claim_next(owner)
+    with pytest.raises(Conflict, match="running"):
+        store.delete_generation(parent)  # its worker would go on writing to it
+    store.record_start(parent, owner, [1, 2], "m", None)
+    store.append_progress(parent, owner, Progress([3, 4], " upon", 0.1, MetricPoint(tokens=2, elapsed_s=0.1)),
+                          finish="done")
+    child = store.continue_generation(parent, Settings(max_new_tokens=5)).id
+    other = store.enqueue_generation("Elsewhere", Settings(max_new_tokens=5), session_id=book.id).id
+    store.request_cancel(child)
+    store.delete_generation(parent)
+
+    with pytest.raises(NotFound):
+        store.get_generation(parent)
+    db = sqlite3.connect(tmp_path / "studio.db")
+    for table in ("chunks", "metric_points"):
+        assert db.execute(f"select count(*) from {table} where generation_id=?", (parent,)).fetchone() == (0,)
+    kept = store.get_generation(child)
+    assert kept.parent_id is None and kept.prompt_text == "Once upon"  # its prompt holds the parent's text
+    assert store.get_session(book.id).title == "Dragons"
+    assert {g.id for g in store.list_generations(book.id)} == {child, other}
+    with pytest.raises(NotFound):
+        store.delete_generation(parent)
+
+
+def test_chunk_texts_and_draft_counts(store):
+    first, second = store.create_session("One"), store.create_session("Two")
+    store.create_session("Empty")
+    ids = [store.enqueue_generation(f"p{i}", Settings(max_new_tokens=9), session_id=b.id).id
+           for i, b in enumerate((first, first, second))]
+    finished(store, ids[0], [1], [([5, 6], "Once"), ([7], " upon"), ([8], " a time")])
+    assert store.chunk_texts(ids[0]) == [TextChunk(0, "Once"), TextChunk(1, " upon"), TextChunk(2, " a time")]
+    assert store.chunk_texts(ids[0], after_seq=1) == [TextChunk(2, " a time")]
+    assert store.chunk_texts(ids[1]) == []
+    assert store.draft_counts() == {first.id: 2, second.id: 1}  # books without drafts are absent
+
+
+def test_a_model_is_chosen_before_any_worker_exists(tmp_path, store):
+    assert store.desired_model() is None and store.list_workers() == []
+    store.set_desired_model(ModelSpec("org/first"))
+    store.set_desired_model(ModelSpec("/models/second", "/heads", "cuda", "bfloat16"))
+    other = open_store(url(tmp_path))  # e.g. the worker, started later
+    assert other.desired_model() == ModelSpec("/models/second", "/heads", "cuda", "bfloat16")
+    other.close()
+    db = sqlite3.connect(tmp_path / "studio.db")
+    assert db.execute("select count(*) from desired_model").fetchone() == (1,)  # one row, updated in place
+    with pytest.raises(sqlite3.IntegrityError):
+        db.execute("insert into desired_model (id) values (2)")
+
+
+def test_migration_0002_keeps_the_choice_made_under_0001(tmp_path):
+    engine = make_engine(url(tmp_path))
+    upgrade(engine, "0001")
+    with engine.begin() as c:
+        insert = ("insert into workers (worker_id, host, pid, started_at, heartbeat_at, load_status, desired_model, "
+                  "desired_device, desired_dtype) values (?, 'h', 1, ?, ?, 'idle', ?, 'cuda', 'float16')")
+        c.exec_driver_sql(insert, ("old", "2026-01-01 00:00:00", "2026-01-01 00:00:00", "stale/model"))
+        c.exec_driver_sql(insert, ("new", "2026-01-01 00:00:00", "2026-01-02 00:00:00", "fresh/model"))
+    engine.dispose()
+    store = open_store(url(tmp_path))
+    assert store.desired_model() == ModelSpec("fresh/model", None, "cuda", "float16")
+    assert [w.worker_id for w in store.list_workers()] == ["new", "old"]
+    store.close()
+    db = sqlite3.connect(tmp_path / "studio.db")
+    assert not any(r[1].startswith("desired_") for r in db.execute("pragma table_info(workers)"))
+    db.close()
+
+    from alembic import command
+
+    engine = make_engine(url(tmp_path))  # and back: every worker row gets the choice again
+    config = alembic_config()
+    with engine.begin() as connection:
+        config.attributes["connection"] = connection
+        command.downgrade(config, "0001")
+    with engine.connect() as c:
+        rows = c.exec_driver_sql("select desired_model from workers").fetchall()
+    engine.dispose()
+    assert rows == [("fresh/model",), ("fresh/model",)]
 
 
 def test_full_disk_or_read_only_file_is_a_clear_error_and_loses_nothing(tmp_path, store):

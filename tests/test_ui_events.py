@@ -159,6 +159,8 @@ def test_one_login_guards_ui_and_api(app):
     ({6: 999}, "k (n-gram top-k): k must be in 0..256"),
     ({8: 1.5}, "top-p: must be in (0, 1]"),
     ({3: 50_000}, "exceed the model's context of 32,768 tokens"),
+    ({1: "Once upon a time " * 50, 3: 32_700},  # counted with the model's tokenizer, before queueing
+     "Target length: prompt (202 tokens) + max_new_tokens (32,700) exceed the model's context of 32,768 tokens"),
     ({10: None}, "Seed: enter a number"),
 ])
 def test_start_rejects_bad_input_readably(ui, change, message):
@@ -285,8 +287,20 @@ def test_library(ui):
     assert "Continue by" in ui("/library_continue", gen_id, 0)["Library status"]
     ui.until("/write_tick", lambda o: "Done" in (o["Write status"] or ""))
 
+    assert "choose a draft first" in ui("/library_ask_delete_draft", book_id, None)["Library status"]
+    ask = ui("/library_ask_delete_draft", book_id, gen_id)
+    assert f"Delete draft **#{gen_id}** (done" in ask["Delete draft confirmation"]
+    assert "continued from it keep their text" in ask["Delete draft confirmation"]
+    ui("/library_cancel_delete_draft")
+    assert ui("/library_ask_delete", book_id)["Delete confirmation"].count("its 2 drafts") == 1
+    gone = ui("/library_delete_draft", book_id, gen_id)
+    assert f"Deleted draft #{gen_id}" in gone["Library status"]
+    left = [row[0] for row in gone["Drafts in this book"]["data"]]
+    assert len(left) == 1 and gen_id not in left  # the continuation stays, with the whole text as its prompt
+    assert ui("/library_open", left[0])["Opening / prompt"].startswith("In the library")  # standalone now
+
     ask = ui("/library_ask_delete", book_id)
-    assert "Delete **The Archive** and its 2 drafts?" in ask["Delete confirmation"]
+    assert "Delete **The Archive** and its 1 draft?" in ask["Delete confirmation"]
     ui("/library_cancel_delete")
     assert any(v == book_id for _, v in ui("/library_reload", book_id)["Book"]["choices"])
     gone = ui("/library_delete", book_id)
@@ -306,6 +320,37 @@ def test_model_tab(ui, tmp_path):
     assert "config.json" in ui("/model_apply", str(tmp_path), "", "cpu", "float32")["Model message"]
     ok = ui("/model_apply", str(need_shared()), "", "cpu", "float32")
     assert "the worker loads it" in ok["Model message"] and "stories260k" in ok["Model details"]
+
+
+def test_no_worker_yet_the_model_is_saved_and_prompts_are_checked(tmp_path):
+    """--no-worker: a model chosen before any worker exists is kept, prompts are measured with its tokenizer,
+    and a worker started later without --model loads that choice and writes the draft that waited."""
+    with running_app(tmp_path, "--no-worker", ready=False) as url:
+        ui = UI(url)
+        assert "No worker is running" in ui("/app_status_load")["Model banner"]
+        ok = ui("/model_apply", str(need_shared()), "", "cpu", "float32")
+        assert "Saved" in ok["Model message"] and "No worker is running now" in ok["Model message"]
+        assert "Saved choice" in ok["Model details"] and "stories260k" in ok["Model details"]
+        assert "it loads **stories260k**" in ui("/app_status")["Model banner"]
+        assert ui("/model_refresh")["Model directory or hub id"].endswith("stories260k")
+
+        too_long = ui("/write_start", "Later", "Once upon a time", "TokenSwift", 32_765, *FORM[2:])["Write status"]
+        assert "prompt (5 tokens) + max_new_tokens (32,765) exceed the model's context of 32,768" in too_long
+        queued = ui("/write_start", "Later", "Once upon a time", *FORM)["Write status"]
+        assert "Queued" in queued and "no worker is running" in queued
+
+        env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
+        command = ["nice", sys.executable, "-m", "worker", "--db", f"sqlite:///{tmp_path / 'studio.db'}", "--once",
+                   "--threads", "1"]  # no --model: it must take the saved choice
+        with open(tmp_path / "worker.log", "w") as log:
+            worker = subprocess.Popen(command, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+            try:
+                assert worker.wait(120) == 0, (tmp_path / "worker.log").read_text()[-3000:]
+            finally:
+                if worker.poll() is None:
+                    worker.kill()
+                    worker.wait()
+        assert "Done" in ui("/write_tick")["Write status"]
 
 
 def test_forms_charts_and_word_count_without_an_app():
@@ -337,5 +382,12 @@ def test_forms_charts_and_word_count_without_an_app():
 
 
 def test_banner_without_worker_says_what_to_do():
+    from storage.records import ModelSpec
+
     hint = "The app runs without one (--no-worker): start `python -m worker --db <same url>`."
-    assert "No worker is running" in views.model_banner([], hint) and "--no-worker" in views.model_banner([], hint)
+    banner = views.model_banner([], None, hint)
+    assert "No worker is running" in banner and "--no-worker" in banner and "loads" not in banner
+    saved = views.model_banner([], ModelSpec("../shared/models/stories260k"), hint)
+    assert "--no-worker" in saved and "it loads **stories260k** (saved in the Model tab)" in saved
+    details = views.model_details([], ModelSpec("org/name", None, "cuda", "bfloat16"), 2)
+    assert "Saved choice: `org/name` (cuda/bfloat16)" in details and "2 drafts waiting" in details

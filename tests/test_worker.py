@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from storage import open_store
-from storage.records import utcnow
+from storage.records import ModelSpec, utcnow
 from tokenswift.settings import Settings
 from worker import WorkerConfig, run_worker
 
@@ -232,3 +232,24 @@ def test_fifo_cancel_and_failures_while_the_worker_serves_on(store, workers, sto
     assert starts == sorted(starts)  # FIFO
     assert all(a.finished_at <= b.started_at for a, b in zip(gens, gens[1:], strict=False))  # one at a time
     assert gens[2].model == model
+
+
+def test_the_saved_model_choice_and_the_command_lines_override(tmp_path):
+    """Which model a worker asks its holder for (stubbed: nothing loads): the choice saved before any worker
+    existed, unless --model is given, which then becomes the saved choice."""
+    from worker.loop import Worker
+
+    store = open_store(f"sqlite:///{tmp_path / 'studio.db'}")
+    store.set_desired_model(ModelSpec("org/chosen-in-the-ui"))  # no worker row yet (--no-worker, first start)
+    asked = []
+
+    def serve(config: WorkerConfig) -> None:
+        worker = Worker(store, config)
+        worker.holder.ensure = lambda spec, retry=True: asked.append(spec)
+        worker.serve()
+
+    serve(WorkerConfig(worker_id="w", once=True))
+    assert asked == [ModelSpec("org/chosen-in-the-ui")]
+    serve(WorkerConfig(model="/cli/model", device="cuda", dtype="bfloat16", worker_id="w", once=True))
+    assert asked[-1] == ModelSpec("/cli/model", None, "cuda", "bfloat16") == store.desired_model()
+    store.close()

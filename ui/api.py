@@ -5,13 +5,15 @@
                                      "text", "metrics", "session_id", "parent_id", "finish_reason", "error"}
     GET  /api/generations/{id}/tokens        -> {"prompt_tokens": [...], "tokens": [...]}
     POST /api/generations/{id}/pause|resume|cancel
+    DELETE /api/generations/{id}             -> 204 (409 while queued or running: cancel it first)
     GET  /api/generations/{id}/export?format=txt|md|epub|docx[&title=&author=]
     GET  /api/health
 
 Validation errors are 422 in FastAPI's shape, {"detail": [{"loc": [...], "msg", "type"}]}, and every
 msg starts with the field it is about ("settings.penalty_window: W must be >= 0"). Settings go through
 tokenswift.settings.Settings, so the API, the CLI and the UI reject the same values with the same words.
-This process never loads the model: it only reads and writes the store.
+This process never loads the model: it reads and writes the store, and loads only the model's tokenizer
+(ui/tokens.py) to refuse a prompt + max_new_tokens beyond the context up front, in the engine's words.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from storage import Conflict, NotFound, Store, StoreError
 from storage.export import FORMATS, Book, export_book
 from storage.records import GenerationRecord
 from tokenswift.settings import Settings, SettingsError
+from ui.tokens import PromptTokens
 
 # API name -> Settings field, where they differ (the UI labels W "penalty window").
 SETTING_NAMES = {"penalty_window": "penalty_length"}
@@ -94,19 +97,31 @@ def to_settings(request: GenerationIn) -> Settings:
         raise invalid(field, str(error).split(": ", 1)[-1]) from None
 
 
-def check_context(store: Store, request: GenerationIn) -> None:
-    """Reject a target the model cannot hold, when a worker has told us its context length."""
+def check_context(store: Store, request: GenerationIn, tokens: PromptTokens | None = None) -> None:
+    """Reject a target the model cannot hold. A new prompt is counted with the model's tokenizer when this
+    process can load it; otherwise only max_new_tokens is checked, against the context a worker reported,
+    and the worker refuses the job if the prompt makes it too long."""
     limit = next((w.max_context for w in store.list_workers() if w.max_context), None)
-    prompt_tokens = 0
+    prompt_tokens = None
     if request.continue_from is not None:
         try:
             parent = store.get_generation(request.continue_from, with_text=False)
         except NotFound:
             raise invalid("continue_from", f"no generation {request.continue_from}") from None
         prompt_tokens = len(store.get_tokens(parent.id).prompt_ids) + parent.produced_tokens
-    if limit and prompt_tokens + request.max_new_tokens > limit:
-        wanted = f"{request.max_new_tokens} new + {prompt_tokens} prompt tokens"
-        raise invalid("max_new_tokens", f"{wanted} exceed the model's context of {limit} tokens")
+    elif tokens is not None and (measured := tokens.measure(request.prompt)) is not None:
+        prompt_tokens, limit = measured.tokens, measured.context or limit
+    if limit and (prompt_tokens or 0) + request.max_new_tokens > limit:
+        raise invalid("max_new_tokens", beyond_context(prompt_tokens, request.max_new_tokens, limit))
+
+
+def beyond_context(prompt_tokens: int | None, max_new_tokens: int, limit: int) -> str:
+    """The engine's words (tokenswift.generate.validate), so the API and a failed job say the same."""
+    if prompt_tokens is None:
+        return f"max_new_tokens ({max_new_tokens}) exceeds the model's context of {limit} tokens"
+    total = prompt_tokens + max_new_tokens
+    return (f"prompt ({prompt_tokens} tokens) + max_new_tokens ({max_new_tokens}) = {total} exceeds the model's "
+            f"context of {limit} tokens")
 
 
 def enqueue(store: Store, request: GenerationIn, settings: Settings) -> GenerationRecord:
@@ -152,11 +167,13 @@ def basic_auth(credentials: Sequence[tuple[str, str]]):
     return check
 
 
-def create_router(store: Store, credentials: Sequence[tuple[str, str]] | None = None) -> APIRouter:
-    """The /api routes over `store`. With credentials, every route needs HTTP Basic with one pair."""
+def create_router(store: Store, credentials: Sequence[tuple[str, str]] | None = None,
+                  tokens: PromptTokens | None = None) -> APIRouter:
+    """The /api routes over `store`. With credentials, every route needs HTTP Basic with one pair. `tokens`:
+    the app's tokenizer cache (shared with the UI); without one the router keeps its own."""
     guard = [Depends(basic_auth(credentials))] if credentials else []
     router = APIRouter(prefix="/api", dependencies=[*guard, Depends(store_errors)])
-    add_generation_routes(router, store)
+    add_generation_routes(router, store, tokens or PromptTokens(store))
     add_control_routes(router, store)
 
     @router.get("/health")
@@ -174,17 +191,25 @@ def create_router(store: Store, credentials: Sequence[tuple[str, str]] | None = 
     return router
 
 
-def add_generation_routes(router: APIRouter, store: Store) -> None:
+def add_generation_routes(router: APIRouter, store: Store, tokens: PromptTokens) -> None:
     @router.post("/generations", status_code=201)
     def create_generation(payload: Annotated[dict[str, Any], Body()]) -> dict:
         request, settings = parse_request(payload)
-        check_context(store, request)
+        check_context(store, request, tokens)
         gen = enqueue(store, request, settings)
         return {"id": gen.id, "status": gen.status, "session_id": gen.session_id}
 
     @router.get("/generations/{gen_id}")
     def get_generation(gen_id: int) -> dict:
         return generation_view(store, found(store.get_generation, gen_id))
+
+    @router.delete("/generations/{gen_id}", status_code=204)
+    def delete_generation(gen_id: int) -> Response:
+        try:
+            found(store.delete_generation, gen_id)
+        except Conflict as error:
+            raise HTTPException(409, detail=str(error)) from None
+        return Response(status_code=204)
 
     @router.get("/generations/{gen_id}/tokens")
     def get_tokens(gen_id: int) -> dict:
@@ -236,5 +261,5 @@ def found(read, gen_id: int):
 def create_app(store: Store, credentials: Sequence[tuple[str, str]] | None = None) -> FastAPI:
     """A stand-alone app with just the API (tests, headless servers); app.py mounts the router instead."""
     app = FastAPI(title="TokenSwift Studio API")
-    app.include_router(create_router(store, credentials))
+    app.include_router(create_router(store, credentials, PromptTokens(store)))
     return app

@@ -45,7 +45,10 @@ class SettingsForm:
     seed: float | None = DEFAULTS["seed"]
     budget: float | None = DEFAULTS["budget"]
 
-    def to_settings(self, *, limit: int | None = None, prompt_tokens: int = 0) -> Settings:
+    def to_settings(self, *, limit: int | None = None, prompt_tokens: int = 0,
+                    prompt_label: str = "prompt") -> Settings:
+        """limit: the model's context, checked against prompt_tokens (as counted by the model's tokenizer; 0
+        when unknown) + the target; prompt_label names those tokens in the message."""
         if self.mode not in MODES:
             raise FormError(f"Mode: choose one of {', '.join(MODES)}")
         if self.sampler not in SAMPLERS:
@@ -64,8 +67,11 @@ class SettingsForm:
         budget = _whole(self.budget, "budget")
         values["budget"] = budget or None  # 0 = automatic
         if limit and prompt_tokens + values["max_new_tokens"] > limit:
-            wanted = f"{values['max_new_tokens']:,} new" + (f" + {prompt_tokens:,} existing" if prompt_tokens else "")
-            raise FormError(f"Target length: {wanted} tokens exceed the model's context of {limit:,} tokens")
+            new = f"max_new_tokens ({values['max_new_tokens']:,})"
+            if not prompt_tokens:
+                raise FormError(f"Target length: {new} exceeds the model's context of {limit:,} tokens")
+            raise FormError(f"Target length: {prompt_label} ({prompt_tokens:,} tokens) + {new} exceed the model's "
+                            f"context of {limit:,} tokens")
         return settings_from(values)
 
 

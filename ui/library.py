@@ -1,5 +1,5 @@
-"""Library tab: books and their drafts. Open (into Write), rename, delete (after a confirmation), continue,
-and export TXT/MD/EPUB/DOCX with a title and author."""
+"""Library tab: books and their drafts. Open (into Write), rename, delete a book or one draft (after a
+confirmation), continue, and export TXT/MD/EPUB/DOCX with a title and author."""
 
 from __future__ import annotations
 
@@ -38,6 +38,11 @@ class LibraryParts:
     open: gr.Button
     extend_by: gr.Number
     cont: gr.Button
+    delete_draft: gr.Button
+    draft_confirm: gr.Row
+    draft_confirm_text: gr.Markdown
+    draft_confirm_yes: gr.Button
+    draft_confirm_no: gr.Button
     fmt: gr.Radio
     export: gr.Button
     file: gr.File
@@ -45,7 +50,8 @@ class LibraryParts:
 
     @property
     def listing(self) -> list:
-        return [self.book, self.books, self.title, self.author, self.drafts, self.draft, self.confirm]
+        return [self.book, self.books, self.title, self.author, self.drafts, self.draft, self.confirm,
+                self.draft_confirm]
 
 
 def build() -> LibraryParts:
@@ -72,26 +78,35 @@ def build() -> LibraryParts:
         open_ = gr.Button("Open in Write", variant="primary", size="sm", elem_id="library-open")
         extend_by = gr.Number(1000, label="Continue by (tokens)", precision=0, elem_id="library-extend")
         cont = gr.Button("Continue", size="sm", elem_id="library-continue")
+        delete_draft = gr.Button("Delete draft…", variant="stop", size="sm", elem_id="library-delete-draft")
+    with gr.Row(visible=False, elem_id="library-draft-confirm") as draft_confirm:
+        draft_confirm_text = gr.Markdown("", label="Delete draft confirmation")
+        draft_confirm_yes = gr.Button("Yes, delete the draft", variant="stop", size="sm",
+                                      elem_id="library-delete-draft-yes")
+        draft_confirm_no = gr.Button("Cancel", size="sm", elem_id="library-delete-draft-no")
     with gr.Row():
         fmt = gr.Radio(list(FORMAT_LABELS), value="EPUB", label="Export format", elem_id="library-format", scale=3)
         export = gr.Button("Export", variant="primary", elem_id="library-export", scale=1, min_width=120)
     file = gr.File(label="Exported file", interactive=False, elem_id="library-file")
     return LibraryParts(book, refresh, books, title, author, save, delete, confirm, confirm_text, confirm_yes,
-                        confirm_no, drafts, draft, open_, extend_by, cont, fmt, export, file, status)
+                        confirm_no, drafts, draft, open_, extend_by, cont, delete_draft, draft_confirm,
+                        draft_confirm_text, draft_confirm_yes, draft_confirm_no, fmt, export, file, status)
 
 
 def listing(p: LibraryParts, store: Store, book_id: int | None) -> dict:
     """Books, the chosen one (kept if it still exists, else the newest), and its drafts."""
-    sessions = store.list_sessions()
-    counts: dict[int, int] = {}
-    for gen in store.list_generations():
-        counts[gen.session_id] = counts.get(gen.session_id, 0) + 1
+    sessions, counts = store.list_sessions(), store.draft_counts()
     ids = [s.id for s in sessions]
     book_id = book_id if book_id in ids else (ids[0] if ids else None)
     rows = [[s.id, s.title, s.author, counts.get(s.id, 0), f"{s.updated_at:%Y-%m-%d %H:%M}"] for s in sessions]
     choices = [(f"#{s.id} · {s.title}", s.id) for s in sessions]
-    out = {p.book: gr.Dropdown(choices=choices, value=book_id), p.books: rows, p.confirm: gr.Row(visible=False)}
+    out = {p.book: gr.Dropdown(choices=choices, value=book_id), p.books: rows, **hidden(p)}
     return {**out, **book_view(p, store, book_id)}
+
+
+def hidden(p: LibraryParts) -> dict:
+    """Both delete confirmations closed (what they asked about may have changed)."""
+    return {p.confirm: gr.Row(visible=False), p.draft_confirm: gr.Row(visible=False)}
 
 
 def book_view(p: LibraryParts, store: Store, book_id: int | None) -> dict:
@@ -135,7 +150,7 @@ def wire(p: LibraryParts, store: Store, w: WriteParts, tabs: gr.Tabs, tab: gr.Ta
 
     def select_book(book_id):
         try:
-            return {**book_view(p, store, book_id), p.confirm: gr.Row(visible=False)}
+            return {**book_view(p, store, book_id), **hidden(p)}
         except NotFound:
             return {**listing(p, store, None), **say(f"Book #{book_id} no longer exists.", ok=False)}
 
@@ -154,11 +169,11 @@ def wire(p: LibraryParts, store: Store, w: WriteParts, tabs: gr.Tabs, tab: gr.Ta
         if book_id is None:
             return say("Delete: choose a book first.", ok=False)
         try:
-            book, drafts = store.get_session(book_id), len(store.list_generations(book_id))
+            book, drafts = store.get_session(book_id), store.draft_counts().get(book_id, 0)
         except NotFound:
             return {**listing(p, store, None), **say(f"Book #{book_id} no longer exists.", ok=False)}
         text = f"Delete **{book.title}** and its {drafts} draft{'s' if drafts != 1 else ''}? This cannot be undone."
-        return {p.confirm: gr.Row(visible=True), p.confirm_text: text}
+        return {p.confirm: gr.Row(visible=True), p.confirm_text: text, p.draft_confirm: gr.Row(visible=False)}
 
     def delete(book_id):
         try:
@@ -170,6 +185,32 @@ def wire(p: LibraryParts, store: Store, w: WriteParts, tabs: gr.Tabs, tab: gr.Ta
 
     def cancel_delete():
         return {p.confirm: gr.Row(visible=False)}
+
+    def ask_delete_draft(book_id, gen_id):
+        if gen_id is None:
+            return say("Delete draft: choose a draft first.", ok=False)
+        try:
+            gen = store.get_generation(gen_id, with_text=False)
+        except NotFound:
+            return {**listing(p, store, book_id), **say(f"Draft #{gen_id} no longer exists.", ok=False)}
+        if gen.status in ("queued", "running"):  # the store refuses too; say so before asking
+            return say(f"Delete draft: #{gen_id} is {gen.status}; stop it first (open it in Write, press Stop).",
+                       ok=False)
+        text = (f"Delete draft **#{gen.id}** ({gen.status}, {gen.produced_tokens:,} tokens, begins “"
+                f"{_begins(gen.prompt_text)}”)? Drafts continued from it keep their text. This cannot be undone.")
+        return {p.draft_confirm: gr.Row(visible=True), p.draft_confirm_text: text, p.confirm: gr.Row(visible=False)}
+
+    def delete_draft(book_id, gen_id):
+        if gen_id is None:
+            return say("Delete draft: choose a draft first.", ok=False)
+        try:
+            store.delete_generation(gen_id)
+        except (Conflict, NotFound, StoreError) as error:
+            return {**listing(p, store, book_id), **say(f"Delete draft: {error}", ok=False)}
+        return {**listing(p, store, book_id), **say(f"Deleted draft #{gen_id}.")}
+
+    def cancel_delete_draft():
+        return {p.draft_confirm: gr.Row(visible=False)}
 
     def open_draft(gen_id):
         if gen_id is None:
@@ -190,8 +231,8 @@ def wire(p: LibraryParts, store: Store, w: WriteParts, tabs: gr.Tabs, tab: gr.Ta
             limit = write.model_limit(store)
             existing = len(store.get_tokens(gen_id).prompt_ids) + parent.produced_tokens
             if limit and existing + settings.max_new_tokens > limit:
-                raise FormError(f"Continue by: {existing:,} + {settings.max_new_tokens:,} tokens exceed the "
-                                f"model's context of {limit:,}")
+                raise FormError(f"Continue by: existing text ({existing:,} tokens) + max_new_tokens "
+                                f"({settings.max_new_tokens:,}) exceed the model's context of {limit:,} tokens")
             child = store.continue_generation(gen_id, settings)
         except FormError as error:
             return say(str(error).replace("Target length", "Continue by"), ok=False)
@@ -218,6 +259,13 @@ def wire(p: LibraryParts, store: Store, w: WriteParts, tabs: gr.Tabs, tab: gr.Ta
                    **fast)
     p.confirm_yes.click(delete, p.book, [*p.listing, p.status], api_name="library_delete", **fast)
     p.confirm_no.click(cancel_delete, None, p.confirm, api_name="library_cancel_delete", **fast)
+    p.draft.input(cancel_delete_draft, None, p.draft_confirm, api_name="library_select_draft", **fast)
+    p.delete_draft.click(ask_delete_draft, [p.book, p.draft], [*p.listing, p.draft_confirm_text, p.status],
+                         api_name="library_ask_delete_draft", **fast)
+    p.draft_confirm_yes.click(delete_draft, [p.book, p.draft], [*p.listing, p.status], api_name="library_delete_draft",
+                              **fast)
+    p.draft_confirm_no.click(cancel_delete_draft, None, p.draft_confirm, api_name="library_cancel_delete_draft",
+                             **fast)
     p.open.click(open_draft, p.draft, [*w.opened, tabs, p.status], api_name="library_open", **fast)
     p.cont.click(continue_draft, [p.draft, p.extend_by], [*w.opened, tabs, p.status], api_name="library_continue",
                  **fast)

@@ -41,7 +41,7 @@ class Watch:
         moved = (record.status, record.produced_tokens, record.control) != (
             self.record.status, self.record.produced_tokens, self.record.control) or self.last_seq < 0
         self.record = record
-        chunks = store.chunks(self.gen_id, after_seq=self.last_seq)
+        chunks = store.chunk_texts(self.gen_id, after_seq=self.last_seq)  # text only: no ids to unpack
         for chunk in chunks:
             if chunk.seq > self.last_seq:  # a Pause click and a tick may refresh the same Watch at once
                 self._add_text(chunk.text)

@@ -1,8 +1,9 @@
 """Model tab: which checkpoint the worker holds, and the one it should hold next.
 
-The UI never loads a model (it has no torch); it checks what it can cheaply (the directory exists and
-holds a config.json, a hub id is in the local Hugging Face cache when offline) and writes the desired
-model to the worker-status row. The worker reloads between drafts and reports success or the error.
+The UI never loads a model's weights; it checks what it can cheaply (the directory exists and holds a
+config.json, a hub id is in the local Hugging Face cache when offline) and saves the choice in the store
+(Store.set_desired_model), whether or not a worker runs yet. Workers reload between drafts and report
+success or the error; one started later loads the saved choice, unless its own --model overrides it.
 """
 
 from __future__ import annotations
@@ -103,7 +104,7 @@ def _cached(repo_id: str) -> bool:
 
 
 def status(store: Store) -> str:
-    return views.model_details(store.list_workers(), store.queue_length())
+    return views.model_details(store.list_workers(), store.desired_model(), store.queue_length())
 
 
 def wire(p: ModelParts, store: Store, tab: gr.Tab) -> None:
@@ -112,25 +113,27 @@ def wire(p: ModelParts, store: Store, tab: gr.Tab) -> None:
     def apply(model, heads, device, dtype):
         try:
             spec, note = check_spec(model, heads, device, dtype)
-            rows = store.set_desired_model(spec)
+            store.set_desired_model(spec)
+            running = views.live_worker(store.list_workers()) is not None
         except (ValueError, StoreError) as error:
             gr.Warning(views.plain(str(error)))
             return {p.message: f"{views.dot('bad')} {error}", p.details: status(store)}
-        if rows == 0:
-            message = (f"{views.dot('bad')} No worker has registered with this store yet, so nothing will load it. "
-                       f"Start one: `python -m worker --db <url> --model {spec.model}` (or run the app without "
-                       "--no-worker).")
+        chosen = f"`{spec.model}` ({note}) on {spec.device}/{spec.dtype}"
+        if running:
+            message = f"{views.dot('ok')} {chosen}: the worker loads it before the next draft. Watch the status above."
         else:
-            message = (f"{views.dot('ok')} `{spec.model}` ({note}) on {spec.device}/{spec.dtype}: the worker loads "
-                       "it before the next draft. Watch the status above.")
+            message = (f"{views.dot('wait')} Saved {chosen}. No worker is running now; the next one to start loads "
+                       "it: `python -m worker --db <url>`, or the app without --no-worker. A `--model` on the "
+                       "worker's command line takes precedence over this choice.")
         gr.Info("Model choice saved.")
         return {p.message: message, p.details: status(store)}
 
     def fill():
-        """Tab opened: the current status, and the form set to what the worker holds or will hold."""
-        workers = store.list_workers()
-        w = views.live_worker(workers) or (workers[0] if workers else None)
-        spec = w.desired if w and w.desired else None
+        """Tab opened: the current status, and the form set to the saved choice (else what a worker holds)."""
+        spec = store.desired_model()
+        if spec is None:
+            w = views.live_worker(store.list_workers())
+            spec = ModelSpec(w.model, w.heads, w.device or "cpu", w.dtype or "float32") if w and w.model else None
         out = {p.details: status(store)}
         if spec:
             out.update({p.model: spec.model, p.heads: spec.heads or "", p.device: spec.device, p.dtype: spec.dtype})

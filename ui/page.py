@@ -10,6 +10,7 @@ import gradio as gr
 
 from storage import Store
 from ui import compare, library, model, views, write
+from ui.tokens import PromptTokens
 
 STATUS_S = 3.0
 
@@ -61,13 +62,15 @@ setInterval(() => {
 THEME = gr.themes.Soft(primary_hue="indigo", neutral_hue="slate")
 
 
-def build_page(store: Store, *, worker_hint: str) -> gr.Blocks:
-    """worker_hint: what to tell the writer when no worker answers (depends on how the app was started)."""
+def build_page(store: Store, *, worker_hint: str, tokens: PromptTokens | None = None) -> gr.Blocks:
+    """worker_hint: what to tell the writer when no worker answers (depends on how the app was started).
+    tokens: the app's tokenizer cache, for the Write tab's prompt-length check (a new one if not given)."""
+    tokens = tokens or PromptTokens(store)
     with gr.Blocks(title="TokenSwift Studio") as page:
         with gr.Row(elem_id="ts-header"):
             gr.Markdown("## TokenSwift Studio", elem_id="ts-brand")
-            banner = gr.Markdown(views.model_banner(store.list_workers(), worker_hint), label="Model banner",
-                                 elem_id="ts-banner")
+            banner = gr.Markdown(views.model_banner(store.list_workers(), store.desired_model(), worker_hint),
+                                 label="Model banner", elem_id="ts-banner")
         with gr.Tabs(elem_id="ts-tabs") as tabs:
             with gr.Tab("Write", id="write", elem_id="tab-write"):
                 write_parts = write.build()
@@ -79,13 +82,14 @@ def build_page(store: Store, *, worker_hint: str) -> gr.Blocks:
                 model_parts = model.build()
         status_timer = gr.Timer(STATUS_S)
 
-        write.wire(write_parts, store, page)
+        write.wire(write_parts, store, page, tokens)
         compare.wire(compare_parts, store, page)
         library.wire(library_parts, store, write_parts, tabs, library_tab)
         model.wire(model_parts, store, model_tab)
 
         def refresh_status():
-            return views.model_banner(store.list_workers(), worker_hint), write.limit_line(store), model.status(store)
+            banner = views.model_banner(store.list_workers(), store.desired_model(), worker_hint)
+            return banner, write.limit_line(store), model.status(store)
 
         status_timer.tick(refresh_status, None, [banner, write_parts.limit, model_parts.details],
                           api_name="app_status", show_progress="hidden", concurrency_limit=None)

@@ -12,6 +12,7 @@ from fastapi import FastAPI
 from storage import Store
 from ui.api import create_router
 from ui.page import CSS, HEAD, THEME, build_page
+from ui.tokens import PromptTokens
 
 log = logging.getLogger(__name__)
 
@@ -46,8 +47,9 @@ def create_app(store: Store, credentials: Credentials | None = None, *, own_work
     hint = ("The app's worker has stopped; see the terminal, then restart the app." if own_worker else
             "The app runs without one (--no-worker): start `python -m worker --db <same url>`.")
     app = FastAPI(title="TokenSwift Studio", docs_url="/api/docs", openapi_url="/api/openapi.json", redoc_url=None)
-    app.include_router(create_router(store, credentials or None))  # before the mount: / would shadow it
-    page = build_page(store, worker_hint=hint)
+    tokens = PromptTokens(store)  # one tokenizer cache for the API and the Write tab
+    app.include_router(create_router(store, credentials or None, tokens))  # before the mount: / would shadow it
+    page = build_page(store, worker_hint=hint, tokens=tokens)
     return gr.mount_gradio_app(app, page, path="/", auth=credentials or None, auth_message="TokenSwift Studio",
                                theme=THEME, css=CSS, head=HEAD, footer_links=[])
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import html
 
-from storage.records import GenerationRecord, MetricPoint, WorkerStatus
+from storage.records import GenerationRecord, MetricPoint, ModelSpec, WorkerStatus
 
 WORKER_SILENT_S = 15.0  # a worker row older than this is shown as not running
 
@@ -79,51 +79,62 @@ def size(n_bytes: int | None) -> str:
 
 
 def live_worker(workers: list[WorkerStatus]) -> WorkerStatus | None:
-    fresh = [w for w in workers if w.heartbeat_age_s < WORKER_SILENT_S and w.load_status != "stopped"]
+    fresh = [w for w in workers if _alive(w)]
     return fresh[0] if fresh else None
+
+
+def _alive(w: WorkerStatus) -> bool:
+    return w.heartbeat_age_s < WORKER_SILENT_S and w.load_status != "stopped"
 
 
 HOW_TO_POINT = ("Point it at a model: restart with `python app.py --model ../shared/models/stories260k` "
                 "(or any Hugging Face checkpoint directory or hub id), or enter one in the **Model** tab.")
 
 
-def model_banner(workers: list[WorkerStatus], no_worker_hint: str) -> str:
-    """The one-line model status under the title, and what to do when there is none."""
+def model_banner(workers: list[WorkerStatus], desired: ModelSpec | None, no_worker_hint: str) -> str:
+    """The one-line model status under the title, and what to do when there is none. `desired`: the model
+    chosen in the Model tab (Store.desired_model), which every worker loads between drafts."""
     w = live_worker(workers)
     if w is None:
-        return f"{dot('bad')} **No worker is running.** {no_worker_hint}"
-    name = short_name(w.model or (w.desired.model if w.desired else ""))
+        saved = f" Once one runs, it loads **{short_name(desired.model)}** (saved in the Model tab)." if desired else ""
+        return f"{dot('bad')} **No worker is running.** {no_worker_hint}{saved}"
+    name = short_name(w.model or (desired.model if desired else ""))
     if w.load_status == "ready":
         return f"{dot('ok')} **{name}** ready on {w.device}/{w.dtype} · context {w.max_context or 0:,} tokens"
     if w.load_status == "loading":
         return f"{dot('wait')} Loading **{name}** on {w.device}/{w.dtype}…"
     if w.load_status == "failed":
         return f"{dot('bad')} **Model could not be loaded.** {html.escape(w.load_error or '')} {HOW_TO_POINT}"
-    if w.desired is None:
+    if desired is None:
         return f"{dot('bad')} **No model chosen yet.** {HOW_TO_POINT}"
-    return f"{dot('wait')} Worker idle; it will load **{short_name(w.desired.model)}** before the next draft."
+    return f"{dot('wait')} Worker idle; it will load **{short_name(desired.model)}** before the next draft."
 
 
-def model_details(workers: list[WorkerStatus], queue: int) -> str:
-    """The Model tab's status table, from the worker-status rows."""
+def model_details(workers: list[WorkerStatus], desired: ModelSpec | None, queue: int) -> str:
+    """The Model tab's status table, from the worker-status rows, and the saved choice."""
+    waiting = f"\nQueue: {queue} draft{'s' if queue != 1 else ''} waiting."
     if not workers:
-        return "No worker has reported yet."
+        lines = ["No worker has reported yet.", waiting]
+        if desired:
+            lines.append(f"\nSaved choice: `{desired.model}` ({desired.device}/{desired.dtype}). The first worker to "
+                         "start loads it, unless its own `--model` says otherwise.")
+        return "\n".join(lines)
     rows = ["| Worker | Status | Model | Device | Memory | Context | Job | Heartbeat |", "|---" * 8 + "|"]
     for w in workers:
-        alive = w.heartbeat_age_s < WORKER_SILENT_S and w.load_status != "stopped"
-        status = w.load_status if alive else f"not running ({w.load_status})"
+        status = w.load_status if _alive(w) else f"not running ({w.load_status})"
         rows.append(
             f"| {w.worker_id} (pid {w.pid}) | {status} | {html.escape(w.model or '–')} | "
             f"{w.device or '–'}/{w.dtype or '–'} | {size(w.memory_bytes)} | "
             f"{f'{w.max_context:,}' if w.max_context else '–'} | {w.current_job_id or '–'} | "
             f"{duration(w.heartbeat_age_s)} ago |")
-    lines = ["\n".join(rows), f"\nQueue: {queue} draft{'s' if queue != 1 else ''} waiting."]
+    lines = ["\n".join(rows), waiting]
     for w in workers:
         if w.load_error:
             lines.append(f"\n**{w.worker_id}:** {html.escape(w.load_error)}")
-        if w.desired and (w.desired.model != w.model or w.load_status != "ready"):
-            d = w.desired
-            lines.append(f"\n**{w.worker_id}** will load `{d.model}` ({d.device}/{d.dtype}) between drafts.")
+    live = [w for w in workers if _alive(w)]
+    if desired and not (live and all(w.model == desired.model and w.load_status == "ready" for w in live)):
+        lines.append(f"\nSaved choice: `{desired.model}` ({desired.device}/{desired.dtype}); workers load it "
+                     "between drafts.")
     return "\n".join(lines)
 
 

@@ -17,6 +17,7 @@ from tokenswift.settings import Settings
 from ui import charts, views
 from ui.forms import MODES, QUICK_LENGTHS, SAMPLERS, FormError, SettingsForm, form_from_settings, parse_target
 from ui.live import ACTIVE, TAIL_CHARS, Watch, whole_text
+from ui.tokens import PromptTokens
 
 TICK_S = 0.5
 MAX_UPLOAD_BYTES = 8 * 1024 * 1024
@@ -154,6 +155,15 @@ def model_limit(store: Store) -> int | None:
     return worker.max_context if worker else None
 
 
+def prompt_budget(store: Store, tokens: PromptTokens, prompt: str) -> tuple[int | None, int]:
+    """(context, prompt tokens) for a new draft: the prompt counted with the model's tokenizer when this
+    process can load it; else 0 tokens against the worker's context, and the worker checks the prompt."""
+    measured = tokens.measure(prompt)
+    if measured is None:
+        return model_limit(store), 0
+    return measured.context or model_limit(store), measured.tokens
+
+
 def limit_line(store: Store) -> str:
     limit = model_limit(store)
     if limit:
@@ -218,9 +228,10 @@ def no_model_problem(store: Store) -> str | None:
     worker = views.live_worker(store.list_workers())
     if worker is None or worker.load_status in ("ready", "loading"):
         return None  # no worker: the draft waits in the queue (the status line says so)
-    if worker.desired is None:
+    desired = store.desired_model()
+    if desired is None:
         return f"Model: no model chosen yet. {views.HOW_TO_POINT}"
-    if worker.load_status == "failed" and worker.desired.model == worker.model:
+    if worker.load_status == "failed" and desired.model == worker.model:
         return f"Model: {worker.load_error} — choose another in the Model tab."
     return None
 
@@ -233,8 +244,9 @@ def problem(p: WriteParts, message: str) -> dict:
 
 # --- wiring ---------------------------------------------------------------------------------------------
 
-def wire(p: WriteParts, store: Store, page: gr.Blocks) -> None:
-    """`page`: the Blocks, whose load event reattaches a reopened tab to its draft."""
+def wire(p: WriteParts, store: Store, page: gr.Blocks, tokens: PromptTokens) -> None:
+    """`page`: the Blocks, whose load event reattaches a reopened tab to its draft. `tokens`: the app's
+    tokenizer cache, to refuse a prompt + target beyond the model's context before queueing it."""
     fast = {"concurrency_limit": None}  # handlers only read or write the store; the GPU is the worker's
 
     def start(title, prompt, book, *form):
@@ -243,7 +255,8 @@ def wire(p: WriteParts, store: Store, page: gr.Blocks) -> None:
         if reason := no_model_problem(store):
             return problem(p, reason)
         try:
-            settings = SettingsForm(*form).to_settings(limit=model_limit(store))
+            limit, prompt_tokens = prompt_budget(store, tokens, prompt)
+            settings = SettingsForm(*form).to_settings(limit=limit, prompt_tokens=prompt_tokens)
             title = (title or "").strip() or "Untitled"
             if book is None:
                 book = store.create_session(title).id
@@ -278,7 +291,8 @@ def wire(p: WriteParts, store: Store, page: gr.Blocks) -> None:
             return problem(p, "Continue: open a finished draft first (Library tab, or Start one).")
         try:
             existing = len(store.get_tokens(watch.gen_id).prompt_ids) + watch.record.produced_tokens
-            settings = SettingsForm(*form).to_settings(limit=model_limit(store), prompt_tokens=existing)
+            settings = SettingsForm(*form).to_settings(limit=model_limit(store), prompt_tokens=existing,
+                                                       prompt_label="existing text")
             gen = store.continue_generation(watch.gen_id, settings)
         except (FormError, Conflict, NotFound, StoreError) as error:
             return problem(p, f"Continue: {error}" if not isinstance(error, FormError) else str(error))

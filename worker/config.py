@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 @dataclass(frozen=True)
 class WorkerConfig:
     db: str | None = None  # SQLAlchemy URL; None = the default SQLite file (storage.db.default_url)
-    model: str | None = None  # loaded at start and saved as this worker's desired model
+    model: str | None = None  # loaded at start, replacing the saved choice (the Model tab's) for all workers
     heads: str | None = None  # draft-heads directory, when not inside the checkpoint
     device: str = "cpu"
     dtype: str = "float32"

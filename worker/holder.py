@@ -1,4 +1,4 @@
-"""Keeps one loaded model and swaps it only when a job or the desired-model row asks for another."""
+"""Keeps one loaded model and swaps it only when a job or the desired model (storage) asks for another."""
 
 from __future__ import annotations
 

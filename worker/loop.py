@@ -36,9 +36,9 @@ class Worker:
 
     def serve(self) -> None:
         self.store.register_worker(self.owner)
-        if self.config.model:  # the command line wins over what the Model tab chose last time
+        if self.config.model:  # the command line wins over the saved choice, and becomes it (for all workers)
             c = self.config
-            self.store.set_desired_model(ModelSpec(c.model, c.heads, c.device, c.dtype), self.owner.worker_id)
+            self.store.set_desired_model(ModelSpec(c.model, c.heads, c.device, c.dtype))
         with Heartbeat(self.store, self.owner, self.config.heartbeat_s) as heartbeat:
             while not self.stopping():
                 try:
@@ -102,8 +102,7 @@ class Worker:
                 self.holder.ensure(spec, retry=False)
 
     def _desired(self) -> ModelSpec | None:
-        status = self.store.get_worker(self.owner.worker_id)
-        return status.desired if status else None
+        return self.store.desired_model()
 
     def _job_spec(self, job: Job) -> ModelSpec | None:
         """The job's own model (a resumed or continued job keeps the one it started with) on this
