@@ -225,7 +225,7 @@ def open_model(args: argparse.Namespace) -> LoadedModel:
     import torch
 
     from .heads import HeadsError
-    from .loading import ModelLoadError, load_model, resolve_device, resolve_dtype
+    from .loading import ModelLoadError, cpu_threads, load_model, resolve_device, resolve_dtype
 
     if args.threads is not None:
         if args.threads < 1:
@@ -243,9 +243,12 @@ def open_model(args: argparse.Namespace) -> LoadedModel:
     except ValueError as error:
         raise CliError(str(error)) from None
     try:
-        return load_model(args.model, device=device, dtype=dtype, heads=args.heads)
+        lm = load_model(args.model, device=device, dtype=dtype, heads=args.heads)
     except (ModelLoadError, HeadsError) as error:
         raise CliError(str(error)) from None
+    if args.threads is None and (threads := cpu_threads(lm)):
+        torch.set_num_threads(threads)
+    return lm
 
 
 def apply_fast_args(args: argparse.Namespace, lm: LoadedModel) -> None:

@@ -16,8 +16,9 @@ class ModelUnavailable(RuntimeError):
 
 
 class ModelHolder:
-    def __init__(self, store: Store, worker_id: str):
+    def __init__(self, store: Store, worker_id: str, threads: int | None = None):
         self.store, self.worker_id = store, worker_id
+        self.threads = threads  # torch CPU threads asked for; None = the engine's advice per model
         self.spec: ModelSpec | None = None
         self.model = None  # tokenswift.loading.LoadedModel
         self.failed: tuple[ModelSpec, str] | None = None  # last spec that failed, with its error
@@ -47,7 +48,7 @@ class ModelHolder:
             torch.cuda.empty_cache()
 
     def _load(self, spec: ModelSpec):
-        from tokenswift.loading import load_model
+        from tokenswift.loading import cpu_threads, load_model
 
         self.store.report_model(self.worker_id, spec, "loading")
         log.info("loading %s (heads=%s) on %s/%s", spec.model, spec.heads, spec.device, spec.dtype)
@@ -59,6 +60,10 @@ class ModelHolder:
             self.store.report_model(self.worker_id, spec, "failed", load_error=message)
             log.error("%s", message)
             raise ModelUnavailable(message) from error
+        if self.threads is None and (threads := cpu_threads(model)):
+            import torch
+
+            torch.set_num_threads(threads)
         self.model, self.spec, self.failed = model, spec, None
         self.store.report_model(self.worker_id, spec, "ready", memory_bytes=model.memory_bytes(),
                                 max_context=model.max_context)
