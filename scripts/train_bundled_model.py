@@ -10,7 +10,7 @@ machine's speed):
     python scripts/train_bundled_model.py train --time-budget-min 85   # -> models/tswift-books/
     python scripts/train_bundled_model.py train --resume ...           # continue a killed run
 
-Data: /work/shared/data/books/{train,train-large}.jsonl.xz (Project Gutenberg novels, public domain in the
+Data: ../shared/data/books/{train,train-large}.jsonl.xz (Project Gutenberg novels, public domain in the
 USA); eval.jsonl.xz is used only for validation loss, never for training or for the tokenizer.
 
 Vocabulary (8192): small enough that the tied embedding / LM head (8192 x 256 = 2.1M params, and the same
@@ -54,7 +54,7 @@ import numpy as np
 import torch
 
 REPO = Path(__file__).resolve().parents[1]
-BOOKS = Path("/work/shared/data/books")
+BOOKS = REPO.parent / "shared" / "data" / "books"  # the read-only ../shared beside the repo
 TRAIN_FILES = [BOOKS / "train.jsonl.xz", BOOKS / "train-large.jsonl.xz"]
 EVAL_FILE = BOOKS / "eval.jsonl.xz"
 
@@ -550,7 +550,7 @@ offline. It is a tiny Llama-architecture causal LM trained from scratch on CPU; 
   `</s>`=2 (eos, ends a document), `<unk>`=0, `<pad>`=3.
 
 ## Data
-Public-domain (USA) Project Gutenberg novels from `/work/shared/data/books` (`train.jsonl.xz`,
+Public-domain (USA) Project Gutenberg novels from `../shared/data/books` (`train.jsonl.xz`,
 `train-large.jsonl.xz`; see that folder's README for sources). The same contiguous fraction of every training
 book was packed ({cfg.max_train_tokens / 1e6:.0f}M tokens max). `eval.jsonl.xz` (held-out novels) was used
 only for validation.
