@@ -29,7 +29,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--auth", help="user:pass[,user2:pass2] for the UI and the API")
     p.add_argument("--auth-file", help="file with user:pass entries, one per line")
     p.add_argument("--db", help="SQLAlchemy URL of the store (default: the app's SQLite file)")
-    p.add_argument("--model", help=f"checkpoint directory or hub id (default: {BUNDLED_MODEL.name} if trained)")
+    p.add_argument("--model", help=f"checkpoint directory or hub id (default: the bundled {BUNDLED_MODEL.name})")
     p.add_argument("--heads", help="draft-heads directory, if not <model>/heads")
     p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
     p.add_argument("--dtype", default="float32", help="float32, bfloat16, float16, float64")

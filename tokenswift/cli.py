@@ -233,7 +233,7 @@ def open_model(args: argparse.Namespace) -> LoadedModel:
         torch.set_num_threads(args.threads)
     if args.model is None:
         if not BUNDLED_MODEL.is_dir():
-            raise CliError(f"the bundled model {BUNDLED_MODEL} is not there yet: pass --model DIR")
+            raise CliError(f"the bundled model {BUNDLED_MODEL} is missing: pass --model DIR")
         args.model = str(BUNDLED_MODEL)
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     try:

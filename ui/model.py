@@ -24,7 +24,7 @@ DTYPES = ["float32", "bfloat16", "float16", "float64"]
 HUB_ID = re.compile(r"^[\w.-]+/[\w.-]+$")
 HELP = """\
 **Where models come from.** A local directory with `config.json`, the weights (`model.safetensors`) and the
-tokenizer, e.g. `../shared/models/stories260k` or the bundled `models/tswift-books` once trained; or a
+tokenizer, e.g. `../shared/models/stories260k` or the bundled `models/tswift-books` (the default); or a
 Hugging Face hub id such as `meta-llama/Llama-3.1-8B`. Draft heads are read from `<model>/heads` unless you
 name another directory. **Offline** (`HF_HUB_OFFLINE=1`, or no network): a hub id works only if it is
 already in the Hugging Face cache (`HF_HOME`); otherwise download it where there is network, or pass a
