@@ -113,6 +113,12 @@ class UI:
             assert time.monotonic() < deadline, f"{api}: condition not met; last {out}"
             time.sleep(0.5)
 
+    def settle(self, out: dict, done) -> dict:
+        """`out` of a control click if it already shows `done`, else the tick that does: the click reads the
+        store after its request, so when the worker was quicker the click itself carries the change and the
+        ticks after it report nothing new."""
+        return out if done(out) else self.until("/write_tick", done)
+
 
 def value(update):
     """A returned component update or plain value -> its value (None for 'unchanged')."""
@@ -179,15 +185,14 @@ def test_write_pause_resume_stop_continue(ui):
     out = ui("/write_start", "Pause test", "Once upon a time", "TokenSwift", 3000, *FORM[2:])
     assert "Queued" in out["Write status"] or "Writing" in out["Write status"]
     out = ui.until("/write_tick", lambda o: value(o["Draft (live: last 6,000 characters)"]))
-    ui("/write_pause")
-    out = ui.until("/write_tick", lambda o: "Paused" in (o["Write status"] or ""))
+    out = ui.settle(ui("/write_pause"), lambda o: "Paused" in (o["Write status"] or ""))
     paused_at = int(out["Write status"].split(" / ")[0].split()[-1].replace(",", ""))
     assert 0 < paused_at < 3000
     assert "Resume" in out["Write status"]
-    assert "Writing" in ui("/write_resume")["Write status"] or True  # queued again until the worker claims it
-    ui.until("/write_tick", lambda o: "Writing" in (o["Write status"] or "") and "tokens/s" in o["Write status"])
-    out = ui("/write_stop")
-    out = ui.until("/write_tick", lambda o: "Stopped" in (o["Write status"] or ""))
+    out = ui("/write_resume")
+    assert "Queued" in out["Write status"] or "Writing" in out["Write status"]  # queued until the worker claims it
+    ui.settle(out, lambda o: "Writing" in (o["Write status"] or "") and "tokens/s" in o["Write status"])
+    out = ui.settle(ui("/write_stop"), lambda o: "Stopped" in (o["Write status"] or ""))
     assert "cannot resume" in ui("/write_resume")["Write status"]  # a readable Conflict, not a trace
 
     shown = ui("/write_show_all")
@@ -224,8 +229,13 @@ def test_reopened_tab_reattaches(ui, app):
     attached = other("/write_attach", gen_id)
     assert f"Draft #{gen_id}" in attached["Write status"]
     assert attached["Opening / prompt"] == "The dragon slept" and attached["Book title"] == "Reattach"
-    assert "Draft #" in other("/write_attach", None)["Write status"] or True  # latest active, if any
     ui.until("/write_tick", lambda o: "Done" in (o["Write status"] or ""))
+    assert value(UI(app, auth=AUTH)("/write_attach", None)["Write status"]) is None  # nothing active: nothing opened
+
+    long = ui("/write_start", "Reattach", "The dragon woke", "TokenSwift", 3000, *FORM[2:])
+    long_id = int(long["Write status"].split("Draft #")[1].split("*")[0])
+    assert f"Draft #{long_id}" in UI(app, auth=AUTH)("/write_attach", None)["Write status"]  # the active one
+    ui.settle(ui("/write_stop"), lambda o: "Stopped" in (o["Write status"] or ""))
 
 
 def test_compare_two_columns(ui, app):
@@ -235,6 +245,8 @@ def test_compare_two_columns(ui, app):
     bad[7] = -1
     assert "Column B — k (n-gram top-k)" in ui("/compare_run", "A harbour", 5, 150, 1.0, "2", *bad)["Compare status"]
     assert "Prompt" in ui("/compare_run", " ", 5, 150, 1.0, "2", *columns)["Compare status"]
+    too_long = ui("/compare_run", "Once upon a time " * 50, 5, 32_700, 1.0, "2", *columns)["Compare status"]
+    assert "Column A — Target length: prompt (202 tokens) + max_new_tokens (32,700) exceed" in too_long
     visible = ui("/compare_columns", "3")
     assert [u.get("visible") for u in visible.values()] == [True, True, True, False]
 

@@ -225,7 +225,7 @@ def test_fifo_cancel_and_failures_while_the_worker_serves_on(store, workers, sto
     assert "context" in gens[3].error and "max_new_tokens" in gens[3].error
     # An iteration of this model takes milliseconds; the worker looks for requests after every one. (A
     # token count would be tighter but flaky: this test process may stall on a busy machine.)
-    assert (gens[1].finished_at - asked).total_seconds() < 1.0
+    assert (gens[1].finished_at - asked).total_seconds() < 2.0
     assert 0 < gens[1].produced_tokens < 20_000
     assert [len(store.get_tokens(g.id).generated_ids) for g in gens] == [0, gens[1].produced_tokens, 30, 0, 30]
     starts = [g.started_at for g in gens]

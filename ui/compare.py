@@ -17,6 +17,8 @@ from tokenswift.settings import Settings
 from ui import charts, views
 from ui.forms import SAMPLERS, FormError, SettingsForm, ar_twin
 from ui.live import Watch
+from ui.tokens import PromptTokens
+from ui.write import prompt_budget
 
 LETTERS = "ABCD"
 TICK_S = 1.0
@@ -147,15 +149,18 @@ def describe(s: Settings) -> str:
     return f"θ {s.penalty:g} · W {s.penalty_length} · k {s.ngram_topk} · {sampler} · T {s.temperature:g}"
 
 
-def queue_runs(store: Store, prompt: str, seed, target, temperature, count: int, values: list) -> Runs:
-    """Validate every column, then queue the TokenSwift runs and one AR twin per distinct sampling setting."""
+def queue_runs(store: Store, prompt: str, seed, target, temperature, count: int, values: list,
+               budget: tuple[int | None, int] = (None, 0)) -> Runs:
+    """Validate every column, then queue the TokenSwift runs and one AR twin per distinct sampling setting.
+    budget: (the model's context, the prompt's tokens), as write.prompt_budget measures them."""
+    limit, prompt_tokens = budget
     settings = []
     for i in range(count):
         theta, window, k, sampler, value = values[5 * i:5 * i + 5]
         form = SettingsForm(mode="TokenSwift", target=target, theta=theta, window=window, k=k, sampler=sampler,
                             sampler_value=value, temperature=temperature, seed=seed, budget=0)
         try:
-            settings.append(form.to_settings())
+            settings.append(form.to_settings(limit=limit, prompt_tokens=prompt_tokens))
         except FormError as error:
             raise FormError(f"Column {LETTERS[i]} — {error}") from None
     book = store.create_session(f"Compare: {' '.join(prompt.split()[:6])}…", "")
@@ -242,7 +247,7 @@ def render(p: CompareParts, store: Store, runs: Runs) -> dict:
     return out
 
 
-def wire(p: CompareParts, store: Store, page: gr.Blocks) -> None:
+def wire(p: CompareParts, store: Store, page: gr.Blocks, tokens: PromptTokens) -> None:
     fast = {"concurrency_limit": None}
 
     def watch_all(runs: Runs) -> Runs:
@@ -255,7 +260,8 @@ def wire(p: CompareParts, store: Store, page: gr.Blocks) -> None:
             gr.Warning("Prompt: write the prompt to compare on first.")
             return {p.status: f"{views.dot('bad')} Prompt: write the prompt to compare on first."}
         try:
-            runs = queue_runs(store, prompt, seed, target, temperature, int(count), list(values))
+            budget = prompt_budget(store, tokens, prompt)
+            runs = queue_runs(store, prompt, seed, target, temperature, int(count), list(values), budget)
         except (FormError, StoreError) as error:
             gr.Warning(views.plain(str(error)))
             return {p.status: f"{views.dot('bad')} {error}"}

@@ -83,7 +83,7 @@ def build_page(store: Store, *, worker_hint: str, tokens: PromptTokens | None = 
         status_timer = gr.Timer(STATUS_S)
 
         write.wire(write_parts, store, page, tokens)
-        compare.wire(compare_parts, store, page)
+        compare.wire(compare_parts, store, page, tokens)
         library.wire(library_parts, store, write_parts, tabs, library_tab)
         model.wire(model_parts, store, model_tab)
 
