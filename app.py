@@ -34,6 +34,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
     p.add_argument("--dtype", default="float32", help="float32, bfloat16, float16, float64")
     p.add_argument("--threads", type=int, help="torch CPU threads for the worker")
+    p.add_argument("--fixed-batch", action="store_true",
+                   help="the worker verifies the configured candidate batch every iteration, never adapting it")
     p.add_argument("--inbrowser", action="store_true", help="open the UI in the default browser")
     p.add_argument("--no-worker", action="store_true", help="UI only; a worker runs elsewhere on the same --db")
     args = p.parse_args(argv)
@@ -52,7 +54,7 @@ def spawn_worker(args: argparse.Namespace) -> multiprocessing.Process:
     from worker import WorkerConfig, run_worker
 
     config = WorkerConfig(db=args.db, model=args.model, heads=args.heads, device=args.device, dtype=args.dtype,
-                          threads=args.threads, parent_pid=os.getpid())
+                          threads=args.threads, adaptive=not args.fixed_batch, parent_pid=os.getpid())
     # spawn, not fork: CUDA cannot start in a forked child, and the store's engine must not cross processes.
     process = multiprocessing.get_context("spawn").Process(target=run_worker, args=(config,), name="worker")
     process.start()

@@ -257,6 +257,33 @@ def test_adaptive_batch_keeps_the_text(stories64):
     assert Generator(both, s.replace(max_new_tokens=120), prompt).run() == expected[:120]
 
 
+class PlainWhenever(CandidatePolicy):
+    """The real policy with its timing comparison fixed to "plain is faster", so the seams between plain
+    steps and verify passes fall at the same places on any machine."""
+
+    def _plain_is_faster(self, best: int) -> bool:
+        return True
+
+
+def test_plain_steps_inside_tokenswift_keep_the_text(stories64):
+    prompt = stories64.encode(PROMPT)
+    # budget 48: a partial-cache selection is due every 44 tokens, often in the middle of a plain stretch
+    s = Settings(max_new_tokens=300, seed=2, ignore_eos=True, ngram_topk=20, budget=48, **MINP)
+    expected = ar_tokens(stories64, s, prompt)
+    lm = with_options(stories64)
+    engine = Engine(lm, s, prompt, len(prompt), adaptive=True)
+    out = engine.start()
+    # exploring for as long as the plain steps took: a verify pass after every few plain steps
+    engine.policy = PlainWhenever(ladder(engine.drafter.widths, s.ngram_topk), plain_explore_share=1.0)
+    while len(out) < s.max_new_tokens:
+        out += engine.ts_step().tokens
+    assert out[: s.max_new_tokens] == expected
+    m = engine.metrics.to_dict()
+    assert m["plain_steps"] > 0 and m["steps"] > 8  # the warm-up, explorations and forced selections
+    assert engine.drafter.partial.selections >= 5
+    assert m["tokens_per_step"] >= 1.0 and 0 < m["plain_share"] < 1
+
+
 # -- the policy -------------------------------------------------------------------------------------------
 
 
@@ -297,6 +324,37 @@ def test_policy_moves_to_a_smaller_batch_when_verify_gets_expensive():
         policy.observe(shape.cut(levels), paths, [5, 1, 1], cost[shape.slots])  # top-1 path: 3 accepted
     assert picks[:8] == [121, 121, 56, 56, 28, 28, 13, 13]  # warm-up: each shape twice, largest first
     assert picks[-10:].count(13) >= 8  # every shape accepts the top-1 path here: the cheapest wins
+
+
+def test_policy_takes_plain_steps_only_while_they_are_faster():
+    shapes = ladder((1, 3, 3, 3), 20)
+    levels, paths = [[5], [1, 2, 3], [1, 2, 3], [1, 2, 3]], []
+
+    def warmed(**kw) -> CandidatePolicy:
+        policy = CandidatePolicy(shapes, explore_every=8, **kw)
+        for _ in range(8):  # warm-up; every shape then emits 2 tokens per iteration (1 draft token accepted)
+            shape = policy.choose()
+            policy.observe(shape.cut(levels), paths, [5], 0.25)
+        policy.observe_plain(0.0625)  # 16 tokens/s against 8 (times exact in binary: no rounding at 0.25)
+        return policy
+
+    policy = warmed(plain_explore_share=0.5)  # a verify pass once plain steps took 0.25 / 0.5 s
+    picks = []
+    for _ in range(17):
+        shape = policy.choose()
+        picks.append(shape)
+        if shape is None:
+            policy.observe_plain(0.0625)
+        else:
+            policy.observe(shape.cut(levels), paths, [5], 0.25)
+    # 8 plain steps of 0.0625 s (one of them observed in the warm-up), a verify pass, 8 more, a verify pass
+    assert [p is None for p in picks] == [True] * 7 + [False] + [True] * 8 + [False]
+    assert policy.choose(plain_ok=False) is not None  # a due partial-cache selection needs a verify pass
+    policy.observe_plain(1.0)
+    policy.observe_plain(1.0)  # plain steps got slower than the verify passes (~2 against 8 tokens/s)
+    assert all(policy.choose() is not None for _ in range(20))
+    off = warmed(plain_explore_share=None)  # plain steps off: shapes only, however fast plain is
+    assert all(off.choose() is not None for _ in range(20))
 
 
 # -- on a CUDA device ----------------------------------------------------------------------------------

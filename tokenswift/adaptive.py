@@ -14,8 +14,16 @@ iteration the policy picks one of a few nested shapes (tree widths, n-gram k), m
 - Seconds: a moving average per shape of the measured iteration time; every `explore_every` iterations
   the shape measured longest ago runs again, so the times follow the growing context.
 
-The choice only decides which candidates are verified. The trie and the walk are lossless for any
-candidate set, so the emitted text is the same whatever the policy does.
+- Plain steps: when one AR step (timed by the engine at the current context) emits more tokens per second
+  than the best shape, nothing is drafted: the engine takes plain steps, and one TokenSwift iteration of
+  the shape timed longest ago keeps α and the pass costs current, once the plain steps since the last one
+  took 1 / `plain_explore_share` times its cost (so exploring costs about that share of the time). On a
+  CPU, where a verify pass costs nearly its rows in compute, this keeps TokenSwift from running slower than
+  plain decoding; on a GPU the verify batch is nearly free and the plain gear stays unused.
+
+The choice only decides which candidates are verified, or whether any are. The trie and the walk are
+lossless for any candidate set, and a plain step samples the very position-keyed token the walk would
+take at the root, so the emitted text is the same whatever the policy does.
 """
 
 from __future__ import annotations
@@ -90,9 +98,14 @@ def best_shape(tokens: Sequence[float | None], seconds: Sequence[float | None]) 
 
 class CandidatePolicy:
     def __init__(self, shapes: Sequence[Shape], explore_every: int = 16, token_decay: float = 0.1,
-                 time_decay: float = 0.3):
+                 time_decay: float = 0.3, plain_explore_share: float | None = 0.03):
+        """plain_explore_share: the share of time spent on TokenSwift iterations while plain steps are
+        faster; None: never take plain steps."""
         self.shapes = list(shapes)
         self.explore_every, self.token_decay, self.time_decay = explore_every, token_decay, time_decay
+        self.plain_explore_share = plain_explore_share
+        self.plain_seconds: float | None = None  # moving average of one plain step's time
+        self.plain_run_s = 0.0  # seconds of plain steps since the last TokenSwift iteration
         n = len(self.shapes)
         self.tokens: list[float | None] = [None] * n  # moving average of tokens per iteration
         self.seconds: list[float | None] = [None] * n  # moving average of seconds per iteration
@@ -101,19 +114,43 @@ class CandidatePolicy:
         self.iteration = 0
         self.current = 0
 
-    def choose(self) -> Shape:
-        self.current = self._pick()
-        return self.shapes[self.current]
+    def choose(self, plain_ok: bool = True) -> Shape | None:
+        """The shape of the next iteration, or None for a plain step (only when plain_ok)."""
+        pick = self._pick()
+        if pick is None:
+            if plain_ok:
+                return None
+            pick = best_shape(self.tokens, self.seconds)
+        self.plain_run_s = 0.0
+        self.current = pick
+        return self.shapes[pick]
 
-    def _pick(self) -> int:
+    def _pick(self) -> int | None:
         # Each shape runs twice first: its first time includes one-off costs (graph capture, kernel
         # compilation) and is not kept. The largest runs first, so every shape gets token estimates.
         for i, count in enumerate(self.timed):
             if count < 2:
                 return i
+        best = best_shape(self.tokens, self.seconds)
+        if self._plain_is_faster(best):
+            explore = self._least_recent()
+            return explore if self.seconds[explore] <= self.plain_explore_share * self.plain_run_s else None
         if self.iteration % self.explore_every == 0:
-            return min(range(len(self.shapes)), key=lambda i: self.last_used[i])
-        return best_shape(self.tokens, self.seconds)
+            return self._least_recent()
+        return best
+
+    def _plain_is_faster(self, best: int) -> bool:
+        if self.plain_explore_share is None or not self.plain_seconds or not self.seconds[best]:
+            return False
+        return 1.0 / self.plain_seconds > self.tokens[best] / self.seconds[best]
+
+    def _least_recent(self) -> int:
+        return min(range(len(self.shapes)), key=lambda i: self.last_used[i])
+
+    def observe_plain(self, seconds: float) -> None:
+        """The time of one plain step at the current context: one taken, or the engine's periodic probe."""
+        self.plain_seconds = _average(self.plain_seconds, seconds, self.time_decay)
+        self.plain_run_s += seconds
 
     def observe(self, levels: Sequence[Sequence[int]], paths: Sequence[Sequence[int]], accepted: Sequence[int],
                 seconds: float) -> None:

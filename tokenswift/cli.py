@@ -98,7 +98,8 @@ def add_fast_args(p: argparse.ArgumentParser) -> None:
                         "(on a CPU the same passes run eagerly)")
     p.add_argument("--attention", default="auto", help="fast-path attention kernel: auto | flex | flex-fold | sdpa")
     p.add_argument("--adaptive", action="store_true",
-                   help="adapt the candidate batch to the context length and measured pass costs (same text)")
+                   help="adapt the candidate batch to the context length and measured pass costs, down to "
+                        "plain steps where those are faster (same text)")
 
 
 def add_prompt_args(p: argparse.ArgumentParser, books: bool = False) -> None:
@@ -387,6 +388,9 @@ def print_bench(r: dict) -> None:
           f"distinct {' '.join(f'{d:.3f}' for d in r['distinct'])}")
     print(f"draft {r['draft_s']:.3f} s | verify {r['verify_s']:.3f} s | overhead {r['overhead_s']:.3f} s "
           f"({100 * r['overhead_share']:.1f}%)")
+    if r["plain_steps"]:
+        print(f"plain steps (adaptive: AR was faster here) {r['plain_steps']} of "
+              f"{r['steps'] + r['plain_steps']} iterations ({100 * r['plain_share']:.1f}%)")
 
 
 def cmd_bench_ar(args: argparse.Namespace) -> int:

@@ -181,8 +181,13 @@ class Engine:
     @torch.inference_mode()
     def ts_step(self) -> StepResult:
         self._maybe_probe_ar()
+        shape = None  # the configured batch
+        if self.policy is not None:
+            # A plain step cannot give the partial cache the query a due selection needs: verify then.
+            shape = self.policy.choose(plain_ok=not self.drafter.wants_queries(1))
+            if shape is None:
+                return self._plain_step()
         L, root, dev = self.length, self.root, self.lm.device
-        shape = self.policy.choose() if self.policy is not None else None  # None: the configured batch
         t0 = time.perf_counter()
         # 1. Draft: one pass over the partial cache; the base head and the draft heads give each depth.
         levels = self.drafter.propose(root, L, self._window(L + 1, []))
@@ -227,6 +232,22 @@ class Engine:
             self.policy.observe(levels, paths, emitted[:-1], t4 - t0)
         return StepResult(emitted)
 
+    def _plain_step(self) -> StepResult:
+        """One AR step inside a TokenSwift run (the adaptive policy's plain gear): the root's K/V and the
+        target's sample at the next position, then the same bookkeeping as an accepted root alone."""
+        t0 = time.perf_counter()
+        L = self.length
+        token = self._ar_forward_and_sample()
+        self.drafter.commit(self.cache, L, self.length, None)
+        self._advance_ngrams()
+        self._sync()
+        dt = time.perf_counter() - t0
+        self.metrics.ar_latency_s = dt
+        self.metrics.add_plain_step(dt)
+        self.policy.observe_plain(dt)
+        self._last_probe = time.perf_counter()  # this step measured AR at the current context
+        return StepResult([token])
+
     def _verify(self, inputs: list[torch.Tensor], trie, L: int, capture: bool):
         """Logits of every candidate row, each layer's queries [T, heads, dim] when capture is set, and
         the target's token after every trie node when the fast path sampled them (else None)."""
@@ -260,4 +281,6 @@ class Engine:
         self._ar_token(n)
         self._sync()
         self.metrics.ar_latency_s = time.perf_counter() - t0
+        if self.policy is not None:
+            self.policy.observe_plain(self.metrics.ar_latency_s)
         self._last_probe = time.perf_counter()

@@ -1,8 +1,10 @@
 """Run metrics (design §7): acceptance α, n-gram acceptance β, tokens per iteration, timings, time saved.
 
 α = accepted draft tokens / ((γ+1) × iterations), as the paper's Eq. 4; β the same for the accepted
-tokens that lie on an n-gram candidate. Time saved is measured, not assumed: tokens × the AR latency
-probed in the same run at the current context − the time actually spent.
+tokens that lie on an n-gram candidate; tokens per iteration likewise. All three count TokenSwift
+iterations only: the plain steps an adaptive run takes where they are faster (adaptive.py) draft nothing
+and are counted apart. Time saved is measured, not assumed: tokens × the AR latency probed in the same
+run at the current context − the time actually spent.
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ from dataclasses import asdict, dataclass, field
 class RunMetrics:
     mode: str
     depth: int = 4  # γ + 1: the most draft tokens one iteration can accept
-    steps: int = 0
+    steps: int = 0  # TokenSwift iterations (every step, in AR mode)
+    plain_steps: int = 0  # AR steps taken inside a TokenSwift run
     tokens: int = 0
     accepted: int = 0  # draft tokens accepted (tokens beyond the one the target always contributes)
     ngram_accepted: int = 0
@@ -47,6 +50,12 @@ class RunMetrics:
         if self.ar_latency_s:
             self.time_saved_s += emitted * self.ar_latency_s - (draft_s + verify_s + overhead_s)
 
+    def add_plain_step(self, seconds: float) -> None:
+        """One token from a plain step of a TokenSwift run: time saved stays as it was (it is the baseline)."""
+        self.plain_steps += 1
+        self.tokens += 1
+        self.verify_s += seconds
+
     def to_dict(self) -> dict:
         steps = max(self.steps, 1)
         elapsed = self.elapsed_s
@@ -56,7 +65,8 @@ class RunMetrics:
             tokens_per_s=self.tokens / elapsed if elapsed > 0 else 0.0,
             alpha=self.accepted / (self.depth * steps) if self.mode == "tokenswift" else 0.0,
             beta=self.ngram_accepted / (self.depth * steps) if self.mode == "tokenswift" else 0.0,
-            tokens_per_step=self.tokens / steps,
+            tokens_per_step=(self.tokens - self.plain_steps) / steps,
+            plain_share=self.plain_steps / max(self.steps + self.plain_steps, 1),
         )
         return out
 

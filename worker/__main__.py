@@ -19,6 +19,9 @@ def parse_args(argv: list[str] | None = None) -> WorkerConfig:
     p.add_argument("--worker-id", default=defaults.worker_id, help="row in the workers table (default: host)")
     p.add_argument("--once", action="store_true", help="exit when the queue is empty")
     p.add_argument("--threads", type=int, help="torch CPU threads")
+    p.add_argument("--fixed-batch", action="store_true",
+                   help="verify the configured candidate batch every iteration (the paper's loop) instead of "
+                        "adapting it to the measured costs; the text is the same either way")
     p.add_argument("--poll-s", type=float, default=defaults.poll_s, help="idle wait between queue looks")
     p.add_argument("--lease-s", type=float, default=defaults.lease_s,
                    help="requeue a job whose worker on another host is silent this long")
@@ -28,7 +31,8 @@ def parse_args(argv: list[str] | None = None) -> WorkerConfig:
     args = p.parse_args(argv)
     return WorkerConfig(
         db=args.db, model=args.model, heads=args.heads, device=args.device, dtype=args.dtype,
-        worker_id=args.worker_id, once=args.once, threads=args.threads, poll_s=args.poll_s,
+        worker_id=args.worker_id, once=args.once, threads=args.threads, adaptive=not args.fixed_batch,
+        poll_s=args.poll_s,
         lease_s=args.lease_s, flush_s=args.flush_s, flush_tokens=args.flush_tokens,
     )
 

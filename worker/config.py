@@ -16,6 +16,7 @@ class WorkerConfig:
     worker_id: str = field(default_factory=socket.gethostname)  # one row in the workers table
     once: bool = False  # exit when the queue is empty instead of waiting for more jobs
     threads: int | None = None  # torch CPU threads; None = torch's default
+    adaptive: bool = True  # TokenSwift adapts its candidate batch, down to plain steps (same text, faster)
     poll_s: float = 0.25  # idle wait between looks at the queue
     heartbeat_s: float = 2.0
     lease_s: float = 60.0  # a job whose worker (on another host) is silent this long is requeued

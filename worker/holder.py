@@ -16,9 +16,10 @@ class ModelUnavailable(RuntimeError):
 
 
 class ModelHolder:
-    def __init__(self, store: Store, worker_id: str, threads: int | None = None):
+    def __init__(self, store: Store, worker_id: str, threads: int | None = None, adaptive: bool = True):
         self.store, self.worker_id = store, worker_id
         self.threads = threads  # torch CPU threads asked for; None = the engine's advice per model
+        self.adaptive = adaptive  # tokenswift.adaptive: the candidate batch per iteration, or plain steps
         self.spec: ModelSpec | None = None
         self.model = None  # tokenswift.loading.LoadedModel
         self.failed: tuple[ModelSpec, str] | None = None  # last spec that failed, with its error
@@ -64,6 +65,7 @@ class ModelHolder:
             import torch
 
             torch.set_num_threads(threads)
+        model.extras["adaptive"] = self.adaptive
         self.model, self.spec, self.failed = model, spec, None
         self.store.report_model(self.worker_id, spec, "ready", memory_bytes=model.memory_bytes(),
                                 max_context=model.max_context)

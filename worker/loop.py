@@ -29,7 +29,7 @@ class Worker:
     def __init__(self, store: Store, config: WorkerConfig):
         self.store, self.config = store, config
         self.owner = Owner.here(config.worker_id)
-        self.holder = ModelHolder(store, config.worker_id, config.threads)
+        self.holder = ModelHolder(store, config.worker_id, config.threads, config.adaptive)
         self.stop_requested = threading.Event()
         self.policy = FlushPolicy(config.flush_s, config.flush_tokens)
         self._last_sweep = float("-inf")  # sweep at start-up: resume what a crash left running
