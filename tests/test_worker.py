@@ -253,3 +253,15 @@ def test_the_saved_model_choice_and_the_command_lines_override(tmp_path):
     serve(WorkerConfig(model="/cli/model", device="cuda", dtype="bfloat16", worker_id="w", once=True))
     assert asked[-1] == ModelSpec("/cli/model", None, "cuda", "bfloat16") == store.desired_model()
     store.close()
+
+
+def test_the_worker_runs_tokenswift_adaptive_unless_told_not_to(tmp_path, stories_path):
+    from worker.__main__ import parse_args
+    from worker.holder import ModelHolder
+
+    assert parse_args([]).adaptive and not parse_args(["--fixed-batch"]).adaptive
+    store = open_store(f"sqlite:///{tmp_path / 'studio.db'}")
+    for adaptive in (True, False):
+        holder = ModelHolder(store, "w", threads=1, adaptive=adaptive)
+        assert holder.ensure(ModelSpec(str(stories_path))).extras["adaptive"] is adaptive
+    store.close()
