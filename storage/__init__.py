@@ -1,4 +1,4 @@
-"""The SQLite (or any SQLAlchemy URL) store shared by the UI, the REST API and the worker."""
+"""The SQLite or PostgreSQL store (any SQLAlchemy URL) shared by the UI, the REST API and the workers."""
 
 from storage.db import open_store
 from storage.errors import Conflict, NotFound, StoreError

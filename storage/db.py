@@ -1,4 +1,5 @@
-"""The one engine factory: open_store(url) -> Store, with SQLite tuned for one writer and many readers.
+"""The one engine factory: open_store(url) -> Store, with SQLite tuned for one writer and many readers, and
+PostgreSQL (postgresql+psycopg://) for workers on several machines sharing one store.
 
 PRAGMAs, set on every connection (order matters: switching to WAL can itself meet a busy database):
 - busy_timeout 10 s: the UI, the API and the worker share the file; a writer waits instead of failing.
@@ -7,16 +8,24 @@ PRAGMAs, set on every connection (order matters: switching to WAL can itself mee
   OS page cache and replays on the next open); only a power loss or OS crash can drop the last commits.
   FULL would fsync on every 1 s flush for a guarantee that needs a dying machine to matter.
 - foreign_keys=ON: off by default in SQLite, and deleting a book must delete its generations.
+- wal_autocheckpoint=256 pages (1 MiB) and journal_size_limit=4 MiB: the WAL is copied into the database
+  file every MiB and cut back after a checkpoint, so it cannot grow without bound (the worker also
+  checkpoints when a job stops, Store.checkpoint).
 
 pysqlite's own transaction handling is switched off: a deferred BEGIN that later writes can fail with
 SQLITE_BUSY without waiting (a read snapshot cannot be upgraded), so writers start with BEGIN IMMEDIATE
 (see `_begin`), which takes the write lock up front and honours busy_timeout. Transactional DDL also
 comes with it, so two processes migrating at once serialise instead of racing.
+
+PostgreSQL, per connection (`_POSTGRES`): a server that is down or unreachable is an error within 10 s, not a
+hang; TCP keepalives (idle) and a TCP user timeout (unacknowledged data) notice a vanished server or network
+within about half a minute; a lock wait gives up
+after 10 s like SQLite's busy_timeout; a session left idle inside a transaction (a frozen worker holding a row
+lock) is ended by the server after a minute. pool_pre_ping replaces connections that a server restart broke.
 """
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from sqlalchemy import Engine, create_engine, event
@@ -26,15 +35,17 @@ from sqlalchemy.exc import OperationalError
 from storage.errors import StoreError
 from storage.migrate import upgrade
 from storage.repo import Store
+from tokenswift.home import data_home
 
 BUSY_TIMEOUT_MS = 10_000
+WAL_AUTOCHECKPOINT_PAGES = 256
+JOURNAL_SIZE_LIMIT = 4 * 2**20
 WRITE_OPTION = "tokenswift_write"  # execution option read by _begin: BEGIN IMMEDIATE
 
 
 def default_url() -> str:
-    """A SQLite file in the app data dir: $TOKENSWIFT_HOME or ~/.local/share/tokenswift-studio."""
-    home = os.environ.get("TOKENSWIFT_HOME") or Path.home() / ".local" / "share" / "tokenswift-studio"
-    return f"sqlite:///{Path(home) / 'studio.db'}"
+    """A SQLite file in the app data dir (tokenswift.home): $TOKENSWIFT_HOME or ~/.local/share/tokenswift-studio."""
+    return f"sqlite:///{data_home() / 'studio.db'}"
 
 
 def open_store(url: str | None = None, *, wal: bool = True) -> Store:
@@ -50,8 +61,21 @@ def open_store(url: str | None = None, *, wal: bool = True) -> Store:
     return Store(engine, writer)
 
 
+_POSTGRES = {
+    "connect_timeout": 10,
+    "keepalives": 1, "keepalives_idle": 10, "keepalives_interval": 5, "keepalives_count": 3,
+    "tcp_user_timeout": 30_000,
+    "options": f"-c lock_timeout={BUSY_TIMEOUT_MS} -c idle_in_transaction_session_timeout=60000",
+    "application_name": "tokenswift-studio",
+}
+
+
 def make_engine(url: str, *, wal: bool = True) -> Engine:
     parsed = make_url(url)
+    if parsed.drivername == "postgresql":  # a plain postgresql:// URL: the driver we ship, not psycopg2
+        parsed = parsed.set(drivername="postgresql+psycopg")
+    if parsed.get_backend_name() == "postgresql":
+        return create_engine(parsed, pool_pre_ping=True, connect_args=_POSTGRES)
     if parsed.get_backend_name() != "sqlite":
         return create_engine(parsed, pool_pre_ping=True)
     if parsed.database and parsed.database != ":memory:" and not parsed.database.startswith("file:"):
@@ -69,6 +93,8 @@ def _sqlite_connect(wal: bool):
         cursor.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
         if wal:
             cursor.execute("PRAGMA journal_mode=WAL")
+            cursor.execute(f"PRAGMA wal_autocheckpoint={WAL_AUTOCHECKPOINT_PAGES}")
+            cursor.execute(f"PRAGMA journal_size_limit={JOURNAL_SIZE_LIMIT}")
         cursor.execute("PRAGMA synchronous=NORMAL")
         cursor.execute("PRAGMA foreign_keys=ON")
         cursor.close()

@@ -58,8 +58,14 @@ class GenerationRow(Base):
     id: Mapped[int] = mapped_column(primary_key=True)
     session_id: Mapped[int] = mapped_column(ForeignKey("sessions.id", ondelete="CASCADE"), index=True)
     parent_id: Mapped[int | None] = mapped_column(ForeignKey("generations.id", ondelete="SET NULL"))
+    # How it came from its parent: "continue" (the parent's text, longer) or "edit" (the writer's revision
+    # of the parent's text, which stays as it was); None for a new draft.
+    origin: Mapped[str | None] = mapped_column(String(20))
     prompt_text: Mapped[str] = mapped_column(Text)
     prompt_ids: Mapped[bytes | None] = mapped_column(LargeBinary)  # None until the worker tokenizes
+    # Who wrote which part of prompt_text: JSON [[source, chars], ...] (storage/provenance.py); None: it is
+    # all the writer's opening.
+    prompt_sources: Mapped[str | None] = mapped_column(Text)
     model: Mapped[str | None] = mapped_column(String(1000))  # None: the worker's model, fixed at claim
     heads: Mapped[str | None] = mapped_column(String(1000))
     mode: Mapped[str] = mapped_column(String(20))
@@ -95,7 +101,7 @@ class ChunkRow(Base):
     token_start: Mapped[int] = mapped_column(Integer)  # index of the first id in the generated stream
     token_ids: Mapped[bytes] = mapped_column(LargeBinary)
     text: Mapped[str] = mapped_column(Text)
-    source: Mapped[str] = mapped_column(String(20), default="ai")
+    source: Mapped[str] = mapped_column(String(20), default="ai")  # "ai": the worker writes every chunk
     created_at: Mapped[datetime] = mapped_column(DateTime)
 
     __table_args__ = (Index("uq_chunks_generation_seq", "generation_id", "seq", unique=True),)
@@ -115,9 +121,10 @@ class MetricRow(Base):
     alpha: Mapped[float | None] = mapped_column(Float)
     beta: Mapped[float | None] = mapped_column(Float)
     tokens_per_step: Mapped[float | None] = mapped_column(Float)
-    ngram_hits: Mapped[int | None] = mapped_column(Integer)
+    ngram_hits: Mapped[int | None] = mapped_column(Integer)  # tokens taken from n-gram candidates (cumulative)
     tokens_per_s: Mapped[float | None] = mapped_column(Float)
     ar_latency_s: Mapped[float | None] = mapped_column(Float)  # AR seconds per token (estimate)
+    plain_share: Mapped[float | None] = mapped_column(Float)  # share of steps the adaptive engine took plain
     time_saved_s: Mapped[float | None] = mapped_column(Float)
     created_at: Mapped[datetime] = mapped_column(DateTime)
 
@@ -138,7 +145,9 @@ class WorkerRow(Base):
     load_status: Mapped[str] = mapped_column(String(20), default="idle")  # idle|loading|ready|failed
     load_error: Mapped[str | None] = mapped_column(Text)
     memory_bytes: Mapped[int | None] = mapped_column(BigInteger)
-    max_context: Mapped[int | None] = mapped_column(Integer)
+    max_context: Mapped[int | None] = mapped_column(Integer)  # the context the model was trained for
+    param_count: Mapped[int | None] = mapped_column(BigInteger)
+    heads_info: Mapped[str | None] = mapped_column(String(1000))  # the draft heads loaded; None: none
     current_job_id: Mapped[int | None] = mapped_column(Integer)
 
 

@@ -12,6 +12,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
+SQL_INT_MAX = 2**63 - 1  # SQLite INTEGER (and BIGINT elsewhere) is a signed 64-bit number
+
+
+def in_sql_range(n: int) -> bool:
+    return -SQL_INT_MAX - 1 <= n <= SQL_INT_MAX
+
 
 def utcnow() -> datetime:
     """Naive UTC: SQLite stores no zone, so every time in the store is naive UTC."""
@@ -86,7 +92,9 @@ class GenerationRecord:
     control: str | None
     owner: str | None
     heartbeat_at: datetime | None
+    origin: str | None = None  # "continue", "edit" (a writer's revision of the parent) or None (new)
     text: str | None = None  # generated text, assembled from the chunks when asked for
+    chunk_count: int = 0  # the next chunk's seq: a poller asks for the text since the count it last saw
 
 
 @dataclass(frozen=True)
@@ -139,9 +147,19 @@ class MetricPoint:
     tokens_per_s: float | None = None
     ar_latency_s: float | None = None
     time_saved_s: float | None = None
+    plain_share: float | None = None  # share of steps taken as plain decoding (adaptive engine)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """What a poller reads in one transaction: the row, the chunk texts it has not seen, metric points."""
+
+    record: GenerationRecord
+    chunks: list[TextChunk]
+    points: list[MetricPoint]
 
 
 @dataclass(frozen=True)
@@ -195,6 +213,8 @@ class WorkerStatus:
     memory_bytes: int | None
     max_context: int | None
     current_job_id: int | None
+    param_count: int | None = None
+    heads_info: str | None = None  # the draft heads loaded; None: none
 
     @property
     def heartbeat_age_s(self) -> float:

@@ -13,10 +13,13 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import timedelta
 
-from sqlalchemy import Engine, func, select, update
+from sqlalchemy import Engine, func, select
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 
+from storage import provenance
+from storage.clock import lease_now
+from storage.drafts import DraftVerbs
 from storage.errors import Conflict, NotFound, StoreError
 from storage.models import FINISHED, ChunkRow, GenerationRow, MetricRow, SessionRow
 from storage.records import (
@@ -28,9 +31,11 @@ from storage.records import (
     Owner,
     Progress,
     SessionRecord,
+    Snapshot,
     TextChunk,
     Tokens,
     from_row,
+    in_sql_range,
     pack_ids,
     unpack_ids,
     utcnow,
@@ -39,12 +44,16 @@ from storage.workers import WorkerVerbs
 
 # A stopped worker's job goes back to the queue unless the user asked for something else meanwhile.
 _RELEASED = {"pause": "paused", "cancel": "cancelled", None: "queued"}
+# The control value of a job requeued after its worker stopped or died, until a worker claims it again: the
+# status line says it is recovering (the new worker is still starting or loading the model).
+RECOVER = "recover"
 
 
-class Store(WorkerVerbs):
+class Store(DraftVerbs, WorkerVerbs):
     def __init__(self, engine: Engine, writer: Engine | None = None):
         self.engine = engine
         self._writer = writer or engine  # same pool; its transactions begin with BEGIN IMMEDIATE
+        self.fault: str | None = None  # why this process's last write failed; None once one succeeds
 
     def close(self) -> None:
         self.engine.dispose()
@@ -63,10 +72,19 @@ class Store(WorkerVerbs):
             with Session(self._writer) as session, session.begin():
                 yield session
         except OperationalError as exc:
+            self.fault = str(exc.orig)
             raise StoreError(
                 f"could not write to the store ({exc.orig}); that change was rolled back and everything "
                 "saved before it is intact"
             ) from exc
+        self.fault = None
+
+    def checkpoint(self) -> None:
+        """Copy the WAL into the database file now (PASSIVE: never waits for readers). SQLite also does it
+        every wal_autocheckpoint pages (storage/db.py); the worker calls this when a job stops."""
+        if self.engine.dialect.name == "sqlite":
+            with self._read() as s:
+                s.connection().exec_driver_sql("PRAGMA wal_checkpoint(PASSIVE)")
 
     # --- books ---------------------------------------------------------------------------------------
 
@@ -129,44 +147,43 @@ class Store(WorkerVerbs):
     def continue_generation(
         self, parent_id: int, settings: JobSettings, *, session_id: int | None = None
     ) -> GenerationRecord:
-        """A new job whose prompt is the parent's prompt + generated ids (same model, same book)."""
+        """A new job whose prompt is the parent's prompt + generated ids (same model, same book). A writer's
+        edit that never ran has no ids yet: its text is tokenized by the worker, as a new prompt is."""
         with self._write() as s:
             parent = _get(s, GenerationRow, parent_id, "generation")
             if parent.status in ("queued", "running"):
                 raise Conflict(f"generation {parent_id} is still {parent.status}; pause or finish it first")
-            if parent.prompt_ids is None:
+            if parent.prompt_ids is None and parent.origin != "edit":
                 raise Conflict(f"generation {parent_id} never ran ({parent.status}): nothing to continue")
-            ids = unpack_ids(parent.prompt_ids) + _generated_ids(s, parent_id)
-            text = parent.prompt_text + _text(s, parent_id)
+            generated = _text(s, parent_id)
+            text = parent.prompt_text + generated
             book = _book(s, session_id or parent.session_id)
             row = _new_generation(book, text, settings, model=parent.model, heads=parent.heads)
-            row.parent_id, row.prompt_ids = parent_id, pack_ids(ids)
+            spans = provenance.parse(parent.prompt_sources, parent.prompt_text)
+            row.prompt_sources = provenance.dump(provenance.append(spans, provenance.MODEL, len(generated)))
+            row.parent_id, row.origin = parent_id, "continue"
+            if parent.prompt_ids is not None:
+                row.prompt_ids = pack_ids(unpack_ids(parent.prompt_ids) + _generated_ids(s, parent_id))
             s.add(row)
             s.flush()
             return from_row(GenerationRecord, row)
 
     def claim_next(self, owner: Owner) -> Job | None:
-        """Take the oldest queued job. The UPDATE re-checks status='queued' and its rowcount says who
-        won, so workers on several machines sharing a database server never take the same job."""
+        """Take the oldest queued job, locking its row while it is taken: on a server database FOR UPDATE
+        SKIP LOCKED lets workers on several machines pass over a row that another is taking (or that a pause
+        request holds) instead of waiting for it; SQLite's BEGIN IMMEDIATE lets one writer in at a time.
+        Either way no two workers ever take the same job."""
+        oldest = (select(GenerationRow).where(GenerationRow.status == "queued").order_by(GenerationRow.id)
+                  .limit(1).with_for_update(skip_locked=True))
         with self._write() as s:
-            for _ in range(20):  # lost a race on a server database: try the next oldest
-                oldest = select(GenerationRow.id).where(GenerationRow.status == "queued")
-                gen_id = s.scalar(oldest.order_by(GenerationRow.id).limit(1))
-                if gen_id is None:
-                    return None
-                won = s.execute(
-                    update(GenerationRow)
-                    .where(GenerationRow.id == gen_id, GenerationRow.status == "queued")
-                    .values(status="running", control=None, owner=owner.token, owner_host=owner.host,
-                            owner_pid=owner.pid, heartbeat_at=utcnow(),
-                            started_at=func.coalesce(GenerationRow.started_at, utcnow()))
-                    .execution_options(synchronize_session=False)
-                ).rowcount
-                if won == 1:
-                    row = s.get(GenerationRow, gen_id, populate_existing=True)
-                    ids = unpack_ids(row.prompt_ids) if row.prompt_ids is not None else None
-                    return from_row(Job, row, prompt_ids=ids)
-        return None
+            row = s.scalars(oldest).first()
+            if row is None:
+                return None
+            row.status, row.control, row.heartbeat_at = "running", None, lease_now(s)
+            row.owner, row.owner_host, row.owner_pid = owner.token, owner.host, owner.pid
+            row.started_at = row.started_at or utcnow()
+            ids = unpack_ids(row.prompt_ids) if row.prompt_ids is not None else None
+            return from_row(Job, row, prompt_ids=ids)
 
     def queue_length(self) -> int:
         with self._read() as s:
@@ -192,6 +209,22 @@ class Store(WorkerVerbs):
         with self._read() as s:
             return [from_row(GenerationRecord, r) for r in s.scalars(query)]
 
+    def progress_since(self, gen_id: int, after_seq: int = -1, after_tokens: int | None = None) -> Snapshot:
+        """One read transaction for a poller: the row, the texts of the chunks after `after_seq`, and the
+        metric points after `after_tokens` (None: just the latest one). Costs what is new, not the draft."""
+        with self._read() as s:
+            row = _get(s, GenerationRow, gen_id, "generation")
+            record = from_row(GenerationRecord, row)
+            query = select(ChunkRow.seq, ChunkRow.text).where(ChunkRow.generation_id == gen_id,
+                                                              ChunkRow.seq > after_seq)
+            chunks = [TextChunk(seq, text) for seq, text in s.execute(query.order_by(ChunkRow.seq))]
+            points = select(MetricRow).where(MetricRow.generation_id == gen_id)
+            if after_tokens is None:
+                points = points.order_by(MetricRow.id.desc()).limit(1)
+            else:
+                points = points.where(MetricRow.tokens > after_tokens).order_by(MetricRow.id)
+            return Snapshot(record, chunks, [from_row(MetricPoint, r) for r in s.scalars(points)])
+
     def get_tokens(self, gen_id: int) -> Tokens:
         with self._read() as s:
             row = _get(s, GenerationRow, gen_id, "generation")
@@ -203,17 +236,6 @@ class Store(WorkerVerbs):
         with self._read() as s:
             rows = s.scalars(query.order_by(ChunkRow.seq))
             return [from_row(ChunkRecord, r, token_ids=unpack_ids(r.token_ids)) for r in rows]
-
-    def chunk_texts(self, gen_id: int, after_seq: int = -1) -> list[TextChunk]:
-        """As chunks, text only: a live view polling a long draft skips reading and unpacking the ids."""
-        query = select(ChunkRow.seq, ChunkRow.text).where(ChunkRow.generation_id == gen_id, ChunkRow.seq > after_seq)
-        with self._read() as s:
-            return [TextChunk(seq, text) for seq, text in s.execute(query.order_by(ChunkRow.seq))]
-
-    def metric_points(self, gen_id: int, after_tokens: int = -1) -> list[MetricPoint]:
-        query = select(MetricRow).where(MetricRow.generation_id == gen_id, MetricRow.tokens > after_tokens)
-        with self._read() as s:
-            return [from_row(MetricPoint, r) for r in s.scalars(query.order_by(MetricRow.id))]
 
     def latest_metric(self, gen_id: int) -> MetricPoint | None:
         query = select(MetricRow).where(MetricRow.generation_id == gen_id).order_by(MetricRow.id.desc())
@@ -238,17 +260,17 @@ class Store(WorkerVerbs):
 
     def request_pause(self, gen_id: int) -> GenerationRecord:
         """Queued jobs pause at once; a running one when its worker next looks (one iteration)."""
-        return self._control(gen_id, "pause", {"queued": {"status": "paused"},
+        return self._control(gen_id, "pause", {"queued": {"status": "paused", "control": None},
                                                "running": {"control": "pause"}, "paused": {}})
 
     def request_resume(self, gen_id: int) -> GenerationRecord:
         """Back to the queue, in its old place (FIFO is by id); the worker re-prefills from the stored ids
         and continues the same stream."""
-        return self._control(gen_id, "resume", {"paused": {"status": "queued"}, "queued": {},
+        return self._control(gen_id, "resume", {"paused": {"status": "queued", "error": None}, "queued": {},
                                                 "running": {"control": None}})
 
     def request_cancel(self, gen_id: int) -> GenerationRecord:
-        finished = {"status": "cancelled", "finished_at": utcnow()}
+        finished = {"status": "cancelled", "control": None, "finished_at": utcnow()}
         return self._control(gen_id, "cancel", {"queued": finished, "paused": finished,
                                                 "running": {"control": "cancel"}, "cancelled": {}})
 
@@ -301,18 +323,26 @@ class Store(WorkerVerbs):
                 row.produced_tokens += len(progress.token_ids)
             if progress.metric is not None:
                 s.add(MetricRow(generation_id=gen_id, created_at=utcnow(), **progress.metric.to_dict()))
-            row.elapsed_s, row.heartbeat_at = progress.elapsed_s, utcnow()
+            row.elapsed_s, row.heartbeat_at = progress.elapsed_s, lease_now(s)
             if finish is not None:
                 _end_run(row, finish)
                 row.finish_reason = finish_reason
             return True
 
     def mark_failed(self, gen_id: int, owner: Owner, error: str) -> bool:
+        return self._end_owned(gen_id, owner, "failed", error)
+
+    def pause_for_fault(self, gen_id: int, owner: Owner, reason: str) -> bool:
+        """The store refused a write (full disk, read-only file): the job stops as paused with `reason`
+        shown, and Resume, once the store takes writes again, continues it from its last saved chunk."""
+        return self._end_owned(gen_id, owner, "paused", reason)
+
+    def _end_owned(self, gen_id: int, owner: Owner, status: str, message: str) -> bool:
         with self._write() as s:
             row = _owned(s, gen_id, owner)
             if row is not None:
-                _end_run(row, "failed")
-                row.error = error
+                _end_run(row, status)
+                row.error = message
             return row is not None
 
     def release(self, gen_id: int, owner: Owner) -> bool:
@@ -320,30 +350,35 @@ class Store(WorkerVerbs):
         with self._write() as s:
             row = _owned(s, gen_id, owner)
             if row is not None:
-                _end_run(row, _RELEASED.get(row.control, "queued"))
+                _hand_back(row)
             return row is not None
 
     def requeue_abandoned(self, me: Owner, lease_s: float, is_alive: Callable[[int], bool]) -> list[int]:
         """Give back running jobs whose worker is gone: on this host a dead pid is proof at once;
         elsewhere, a heartbeat older than the lease. A worker calls it between jobs, so a job held under
         its own pid (its own, stuck after a failed write, or a previous process's) is abandoned too."""
-        cutoff = utcnow() - timedelta(seconds=lease_s)
-        running = select(GenerationRow).where(GenerationRow.status == "running")
+        running = GenerationRow.status == "running"
         with self._read() as s:
-            if s.scalar(select(func.count()).select_from(running.subquery())) == 0:
+            if s.scalar(select(func.count()).where(running)) == 0:
                 return []  # the common case, without taking the write lock
         with self._write() as s:
+            expired = GenerationRow.heartbeat_at < lease_now(s) - timedelta(seconds=lease_s)
+            # A row locked right now is being written by its worker (or paused by a user): not abandoned.
+            query = (select(GenerationRow, expired).where(running).order_by(GenerationRow.id)
+                     .with_for_update(skip_locked=True, of=GenerationRow))
             released = []
-            for row in s.scalars(running.with_for_update()):
+            for row, stale in s.execute(query).all():
                 here = row.owner_host == me.host
                 dead = here and (row.owner_pid == me.pid or not is_alive(row.owner_pid))
-                if dead or row.heartbeat_at is None or row.heartbeat_at < cutoff:
-                    _end_run(row, _RELEASED.get(row.control, "queued"))
+                if dead or row.heartbeat_at is None or stale:
+                    _hand_back(row)
                     released.append(row.id)
             return released
 
 
 def _get(s: Session, cls: type, ident: int, what: str, *, lock: bool = False):
+    if not in_sql_range(ident):  # no row has it, and the driver could not even bind it
+        raise NotFound(what, ident)
     row = s.get(cls, ident, with_for_update=lock or None)
     if row is None:
         raise NotFound(what, ident)
@@ -353,6 +388,13 @@ def _get(s: Session, cls: type, ident: int, what: str, *, lock: bool = False):
 def _owned(s: Session, gen_id: int, owner: Owner) -> GenerationRow | None:
     row = s.get(GenerationRow, gen_id, with_for_update=True, populate_existing=True)
     return row if row is not None and row.status == "running" and row.owner == owner.token else None
+
+
+def _hand_back(row: GenerationRow) -> None:
+    status = _RELEASED.get(row.control, "queued")
+    _end_run(row, status)
+    if status == "queued":
+        row.control = RECOVER
 
 
 def _end_run(row: GenerationRow, status: str) -> None:

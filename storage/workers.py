@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from sqlalchemy import select, update
 
+from storage.clock import lease_now
 from storage.models import DesiredModelRow, GenerationRow, WorkerRow
 from storage.records import ModelSpec, Owner, WorkerStatus, from_row, utcnow
 
@@ -29,7 +30,8 @@ class WorkerVerbs:
 
     def report_model(
         self, worker_id: str, spec: ModelSpec | None, load_status: str, *, load_error: str | None = None,
-        memory_bytes: int | None = None, max_context: int | None = None,
+        memory_bytes: int | None = None, max_context: int | None = None, param_count: int | None = None,
+        heads_info: str | None = None,
     ) -> None:
         with self._write() as s:
             row = s.get(WorkerRow, worker_id)
@@ -39,6 +41,7 @@ class WorkerVerbs:
             row.device, row.dtype = (spec.device, spec.dtype) if spec else (None, None)
             row.load_status, row.load_error = load_status, load_error
             row.memory_bytes, row.max_context, row.heartbeat_at = memory_bytes, max_context, utcnow()
+            row.param_count, row.heads_info = param_count, heads_info
 
     def heartbeat(self, owner: Owner, job_id: int | None = None) -> bool:
         """Touch the worker row and the job it runs; False if that job is no longer this worker's."""
@@ -50,10 +53,25 @@ class WorkerVerbs:
             touched = s.execute(
                 update(GenerationRow)
                 .where(GenerationRow.id == job_id, GenerationRow.owner == owner.token)
-                .values(heartbeat_at=utcnow())
+                .values(heartbeat_at=lease_now(s))
                 .execution_options(synchronize_session=False)
             )
             return touched.rowcount == 1
+
+    def probe_write(self) -> None:
+        """A one-row update that changes nothing but must still be written: StoreError while the store
+        cannot take writes (storage/health.py asks, once a write of this process has failed)."""
+        with self._write() as s:
+            s.execute(update(DesiredModelRow).where(DesiredModelRow.id == DESIRED_ID)
+                      .values(updated_at=DesiredModelRow.updated_at))
+
+    def forget_dead_workers(self, me: Owner, is_alive) -> None:
+        """Drop the rows of workers on this host whose process is gone (each process has its own row)."""
+        with self._write() as s:
+            rows = s.scalars(select(WorkerRow).where(WorkerRow.host == me.host, WorkerRow.worker_id != me.worker_id))
+            for row in rows:
+                if not is_alive(row.pid):
+                    s.delete(row)
 
     def set_desired_model(self, spec: ModelSpec) -> None:
         """The Model tab's choice (or a worker's --model). Every worker loads it between drafts; with no

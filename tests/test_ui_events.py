@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -143,6 +144,9 @@ def test_banner_and_limits(ui, app):
     status = ui("/app_status_load")
     assert "stories260k" in status["Model banner"] and "ready" in status["Model banner"]
     assert "32,768 tokens" in status["Model limit"]
+    for notice in (status["Model limit"], status["Model details"]):  # the model notice, in Write and Model tabs
+        assert "Model: **stories260k**" in notice and "parameters" in notice and "cpu/float32" in notice
+        assert "trained for 32,768 tokens of context" in notice and "no draft heads" in notice
     assert "stories260k" in status["Model details"] and "ready" in status["Model details"]
     assert ui("/app_status")["Model banner"] == status["Model banner"]
 
@@ -196,7 +200,8 @@ def test_write_pause_resume_stop_continue(ui):
     assert "cannot resume" in ui("/write_resume")["Write status"]  # a readable Conflict, not a trace
 
     shown = ui("/write_show_all")
-    assert shown["Whole text"]["visible"] and shown["Whole text"]["value"].startswith("Once upon a time")
+    assert shown["Whole text"]["visible"] and '<span class="ts-src-opening">Once upon a time</span>' in \
+        shown["Whole text"]["value"]
     assert ui("/write_show_all")["Whole text"]["visible"] is False
 
     out = ui("/write_continue", "TokenSwift", 200, *FORM[2:])
@@ -235,7 +240,40 @@ def test_reopened_tab_reattaches(ui, app):
     long = ui("/write_start", "Reattach", "The dragon woke", "TokenSwift", 3000, *FORM[2:])
     long_id = int(long["Write status"].split("Draft #")[1].split("*")[0])
     assert f"Draft #{long_id}" in UI(app, auth=AUTH)("/write_attach", None)["Write status"]  # the active one
+    ui.settle(ui("/write_pause"), lambda o: "Paused" in (o["Write status"] or ""))
+    fresh = UI(app, auth=AUTH)("/write_attach", None)  # another browser: the paused draft is offered, not lost
+    assert value(fresh["Write status"]) is None
+    assert f"**Paused** — Draft #{long_id} of *Reattach*" in fresh["Draft on offer"] and " / 3,000 tokens" in \
+        fresh["Draft on offer"]
     ui.settle(ui("/write_stop"), lambda o: "Stopped" in (o["Write status"] or ""))
+    assert UI(app, auth=AUTH)("/write_attach", None)["Draft on offer"] in (None, "")  # nothing left to offer
+
+
+def test_edit_and_continue(ui):
+    ui("/write_start", "Edited", "The fox sat by the river", *FORM[:1], 60, *FORM[2:])
+    ui.until("/write_tick", lambda o: "Done" in (o["Write status"] or ""))
+    opened = ui("/write_edit")
+    original = opened["Your edit of the whole draft"]["value"]
+    assert original.startswith("The fox sat by the river") and opened["Your edit of the whole draft"]["visible"]
+    edited = original.replace("The fox sat", "The old grey fox sat") + " Then the rain came."
+    saved = ui("/write_save_edit", edited)
+    assert "Saved your edit as Draft #" in saved["Write status"] and "is kept" in saved["Write status"]
+    shown = ui("/write_show_all")["Whole text"]["value"]
+    assert re.search(r'<span class="ts-src-edit"> ?old grey ?</span>', shown) and "Then the rain came." in shown
+    assert "ts-src-ai" in shown and "ts-src-opening" in shown
+    ui("/write_show_all")
+    revision = int(saved["Write status"].split("Draft #")[1].split(";")[0])
+    parent = int(saved["Write status"].split("version (#")[1].split(")")[0])
+    assert f"Draft #{parent}" in ui("/write_restore")["Write status"]  # the model's version, as it was
+    assert "empty" in ui("/write_save_edit", "  ")["Write status"]
+    assert any(v == revision for _, v in ui("/library_refresh", None)["Draft"]["choices"])  # the Library shows both
+    ui("/library_open", revision)
+    out = ui("/write_continue", "TokenSwift", 40, *FORM[2:])
+    assert "Draft #" in out["Write status"] and f"#{revision}" not in out["Write status"], out["Write status"]
+    ui.until("/write_tick", lambda o: "Done" in (o["Write status"] or ""))
+    whole = ui("/write_show_all")["Whole text"]["value"]
+    assert whole.count("Then the rain came.") == 1 and whole.index("Then the rain came.") < whole.rindex("ts-src-ai")
+    assert "not an edit" in ui("/write_restore")["Write status"]
 
 
 def test_compare_two_columns(ui, app):
@@ -309,11 +347,16 @@ def test_library(ui):
     assert f"Deleted draft #{gen_id}" in gone["Library status"]
     left = [row[0] for row in gone["Drafts in this book"]["data"]]
     assert len(left) == 1 and gen_id not in left  # the continuation stays, with the whole text as its prompt
+    table = gone["Drafts in this book"]
+    assert table["data"][0][table["headers"].index("Prompt")] == "Continue my text"  # how the draft began
     assert ui("/library_open", left[0])["Opening / prompt"].startswith("In the library")  # standalone now
 
     ask = ui("/library_ask_delete", book_id)
     assert "Delete **The Archive** and its 1 draft?" in ask["Delete confirmation"]
     ui("/library_cancel_delete")
+    empty = ui("/library_delete_draft", book_id, left[0])  # the last draft: the empty book is offered too
+    assert "**The Archive** has no drafts left. Delete the empty book too?" in empty["Delete confirmation"]
+    assert "This book has no drafts" in empty["Library hint"]
     assert any(v == book_id for _, v in ui("/library_reload", book_id)["Book"]["choices"])
     gone = ui("/library_delete", book_id)
     assert "Deleted" in gone["Library status"]
@@ -345,6 +388,7 @@ def test_no_worker_yet_the_model_is_saved_and_prompts_are_checked(tmp_path):
         assert "Saved choice" in ok["Model details"] and "stories260k" in ok["Model details"]
         assert "it loads **stories260k**" in ui("/app_status")["Model banner"]
         assert ui("/model_refresh")["Model directory or hub id"].endswith("stories260k")
+        assert "No books yet" in ui("/library_refresh", None)["Library hint"]
 
         too_long = ui("/write_start", "Later", "Once upon a time", "TokenSwift", 32_765, *FORM[2:])["Write status"]
         assert "prompt (5 tokens) + max_new_tokens (32,765) exceed the model's context of 32,768" in too_long
@@ -391,6 +435,27 @@ def test_forms_charts_and_word_count_without_an_app():
     for text in (" upon a ti", "me there", " was a fox.\n"):  # "time" is split across two chunks
         watch._add_text(text)
     assert watch.words == 7 and watch.generated_tail == " upon a time there was a fox.\n"
+
+
+def test_speed_in_plain_words():
+    from dataclasses import replace
+
+    from storage.records import GenerationRecord, MetricPoint
+
+    record = GenerationRecord(1, 1, None, "Once", None, None, "tokenswift", 0, "{}", 100, "running", None, 50,
+                              None, None, None, 0.0, None, None, None, None)
+    faster = MetricPoint(tokens=4000, elapsed_s=400.0, alpha=0.4, time_saved_s=180.0, plain_share=0.1)
+    assert views.speed_words(record, faster) == ("TokenSwift: **1.4×** plain decoding on this draft, "
+                                                 "**3 min saved**.")
+    plain_gear = replace(faster, time_saved_s=-2.0, plain_share=0.9)
+    assert "plain steps are faster for this model, so the engine is taking them" in views.speed_words(
+        record, plain_gear)
+    behind = replace(faster, time_saved_s=-30.0, alpha=0.05, plain_share=0.0)
+    line = views.speed_words(record, behind)
+    assert "0.93× plain decoding so far, 30 s behind" in line and "α 5%" in line
+    assert "measuring" in views.speed_words(record, None)
+    assert views.speed_words(replace(record, status="done"), None) == ""  # e.g. a writer's edit: nothing timed
+    assert "AR mode" in views.speed_words(replace(record, mode="ar"), faster)
 
 
 def test_banner_without_worker_says_what_to_do():

@@ -1,4 +1,5 @@
-"""Real worker subprocesses on a real SQLite file with the stories260k model (CPU, float64).
+"""Real worker subprocesses on a real SQLite file and a real PostgreSQL server with the stories260k model (CPU,
+float64).
 
 The promise under test: however a job is interrupted (kill -9, pause, shutdown), the ids it ends with are
 exactly those of one uninterrupted run, and nothing already committed is lost or rewritten.
@@ -9,7 +10,6 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
-import sqlite3
 import subprocess
 import sys
 import time
@@ -18,9 +18,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from sqlalchemy import event, text
 
 from storage import open_store
-from storage.records import ModelSpec, utcnow
+from storage.db import make_engine
+from storage.records import ModelSpec, Owner, utcnow
 from tokenswift.settings import Settings
 from worker import WorkerConfig, run_worker
 
@@ -67,14 +69,14 @@ def straight(stories64) -> Straight:
 class Workers:
     """Starts `python -m worker` processes and kills, at teardown, those of them still running."""
 
-    def __init__(self, tmp_path: Path, model: Path):
-        self.tmp_path, self.model, self.procs, self.spawned = tmp_path, model, [], []
-        self.db = f"sqlite:///{tmp_path / 'studio.db'}"
+    def __init__(self, tmp_path: Path, model: Path, db: str):
+        self.tmp_path, self.model, self.db, self.procs, self.spawned = tmp_path, model, db, [], []
 
-    def start(self, *extra: str, model: str | None = None) -> subprocess.Popen:
+    def start(self, *extra: str, model: str | None = None, worker_id: str = "test",
+              python: tuple[str, ...] = ("-m", "worker")) -> subprocess.Popen:
         log = open(self.tmp_path / f"worker-{len(self.procs)}.log", "wb")  # noqa: SIM115 - closed at teardown
-        command = [sys.executable, "-m", "worker", "--db", self.db, "--model", model or str(self.model),
-                   "--device", "cpu", "--dtype", "float64", "--threads", "1", "--worker-id", "test",
+        command = [sys.executable, *python, "--db", self.db, "--model", model or str(self.model),
+                   "--device", "cpu", "--dtype", "float64", "--threads", "1", "--worker-id", worker_id,
                    "--poll-s", "0.05", "--flush-s", "0.2", "--flush-tokens", str(FLUSH_TOKENS), *extra]
         env = {**os.environ, "HF_HUB_OFFLINE": "1"}
         proc = subprocess.Popen(command, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
@@ -117,8 +119,8 @@ class Workers:
 
 
 @pytest.fixture
-def workers(tmp_path, stories_path):
-    started = Workers(tmp_path, stories_path)
+def workers(tmp_path, stories_path, db_url):
+    started = Workers(tmp_path, stories_path, db_url)
     yield started
     started.close()
 
@@ -132,12 +134,13 @@ def store(workers):
 
 def raw_chunks(workers: Workers, gen_id: int) -> list[tuple]:
     """Chunk rows exactly as stored, to prove earlier ones are never rewritten."""
-    db = sqlite3.connect(workers.tmp_path / "studio.db")
-    query = "select id, seq, token_start, token_ids, text, source from chunks where generation_id=?"
-    query += " order by seq"
-    rows = db.execute(query, (gen_id,)).fetchall()
-    db.close()
-    return rows
+    query = "select id, seq, token_start, token_ids, text, source from chunks where generation_id = :id order by seq"
+    engine = make_engine(workers.db)
+    try:
+        with engine.connect() as c:
+            return [tuple(r) for r in c.execute(text(query), {"id": gen_id})]
+    finally:
+        engine.dispose()
 
 
 def assert_complete_and_exact(store, workers, gen_id: int, straight: Straight, kept: list[tuple]) -> None:
@@ -206,6 +209,8 @@ def test_fifo_cancel_and_failures_while_the_worker_serves_on(store, workers, sto
         store.enqueue_generation(PROMPT, SHORT, model=model).id,
         store.enqueue_generation(PROMPT, too_long, model=model).id,
         store.enqueue_generation(PROMPT, SETTINGS.replace(max_new_tokens=30), model=model).id,
+        # an instruction goes through the chat template, which stories260k does not have
+        store.enqueue_generation(PROMPT, SHORT.replace(prompt_format="instruction"), model=model).id,
     ]
     config = WorkerConfig(db=workers.db, model="/nonexistent/model", device="cpu", dtype="float64", threads=1,
                           worker_id="test", once=True, poll_s=0.05, flush_s=0.2, flush_tokens=FLUSH_TOKENS,
@@ -220,26 +225,27 @@ def test_fifo_cancel_and_failures_while_the_worker_serves_on(store, workers, sto
     assert proc.exitcode == 0
 
     gens = [store.get_generation(i) for i in ids]
-    assert [g.status for g in gens] == ["failed", "cancelled", "done", "failed", "done"], workers.log()
+    assert [g.status for g in gens] == ["failed", "cancelled", "done", "failed", "done", "failed"], workers.log()
+    assert "prompt_format" in gens[5].error and "no chat template" in gens[5].error
     assert "cannot load model '/nonexistent/model'" in gens[0].error
     assert "context" in gens[3].error and "max_new_tokens" in gens[3].error
     # An iteration of this model takes milliseconds; the worker looks for requests after every one. (A
     # token count would be tighter but flaky: this test process may stall on a busy machine.)
     assert (gens[1].finished_at - asked).total_seconds() < 2.0
     assert 0 < gens[1].produced_tokens < 20_000
-    assert [len(store.get_tokens(g.id).generated_ids) for g in gens] == [0, gens[1].produced_tokens, 30, 0, 30]
+    assert [len(store.get_tokens(g.id).generated_ids) for g in gens] == [0, gens[1].produced_tokens, 30, 0, 30, 0]
     starts = [g.started_at for g in gens]
     assert starts == sorted(starts)  # FIFO
     assert all(a.finished_at <= b.started_at for a, b in zip(gens, gens[1:], strict=False))  # one at a time
     assert gens[2].model == model
 
 
-def test_the_saved_model_choice_and_the_command_lines_override(tmp_path):
+def test_the_saved_model_choice_and_the_command_lines_override(db_url):
     """Which model a worker asks its holder for (stubbed: nothing loads): the choice saved before any worker
     existed, unless --model is given, which then becomes the saved choice."""
     from worker.loop import Worker
 
-    store = open_store(f"sqlite:///{tmp_path / 'studio.db'}")
+    store = open_store(db_url)
     store.set_desired_model(ModelSpec("org/chosen-in-the-ui"))  # no worker row yet (--no-worker, first start)
     asked = []
 
@@ -264,4 +270,107 @@ def test_the_worker_runs_tokenswift_adaptive_unless_told_not_to(tmp_path, storie
     for adaptive in (True, False):
         holder = ModelHolder(store, "w", threads=1, adaptive=adaptive)
         assert holder.ensure(ModelSpec(str(stories_path))).extras["adaptive"] is adaptive
+    store.close()
+
+
+def reference_ids(model, settings: Settings) -> list[int]:
+    from tokenswift.generate import Generator
+
+    with one_torch_thread():
+        return Generator(model, settings, model.encode(PROMPT)).run()
+
+
+def test_a_full_database_pauses_the_job_with_the_reason_and_resume_loses_nothing(tmp_path, stories64, stories_path):
+    """A real SQLITE_FULL (the file capped at its size with max_page_count, per connection) in the middle of
+    a job, in this process: the job ends paused, not failed; once writes go through again, Resume finishes
+    it with exactly the ids of an uninterrupted run."""
+    from worker.job import FlushPolicy, JobRun
+
+    settings = SHORT.replace(max_new_tokens=400)
+    store = open_store(f"sqlite:///{tmp_path / 'studio.db'}")
+    cap = {"pages": None}
+
+    def on_checkout(dbapi, _record, _proxy):
+        dbapi.execute(f"pragma max_page_count={cap['pages'] or 1073741823}")
+
+    event.listen(store.engine, "checkout", on_checkout)
+    gen_id = store.enqueue_generation(PROMPT, settings).id
+    owner = Owner.here("w")
+    spec = ModelSpec(str(stories_path), None, "cpu", "float64")
+
+    def stopping() -> bool:  # called every iteration: fill the "disk" once two chunks are saved
+        if cap["pages"] is None and len(store.chunks(gen_id)) >= 2:
+            with store.engine.connect() as c:
+                cap["pages"] = c.exec_driver_sql("pragma page_count").scalar()
+        return False
+
+    with one_torch_thread():
+        run = JobRun(store, owner, store.claim_next(owner), stories64, spec, FlushPolicy(0.0, 8), stopping)
+        assert run.run() == "paused"
+    paused = store.get_generation(gen_id)
+    assert paused.status == "paused" and "database or disk is full" in paused.error and "resume" in paused.error
+    saved = store.get_tokens(gen_id).generated_ids
+    assert 16 <= len(saved) < 400
+
+    cap["pages"] = 0  # space is back (0: the pragma's default ceiling)
+    store.request_resume(gen_id)
+    with one_torch_thread():
+        run = JobRun(store, owner, store.claim_next(owner), stories64, spec, FlushPolicy(0.0, 64), lambda: False)
+        assert run.run() == "done"
+    ids = store.get_tokens(gen_id).generated_ids
+    assert ids[: len(saved)] == saved and ids == reference_ids(stories64, settings)
+    store.close()
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """An 8 MB tmpfs (root only: CI runs as root)."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs needs root; the SQLITE_FULL test above covers the job without it")
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(disk)], capture_output=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode(errors='replace').strip()}")
+    yield disk
+    subprocess.run(["umount", "-l", str(disk)], check=False)
+
+
+def fill(folder: Path) -> Path:
+    """Write a file until the disk says ENOSPC."""
+    filler = folder / "filler"
+    with open(filler, "wb", buffering=0) as f:
+        for block in (2**16, 2**12, 2**9):
+            try:
+                while f.write(b"\0" * block):
+                    pass
+            except OSError:
+                continue
+    return filler
+
+
+def test_a_full_disk_in_a_real_worker_is_transient(small_disk, workers, stories64):
+    """The worker process on a real file system that fills up mid-job: health says so, the job ends paused
+    with the reason (once that much can be written), and after Resume the ids are an uninterrupted run's."""
+    from storage.health import store_problem
+
+    settings = SHORT.replace(max_new_tokens=800)
+    workers.db = f"sqlite:///{small_disk / 'studio.db'}"
+    store = open_store(workers.db)
+    gen_id = store.enqueue_generation(PROMPT, settings).id
+    proc = workers.start()
+    workers.wait_until(lambda: len(store.chunks(gen_id)) >= 2, 90, proc)
+    filler = fill(small_disk)
+    assert "full" in store_problem(store)
+    before = store.get_generation(gen_id, with_text=False)
+    workers.wait_until(lambda: "could not record the pause either" in workers.log(), 60, proc)
+    assert store.get_generation(gen_id, with_text=False).status == "running"  # the pause cannot be written yet
+    filler.unlink()
+    workers.wait_until(lambda: store.get_generation(gen_id, with_text=False).status == "paused", 60, proc)
+    assert store_problem(store) is None
+    paused = store.get_generation(gen_id, with_text=False)
+    assert "database or disk is full" in paused.error and paused.produced_tokens >= before.produced_tokens
+    store.request_resume(gen_id)
+    workers.wait_until(lambda: store.get_generation(gen_id, with_text=False).status == "done", 120, proc)
+    assert store.get_tokens(gen_id).generated_ids == reference_ids(stories64, settings)
     store.close()

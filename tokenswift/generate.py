@@ -52,7 +52,7 @@ class Generator:
         self.lm, self.s = lm, settings
         self.prompt_ids = list(prompt_ids)
         self.produced: list[int] = list(generated_ids)
-        self.eos = set(lm.config.eos_token_ids) | ({lm.tokenizer.eos_token_id} - {None})
+        self.eos = set(lm.eos_ids)
         self._pad_verify = pad_verify
         self._engine: Engine | None = None
         self._stop_text = ""

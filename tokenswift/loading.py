@@ -15,7 +15,9 @@ from pathlib import Path
 
 import torch
 
+from . import gguf_checkpoint
 from .config import ModelConfig, UnsupportedModelError
+from .default_model import shipped_heads
 from .errors import ModelLoadError
 from .heads import DraftHeads, heads_from_state_dict, load_heads
 from .model import Transformer
@@ -49,6 +51,16 @@ class LoadedModel:
         """Grow the RoPE table to cover positions [0, length)."""
         if self.model.rope_cos is None or self.model.rope_cos.shape[0] < length:
             self.model.set_rope(*rope_table(self.hf_config, length, self.device, self.dtype))
+
+    @property
+    def eos_ids(self) -> tuple[int, ...]:
+        """Tokens that end a text: the config's and the tokenizer's end-of-sequence, and `<|endoftext|>` where it
+        is a special token (chat models such as SmolLM2-Instruct end turns with <|im_end|> but documents with it)."""
+        ids = set(self.config.eos_token_ids) | ({self.tokenizer.eos_token_id} - {None})
+        special = dict(zip(self.tokenizer.all_special_tokens, self.tokenizer.all_special_ids, strict=False))
+        if "<|endoftext|>" in special:
+            ids.add(special["<|endoftext|>"])
+        return tuple(sorted(ids))
 
     def encode(self, text: str) -> list[int]:
         return list(self.tokenizer(text).input_ids)
@@ -174,12 +186,13 @@ def context_limit(hf) -> int:
 
 
 def load_model(model: str, *, device: str = "cpu", dtype: str = "float32", heads: str | None = None) -> LoadedModel:
-    """heads: a heads directory; None looks for `<model>/heads` or heads inside an official checkpoint;
-    "none" disables them."""
+    """model: a checkpoint directory, a hub id in the local cache, or a .gguf file (converted once, cached).
+    heads: a heads directory; None looks for `<model>/heads`, heads inside an official checkpoint, or shipped
+    heads trained for this GGUF file; "none" disables them."""
     from transformers import AutoConfig, AutoTokenizer
 
     dev, dt = resolve_device(device), resolve_dtype(dtype)
-    path = resolve_path(model)
+    path = gguf_checkpoint.hf_directory(model) if gguf_checkpoint.is_gguf(model) else resolve_path(model)
     if not (path / "config.json").exists():
         raise ModelLoadError(f"{path} has no config.json: not a Hugging Face checkpoint directory")
     try:
@@ -207,5 +220,8 @@ def _pick_heads(path: Path, heads: str | None, state, cfg: ModelConfig, device, 
         return load_heads(Path(heads), cfg, device, dtype)
     if (path / HEADS_SUBDIR / "heads_config.json").exists():
         return load_heads(path / HEADS_SUBDIR, cfg, device, dtype)
+    source = gguf_checkpoint.source_record(path)
+    if source and (shipped := shipped_heads(source["sha256"])):
+        return load_heads(shipped, cfg, device, dtype)
     embedded = heads_from_state_dict(state, cfg)
     return embedded.to(device=device, dtype=dtype) if embedded is not None else None

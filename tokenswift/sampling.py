@@ -117,14 +117,22 @@ def _keep_best(scores: torch.Tensor, remove: torch.Tensor, min_keep: int) -> tor
 class Sampler:
     """Turns raw logits into tokens under one Settings, with the noise of each row's position."""
 
-    def __init__(self, settings: Settings, vocab_size: int, device):
+    def __init__(self, settings: Settings, vocab_size: int, device, eos_ids: tuple[int, ...] = ()):
         self.s = settings
         self.vocab_size = vocab_size
         self.noise = Noise(settings.seed, vocab_size, device) if settings.temperature > 0 else None
+        # Banning end-of-text is part of the sampling rule, so plain decoding and every trie node obey it alike.
+        self.banned = None
+        if settings.ban_eos and eos_ids:
+            self.banned = torch.zeros(vocab_size, dtype=torch.bool, device=device)
+            self.banned[list(eos_ids)] = True
 
     def penalize(self, logits: torch.Tensor, windows: torch.Tensor | None) -> torch.Tensor:
+        """The penalty (and the end-of-text ban): the scores every later filter starts from."""
         s = self.s
         z = logits.float() if logits.dtype in (torch.bfloat16, torch.float16) else logits
+        if self.banned is not None:
+            z = z.masked_fill(self.banned, -math.inf)
         if windows is not None and s.penalty != 1.0 and s.penalty_length > 0:
             z = apply_penalty(z, penalty_mask(windows, self.vocab_size), s.penalty)
         return z

@@ -12,6 +12,8 @@ import math
 from dataclasses import dataclass, field
 
 MODES = ("tokenswift", "ar")
+PROMPT_FORMATS = ("continue", "instruction")  # an opening to continue, or an instruction (the chat template)
+INT64_MAX = 2**63 - 1  # the noise is keyed by 64 bits of the seed; the app's store keeps seed and target as int64
 
 
 class SettingsError(ValueError):
@@ -42,7 +44,9 @@ class Settings:
     budget: int | None = None  # |B| of the partial cache; None = min(prompt length, 4096), at least 64
     sinks: int = 16  # |S|: initial tokens always kept in the partial cache
     ignore_eos: bool = False  # keep decoding past EOS (fixed-length runs as in the paper)
+    ban_eos: bool = False  # never sample end-of-text, so a long draft reaches its target (KoboldCpp's EOS ban)
     stop: tuple[str, ...] = field(default_factory=tuple)  # stop strings
+    prompt_format: str = "continue"  # how the prompt text becomes ids (tokenswift.prompting)
 
     def __post_init__(self) -> None:
         # Values may come from JSON (lists, ints for floats): normalise before checking.
@@ -56,8 +60,8 @@ class Settings:
                 raise SettingsError(name, message)
 
         need(self.mode in MODES, "mode", f"must be one of {', '.join(MODES)}, got {self.mode!r}")
-        need(isinstance(self.seed, int) and self.seed >= 0, "seed", "must be an integer >= 0")
-        need(self.max_new_tokens >= 1, "max_new_tokens", "must be >= 1")
+        need(isinstance(self.seed, int) and 0 <= self.seed <= INT64_MAX, "seed", "must be an integer in 0..2**63-1")
+        need(1 <= self.max_new_tokens <= INT64_MAX, "max_new_tokens", "must be in 1..2**63-1")
         need(_finite(self.temperature) and self.temperature >= 0, "temperature", "must be >= 0")
         need(self.top_k >= 0, "top_k", "must be >= 0")
         need(_finite(self.top_p) and 0 < self.top_p <= 1, "top_p", "must be in (0, 1]")
@@ -75,6 +79,8 @@ class Settings:
         need(self.sinks >= 0, "sinks", "must be >= 0")
         need(self.budget is None or self.budget >= self.sinks + 8, "budget", "must be >= sinks + 8")
         need(all(self.stop), "stop", "stop strings must not be empty")
+        need(self.prompt_format in PROMPT_FORMATS, "prompt_format",
+             f"must be one of {', '.join(PROMPT_FORMATS)}, got {self.prompt_format!r}")
 
     @property
     def lag(self) -> int:

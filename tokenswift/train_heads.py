@@ -30,9 +30,11 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
+from . import gguf_checkpoint
 from .config import ModelConfig
 from .data import DataError, Packed, load_sequences, opening_tokens, pack, read_documents
 from .engine import PREFILL_CHUNK
+from .head_features import FeatureStore, extract, open_or_create, sampled_losses
 from .heads import OFFICIAL_PREFIX, DraftHeads, HeadsError, heads_from_state_dict, new_heads, save_heads
 from .kv_cache import KVCache
 from .loading import LoadedModel, load_model, read_state_dict
@@ -41,7 +43,9 @@ from .model import causal_mask
 CHECKPOINT_NAME = "checkpoint.pt"
 DISTILL_NAME = "self-distill.jsonl"
 # Settings a checkpoint must share with the run that resumes it, or the data order / schedule would differ.
-RESUME_KEYS = ("seq_len", "batch", "grad_accum", "steps", "lr", "min_lr", "warmup", "seed", "gamma")
+RESUME_KEYS = ("seq_len", "batch", "grad_accum", "steps", "lr", "min_lr", "warmup", "seed", "gamma", "loss", "topk",
+               "negatives")
+LOSSES = ("full", "sampled")
 
 
 @dataclass
@@ -82,9 +86,19 @@ class TrainConfig:
     checkpoint_every: int = 50
     seed: int = 0  # data order and self-distillation sampling
     progress: bool = True  # tqdm bars
+    features: str | None = None  # cache the frozen model's h0 and top-k here once, and train from it
+    loss: str = "full"  # full: cross-entropy over the vocabulary; sampled: over candidates (head_features)
+    topk: int = 16  # the base model's guesses stored per position (the sampled loss's hard negatives)
+    negatives: int = 2048  # uniformly drawn negatives per micro-batch for the sampled loss
 
     def __post_init__(self) -> None:
         self.data = tuple(self.data)
+        if self.loss not in LOSSES:
+            raise ValueError(f"loss must be one of {', '.join(LOSSES)}, got {self.loss!r}")
+        if self.loss == "sampled" and not self.features:
+            raise ValueError("the sampled loss needs --features DIR (it trains on the stored top-k guesses)")
+        if self.topk < 1 or self.negatives < 1:
+            raise ValueError("topk and negatives must be >= 1")
         if not self.data and not self.distill.tokens:
             raise ValueError("train-heads needs training text: --data FILE... or --self-distill N_TOKENS")
         for name in ("seq_len", "steps", "batch", "grad_accum", "checkpoint_every", "gamma", "doc_tokens"):
@@ -157,7 +171,7 @@ def draft_logits(lm: LoadedModel, heads: torch.nn.Module, hidden: torch.Tensor) 
 
 
 def head_losses(lm: LoadedModel, heads: torch.nn.Module, hidden: torch.Tensor, tokens: torch.Tensor):
-    """Per draft head: mean cross-entropy and top-1 accuracy (a [gamma] tensor, no grad)."""
+    """Per draft head: mean cross-entropy over the vocabulary and top-1 accuracy (a [gamma] tensor, no grad)."""
     losses, top1 = [], []
     for i, logits in enumerate(draft_logits(lm, heads, hidden), start=1):
         target = tokens[:, i + 1:]
@@ -300,18 +314,27 @@ def lr_factor(step: int, cfg: TrainConfig) -> float:
 
 
 def train_step(lm: LoadedModel, heads: torch.nn.Module, opt, sched, data: torch.Tensor, position: int,
-               cfg: TrainConfig, par: Parallel) -> torch.Tensor:
+               cfg: TrainConfig, par: Parallel, store: FeatureStore | None = None) -> torch.Tensor:
     """One optimiser step over grad_accum micro-batches, read from data-stream micro-batch `position` on.
     Returns [2*gamma]: per-head loss then per-head top-1, averaged over micro-batches and processes."""
     device = torch.device(par.device)
     totals = torch.zeros(2 * cfg.gamma, device=device)
     for a in range(cfg.grad_accum):
         start = ((position + a) * par.world + par.rank) * cfg.batch
-        tokens = data[sample_indices(len(data), cfg.seed, start, cfg.batch)].to(device)
-        hidden = base_hidden(lm, tokens)
+        rows = sample_indices(len(data), cfg.seed, start, cfg.batch)
+        if store is None:
+            tokens = data[rows].to(device)
+            hidden, guesses = base_hidden(lm, tokens), None
+        else:
+            tokens, hidden, guesses = (t.to(device) for t in store.batch(rows))
         with par.no_sync(heads, skip=a < cfg.grad_accum - 1):
             with torch.autocast(device.type, torch.bfloat16, enabled=device.type == "cuda"):
-                losses, top1 = head_losses(lm, heads, hidden, tokens)
+                if cfg.loss == "sampled":
+                    noise = torch.Generator(device).manual_seed(cfg.seed * 1_000_003 + start)
+                    states = heads(hidden.to(next(heads.parameters()).dtype))
+                    losses, top1 = sampled_losses(lm, states, tokens, guesses, cfg.negatives, noise)
+                else:
+                    losses, top1 = head_losses(lm, heads, hidden, tokens)
             (sum(losses) / cfg.grad_accum).backward()
         totals += torch.cat((torch.stack(losses).detach(), top1)) / cfg.grad_accum
     if cfg.grad_clip > 0:
@@ -383,6 +406,14 @@ def train_heads(cfg: TrainConfig, lm: LoadedModel | None = None,
     torch.manual_seed(cfg.seed)
     packed, data_info = training_data(lm, cfg, par)
     data_id = fingerprint(packed.tokens)
+    store = None
+    if cfg.features:
+        store = open_or_create(Path(cfg.features), packed.tokens, lm.config.dim, cfg.topk, cfg.model, data_id)
+        if par.main:
+            extract(lm, store, cfg.progress)
+        par.barrier()
+        store = FeatureStore(Path(cfg.features))
+        data_info |= {"features": cfg.features}
     heads = initial_heads(lm, cfg.gamma).to(par.device, torch.float32)  # float32 master weights
     opt = make_optimizer(heads, cfg)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, cfg))
@@ -393,7 +424,7 @@ def train_heads(cfg: TrainConfig, lm: LoadedModel | None = None,
     metrics = {}
     bar = tqdm(total=cfg.steps, initial=step, desc="train-heads", disable=not (cfg.progress and par.main))
     while step < cfg.steps:
-        values = train_step(lm, model, opt, sched, packed.tokens, position, cfg, par).tolist()
+        values = train_step(lm, model, opt, sched, packed.tokens, position, cfg, par, store).tolist()
         step, position = step + 1, position + cfg.grad_accum
         metrics = {"loss": sum(values[: cfg.gamma]), "loss_per_head": values[: cfg.gamma],
                    "top1_per_head": values[cfg.gamma:], "lr": sched.get_last_lr()[0]}
@@ -406,6 +437,8 @@ def train_heads(cfg: TrainConfig, lm: LoadedModel | None = None,
             on_step(step, metrics)
     bar.close()
     record = make_record(cfg, data_info, metrics, par.world)
+    if source := gguf_checkpoint.source_record(lm.path):  # shipped heads are found by the GGUF file's hash
+        record["base_sha256"] = source["sha256"]
     if par.main:
         save_heads(heads, out, record=record)
     par.barrier()
@@ -472,29 +505,72 @@ def import_heads(cfg: ImportConfig) -> DraftHeads:
 # -- command line (wired into tokenswift/cli.py) -------------------------------------------------------
 
 
+FLAG_HELP = {  # shared with eval-heads; every text ends with the default argparse fills in
+    "seq_len": "tokens per training sequence (default: %(default)s)",
+    "doc_tokens": "keep only the first N tokens of each document; 0 = all (default: %(default)s)",
+    "max_docs": "use at most this many documents (default: all)",
+    "max_sequences": "evaluate at most this many sequences (default: %(default)s)",
+    "steps": "optimiser steps (default: %(default)s)",
+    "batch": "sequences per micro-batch (default: %(default)s)",
+    "grad_accum": "micro-batches per optimiser step (default: %(default)s)",
+    "warmup": "steps of linear learning-rate warm-up (default: %(default)s)",
+    "checkpoint_every": "save a resumable checkpoint every N steps (default: %(default)s)",
+    "seed": "data order and sampling seed (default: %(default)s)",
+    "gamma": "number of draft heads, i.e. tokens guessed ahead (default: %(default)s)",
+    "lr": "peak learning rate (default: %(default)s)",
+    "min_lr": "learning rate the cosine schedule ends at (default: %(default)s)",
+    "weight_decay": "AdamW weight decay (default: %(default)s)",
+    "grad_clip": "largest gradient norm; 0 = off (default: %(default)s)",
+    "sample_tokens": "new tokens per self-distillation sample (default: --seq-len)",
+    "prompt_tokens": "tokens of each prompt the samples start from (default: %(default)s)",
+    "penalty_length": "W of the sampling penalty, in tokens (default: %(default)s)",
+    "temperature": "sampling temperature (default: %(default)s)",
+    "top_p": "sampling top-p; 1 = off (default: %(default)s)",
+    "min_p": "sampling min-p; 0 = off (default: %(default)s)",
+    "penalty": "sampling repetition penalty θ; 1 = off (default: %(default)s)",
+}
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """train-heads"""
     d = TrainConfig.__dataclass_fields__
     parser.add_argument("--model", required=True, help="checkpoint directory or hub id")
     parser.add_argument("--data", nargs="+", default=[], metavar="FILE",
-                        help=".txt, .jsonl or .jsonl.xz (`text` field); with --self-distill: the prompts")
+                        help=".txt, .jsonl or .jsonl.xz (`text` field); with --self-distill: the prompts "
+                             "(default: none)")
     parser.add_argument("--self-distill", type=int, default=0, metavar="N_TOKENS",
-                        help="first generate N tokens with the model itself, then train on them")
+                        help="first generate N tokens with the model itself, then train on them (default: 0, off)")
     parser.add_argument("--out", required=True, help="heads directory (also holds the checkpoint)")
     for name in ("seq_len", "doc_tokens", "max_docs", "steps", "batch", "grad_accum", "warmup",
                  "checkpoint_every", "seed", "gamma"):
-        parser.add_argument("--" + name.replace("_", "-"), type=int, default=d[name].default)
+        parser.add_argument("--" + name.replace("_", "-"), type=int, default=d[name].default, help=FLAG_HELP[name])
     for name in ("lr", "min_lr", "weight_decay", "grad_clip"):
-        parser.add_argument("--" + name.replace("_", "-"), type=float, default=d[name].default)
-    parser.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
-    parser.add_argument("--dtype", default="auto", help="frozen model's dtype: auto, float32, bfloat16, ...")
-    parser.add_argument("--resume", action="store_true", help="continue from <out>/checkpoint.pt if present")
-    parser.add_argument("--no-progress", action="store_true")
+        parser.add_argument("--" + name.replace("_", "-"), type=float, default=d[name].default,
+                            help=FLAG_HELP[name])
+    parser.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N (default: %(default)s)")
+    parser.add_argument("--dtype", default="auto",
+                        help="frozen model's dtype: auto, float32, bfloat16, ... (default: %(default)s)")
+    parser.add_argument("--resume", action="store_true",
+                        help="continue from <out>/checkpoint.pt if present (default: start afresh)")
+    parser.add_argument("--features", metavar="DIR",
+                        help="run the frozen model over the data once, store its hidden states and top-k guesses "
+                             "in DIR (resumable), and train from them (default: run the model every step)")
+    parser.add_argument("--loss", choices=LOSSES, default="full",
+                        help="full: cross-entropy over the whole vocabulary; sampled: over the target, the "
+                             "model's own top-k and shared random negatives (needs --features; far cheaper "
+                             "on a CPU) (default: full)")
+    parser.add_argument("--topk", type=int, default=d["topk"].default,
+                        help="guesses of the model stored per position for the sampled loss (default: 16)")
+    parser.add_argument("--negatives", type=int, default=d["negatives"].default,
+                        help="random negatives per micro-batch for the sampled loss (default: 2048)")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar (default: shown)")
     g = parser.add_argument_group("self-distillation sampling")
     for name in ("sample_tokens", "prompt_tokens", "penalty_length"):
-        g.add_argument("--" + name.replace("_", "-"), type=int, default=getattr(DistillConfig, name, None))
+        g.add_argument("--" + name.replace("_", "-"), type=int, default=getattr(DistillConfig, name, None),
+                       help=FLAG_HELP[name])
     for name in ("temperature", "top_p", "min_p", "penalty"):
-        g.add_argument("--" + name.replace("_", "-"), type=float, default=getattr(DistillConfig, name))
+        g.add_argument("--" + name.replace("_", "-"), type=float, default=getattr(DistillConfig, name),
+                       help=FLAG_HELP[name])
 
 
 def config_from_args(args: argparse.Namespace) -> TrainConfig:
@@ -506,7 +582,8 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
         grad_accum=args.grad_accum, lr=args.lr, min_lr=args.min_lr, warmup=args.warmup,
         weight_decay=args.weight_decay, grad_clip=args.grad_clip, gamma=args.gamma, device=args.device,
         dtype=args.dtype, resume=args.resume, checkpoint_every=args.checkpoint_every, seed=args.seed,
-        progress=not args.no_progress,
+        progress=not args.no_progress, features=args.features, loss=args.loss, topk=args.topk,
+        negatives=args.negatives,
     )
 
 

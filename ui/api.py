@@ -1,43 +1,56 @@
 """REST API beside the Gradio UI. Other tools rely on these paths and field names: keep them exact.
 
     POST /api/generations                    -> 201 {"id", "status", "session_id"}
-    GET  /api/generations/{id}               -> {"id", "status", "produced_tokens", "target_tokens",
-                                     "text", "metrics", "session_id", "parent_id", "finish_reason", "error"}
+    GET  /api/generations/{id}[?since=N]     -> {"id", "status", "produced_tokens", "target_tokens",
+                                     "text", "metrics", "session_id", "parent_id", "finish_reason", "error",
+                                     "next_since"}
     GET  /api/generations/{id}/tokens        -> {"prompt_tokens": [...], "tokens": [...]}
     POST /api/generations/{id}/pause|resume|cancel
     DELETE /api/generations/{id}             -> 204 (409 while queued or running: cancel it first)
     GET  /api/generations/{id}/export?format=txt|md|epub|docx[&title=&author=]
     GET  /api/health
 
+Polling: `text` is the whole generated text, or with `?since=N` only the text of chunks N, N+1, ...;
+`next_since` is the N to ask with next time. The text is assembled once and extended by new chunks, and not
+read from the store at all while nothing was committed (ui/texts.py): polls never rebuild a long draft.
+
 Validation errors are 422 in FastAPI's shape, {"detail": [{"loc": [...], "msg", "type"}]}, and every
 msg starts with the field it is about ("settings.penalty_window: W must be >= 0"). Settings go through
 tokenswift.settings.Settings, so the API, the CLI and the UI reject the same values with the same words.
+Integers are checked against the store's 64-bit range and text against Unicode (a lone surrogate) before
+anything else sees them: bad input is a 422, never a 500. Login, body and upload limits: ui/guard.py.
 This process never loads the model: it reads and writes the store, and loads only the model's tokenizer
 (ui/tokens.py) to refuse a prompt + max_new_tokens beyond the context up front, in the engine's words.
 """
 
 from __future__ import annotations
 
-import secrets
+import json
 import uuid
 from collections.abc import Sequence
 from typing import Annotated, Any
 from urllib.parse import quote
 
-from fastapi import APIRouter, Body, Depends, FastAPI, HTTPException, Response
-from fastapi.security import HTTPBasic, HTTPBasicCredentials
-from pydantic import BaseModel, ConfigDict, ValidationError
+from fastapi import APIRouter, Body, Depends, FastAPI, HTTPException, Path, Query, Request, Response
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from bookexport import FORMATS, Book, export_book
 from storage import Conflict, NotFound, Store, StoreError
-from storage.export import FORMATS, Book, export_book
-from storage.records import GenerationRecord
+from storage.health import store_problem
+from storage.records import SQL_INT_MAX, GenerationRecord
 from tokenswift.settings import Settings, SettingsError
+from ui.forms import ban_eos
+from ui.guard import Guard
+from ui.limits import Limits, printable, unicode_problem
+from ui.texts import DraftTexts
 from ui.tokens import PromptTokens
 
 # API name -> Settings field, where they differ (the UI labels W "penalty window").
 SETTING_NAMES = {"penalty_window": "penalty_length"}
-TOP_LEVEL = ("max_new_tokens", "mode", "seed")
-BASIC = HTTPBasic(realm="TokenSwift Studio")  # stateless; module level so the annotation below resolves
+TOP_LEVEL = ("max_new_tokens", "mode", "seed", "prompt_format")
+Int = Annotated[int, Field(ge=-SQL_INT_MAX - 1, le=SQL_INT_MAX)]  # what the store can hold
+Id = Annotated[int, Field(ge=1, le=SQL_INT_MAX)]
+GenId = Annotated[int, Path(ge=1, le=SQL_INT_MAX)]
 
 
 class SamplingIn(BaseModel):
@@ -47,26 +60,39 @@ class SamplingIn(BaseModel):
     min_p: float | None = None
     eta: float | None = None
     penalty: float | None = None  # theta
-    penalty_window: int | None = None  # W
-    ngram_topk: int | None = None  # k
-    tree: list[int] | None = None
-    budget: int | None = None
+    penalty_window: Int | None = None  # W
+    ngram_topk: Int | None = None  # k
+    tree: list[Int] | None = None
+    budget: Int | None = None
+    ban_eos: bool | None = None  # keep writing past the end-of-text token (default: on for long drafts)
 
 
 class GenerationIn(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
     prompt: str = ""
-    max_new_tokens: int
+    max_new_tokens: Int
     mode: str = "tokenswift"
-    seed: int = 0
+    seed: Int = 0
+    prompt_format: str = "continue"  # "continue" an opening, or follow an "instruction" (chat template)
     settings: SamplingIn = SamplingIn()
-    session_id: int | None = None
-    continue_from: int | None = None
+    session_id: Id | None = None
+    continue_from: Id | None = None
 
 
 def invalid(field: str, message: str, kind: str = "value_error") -> HTTPException:
     loc = ["body", *field.split(".")]
     return HTTPException(422, detail=[{"loc": loc, "msg": f"{field}: {message}", "type": kind}])
+
+
+async def json_object(request: Request) -> dict[str, Any]:
+    """The body as a JSON object, or a 422 in the API's shape (not FastAPI's 400 for JSON nested too deep)."""
+    try:
+        payload = json.loads(await request.body())
+    except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
+        raise invalid("body", "is not valid JSON") from None
+    if not isinstance(payload, dict):
+        raise invalid("body", "must be a JSON object")
+    return payload
 
 
 def parse_request(payload: dict[str, Any]) -> tuple[GenerationIn, Settings]:
@@ -75,9 +101,13 @@ def parse_request(payload: dict[str, Any]) -> tuple[GenerationIn, Settings]:
     except ValidationError as error:
         detail = []
         for e in error.errors(include_url=False):
-            field = ".".join(str(part) for part in e["loc"])
-            detail.append({"loc": ["body", *e["loc"]], "msg": f"{field}: {e['msg']}", "type": e["type"]})
+            loc = [printable(str(part)) if isinstance(part, str) else part for part in e["loc"]]
+            field = ".".join(str(part) for part in loc) or "body"  # e.g. a key that is not Unicode
+            detail.append({"loc": ["body", *loc], "msg": f"{field}: {printable(e['msg'])}", "type": e["type"]})
         raise HTTPException(422, detail=detail) from None
+    for field in ("prompt", "mode"):
+        if problem := unicode_problem(getattr(request, field)):
+            raise invalid(field, problem)
     if request.continue_from is None and not request.prompt.strip():
         raise invalid("prompt", "must not be empty")
     if request.continue_from is not None and request.prompt:
@@ -88,7 +118,9 @@ def parse_request(payload: dict[str, Any]) -> tuple[GenerationIn, Settings]:
 def to_settings(request: GenerationIn) -> Settings:
     chosen = request.settings.model_dump(exclude_unset=True)
     values = {SETTING_NAMES.get(k, k): v for k, v in chosen.items() if v is not None or k == "budget"}
-    values.update(max_new_tokens=request.max_new_tokens, mode=request.mode, seed=request.seed)
+    values.update(max_new_tokens=request.max_new_tokens, mode=request.mode, seed=request.seed,
+                  prompt_format=request.prompt_format)
+    values.setdefault("ban_eos", ban_eos("Auto", request.max_new_tokens))  # long drafts keep writing
     try:
         return Settings.from_dict(values)
     except SettingsError as error:
@@ -136,13 +168,12 @@ def enqueue(store: Store, request: GenerationIn, settings: Settings) -> Generati
         raise invalid("continue_from", str(error)) from None
 
 
-def generation_view(store: Store, gen: GenerationRecord) -> dict:
-    metric = store.latest_metric(gen.id)
+def generation_view(gen: GenerationRecord, text: str, metrics: dict) -> dict:
     return {
         "id": gen.id, "status": gen.status, "produced_tokens": gen.produced_tokens,
-        "target_tokens": gen.target_tokens, "text": gen.text, "metrics": metric.to_dict() if metric else {},
+        "target_tokens": gen.target_tokens, "text": text, "metrics": metrics,
         "session_id": gen.session_id, "parent_id": gen.parent_id, "finish_reason": gen.finish_reason,
-        "error": gen.error,
+        "origin": gen.origin, "error": gen.error, "next_since": gen.chunk_count,
     }
 
 
@@ -154,33 +185,21 @@ def store_errors():
         raise HTTPException(503, detail=str(error)) from error
 
 
-def basic_auth(credentials: Sequence[tuple[str, str]]):
-    def check(given: Annotated[HTTPBasicCredentials, Depends(BASIC)]) -> str:
-        user, password = given.username.encode(), given.password.encode()
-        for known_user, known_password in credentials:
-            # compare_digest on both parts, for every pair: no timing hint about which part was wrong.
-            ok_user = secrets.compare_digest(user, known_user.encode())
-            if ok_user & secrets.compare_digest(password, known_password.encode()):
-                return given.username
-        raise HTTPException(401, detail="wrong user or password", headers={"WWW-Authenticate": "Basic"})
-
-    return check
-
-
-def create_router(store: Store, credentials: Sequence[tuple[str, str]] | None = None,
-                  tokens: PromptTokens | None = None) -> APIRouter:
-    """The /api routes over `store`. With credentials, every route needs HTTP Basic with one pair. `tokens`:
-    the app's tokenizer cache (shared with the UI); without one the router keeps its own."""
-    guard = [Depends(basic_auth(credentials))] if credentials else []
-    router = APIRouter(prefix="/api", dependencies=[*guard, Depends(store_errors)])
-    add_generation_routes(router, store, tokens or PromptTokens(store))
+def create_router(store: Store, tokens: PromptTokens | None = None, texts: DraftTexts | None = None) -> APIRouter:
+    """The /api routes over `store` (the login, when there is one, is ui/guard.py's, in front of the app).
+    `tokens`, `texts`: the app's tokenizer and text caches (shared with the UI); without them the router keeps
+    its own."""
+    router = APIRouter(prefix="/api", dependencies=[Depends(store_errors)])
+    add_generation_routes(router, store, tokens or PromptTokens(store), texts or DraftTexts(store))
     add_control_routes(router, store)
 
     @router.get("/health")
     def health() -> dict:
         workers = store.list_workers()
         w = workers[0] if workers else None
+        problem = store_problem(store)
         return {
+            "store": f"store unwritable: {problem}" if problem else "ok",
             "model": w.model if w else None, "device": w.device if w else None,
             "dtype": w.dtype if w else None, "load_status": w.load_status if w else "no worker",
             "load_error": w.load_error if w else None, "max_context": w.max_context if w else None,
@@ -191,33 +210,51 @@ def create_router(store: Store, credentials: Sequence[tuple[str, str]] | None = 
     return router
 
 
-def add_generation_routes(router: APIRouter, store: Store, tokens: PromptTokens) -> None:
+def add_generation_routes(router: APIRouter, store: Store, tokens: PromptTokens, texts: DraftTexts) -> None:
     @router.post("/generations", status_code=201)
-    def create_generation(payload: Annotated[dict[str, Any], Body()]) -> dict:
+    def create_generation(payload: Annotated[dict[str, Any], Depends(json_object)]) -> dict:
         request, settings = parse_request(payload)
         check_context(store, request, tokens)
         gen = enqueue(store, request, settings)
         return {"id": gen.id, "status": gen.status, "session_id": gen.session_id}
 
     @router.get("/generations/{gen_id}")
-    def get_generation(gen_id: int) -> dict:
-        return generation_view(store, found(store.get_generation, gen_id))
+    def get_generation(gen_id: GenId, since: Annotated[int | None, Query(ge=0, le=SQL_INT_MAX)] = None) -> dict:
+        draft = found(texts.read, gen_id)
+        text = draft.text if since is None else draft.since(since)
+        return generation_view(draft.record, text, draft.metric.to_dict() if draft.metric else {})
 
     @router.delete("/generations/{gen_id}", status_code=204)
-    def delete_generation(gen_id: int) -> Response:
+    def delete_generation(gen_id: GenId) -> Response:
         try:
             found(store.delete_generation, gen_id)
         except Conflict as error:
             raise HTTPException(409, detail=str(error)) from None
         return Response(status_code=204)
 
+    @router.post("/generations/{gen_id}/edit", status_code=201)
+    def edit_generation(gen_id: GenId, payload: Annotated[dict[str, Any], Body()]) -> dict:
+        """The writer's version of a stopped draft, saved as a new draft; the original stays as it was."""
+        text = payload.get("text")
+        if set(payload) != {"text"} or not isinstance(text, str):
+            raise invalid("text", 'send {"text": "<the whole edited draft>"} and nothing else')
+        if reason := unicode_problem(text):
+            raise invalid("text", reason)
+        try:
+            gen = found(lambda i: store.save_edit(i, text), gen_id)
+        except Conflict as error:
+            raise HTTPException(409, detail=str(error)) from None
+        except ValueError as error:  # empty or unchanged
+            raise invalid("text", str(error)) from None
+        return {"id": gen.id, "status": gen.status, "parent_id": gen.parent_id, "session_id": gen.session_id}
+
     @router.get("/generations/{gen_id}/tokens")
-    def get_tokens(gen_id: int) -> dict:
+    def get_tokens(gen_id: GenId) -> dict:
         tokens = found(store.get_tokens, gen_id)
         return {"prompt_tokens": tokens.prompt_ids, "tokens": tokens.generated_ids}
 
     @router.get("/generations/{gen_id}/export")
-    def export(gen_id: int, format: str = "txt", title: str | None = None, author: str | None = None):
+    def export(gen_id: GenId, format: str = "txt", title: str | None = None, author: str | None = None):
         if format not in FORMATS:
             raise HTTPException(422, detail=[{"loc": ["query", "format"], "type": "value_error",
                                               "msg": f"format: must be one of {', '.join(FORMATS)}"}])
@@ -241,7 +278,7 @@ def add_control_routes(router: APIRouter, store: Store) -> None:
 
 
 def control_route(request):
-    def control(gen_id: int) -> dict:
+    def control(gen_id: GenId) -> dict:
         try:
             gen = found(request, gen_id)
         except Conflict as error:
@@ -258,8 +295,10 @@ def found(read, gen_id: int):
         raise HTTPException(404, detail=str(error)) from None
 
 
-def create_app(store: Store, credentials: Sequence[tuple[str, str]] | None = None) -> FastAPI:
+def create_app(store: Store, credentials: Sequence[tuple[str, str]] | None = None,
+               limits: Limits | None = None) -> Guard:
     """A stand-alone app with just the API (tests, headless servers); app.py mounts the router instead."""
-    app = FastAPI(title="TokenSwift Studio API")
-    app.include_router(create_router(store, credentials, PromptTokens(store)))
-    return app
+    app = FastAPI(title="TokenSwift Studio API", docs_url="/api/docs", openapi_url="/api/openapi.json",
+                  redoc_url=None)
+    app.include_router(create_router(store))
+    return Guard(app, credentials or None, limits or Limits())

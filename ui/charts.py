@@ -46,7 +46,6 @@ def _figure(title: str, y_title: str, traces: list[dict], *, legend: bool = Fals
     if empty:
         base["annotations"] = [{"text": "waiting for the first tokens…", "showarrow": False, "xref": "paper",
                                 "yref": "paper", "x": 0.5, "y": 0.5, "font": {"color": "#9ca3af"}}]
-        base.pop("yaxis2", None)
     return go.Figure({"data": traces, "layout": base}, _validate=False)
 
 
@@ -56,35 +55,45 @@ def _line(i: int, label: str, xs: list, ys: list, **style) -> dict:
     return {"type": "scatter", "mode": mode, "name": label, "x": xs, "y": ys, "line": line, "marker": {"size": 6}}
 
 
-def _series(series: Series, field: str, **style) -> list[dict]:
+def _series(series: Series, field: str, *, hover: str, **style) -> list[dict]:
     traces = []
     for i, (label, points) in enumerate(series):
         pts = [p for p in thin(points) if getattr(p, field) is not None]
-        traces.append(_line(i, label, [p.tokens for p in pts], [getattr(p, field) for p in pts], **style))
+        line = _line(i, label, [p.tokens for p in pts], [getattr(p, field) for p in pts], **style)
+        traces.append({**line, "hovertemplate": hover})
     return traces
 
 
+# Hover text says what each value means, for a reader who has not read the paper.
+ALPHA_HOVER = "α %{y:.0%} of guessed tokens accepted<extra>after %{x:,} tokens</extra>"
+BETA_HOVER = "β %{y:.0%} of guesses kept came from phrases already in the text<extra>after %{x:,} tokens</extra>"
+HITS_HOVER = "%{y:.0f} of every 1,000 tokens were guessed from earlier text<extra>after %{x:,} tokens</extra>"
+SPEED_HOVER = "%{y:.1f} tokens/s<extra>after %{x:,} tokens</extra>"
+SAVED_HOVER = ("%{y:.1f} s saved against plain decoding (below 0: TokenSwift cost time)"
+               "<extra>after %{x:,} tokens</extra>")
+
+
 def alpha_chart(series: Series) -> go.Figure:
-    return _figure("Acceptance rate α", "α", _series(series, "alpha"), legend=len(series) > 1,
-                   yaxis=_axis("α", rangemode="tozero"))
+    return _figure("Guesses accepted (α)", "share accepted", _series(series, "alpha", hover=ALPHA_HOVER),
+                   legend=len(series) > 1, yaxis=_axis("share accepted", rangemode="tozero", tickformat=".0%"))
 
 
 def ngram_chart(series: Series) -> go.Figure:
-    """β (share of accepted tokens that came from n-grams) and n-gram hits per 1K tokens."""
-    traces = _series(series, "beta")
+    """β (share of accepted guesses that came from n-grams of the text so far) and such tokens per 1K."""
+    traces = _series(series, "beta", hover=BETA_HOVER)
     for i, (label, points) in enumerate(series):
         traces[i]["name"] = f"β {label}".strip()
         xs, rates = hits_per_1k(thin(points))
-        traces.append({**_line(i, f"hits/1K {label}".strip(), xs, rates, dash="dot", width=1.5), "yaxis": "y2"})
-    return _figure("N-gram hits", "β", traces, legend=True, margin={"l": 55, "r": 55, "t": 40, "b": 40},
-                   yaxis=_axis("β", rangemode="tozero"),
-                   yaxis2=_axis("hits per 1K tokens", overlaying="y", side="right", rangemode="tozero",
-                                showgrid=False))
+        traces.append({**_line(i, f"per 1K {label}".strip(), xs, rates, dash="dot", width=1.5), "yaxis": "y2",
+                       "hovertemplate": HITS_HOVER})
+    return _figure("Reused from the text so far (β, n-grams)", "β", traces, legend=True,
+                   margin={"l": 55, "r": 55, "t": 40, "b": 40}, yaxis=_axis("β", rangemode="tozero", tickformat=".0%"),
+                   yaxis2=_axis("tokens per 1K", overlaying="y", side="right", rangemode="tozero", showgrid=False))
 
 
 def hits_per_1k(points: list[MetricPoint]) -> tuple[list[int], list[float]]:
-    """Rate between consecutive points. A resumed run restarts the engine's counter: a drop means a new
-    base, not negative hits."""
+    """Tokens taken from n-gram guesses per 1K generated, between consecutive points. A resumed run restarts
+    the engine's counter: a drop means a new base, not negative hits."""
     xs, rates = [], []
     for before, after in zip(points, points[1:], strict=False):
         if after.ngram_hits is None or before.ngram_hits is None or after.tokens <= before.tokens:
@@ -97,10 +106,10 @@ def hits_per_1k(points: list[MetricPoint]) -> tuple[list[int], list[float]]:
 
 
 def speed_chart(series: Series) -> go.Figure:
-    return _figure("Speed", "tokens/s", _series(series, "tokens_per_s"), legend=len(series) > 1,
+    return _figure("Speed", "tokens/s", _series(series, "tokens_per_s", hover=SPEED_HOVER), legend=len(series) > 1,
                    yaxis=_axis("tokens/s", rangemode="tozero"))
 
 
 def saved_chart(series: Series) -> go.Figure:
-    return _figure("Time saved vs AR (cumulative)", "seconds", _series(series, "time_saved_s"),
-                   legend=len(series) > 1)
+    return _figure("Time saved against plain decoding", "seconds",
+                   _series(series, "time_saved_s", hover=SAVED_HOVER), legend=len(series) > 1)

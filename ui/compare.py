@@ -18,7 +18,7 @@ from ui import charts, views
 from ui.forms import SAMPLERS, FormError, SettingsForm, ar_twin
 from ui.live import Watch
 from ui.tokens import PromptTokens
-from ui.write import prompt_budget
+from ui.write_view import prompt_budget
 
 LETTERS = "ABCD"
 TICK_S = 1.0
@@ -152,7 +152,7 @@ def describe(s: Settings) -> str:
 def queue_runs(store: Store, prompt: str, seed, target, temperature, count: int, values: list,
                budget: tuple[int | None, int] = (None, 0)) -> Runs:
     """Validate every column, then queue the TokenSwift runs and one AR twin per distinct sampling setting.
-    budget: (the model's context, the prompt's tokens), as write.prompt_budget measures them."""
+    budget: (the model's context, the prompt's tokens), as write_view.prompt_budget measures them."""
     limit, prompt_tokens = budget
     settings = []
     for i in range(count):

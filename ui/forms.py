@@ -17,6 +17,9 @@ SAMPLERS = {
     "min-p": ("min_p", 0.05, "min-p (0 = off)"),
     "η": ("eta", 0.0009, "η (eta-sampling ε, 0 = off)"),
 }
+PROMPT_FORMATS = {"Continue my text": "continue", "Follow my instruction": "instruction"}
+PAST_EOS = ("Auto", "Keep writing", "Stop there")  # at the model's end-of-text token
+LONG_DRAFT = 3000  # tokens: longer targets ban end-of-text on "Auto", so a long draft reaches its length
 QUICK_LENGTHS = {"1K": 1_000, "5K": 5_000, "10K": 10_000, "25K": 25_000, "50K": 50_000, "100K": 100_000}
 LABELS = {
     "max_new_tokens": "Target length", "mode": "Mode", "seed": "Seed", "temperature": "Temperature",
@@ -44,6 +47,8 @@ class SettingsForm:
     temperature: float | None = DEFAULTS["temperature"]
     seed: float | None = DEFAULTS["seed"]
     budget: float | None = DEFAULTS["budget"]
+    prompt_format: str = "Continue my text"
+    past_eos: str = "Auto"
 
     def to_settings(self, *, limit: int | None = None, prompt_tokens: int = 0,
                     prompt_label: str = "prompt") -> Settings:
@@ -66,6 +71,10 @@ class SettingsForm:
         }
         budget = _whole(self.budget, "budget")
         values["budget"] = budget or None  # 0 = automatic
+        if self.prompt_format not in PROMPT_FORMATS or self.past_eos not in PAST_EOS:
+            raise FormError(f"Prompt: choose one of {', '.join(PROMPT_FORMATS)}, and one of {', '.join(PAST_EOS)}")
+        values["prompt_format"] = PROMPT_FORMATS[self.prompt_format]
+        values["ban_eos"] = ban_eos(self.past_eos, values["max_new_tokens"])
         if limit and prompt_tokens + values["max_new_tokens"] > limit:
             new = f"max_new_tokens ({values['max_new_tokens']:,})"
             if not prompt_tokens:
@@ -97,7 +106,15 @@ def form_from_settings(settings: Settings) -> SettingsForm:
         mode=mode, target=settings.max_new_tokens, theta=settings.penalty, window=settings.penalty_length,
         k=settings.ngram_topk, sampler=sampler, sampler_value=getattr(settings, SAMPLERS[sampler][0]),
         temperature=settings.temperature, seed=settings.seed, budget=settings.budget or 0,
+        prompt_format=next(label for label, value in PROMPT_FORMATS.items() if value == settings.prompt_format),
+        past_eos="Auto" if settings.ban_eos == ban_eos("Auto", settings.max_new_tokens)
+        else "Keep writing" if settings.ban_eos else "Stop there",
     )
+
+
+def ban_eos(choice: str, target: int) -> bool:
+    """Whether a draft bans end-of-text: asked for, or on "Auto" when it is long."""
+    return choice == "Keep writing" or (choice == "Auto" and target > LONG_DRAFT)
 
 
 def parse_target(text: str | float | None) -> int | None:

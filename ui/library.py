@@ -4,20 +4,21 @@ confirmation), continue, and export TXT/MD/EPUB/DOCX with a title and author."""
 from __future__ import annotations
 
 import json
-import tempfile
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
 import gradio as gr
 
+from bookexport import Book, export_book
 from storage import Conflict, NotFound, Store, StoreError
-from storage.export import Book, export_book
-from ui import views, write
-from ui.forms import FormError, settings_from
-from ui.write import WriteParts
+from tokenswift.settings import Settings
+from ui import views, write_view
+from ui.exports import Exports
+from ui.forms import PROMPT_FORMATS, FormError, settings_from
+from ui.write_parts import WriteParts
 
-FORMAT_LABELS = {"TXT": "txt", "Markdown": "md", "EPUB": "epub", "DOCX": "docx"}  # storage.export.FORMATS
+FORMAT_LABELS = {"TXT": "txt", "Markdown": "md", "EPUB": "epub", "DOCX": "docx"}  # bookexport.FORMATS
 
 
 @dataclass
@@ -47,11 +48,12 @@ class LibraryParts:
     export: gr.Button
     file: gr.File
     status: gr.Markdown
+    hint: gr.Markdown  # what to do when there is nothing to show
 
     @property
     def listing(self) -> list:
         return [self.book, self.books, self.title, self.author, self.drafts, self.draft, self.confirm,
-                self.draft_confirm]
+                self.draft_confirm, self.hint]
 
 
 def build() -> LibraryParts:
@@ -59,6 +61,7 @@ def build() -> LibraryParts:
     with gr.Row():
         book = gr.Dropdown([], label="Book", elem_id="library-book", scale=4)
         refresh = gr.Button("Refresh", size="sm", elem_id="library-refresh", scale=1)
+    hint = gr.Markdown("", label="Library hint", elem_id="library-hint")
     books = gr.Dataframe(headers=["#", "Title", "Author", "Drafts", "Updated"], value=[], interactive=False,
                          max_height=220, elem_id="library-books", label="Books")
     with gr.Row():
@@ -71,7 +74,7 @@ def build() -> LibraryParts:
         confirm_text = gr.Markdown("", label="Delete confirmation")
         confirm_yes = gr.Button("Yes, delete it", variant="stop", size="sm", elem_id="library-delete-yes")
         confirm_no = gr.Button("Cancel", size="sm", elem_id="library-delete-no")
-    drafts = gr.Dataframe(headers=["#", "Status", "Mode", "Tokens", "Target", "Created", "Begins"], value=[],
+    drafts = gr.Dataframe(headers=["#", "Status", "Mode", "Prompt", "Tokens", "Target", "Created", "Begins"], value=[],
                           interactive=False, max_height=260, elem_id="library-drafts", label="Drafts in this book")
     with gr.Row():
         draft = gr.Dropdown([], label="Draft", elem_id="library-draft", scale=3)
@@ -90,14 +93,21 @@ def build() -> LibraryParts:
     file = gr.File(label="Exported file", interactive=False, elem_id="library-file")
     return LibraryParts(book, refresh, books, title, author, save, delete, confirm, confirm_text, confirm_yes,
                         confirm_no, drafts, draft, open_, extend_by, cont, delete_draft, draft_confirm,
-                        draft_confirm_text, draft_confirm_yes, draft_confirm_no, fmt, export, file, status)
+                        draft_confirm_text, draft_confirm_yes, draft_confirm_no, fmt, export, file, status, hint)
+
+
+NO_BOOKS = ("**No books yet.** Write an opening in the **Write** tab and press **Start**: every draft is saved "
+            "here while it is written, and stays here when you close the browser.")
+NO_DRAFTS = ("**This book has no drafts.** Start one in the **Write** tab (its title there names the book), or "
+             "delete the empty book.")
 
 
 def listing(p: LibraryParts, store: Store, book_id: int | None) -> dict:
-    """Books, the chosen one (kept if it still exists, else the newest), and its drafts."""
+    """Books, the chosen one (kept if it still exists, else the one last worked on), and its drafts."""
     sessions, counts = store.list_sessions(), store.draft_counts()
     ids = [s.id for s in sessions]
-    book_id = book_id if book_id in ids else (ids[0] if ids else None)
+    if book_id not in ids:
+        book_id = store.last_worked_book() if ids else None
     rows = [[s.id, s.title, s.author, counts.get(s.id, 0), f"{s.updated_at:%Y-%m-%d %H:%M}"] for s in sessions]
     choices = [(f"#{s.id} · {s.title}", s.id) for s in sessions]
     out = {p.book: gr.Dropdown(choices=choices, value=book_id), p.books: rows, **hidden(p)}
@@ -109,16 +119,24 @@ def hidden(p: LibraryParts) -> dict:
     return {p.confirm: gr.Row(visible=False), p.draft_confirm: gr.Row(visible=False)}
 
 
+def _prompt_kind(settings_json: str) -> str:
+    """How the draft began, as the Write tab names it: an opening continued, or an instruction followed."""
+    form = Settings.from_json(settings_json).prompt_format
+    return next(label for label, value in PROMPT_FORMATS.items() if value == form)
+
+
 def book_view(p: LibraryParts, store: Store, book_id: int | None) -> dict:
     if book_id is None:
-        return {p.title: "", p.author: "", p.drafts: [], p.draft: gr.Dropdown(choices=[], value=None)}
+        return {p.title: "", p.author: "", p.drafts: [], p.draft: gr.Dropdown(choices=[], value=None),
+                p.hint: NO_BOOKS}
     book = store.get_session(book_id)
     gens = store.list_generations(book_id)
-    rows = [[g.id, g.status, g.mode, g.produced_tokens, g.target_tokens, f"{g.created_at:%Y-%m-%d %H:%M}",
-             _begins(g.prompt_text)] for g in gens]
+    rows = [[g.id, g.status, g.mode, _prompt_kind(g.settings_json), g.produced_tokens, g.target_tokens,
+             f"{g.created_at:%Y-%m-%d %H:%M}", _begins(g.prompt_text)] for g in gens]
     choices = [(f"#{g.id} · {g.status} · {g.produced_tokens:,} tokens", g.id) for g in gens]
     return {p.title: book.title, p.author: book.author, p.drafts: rows,
-            p.draft: gr.Dropdown(choices=choices, value=gens[0].id if gens else None)}
+            p.draft: gr.Dropdown(choices=choices, value=gens[0].id if gens else None),
+            p.hint: "" if gens else NO_DRAFTS}
 
 
 def _begins(prompt: str, words: int = 8) -> str:
@@ -126,19 +144,17 @@ def _begins(prompt: str, words: int = 8) -> str:
     return head + ("…" if len(prompt.split()) > words else "")
 
 
-def export_file(store: Store, gen_id: int, fmt: str, title: str, author: str) -> Path:
-    """Write the export to a fresh temp folder (Gradio serves it from there as a download)."""
+def export_file(store: Store, exports: Exports, gen_id: int, fmt: str, title: str, author: str) -> Path:
+    """Write the export into the app's exports folder (Gradio serves it from there as a download)."""
     gen = store.get_generation(gen_id)
     book = store.get_session(gen.session_id)
     identifier = f"urn:uuid:{uuid.uuid5(uuid.NAMESPACE_URL, f'tokenswift-studio:session:{book.id}')}"  # as ui/api
     draft = Book(title.strip() or book.title, author.strip(), gen.prompt_text + (gen.text or ""), identifier=identifier)
     data, _, filename = export_book(draft, FORMAT_LABELS[fmt])
-    path = Path(tempfile.mkdtemp(prefix="tokenswift-export-")) / filename
-    path.write_bytes(data)
-    return path
+    return exports.write(filename, data)
 
 
-def wire(p: LibraryParts, store: Store, w: WriteParts, tabs: gr.Tabs, tab: gr.Tab) -> None:
+def wire(p: LibraryParts, store: Store, w: WriteParts, tabs: gr.Tabs, tab: gr.Tab, exports: Exports) -> None:
     fast = {"concurrency_limit": None}
 
     def say(message: str, ok: bool = True) -> dict:
@@ -147,6 +163,10 @@ def wire(p: LibraryParts, store: Store, w: WriteParts, tabs: gr.Tabs, tab: gr.Ta
 
     def refresh(book_id):
         return listing(p, store, book_id)
+
+    def opened(book_id, write_book):
+        """The tab opened: on the book of the draft in the Write tab, else the one chosen here before."""
+        return listing(p, store, write_book if write_book is not None else book_id)
 
     def select_book(book_id):
         try:
@@ -205,9 +225,15 @@ def wire(p: LibraryParts, store: Store, w: WriteParts, tabs: gr.Tabs, tab: gr.Ta
             return say("Delete draft: choose a draft first.", ok=False)
         try:
             store.delete_generation(gen_id)
+            left = store.draft_counts().get(book_id, 0)
         except (Conflict, NotFound, StoreError) as error:
             return {**listing(p, store, book_id), **say(f"Delete draft: {error}", ok=False)}
-        return {**listing(p, store, book_id), **say(f"Deleted draft #{gen_id}.")}
+        out = {**listing(p, store, book_id), **say(f"Deleted draft #{gen_id}.")}
+        if left == 0:  # offer to delete the empty book, rather than leave an "Untitled" behind
+            title = store.get_session(book_id).title
+            out.update({p.confirm: gr.Row(visible=True),
+                        p.confirm_text: f"**{title}** has no drafts left. Delete the empty book too?"})
+        return out
 
     def cancel_delete_draft():
         return {p.draft_confirm: gr.Row(visible=False)}
@@ -216,7 +242,7 @@ def wire(p: LibraryParts, store: Store, w: WriteParts, tabs: gr.Tabs, tab: gr.Ta
         if gen_id is None:
             return say("Open: choose a draft first.", ok=False)
         try:
-            return {**write.show_generation(w, store, gen_id), tabs: gr.Tabs(selected="write")}
+            return {**write_view.show_generation(w, store, gen_id), tabs: gr.Tabs(selected="write")}
         except NotFound as error:
             return say(f"Open: {error}", ok=False)
 
@@ -228,7 +254,7 @@ def wire(p: LibraryParts, store: Store, w: WriteParts, tabs: gr.Tabs, tab: gr.Ta
             values = json.loads(parent.settings_json)  # the parent's settings, longer
             values["max_new_tokens"] = int(extend_by) if extend_by is not None else 0
             settings = settings_from(values)
-            limit = write.model_limit(store)
+            limit = write_view.model_limit(store)
             existing = len(store.get_tokens(gen_id).prompt_ids) + parent.produced_tokens
             if limit and existing + settings.max_new_tokens > limit:
                 raise FormError(f"Continue by: existing text ({existing:,} tokens) + max_new_tokens "
@@ -238,7 +264,7 @@ def wire(p: LibraryParts, store: Store, w: WriteParts, tabs: gr.Tabs, tab: gr.Ta
             return say(str(error).replace("Target length", "Continue by"), ok=False)
         except (Conflict, NotFound, StoreError) as error:
             return say(f"Continue: {error}", ok=False)
-        return {**write.show_generation(w, store, child.id, fill_form=False), tabs: gr.Tabs(selected="write")}
+        return {**write_view.show_generation(w, store, child.id, fill_form=False), tabs: gr.Tabs(selected="write")}
 
     def export(gen_id, fmt, title, author):
         if gen_id is None:
@@ -246,12 +272,12 @@ def wire(p: LibraryParts, store: Store, w: WriteParts, tabs: gr.Tabs, tab: gr.Ta
         if fmt not in FORMAT_LABELS:
             return say(f"Export: choose one of {', '.join(FORMAT_LABELS)}.", ok=False)
         try:
-            path = export_file(store, gen_id, fmt, title or "", author or "")
+            path = export_file(store, exports, gen_id, fmt, title or "", author or "")
         except (NotFound, StoreError, OSError) as error:
             return say(f"Export: {error}", ok=False)
         return {p.file: str(path), **say(f"Exported {path.name}; download it below.")}
 
-    tab.select(refresh, p.book, [*p.listing, p.status], api_name="library_refresh", **fast)
+    tab.select(opened, [p.book, w.book], [*p.listing, p.status], api_name="library_refresh", **fast)
     p.refresh.click(refresh, p.book, [*p.listing, p.status], api_name="library_reload", **fast)
     p.book.input(select_book, p.book, [*p.listing, p.status], api_name="library_select_book", **fast)
     p.save.click(rename, [p.book, p.title, p.author], [*p.listing, p.status], api_name="library_rename", **fast)
@@ -262,8 +288,8 @@ def wire(p: LibraryParts, store: Store, w: WriteParts, tabs: gr.Tabs, tab: gr.Ta
     p.draft.input(cancel_delete_draft, None, p.draft_confirm, api_name="library_select_draft", **fast)
     p.delete_draft.click(ask_delete_draft, [p.book, p.draft], [*p.listing, p.draft_confirm_text, p.status],
                          api_name="library_ask_delete_draft", **fast)
-    p.draft_confirm_yes.click(delete_draft, [p.book, p.draft], [*p.listing, p.status], api_name="library_delete_draft",
-                              **fast)
+    p.draft_confirm_yes.click(delete_draft, [p.book, p.draft], [*p.listing, p.confirm_text, p.status],
+                              api_name="library_delete_draft", **fast)
     p.draft_confirm_no.click(cancel_delete_draft, None, p.draft_confirm, api_name="library_cancel_delete_draft",
                              **fast)
     p.open.click(open_draft, p.draft, [*w.opened, tabs, p.status], api_name="library_open", **fast)

@@ -1,8 +1,8 @@
 """What one browser tab has read of one generation, advanced by cheap incremental reads of the store.
 
-Each timer tick asks only for chunks and metric points past the cursor, so a 100K-token draft costs the
-same per tick as a short one; the text shown live is a bounded tail, and the word count is kept
-incrementally (a word split across two chunks is counted once).
+Each timer tick is one read transaction (Store.progress_since) for the row and only the chunks and metric
+points past the cursor, so a 100K-token draft costs the same per tick as a short one; the text shown live
+is a bounded tail, and the word count is kept incrementally (a word split across two chunks is counted once).
 """
 
 from __future__ import annotations
@@ -37,19 +37,19 @@ class Watch:
 
     def refresh(self, store: Store) -> tuple[bool, bool, bool]:
         """Read what is new: (status or counters changed, text changed, metric points changed)."""
-        record = store.get_generation(self.gen_id, with_text=False)
-        moved = (record.status, record.produced_tokens, record.control) != (
-            self.record.status, self.record.produced_tokens, self.record.control) or self.last_seq < 0
+        after = self.points[-1].tokens if self.points else -1
+        snap = store.progress_since(self.gen_id, after_seq=self.last_seq, after_tokens=after)
+        record = snap.record
+        moved = (record.status, record.produced_tokens, record.control, record.error) != (
+            self.record.status, self.record.produced_tokens, self.record.control, self.record.error
+        ) or self.last_seq < 0
         self.record = record
-        chunks = store.chunk_texts(self.gen_id, after_seq=self.last_seq)  # text only: no ids to unpack
-        for chunk in chunks:
+        for chunk in snap.chunks:
             if chunk.seq > self.last_seq:  # a Pause click and a tick may refresh the same Watch at once
                 self._add_text(chunk.text)
                 self.last_seq = chunk.seq
-        after = self.points[-1].tokens if self.points else -1
-        points = store.metric_points(self.gen_id, after_tokens=after)
-        self.points.extend(p for p in points if not self.points or p.tokens > self.points[-1].tokens)
-        return moved, bool(chunks), bool(points)
+        self.points.extend(p for p in snap.points if not self.points or p.tokens > self.points[-1].tokens)
+        return moved, bool(snap.chunks), bool(snap.points)
 
     def _add_text(self, text: str) -> None:
         if not text:
@@ -76,7 +76,8 @@ class Watch:
         return self.record.status in ACTIVE
 
 
+
 def whole_text(store: Store, gen_id: int) -> str:
-    """Prompt + generated text, read once on demand ("show whole text", export)."""
+    """Prompt + generated text, read fresh from the store (the text a writer's edit starts from)."""
     record = store.get_generation(gen_id)
     return record.prompt_text + (record.text or "")

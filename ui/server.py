@@ -8,10 +8,15 @@ from pathlib import Path
 
 import gradio as gr
 from fastapi import FastAPI
+from starlette.routing import Mount
 
 from storage import Store
 from ui.api import create_router
+from ui.exports import Exports
+from ui.guard import Guard, gradio_sessions
+from ui.limits import Limits
 from ui.page import CSS, HEAD, THEME, build_page
+from ui.texts import DraftTexts
 from ui.tokens import PromptTokens
 
 log = logging.getLogger(__name__)
@@ -42,16 +47,22 @@ def parse_credentials(auth: str | None, auth_file: str | None) -> Credentials:
     return pairs
 
 
-def create_app(store: Store, credentials: Credentials | None = None, *, own_worker: bool = True) -> FastAPI:
-    """own_worker: app.py spawned the worker (else --no-worker: one runs elsewhere on the same store)."""
+def create_app(store: Store, credentials: Credentials | None = None, *, own_worker: bool = True,
+               limits: Limits | None = None, exports: Exports | None = None) -> Guard:
+    """own_worker: app.py spawned the worker (else --no-worker: one runs elsewhere on the same store).
+    limits: body and upload sizes (ui/limits.py). exports: the folder for Library exports, which the caller
+    removes at shutdown (a new one in the system's temp folder if not given)."""
     hint = ("The app's worker has stopped; see the terminal, then restart the app." if own_worker else
             "The app runs without one (--no-worker): start `python -m worker --db <same url>`.")
+    limits = limits or Limits()
     app = FastAPI(title="TokenSwift Studio", docs_url="/api/docs", openapi_url="/api/openapi.json", redoc_url=None)
-    tokens = PromptTokens(store)  # one tokenizer cache for the API and the Write tab
-    app.include_router(create_router(store, credentials or None, tokens))  # before the mount: / would shadow it
-    page = build_page(store, worker_hint=hint, tokens=tokens)
-    return gr.mount_gradio_app(app, page, path="/", auth=credentials or None, auth_message="TokenSwift Studio",
-                               theme=THEME, css=CSS, head=HEAD, footer_links=[])
+    tokens, texts = PromptTokens(store), DraftTexts(store)  # one of each for the API and the page
+    app.include_router(create_router(store, tokens, texts))  # before the mount: / would shadow it
+    page = build_page(store, worker_hint=hint, exports=exports or Exports(), tokens=tokens, texts=texts)
+    app = gr.mount_gradio_app(app, page, path="/", auth=credentials or None, auth_message="TokenSwift Studio",
+                              theme=THEME, css=CSS, head=HEAD, footer_links=[], max_file_size=limits.upload_bytes)
+    gradio_app = next(route.app for route in app.routes if isinstance(route, Mount))
+    return Guard(app, credentials or None, limits, sessions=gradio_sessions(gradio_app))
 
 
 def share_link(port: int) -> None:

@@ -86,7 +86,11 @@ class PromptTokens:
 def _load(model: str) -> _Loaded:
     from transformers import AutoConfig, AutoTokenizer
 
+    from tokenswift.gguf_checkpoint import hf_directory, is_gguf
+
     path = Path(model).expanduser()
+    if is_gguf(path):  # the worker converts the same file into the same cache; whoever is first does it
+        path = hf_directory(path)
     source = str(path) if path.is_dir() else model  # else a hub id, from the local cache only
     tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=True)
     try:

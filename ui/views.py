@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import html
 
-from storage.records import GenerationRecord, MetricPoint, ModelSpec, WorkerStatus
+from storage.records import GenerationRecord, MetricPoint, ModelSpec, WorkerStatus, utcnow
 
 WORKER_SILENT_S = 15.0  # a worker row older than this is shown as not running
 
@@ -17,9 +17,14 @@ def progress_line(record: GenerationRecord, words: int, latest: MetricPoint | No
     speed = latest.tokens_per_s if latest and latest.tokens_per_s else None
     rate = f" · {speed:,.0f} tokens/s" if speed else ""
     status = record.status
+    if status == "queued" and record.control == "recover":  # requeued when its worker stopped (storage.repo)
+        return f"{dot('wait')} **Recovering after a restart — loading the model** — {head}{worker_note}"
     if status == "queued":
         wait = f"{ahead} job{'s' if ahead != 1 else ''} ahead" if ahead else "next in line"
         return f"{dot('wait')} **Queued** ({wait}) — {head}{worker_note}"
+    silent_s = (utcnow() - record.heartbeat_at).total_seconds() if record.heartbeat_at else 0.0
+    if status == "running" and silent_s > WORKER_SILENT_S:  # killed or stuck: the next worker requeues it
+        return f"{dot('wait')} **Recovering — its worker stopped answering**; a restarted worker resumes it — {head}"
     if status == "running":
         if record.control == "pause":
             return f"{dot('wait')} **Pausing…** — {head}"
@@ -27,8 +32,14 @@ def progress_line(record: GenerationRecord, words: int, latest: MetricPoint | No
             return f"{dot('wait')} **Stopping…** — {head}"
         eta = f" · ETA {duration((target - done) / speed)}" if speed and done < target else ""
         return f"{dot('run')} **Writing** — {head}{rate}{eta}"
+    if status == "paused" and record.error:  # the store refused a write (worker/job.py): say why
+        return f"{dot('bad')} **Paused** — {head}: {html.escape(record.error)}"
     if status == "paused":
-        return f"{dot('wait')} **Paused** — {head}. *Resume* continues the very same text."
+        then = "writes on from your edited text" if record.origin == "edit" else "continues the very same text"
+        return f"{dot('wait')} **Paused** — {head}. *Resume* {then}."
+    if record.origin == "edit" and status == "done":
+        return (f"{dot('ok')} **Your edit** — Draft #{record.id}, your revision of #{record.parent_id} "
+                f"(kept as the model wrote it). *Continue* writes on from your text.")
     if status == "done":
         why = {"eos": "the model ended the story", "stop": "a stop string", "length": "target reached"}
         reason = why.get(record.finish_reason or "", record.finish_reason or "finished")
@@ -38,6 +49,44 @@ def progress_line(record: GenerationRecord, words: int, latest: MetricPoint | No
     if status == "failed":
         return f"{dot('bad')} **Failed** — {head}: {html.escape(record.error or 'unknown error')}"
     return f"{status} — {head}"
+
+
+def speed_words(record: GenerationRecord, latest: MetricPoint | None) -> str:
+    """The speed of a draft in a line a writer reads: how much faster than plain decoding, the time saved,
+    or why TokenSwift is not helping."""
+    if record.mode != "tokenswift":
+        return "Plain decoding (AR mode): pick TokenSwift mode to write the same text faster."
+    if latest is None or not latest.elapsed_s or latest.time_saved_s is None:
+        written = record.status in ("queued", "running")
+        return "TokenSwift: measuring the speed-up once the first tokens are written…" if written else ""
+    plain_s = latest.elapsed_s + latest.time_saved_s  # what plain decoding would have taken for these tokens
+    ratio, saved = plain_s / latest.elapsed_s, latest.time_saved_s
+    if ratio >= 1.05:
+        return f"TokenSwift: **{ratio:.1f}×** plain decoding on this draft, **{duration(saved)} saved**."
+    if (latest.plain_share or 0) >= 0.5:
+        return ("TokenSwift: no faster than plain decoding here — on this machine, plain steps are faster for "
+                "this model, so the engine is taking them (the text is the same either way).")
+    lost = f", {duration(-saved)} behind" if saved < -1 else ""
+    return (f"TokenSwift: {ratio:.2f}× plain decoding so far{lost} — few of its guesses are accepted yet "
+            f"(α {100 * (latest.alpha or 0):.0f}%); it gains as the story grows and repeats its names and phrases.")
+
+
+def model_notice(worker: WorkerStatus | None) -> str:
+    """What the loaded model is: name, size, trained context, device/dtype and its draft heads."""
+    if worker is None or worker.load_status != "ready":
+        return "Model: shown once the worker has loaded one (see the banner above)."
+    size = f" · {params(worker.param_count)} parameters" if worker.param_count else ""
+    context = f" · trained for {worker.max_context:,} tokens of context" if worker.max_context else ""
+    heads = (f"draft heads: {html.escape(worker.heads_info)}" if worker.heads_info
+             else "no draft heads (TokenSwift guesses from n-grams of the text so far)")
+    return f"Model: **{short_name(worker.model)}**{size}{context} · {worker.device}/{worker.dtype} · {heads}"
+
+
+def params(count: int) -> str:
+    for unit, scale in (("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if count >= scale:
+            return f"{count / scale:.3g}{unit}"
+    return str(count)
 
 
 def plain(markdown: str) -> str:

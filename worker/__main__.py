@@ -11,12 +11,14 @@ from worker.loop import run_worker
 def parse_args(argv: list[str] | None = None) -> WorkerConfig:
     defaults = WorkerConfig()
     p = argparse.ArgumentParser(prog="python -m worker", description="TokenSwift Studio generation worker")
-    p.add_argument("--db", help="SQLAlchemy URL of the store (default: the app's SQLite file)")
-    p.add_argument("--model", help="checkpoint directory or hub id to load at start")
+    p.add_argument("--db", help="SQLAlchemy URL of the store, e.g. postgresql+psycopg://user:password@host/db for "
+                   "workers on several machines (default: the app's SQLite file)")
+    p.add_argument("--model", help="checkpoint directory, .gguf file or hub id to load at start (default: the "
+                                   "model chosen in the app's Model tab)")
     p.add_argument("--heads", help="draft-heads directory, if not inside the checkpoint")
     p.add_argument("--device", default=defaults.device, help="cpu, cuda or cuda:N")
     p.add_argument("--dtype", default=defaults.dtype, help="float32, float64 (CPU), bfloat16, float16")
-    p.add_argument("--worker-id", default=defaults.worker_id, help="row in the workers table (default: host)")
+    p.add_argument("--worker-id", default=defaults.worker_id, help="row in the workers table (default: host:pid)")
     p.add_argument("--once", action="store_true", help="exit when the queue is empty")
     p.add_argument("--threads", type=int, help="torch CPU threads")
     p.add_argument("--fixed-batch", action="store_true",

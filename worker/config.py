@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import socket
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
@@ -13,7 +12,7 @@ class WorkerConfig:
     heads: str | None = None  # draft-heads directory, when not inside the checkpoint
     device: str = "cpu"
     dtype: str = "float32"
-    worker_id: str = field(default_factory=socket.gethostname)  # one row in the workers table
+    worker_id: str | None = None  # its row in the workers table; None = host:pid, one row per process
     once: bool = False  # exit when the queue is empty instead of waiting for more jobs
     threads: int | None = None  # torch CPU threads; None = torch's default
     adaptive: bool = True  # TokenSwift adapts its candidate batch, down to plain steps (same text, faster)

@@ -68,5 +68,19 @@ class ModelHolder:
         model.extras["adaptive"] = self.adaptive
         self.model, self.spec, self.failed = model, spec, None
         self.store.report_model(self.worker_id, spec, "ready", memory_bytes=model.memory_bytes(),
-                                max_context=model.max_context)
+                                max_context=model.max_context, param_count=param_count(model),
+                                heads_info=heads_info(model, spec))
         return model
+
+
+def param_count(model) -> int:
+    """The model's own weights (draft heads apart), as model cards count them."""
+    return sum(t.numel() for t in model.model.parameters())
+
+
+def heads_info(model, spec: ModelSpec) -> str | None:
+    """Which draft heads are loaded, in a line the model notice shows; None when there are none."""
+    if model.heads is None:
+        return None
+    where = spec.heads or "the model's folder"
+    return f"{model.heads.gamma} draft heads from {where}"

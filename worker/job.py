@@ -11,13 +11,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from storage import Store
+from storage import Store, StoreError
 from storage.records import Job, MetricPoint, ModelSpec, Owner, Progress
 
 log = logging.getLogger(__name__)
 
 # What a control request ends the run as.
 FINISH = {"pause": "paused", "cancel": "cancelled"}
+STORE_RETRY_S = 5.0  # while the store refuses even the pause, try again this often
 
 
 @dataclass
@@ -43,30 +44,64 @@ class FlushPolicy:
     every_tokens: int = 256
 
 
+DISK_FAULTS = ("disk is full", "readonly", "read-only", "no space left")
+
+
+def disk_fault(error: StoreError) -> bool:
+    """A store that cannot take writes (a transient fault the job waits out paused), not one that is gone."""
+    return any(words in str(error).lower() for words in DISK_FAULTS)
+
+
 class JobRun:
     def __init__(self, store: Store, owner: Owner, job: Job, lm, spec: ModelSpec, policy: FlushPolicy,
-                 stopping: Callable[[], bool]):
+                 stopping: Callable[[], bool], wait: Callable[[float], object] = time.sleep):
         self.store, self.owner, self.job, self.lm, self.spec = store, owner, job, lm, spec
-        self.policy, self.stopping = policy, stopping
+        self.policy, self.stopping, self.wait = policy, stopping, wait
         self.pending = Pending()
         self.gen = None
         self.started = time.monotonic()
         self.saved_base = 0.0  # time saved by earlier runs of this job
 
     def run(self) -> str:
-        """done | paused | cancelled | released (worker stopping) | lost (job taken away) | failed."""
+        """done | paused | cancelled | released (worker stopping) | lost (job taken away) | failed.
+
+        A StoreError goes up to the worker loop: the store is unreachable (a database restart, a lost
+        connection), not the job at fault. The job stays ours in the store; the loop tries again, requeues it
+        as abandoned by this very process, and resumes it from what was saved."""
         try:
             return self._run()
-        except Exception as error:  # noqa: BLE001 - any failure ends this job, never the worker
+        except StoreError as error:
+            if not disk_fault(error):
+                raise  # the store is unreachable (a restart, a lost connection): the worker loop retries and resumes
+            return self._pause_for_fault(error)  # full disk, read-only file: the job must stay resumable
+        except Exception as error:  # noqa: BLE001 - any other failure ends this job, never the worker
             return self._fail(error)
 
+    def _pause_for_fault(self, error: StoreError) -> str:
+        """Stop as paused with the reason shown. What was not saved yet is dropped: the resumed run decodes
+        the very same tokens again from the saved ones (same seed, same positions), so nothing is lost. If
+        the store refuses even that small write, keep trying until it takes it or the worker stops (then
+        the job stays running under a dead owner, and the next worker requeues it)."""
+        cause = getattr(error.__cause__, "orig", None) or error  # the driver's words: "database or disk is full"
+        reason = (f"the store could not be written ({cause}). Free disk space (or "
+                  "make the database writable), then resume: everything saved is intact")
+        log.error("job %s: %s", self.job.id, reason)
+        while not self.stopping():
+            try:
+                return "paused" if self.store.pause_for_fault(self.job.id, self.owner, reason) else "lost"
+            except StoreError as again:
+                log.error("job %s: could not record the pause either (%s); retrying", self.job.id, again)
+                self.wait(STORE_RETRY_S)
+        return "released"
+
     def _run(self) -> str:
+        from tokenswift.prompting import prompt_ids as make_prompt
         from tokenswift.settings import Settings
 
         settings = Settings.from_json(self.job.settings_json)
         prompt_ids = self.job.prompt_ids
         if prompt_ids is None:  # the API has no tokenizer: the first run tokenizes and records the ids
-            prompt_ids = self.lm.encode(self.job.prompt_text)
+            prompt_ids = make_prompt(self.lm, self.job.prompt_text, settings.prompt_format)
         if not self.store.record_start(self.job.id, self.owner, prompt_ids, self.spec.model, self.spec.heads):
             return "lost"
         done_ids = self.store.get_tokens(self.job.id).generated_ids
@@ -134,9 +169,10 @@ class JobRun:
         tokens = len(self.gen.produced)
         return MetricPoint(
             tokens=tokens, elapsed_s=elapsed, steps=m.get("steps"), alpha=m.get("alpha"), beta=m.get("beta"),
-            tokens_per_step=m.get("tokens_per_step"), ngram_hits=m.get("ngram_hits"),
+            tokens_per_step=m.get("tokens_per_step"), ngram_hits=m.get("ngram_accepted"),
             tokens_per_s=m.get("tokens_per_s"), ar_latency_s=m.get("ar_latency_s"),
             time_saved_s=self.saved_base + (m.get("time_saved_s") or 0.0),
+            plain_share=m.get("plain_share"),
         )
 
     def _fail(self, error: Exception) -> str:

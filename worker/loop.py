@@ -10,6 +10,7 @@ import contextlib
 import logging
 import os
 import signal
+import socket
 import threading
 import time
 
@@ -28,14 +29,15 @@ STORE_RETRY_S = 5.0
 class Worker:
     def __init__(self, store: Store, config: WorkerConfig):
         self.store, self.config = store, config
-        self.owner = Owner.here(config.worker_id)
-        self.holder = ModelHolder(store, config.worker_id, config.threads, config.adaptive)
+        self.owner = Owner.here(config.worker_id or f"{socket.gethostname()}:{os.getpid()}")
+        self.holder = ModelHolder(store, self.owner.worker_id, config.threads, config.adaptive)
         self.stop_requested = threading.Event()
         self.policy = FlushPolicy(config.flush_s, config.flush_tokens)
         self._last_sweep = float("-inf")  # sweep at start-up: resume what a crash left running
 
     def serve(self) -> None:
         self.store.register_worker(self.owner)
+        self.store.forget_dead_workers(self.owner, pid_alive)
         if self.config.model:  # the command line wins over the saved choice, and becomes it (for all workers)
             c = self.config
             self.store.set_desired_model(ModelSpec(c.model, c.heads, c.device, c.dtype))
@@ -79,8 +81,12 @@ class Worker:
             self.store.mark_failed(job.id, self.owner, str(error))
             return
         log.info("job %s: start (%d tokens already)", job.id, job.produced_tokens)
-        outcome = JobRun(self.store, self.owner, job, lm, self.holder.spec, self.policy, self.stopping).run()
+        run = JobRun(self.store, self.owner, job, lm, self.holder.spec, self.policy, self.stopping,
+                     wait=self.stop_requested.wait)
+        outcome = run.run()
         log.info("job %s: %s", job.id, outcome)
+        with contextlib.suppress(StoreError):
+            self.store.checkpoint()  # the WAL back into the file while nothing is being written
         if outcome == "failed" and lm.device.type == "cuda":
             import torch
 

@@ -1,0 +1,106 @@
+"""Store verbs for the writer's side: editing a draft (as a new revision), who wrote what, and finding the
+draft and book a writer was last working on from any browser.
+
+Mixed into storage.repo.Store (it provides _read/_write), like storage.workers.
+"""
+
+from __future__ import annotations
+
+import json
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from storage import provenance
+from storage.errors import Conflict, NotFound
+from storage.models import ChunkRow, GenerationRow, SessionRow
+from storage.records import GenerationRecord, from_row, utcnow
+
+UNFINISHED = ("running", "queued", "paused")
+
+
+class DraftVerbs:
+    def save_edit(self, gen_id: int, text: str) -> GenerationRecord:
+        """The writer's version of a stopped draft, saved as a new draft (origin "edit", parent gen_id);
+        the parent is never changed, so the model's text can always be restored. A paused parent gives a
+        paused revision with the tokens it had left (Resume writes on from the edited text); any other
+        gives a finished one that Continue extends. Either way the worker tokenizes the edited text afresh."""
+        if not text.strip():
+            raise ValueError("the edited draft is empty; write something, or keep the draft as it was")
+        with self._write() as s:
+            parent = _get(s, gen_id, lock=True)
+            if parent.status in ("queued", "running"):
+                raise Conflict(f"draft {gen_id} is still {parent.status}; pause it before editing")
+            old_text = parent.prompt_text + _text(s, gen_id)
+            if text == old_text:
+                raise ValueError("nothing was changed; the draft stays as it is")
+            old_spans = provenance.append(provenance.parse(parent.prompt_sources, parent.prompt_text),
+                                          provenance.MODEL, len(old_text) - len(parent.prompt_text))
+            row = _revision(parent, text, provenance.after_edit(old_text, old_spans, text))
+            s.add(row)
+            s.get(SessionRow, parent.session_id).updated_at = utcnow()
+            s.flush()
+            return from_row(GenerationRecord, row)
+
+    def text_sources(self, gen_id: int) -> list[tuple[str, str]]:
+        """The draft's whole text as (source, text) pieces: "opening", "ai" or "edit" (storage.provenance)."""
+        with self._read() as s:
+            row = _get(s, gen_id)
+            spans = provenance.parse(row.prompt_sources, row.prompt_text)
+            pieces = provenance.pieces(row.prompt_text, spans)
+            query = select(ChunkRow.source, ChunkRow.text).where(ChunkRow.generation_id == gen_id)
+            for source, text in s.execute(query.order_by(ChunkRow.seq)):
+                if pieces and pieces[-1][0] == source:
+                    pieces[-1] = (source, pieces[-1][1] + text)
+                elif text:
+                    pieces.append((source, text))
+            return pieces
+
+    def resumable(self) -> GenerationRecord | None:
+        """The draft to offer on any page load: the one being written, else the next queued, else the
+        most recently paused."""
+        with self._read() as s:
+            for status in UNFINISHED:
+                query = select(GenerationRow).where(GenerationRow.status == status)
+                row = s.scalars(query.order_by(GenerationRow.id.desc() if status == "paused"
+                                               else GenerationRow.id).limit(1)).first()
+                if row is not None:
+                    return from_row(GenerationRecord, row)
+        return None
+
+    def last_worked_book(self) -> int | None:
+        """The book whose draft was started or edited last; else the newest book (an empty one included)."""
+        with self._read() as s:
+            latest = s.scalar(select(func.max(GenerationRow.id)))
+            if latest is not None:
+                return s.get(GenerationRow, latest).session_id
+            query = select(SessionRow.id).order_by(SessionRow.created_at.desc(), SessionRow.id.desc())
+            return s.scalar(query.limit(1))
+
+
+def _get(s: Session, gen_id: int, *, lock: bool = False) -> GenerationRow:
+    row = s.get(GenerationRow, gen_id, with_for_update=lock or None)
+    if row is None:
+        raise NotFound("generation", gen_id)
+    return row
+
+
+def _text(s: Session, gen_id: int) -> str:
+    query = select(ChunkRow.text).where(ChunkRow.generation_id == gen_id).order_by(ChunkRow.seq)
+    return "".join(s.scalars(query))
+
+
+def _revision(parent: GenerationRow, text: str, spans: provenance.Spans) -> GenerationRow:
+    values = json.loads(parent.settings_json)
+    left = parent.target_tokens - parent.produced_tokens
+    paused = parent.status == "paused" and left > 0
+    if paused:
+        values["max_new_tokens"] = left
+    now = utcnow()
+    return GenerationRow(
+        session_id=parent.session_id, parent_id=parent.id, origin="edit", prompt_text=text, prompt_ids=None,
+        prompt_sources=provenance.dump(spans), model=parent.model, heads=parent.heads, mode=parent.mode,
+        seed=parent.seed, settings_json=json.dumps(values), target_tokens=left if paused else 0,
+        status="paused" if paused else "done", finish_reason=None if paused else "edit", produced_tokens=0,
+        chunk_count=0, elapsed_s=0.0, created_at=now, finished_at=None if paused else now,
+    )

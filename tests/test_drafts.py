@@ -1,0 +1,112 @@
+"""Editing a draft and finding it again: the store's verbs, and a real worker (stories260k, float64) going
+on from the writer's text exactly as plain decoding from that text would."""
+
+from __future__ import annotations
+
+import pytest
+
+from storage import Conflict, open_store
+from storage.records import ModelSpec, Owner, Progress
+from tokenswift.settings import Settings
+
+OPENING = "Once upon a time, there was a little dog named Max."
+
+
+@pytest.fixture
+def store(tmp_path):
+    s = open_store(f"sqlite:///{tmp_path / 'studio.db'}")
+    yield s
+    s.close()
+
+
+def stopped(store, text: str, finish: str, settings: Settings | None = None, book=None) -> int:
+    """A draft the (fake) worker wrote `text` for, then paused or finished."""
+    gen = store.enqueue_generation(OPENING, settings or Settings(max_new_tokens=50), session_id=book)
+    owner = Owner.here("w")
+    store.claim_next(owner)
+    store.record_start(gen.id, owner, [1, 2, 3], "m", None)
+    store.append_progress(gen.id, owner, Progress([4, 5, 6], text, 0.1), finish=finish)
+    return gen.id
+
+
+def test_an_edit_is_a_new_revision_and_the_original_stays(store):
+    parent = stopped(store, " He ran to the sea. The sun was hot.", "paused")
+    edited = OPENING + " He ran to the old harbour. The sun was hot.\nThen it rained."
+    revision = store.save_edit(parent, edited)
+    assert (revision.parent_id, revision.origin, revision.status) == (parent, "edit", "paused")
+    assert revision.target_tokens == 47 and revision.prompt_text == edited  # the 3 tokens written are spent
+    assert store.get_generation(parent).text == " He ran to the sea. The sun was hot."  # nothing overwritten
+    assert store.get_tokens(revision.id).prompt_ids == []  # the worker tokenizes the edited text afresh
+    pieces = store.text_sources(revision.id)
+    assert "".join(text for _, text in pieces) == edited
+    assert pieces[0] == ("opening", OPENING)
+    assert ("edit", "old harbour.") in pieces and ("edit", "\nThen it rained.") in pieces
+    assert ("ai", " He ran to the ") in pieces and ("ai", " The sun was hot.") in pieces
+
+
+def test_edits_are_refused_while_writing_and_when_empty_or_unchanged(store):
+    running = store.enqueue_generation(OPENING, Settings(max_new_tokens=5))
+    store.claim_next(Owner.here("w"))
+    with pytest.raises(Conflict, match="pause it before editing"):
+        store.save_edit(running.id, "new text")
+    done = stopped(store, " The end.", "done")
+    with pytest.raises(ValueError, match="empty"):
+        store.save_edit(done, "  \n")
+    with pytest.raises(ValueError, match="nothing was changed"):
+        store.save_edit(done, OPENING + " The end.")
+
+
+def test_continue_after_an_edit_goes_on_from_the_writers_text(store):
+    done = stopped(store, " The end.", "done")
+    revision = store.save_edit(done, OPENING + " It was not the end.")
+    assert (revision.status, revision.finish_reason) == ("done", "edit")
+    child = store.continue_generation(revision.id, Settings(max_new_tokens=20))
+    assert (child.origin, child.prompt_text, child.status) == ("continue", OPENING + " It was not the end.", "queued")
+    assert [s for s, _ in store.text_sources(child.id)] == ["opening", "ai", "edit", "ai"]
+
+
+def test_the_draft_to_offer_and_the_book_last_worked_on(store):
+    assert store.resumable() is None and store.last_worked_book() is None
+    harbour = store.create_session("The Harbour")
+    paused = stopped(store, " text", "paused", book=harbour.id)
+    store.create_session("Untitled")  # a newer, empty book (left behind by a deleted draft)
+    assert store.resumable().id == paused
+    assert store.last_worked_book() == harbour.id
+    queued = store.enqueue_generation(OPENING, Settings(max_new_tokens=5), session_id=harbour.id)
+    assert store.resumable().id == queued.id  # one being written (or next in line) comes first
+
+
+def test_tokenswift_after_an_edit_equals_plain_decoding_from_the_edited_text(store, stories64):
+    """Resume of a paused draft and Continue of a finished one, both after an edit, through a real worker."""
+    from tokenswift.generate import Generator
+    from worker import WorkerConfig
+    from worker.loop import Worker
+
+    settings = Settings(mode="tokenswift", seed=5, max_new_tokens=48, penalty=1.2, penalty_length=64, ngram_topk=8)
+    paused = stopped(store, " Max ran to the park.", "paused", settings)
+    done = stopped(store, " Max was sad.", "done", settings)
+    resumed = store.save_edit(paused, OPENING + " Max ran to the big red barn and")
+    store.request_resume(resumed.id)
+    edit = store.save_edit(done, OPENING + " Max was happy, because")
+    continued = store.continue_generation(edit.id, settings.replace(max_new_tokens=40))
+    store.set_desired_model(ModelSpec(str(stories64.path), None, "cpu", "float64"))
+    worker = Worker(store, WorkerConfig(worker_id="w", once=True, threads=1, poll_s=0.01))
+    worker.holder._load = _reuse(worker.holder, stories64)
+    worker.serve()
+    for gen_id, new_tokens in ((resumed.id, 45), (continued.id, 40)):
+        record, tokens = store.get_generation(gen_id), store.get_tokens(gen_id)
+        assert record.status == "done", record.error
+        assert tokens.prompt_ids == stories64.encode(record.prompt_text)  # re-prefilled from the edited text
+        plain = Generator(stories64, settings.replace(mode="ar", max_new_tokens=new_tokens), tokens.prompt_ids)
+        assert tokens.generated_ids == plain.run()
+        points = store.progress_since(gen_id).points  # the charts' n-gram line counts the tokens β counts
+        assert points and all(p.plain_share is not None and ((p.beta or 0) == 0) == (p.ngram_hits == 0)
+                              for p in points)
+
+
+def _reuse(holder, lm):
+    """The session's float64 model instead of a second load (the holder still reports it as loaded)."""
+    def load(spec):
+        holder.model, holder.spec = lm, spec
+        return lm
+    return load

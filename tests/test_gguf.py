@@ -1,0 +1,107 @@
+"""GGUF checkpoints: files the tests write with the `gguf` package, and the default model's SmolLM2 file.
+
+Our decoder on a GGUF must give the logits transformers gives on the same file (its own GGUF loader), and
+for an unquantized file the logits of the model that was written; bad files fail with one clear error."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from gguf_files import write_gguf
+
+from tokenswift import gguf_checkpoint
+from tokenswift.errors import ModelLoadError
+from tokenswift.kv_cache import KVCache
+from tokenswift.loading import load_model
+from tokenswift.model import causal_mask
+
+
+def our_logits(lm, ids: torch.Tensor) -> torch.Tensor:
+    cfg, t = lm.config, ids.numel()
+    lm.ensure_positions(t)
+    cache = KVCache(cfg.n_layers, cfg.n_kv_heads, t, cfg.head_dim, lm.device, lm.dtype)
+    pos = torch.arange(t)
+    return lm.model(ids, pos, cache, 0, causal_mask(0, t, pos, cfg.sliding_window, lm.device)).logits
+
+
+def reference_logits(path, ids: torch.Tensor) -> torch.Tensor:
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32).eval()
+    with torch.no_grad():
+        return model(ids[None]).logits[0]
+
+
+@pytest.fixture()
+def home(tmp_path, monkeypatch):
+    monkeypatch.setenv("TOKENSWIFT_HOME", str(tmp_path / "home"))
+    return tmp_path / "home"
+
+
+@pytest.mark.parametrize("case,qtype", [("llama-gqa-tied", "F32"), ("llama-mha", "Q8_0"), ("llama-gqa-tied", "Q4_1"),
+                                        ("qwen2-bias-gqa", "F16")])
+def test_gguf_logits_match_transformers(tmp_path, home, stories_path, case, qtype):
+    path = tmp_path / f"{case}-{qtype}.gguf"
+    source = write_gguf(path, stories_path, case, qtype)
+    lm = load_model(str(path))
+    ids = torch.randint(3, lm.config.vocab_size, (48,), generator=torch.Generator().manual_seed(0))
+    ours = our_logits(lm, ids)
+    theirs = reference_logits(path, ids)
+    assert (ours - theirs).abs().max().item() < 1e-4
+    if qtype == "F32":  # nothing was quantized: the file holds exactly the model that was written
+        with torch.no_grad():
+            written = source(ids[None]).logits[0]
+        assert (ours - written).abs().max().item() < 1e-4
+    if case.startswith("qwen2"):
+        return  # transformers reads a qwen2 file's tokenizer as byte-level BPE; ours is SentencePiece
+    from transformers import AutoTokenizer  # the tokenizer came from the file's metadata: stories260k's
+
+    text = "Once upon a time, a little cat sat by the fire."
+    assert lm.encode(text) == AutoTokenizer.from_pretrained(stories_path)(text).input_ids
+
+
+def test_gguf_is_converted_once_and_cached(tmp_path, home, stories_path):
+    path = tmp_path / "tiny.gguf"
+    write_gguf(path, stories_path)
+    first = gguf_checkpoint.hf_directory(path)
+    made = (first / "model.safetensors").stat().st_mtime_ns
+    again = gguf_checkpoint.hf_directory(path)
+    assert again == first and (again / "model.safetensors").stat().st_mtime_ns == made
+    assert first.parent == home / "gguf-cache"
+    record = gguf_checkpoint.source_record(first)
+    assert record["sha256"] == gguf_checkpoint.file_hash(path) and record["architecture"] == "llama"
+    (first / gguf_checkpoint.SOURCE_NAME).unlink()  # an interrupted conversion: converted again, complete
+    assert (gguf_checkpoint.hf_directory(path) / gguf_checkpoint.SOURCE_NAME).is_file()
+
+
+def test_bad_gguf_files_fail_with_one_clear_error(tmp_path, home, stories_path):
+    good = tmp_path / "good.gguf"
+    write_gguf(good, stories_path)
+    truncated = tmp_path / "truncated.gguf"
+    truncated.write_bytes(good.read_bytes()[: good.stat().st_size // 2])
+    with pytest.raises(ModelLoadError, match="truncated"):
+        load_model(str(truncated))
+    junk = tmp_path / "junk.gguf"
+    junk.write_bytes(b"not a model at all" * 10)
+    with pytest.raises(ModelLoadError, match="not a GGUF file"):
+        load_model(str(junk))
+    with pytest.raises(ModelLoadError, match="not found"):
+        load_model(str(tmp_path / "missing.gguf"))
+    other = tmp_path / "gpt2.gguf"
+    write_gguf(other, stories_path, arch="gpt2")
+    with pytest.raises(ModelLoadError, match="unsupported architecture 'gpt2'"):
+        load_model(str(other))
+    odd = tmp_path / "iq.gguf"
+    write_gguf(odd, stories_path, raw_type="IQ4_NL")
+    with pytest.raises(ModelLoadError, match="blk.0.ffn_up.weight has type IQ4_NL"):
+        load_model(str(odd))
+
+
+def test_cli_reports_a_bad_gguf_in_one_line(tmp_path, home, capsys):
+    from tokenswift.cli import main
+
+    junk = tmp_path / "junk.gguf"
+    junk.write_bytes(b"GGUF" + b"\0" * 40)
+    assert main(["generate", "--model", str(junk), "--prompt", "Hello", "--max-new-tokens", "4"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: GGUF file") and "junk.gguf" in err[0]

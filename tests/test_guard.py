@@ -1,0 +1,132 @@
+"""The front door (ui/guard.py) in front of the real app: login on every route but the login page and static
+assets, failed logins throttled per address, request bodies and uploads capped."""
+
+from __future__ import annotations
+
+import pytest
+from fastapi.testclient import TestClient
+
+from storage import open_store
+from ui import api
+from ui.exports import Exports
+from ui.guard import Throttle
+from ui.limits import Limits
+
+GOOD = {"prompt": "Once upon a time", "max_new_tokens": 30}
+AUTH = ("ann", "s3cret")
+
+
+class Clock:
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def store(tmp_path):
+    s = open_store(f"sqlite:///{tmp_path / 'studio.db'}")
+    yield s
+    s.close()
+
+
+def test_throttle_doubles_the_wait_after_the_free_failures():
+    clock = Clock()
+    throttle = Throttle(free=2, first_wait_s=1.0, max_wait_s=5.0, clock=clock)
+    waits = []
+    for _ in range(6):
+        throttle.failed("10.0.0.1")
+        waits.append(throttle.retry_after("10.0.0.1"))
+    assert waits == [0, 0, 1, 2, 4, 5]  # capped
+    assert throttle.retry_after("10.0.0.2") == 0  # per address
+    clock.now += 5
+    assert throttle.retry_after("10.0.0.1") == 0
+    throttle.succeeded("10.0.0.1")
+    throttle.failed("10.0.0.1")
+    assert throttle.retry_after("10.0.0.1") == 0  # a success starts the count again
+
+
+def test_wrong_basic_passwords_are_throttled(store):
+    clock = Clock()
+    app = api.create_app(store, [AUTH])
+    app.throttle = Throttle(free=3, first_wait_s=1.0, clock=clock)
+    client = TestClient(app)
+    for _ in range(4):
+        assert client.get("/api/health", auth=("ann", "guess")).status_code == 401
+    blocked = client.get("/api/health", auth=AUTH)  # even the right one waits now
+    assert blocked.status_code == 429 and blocked.headers["retry-after"] == "1"
+    assert "too many failed logins" in blocked.json()["detail"]
+    clock.now += 1
+    assert client.get("/api/health", auth=AUTH).status_code == 200
+    assert client.get("/api/health", auth=("ann", "guess")).status_code == 401  # the count starts again
+
+
+def test_bodies_over_the_limit_are_413_and_write_nothing(store):
+    client = TestClient(api.create_app(store, limits=Limits(body_bytes=4096)))
+    big = {**GOOD, "prompt": "word " * 2000}
+    refused = client.post("/api/generations", json=big)
+    assert refused.status_code == 413 and "over the 4 KB limit" in refused.json()["detail"]
+
+    def chunks():  # no Content-Length: read up to the cap, then refused
+        yield b'{"max_new_tokens": 30, "prompt": "'
+        for _ in range(100):
+            yield b"word " * 20
+        yield b'"}'
+
+    streamed = client.post("/api/generations", content=chunks(), headers={"content-type": "application/json"})
+    assert streamed.status_code == 413
+    assert store.list_generations() == []
+    assert client.post("/api/generations", json=GOOD).status_code == 201
+
+
+@pytest.fixture(scope="module")
+def page_app(tmp_path_factory):
+    """The whole app (API + Gradio page) with a login, in this process; no worker is needed."""
+    from ui.server import create_app
+
+    tmp = tmp_path_factory.mktemp("guard")
+    store = open_store(f"sqlite:///{tmp / 'studio.db'}")
+    exports = Exports(tmp)
+    app = create_app(store, [AUTH], limits=Limits(body_bytes=64 * 1024, upload_bytes=16 * 1024), exports=exports)
+    yield app
+    store.close()
+    exports.remove()
+
+
+def test_everything_but_the_login_page_needs_the_login(page_app):
+    client = TestClient(page_app)
+    for path in ("/api/docs", "/api/openapi.json", "/api/health", "/config", "/gradio_api/info",
+                 "/gradio_api/heartbeat/abc123", "/gradio_api/startup-events", "/gradio_api/monitoring/x"):
+        assert client.get(path).status_code == 401, path
+    assert client.get("/api/docs").headers["www-authenticate"].startswith("Basic")  # a browser asks for it
+    assert client.post("/gradio_api/reset", json={"event_id": "x"}).status_code == 401
+    assert client.post("/gradio_api/upload", files={"files": ("a.txt", b"hi")}).status_code == 401
+    login_page = client.get("/")
+    assert login_page.status_code == 200 and "auth_required" in login_page.text
+    assert "window.gradio_api_info = {};" in login_page.text and "write_start" not in login_page.text
+    for path in ("/api/docs", "/api/openapi.json"):
+        assert client.get(path, auth=AUTH).status_code == 200
+
+    browser = TestClient(page_app)
+    assert browser.post("/login", data={"username": "ann", "password": "s3cret"}).status_code == 200
+    assert "write_start" in browser.get("/").text and browser.get("/config").status_code == 200
+    assert browser.get("/api/openapi.json").status_code == 200  # the page's login also opens the API
+    assert browser.post("/gradio_api/upload", files={"files": ("a.txt", b"It was a dark night.")}).is_success
+    too_big = browser.post("/gradio_api/upload", files={"files": ("a.txt", b"x" * 200 * 1024)})
+    assert too_big.status_code == 413 and "upload of" in too_big.json()["detail"]
+    assert browser.post("/gradio_api/upload", files={"files": ("a.txt", b"x" * 20 * 1024)}).status_code == 413
+
+
+def test_failed_login_forms_are_throttled(page_app):
+    clock = Clock()
+    page_app.throttle = Throttle(free=2, first_wait_s=30.0, clock=clock)
+    client = TestClient(page_app, client=("198.51.100.7", 5000))
+    wrong = {"username": "ann", "password": "guess"}
+    assert [client.post("/login", data=wrong).status_code for _ in range(3)] == [400, 400, 400]
+    blocked = client.post("/login", data={"username": "ann", "password": "s3cret"})
+    assert blocked.status_code == 429 and blocked.headers["retry-after"] == "30"
+    assert TestClient(page_app, client=("198.51.100.8", 5000)).post(  # another address is not held up
+        "/login", data={"username": "ann", "password": "s3cret"}).status_code == 200
+    clock.now += 30
+    assert client.post("/login", data={"username": "ann", "password": "s3cret"}).status_code == 200

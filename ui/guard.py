@@ -1,0 +1,240 @@
+"""The app's front door: one ASGI middleware in front of the REST API and the Gradio page.
+
+- Request bodies are capped (413 naming the limit): `Limits.body_bytes`, or `Limits.upload_bytes` (plus room
+  for the multipart framing) on Gradio's upload route. A body sent without a length is read up to the cap.
+- With credentials, every path but the login page and static assets needs a login: HTTP Basic with one of
+  the pairs (API clients, curl, a browser opening /api/docs) or the session cookie that Gradio's login form
+  set. The API's docs and schema, Gradio's heartbeat and stream routes and uploads included. The login page
+  is served without Gradio's list of endpoints.
+- Failed logins (a wrong Basic pair, a refused login form) are limited per client address: after `free`
+  failures each attempt must wait, twice as long as the last (429 with Retry-After); a success clears it.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import re
+import secrets
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+
+from starlette.requests import HTTPConnection
+
+from ui.limits import Limits, size
+
+UPLOAD_PATHS = ("/gradio_api/upload", "/gradio_api/upload/")
+MULTIPART_SLACK = 64 * 1024
+LOGIN_FORM = ("/login", "/login/")
+PUBLIC = {"/", "/favicon.ico", "/manifest.json", "/robots.txt", "/theme.css", "/gradio_api/theme.css", *LOGIN_FORM}
+PUBLIC_PREFIXES = ("/assets/", "/static/", "/svelte/", "/pwa_icon", "/gradio_api/assets/")
+API_INFO = re.compile(rb"window\.gradio_api_info = .*?;</script>", re.DOTALL)
+
+Sessions = Callable[[dict[str, str]], bool]  # request cookies -> a logged-in browser?
+
+
+class Throttle:
+    """Failed logins per client address, with a doubling wait once `free` are used up."""
+
+    def __init__(self, free: int = 5, first_wait_s: float = 1.0, max_wait_s: float = 300.0,
+                 clock: Callable[[], float] = time.monotonic, max_clients: int = 10_000):
+        self.free, self.first_wait_s, self.max_wait_s = free, first_wait_s, max_wait_s
+        self.clock, self.max_clients = clock, max_clients
+        self._failures: OrderedDict[str, tuple[int, float]] = OrderedDict()  # client -> (count, when allowed)
+
+    def retry_after(self, client: str) -> float:
+        """Seconds before `client` may try again (0: now)."""
+        _, allowed = self._failures.get(client, (0, 0.0))
+        return max(0.0, allowed - self.clock())
+
+    def failed(self, client: str) -> None:
+        count = self._failures.pop(client, (0, 0.0))[0] + 1
+        over = count - self.free
+        wait = 0.0 if over <= 0 else min(self.max_wait_s, self.first_wait_s * 2 ** (over - 1))
+        self._failures[client] = (count, self.clock() + wait)
+        while len(self._failures) > self.max_clients:
+            self._failures.popitem(last=False)
+
+    def succeeded(self, client: str) -> None:
+        self._failures.pop(client, None)
+
+
+class Guard:
+    def __init__(self, app, credentials: Sequence[tuple[str, str]] | None, limits: Limits,
+                 throttle: Throttle | None = None, sessions: Sessions | None = None):
+        self.app, self.credentials, self.limits = app, list(credentials or []), limits
+        self.throttle = throttle or Throttle()
+        self.sessions = sessions  # set by ui/server.py once Gradio is mounted
+
+    async def __call__(self, scope, receive, send) -> None:
+        in_session = self.sessions is not None and scope["type"] == "websocket" and self.sessions(
+            HTTPConnection(scope).cookies)
+        if scope["type"] == "websocket" and self.credentials and not in_session:
+            await send({"type": "websocket.close", "code": 1008})
+            return
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        path = scope["path"]
+        receive = await self._capped(scope, receive, send, path)
+        if receive is None:
+            return
+        if not self.credentials:
+            await self.app(scope, receive, send)
+            return
+        connection = HTTPConnection(scope)
+        client = scope["client"][0] if scope.get("client") else "unknown"
+        logged_in = await self._login(connection, client, send)
+        if logged_in is None:  # refused, answered
+            return
+        if logged_in:
+            await self.app(scope, receive, send)
+        elif scope["method"] == "POST" and path in LOGIN_FORM:
+            await self._login_form(scope, receive, send, client)
+        elif path == "/" and scope["method"] in ("GET", "HEAD"):
+            await self._login_page(scope, receive, send)
+        elif path in PUBLIC or path.startswith(PUBLIC_PREFIXES):
+            await self.app(scope, receive, send)
+        else:
+            headers = {"WWW-Authenticate": 'Basic realm="TokenSwift Studio"'} if path.startswith("/api") else {}
+            await _answer(send, 401, "log in first (HTTP Basic, or the login page)", headers)
+
+    # --- sizes ---------------------------------------------------------------------------------------
+
+    async def _capped(self, scope, receive, send, path: str):
+        """`receive`, or a replay of the body read up to the cap; None when the request was refused."""
+        limit = self.limits.upload_bytes + MULTIPART_SLACK if path in UPLOAD_PATHS else self.limits.body_bytes
+        shown = self.limits.upload_bytes if path in UPLOAD_PATHS else self.limits.body_bytes
+        what = "upload" if path in UPLOAD_PATHS else "request body"
+        headers = dict(scope["headers"])
+        length = headers.get(b"content-length")
+        if length is not None:
+            try:
+                declared = int(length)
+            except ValueError:
+                await _answer(send, 400, "Content-Length is not a number")
+                return None
+            if declared > limit:
+                await _answer(send, 413, f"{what} of {size(declared)} is over the {size(shown)} limit")
+                return None
+            return receive  # the server reads exactly Content-Length bytes: no more can arrive
+        if headers.get(b"transfer-encoding") is None:
+            return receive
+        body, more = [], True
+        total = 0
+        while more:
+            message = await receive()
+            if message["type"] != "http.request":
+                return receive
+            total += len(message.get("body", b""))
+            if total > limit:
+                await _answer(send, 413, f"{what} is over the {size(shown)} limit")
+                return None
+            body.append(message.get("body", b""))
+            more = message.get("more_body", False)
+        replay = [{"type": "http.request", "body": b"".join(body), "more_body": False}]
+
+        async def replayed():
+            return replay.pop() if replay else await receive()
+
+        return replayed
+
+    # --- login ---------------------------------------------------------------------------------------
+
+    async def _login(self, connection: HTTPConnection, client: str, send) -> bool | None:
+        """True: logged in; False: not (yet); None: refused and answered (bad pair, or throttled)."""
+        pair = _basic(connection.headers.get("authorization"))
+        if pair is None:
+            return self.sessions is not None and self.sessions(connection.cookies)
+        if (wait := self.throttle.retry_after(client)) > 0:
+            await _too_many(send, wait)
+            return None
+        if self._known(*pair):
+            self.throttle.succeeded(client)
+            return True
+        self.throttle.failed(client)
+        await _answer(send, 401, "wrong user or password", {"WWW-Authenticate": 'Basic realm="TokenSwift Studio"'})
+        return None
+
+    def _known(self, user: str, password: str) -> bool:
+        found = False
+        for known_user, known_password in self.credentials:
+            # compare_digest on both parts, for every pair: no timing hint about which part was wrong.
+            ok_user = secrets.compare_digest(user.encode(), known_user.encode())
+            found |= ok_user & secrets.compare_digest(password.encode(), known_password.encode())
+        return found
+
+    async def _login_form(self, scope, receive, send, client: str) -> None:
+        """Gradio checks the form; this counts its answers (200 logged in, 4xx refused)."""
+        if (wait := self.throttle.retry_after(client)) > 0:
+            await _too_many(send, wait)
+            return
+
+        async def watched(message):
+            if message["type"] == "http.response.start":
+                if message["status"] == 200:
+                    self.throttle.succeeded(client)
+                elif 400 <= message["status"] < 500:
+                    self.throttle.failed(client)
+            await send(message)
+
+        await self.app(scope, receive, watched)
+
+    async def _login_page(self, scope, receive, send) -> None:
+        """Gradio's login page, without the endpoint list it would embed (uncompressed, to edit it)."""
+        headers = [(k, v) for k, v in scope["headers"] if k != b"accept-encoding"]
+        start, parts = None, []
+
+        async def held(message):
+            nonlocal start
+            if message["type"] == "http.response.start":
+                start = message
+                return
+            if message["type"] != "http.response.body":
+                await send(message)
+                return
+            parts.append(message.get("body", b""))
+            if not message.get("more_body", False):
+                body = API_INFO.sub(b"window.gradio_api_info = {};</script>", b"".join(parts))
+                kept = [(k, v) for k, v in start["headers"] if k.lower() != b"content-length"]
+                await send({**start, "headers": [*kept, (b"content-length", str(len(body)).encode())]})
+                await send({"type": "http.response.body", "body": body})
+
+        await self.app({**scope, "headers": headers}, receive, held)
+
+
+def _basic(header: str | None) -> tuple[str, str] | None:
+    if not header or not header.lower().startswith("basic "):
+        return None
+    try:
+        user, _, password = base64.b64decode(header[6:].strip(), validate=True).decode("utf-8").partition(":")
+    except (binascii.Error, UnicodeDecodeError):
+        return ("", "")  # malformed: a failed attempt like any other
+    return user, password
+
+
+async def _too_many(send, wait: float) -> None:
+    seconds = max(1, round(wait))
+    await _answer(send, 429, f"too many failed logins from this address; try again in {seconds} s",
+                  {"Retry-After": str(seconds)})
+
+
+async def _answer(send, status: int, detail: str, headers: dict[str, str] | None = None) -> None:
+    body = json.dumps({"detail": detail}).encode()
+    raw = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    raw += [(k.lower().encode(), v.encode()) for k, v in (headers or {}).items()]
+    await send({"type": "http.response.start", "status": status, "headers": raw})
+    await send({"type": "http.response.body", "body": body})
+
+
+def gradio_sessions(gradio_app) -> Sessions:
+    """Is a browser logged in to this Gradio app? Its login form keeps a token per session in a cookie."""
+
+    def logged_in(cookies: dict[str, str]) -> bool:
+        cookie = gradio_app.cookie_id
+        token = cookies.get(f"access-token-{cookie}") or cookies.get(f"access-token-unsecure-{cookie}")
+        return token is not None and token in gradio_app.tokens
+
+    return logged_in

@@ -1,0 +1,48 @@
+"""The whole draft as HTML: the opening, the model's text and the writer's edits told apart by a subtle
+style (as NovelAI colours text by source), optionally reflowed into paragraphs the way exports are."""
+
+from __future__ import annotations
+
+import html
+
+from bookexport import paragraphs
+from storage.provenance import EDIT, MODEL, OPENING
+
+LEGEND = ('<div class="ts-legend"><span class="ts-src-opening">your opening</span> · '
+          '<span class="ts-src-ai">the model</span> · <span class="ts-src-edit">your edits</span></div>')
+CLASSES = {OPENING: "ts-src-opening", MODEL: "ts-src-ai", EDIT: "ts-src-edit"}
+
+
+def render(pieces: list[tuple[str, str]], *, reflow: bool = False) -> str:
+    """pieces: (source, text) in order (Store.text_sources)."""
+    chars = [(ch, source) for source, text in pieces for ch in text]
+    if reflow:
+        chars = _reflowed(chars)
+    runs: list[list] = []
+    for ch, source in chars:
+        if runs and runs[-1][0] == source:
+            runs[-1][1].append(ch)
+        else:
+            runs.append([source, [ch]])
+    body = "".join(f'<span class="{CLASSES.get(source, "ts-src-ai")}">{html.escape("".join(text))}</span>'
+                   for source, text in runs)
+    return f'{LEGEND}<div class="ts-whole">{body}</div>'
+
+
+def _reflowed(chars: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The same characters with wrapped lines joined: each source stays on the characters it had."""
+    text = "".join(ch for ch, _ in chars)
+    out: list[tuple[str, str]] = []
+    for n, p in enumerate(paragraphs(text)):
+        if n:
+            out += [("\n", out[-1][1]), ("\n", out[-1][1])]
+        prose = len(p.lines) == 1
+        after_break = False
+        for ch, source in chars[p.start : p.end]:
+            if ch == "\n" and prose:
+                out.append((" ", source))
+                after_break = True
+            elif not (after_break and ch in " \t"):
+                out.append((ch, source))
+                after_break = False
+    return out

@@ -1,0 +1,209 @@
+"""The Write tab's components (build) and the groups of them that handlers update (WriteParts).
+
+Handlers live in ui/write.py (start, control, ticks, page load) and ui/edit.py (edit and continue); what
+the tab shows for a draft in ui/write_view.py.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import gradio as gr
+
+from ui import charts, views
+from ui.forms import LONG_DRAFT, MODES, PAST_EOS, PROMPT_FORMATS, QUICK_LENGTHS, SAMPLERS, SettingsForm
+from ui.live import TAIL_CHARS
+
+TICK_S = 0.5
+CHART_HELP = """\
+**How to read these charts.** TokenSwift guesses several words ahead and the model checks the guesses
+in one step; the text is exactly what plain decoding would write, only sooner.
+- **Guesses accepted (α)**: the share of guessed tokens the model kept. Higher is faster.
+- **Reused from the text so far (β, n-grams)**: guesses taken from phrases already in the draft (names,
+  repeated turns of phrase): β is their share of the guesses kept; the dotted line counts such tokens per
+  1,000 written.
+- **Speed**: tokens written per second. **Time saved**: the time plain decoding would have taken for the same
+  tokens, minus the time taken; below zero means TokenSwift has cost time so far (the line above says why).
+"""
+
+
+@dataclass
+class WriteParts:
+    watch: gr.State  # Watch | None: the draft on screen
+    book: gr.State  # session id that new drafts go into (None: a new book)
+    remembered: gr.BrowserState  # the draft id, so a reopened tab shows it again
+    full_shown: gr.State
+    title: gr.Textbox
+    prompt: gr.Textbox
+    upload: gr.UploadButton
+    prompt_format: gr.Radio
+    past_eos: gr.Radio
+    target: gr.Number
+    quick: gr.Radio
+    limit: gr.Markdown
+    mode: gr.Radio
+    theta: gr.Number
+    window: gr.Number
+    k: gr.Number
+    sampler: gr.Radio
+    sampler_value: gr.Number
+    temperature: gr.Slider
+    seed: gr.Number
+    budget: gr.Number
+    start: gr.Button
+    pause: gr.Button
+    resume: gr.Button
+    stop: gr.Button
+    cont: gr.Button
+    new_book: gr.Button
+    status: gr.Markdown
+    bar: gr.HTML
+    text: gr.Textbox
+    show_all: gr.Button
+    full: gr.HTML
+    alpha: gr.Plot
+    ngram: gr.Plot
+    speed: gr.Plot
+    saved: gr.Plot
+    timer: gr.Timer
+    speed_line: gr.Markdown
+    offer: gr.Row  # the paused (or running) draft offered on page load
+    offer_text: gr.Markdown
+    offer_resume: gr.Button
+    offer_open: gr.Button
+    offered: gr.State  # its id
+    edit: gr.Button
+    editor: gr.Textbox
+    edit_row: gr.Row
+    save_edit: gr.Button
+    cancel_edit: gr.Button
+    restore: gr.Button
+    reflow: gr.Checkbox
+
+    @property
+    def form(self) -> list:
+        """In SettingsForm's field order."""
+        return [self.mode, self.target, self.theta, self.window, self.k, self.sampler, self.sampler_value,
+                self.temperature, self.seed, self.budget, self.prompt_format, self.past_eos]
+
+    @property
+    def view(self) -> list:
+        """Everything a change of the draft on screen may update."""
+        return [self.watch, self.book, self.remembered, self.status, self.bar, self.text, self.alpha, self.ngram,
+                self.speed, self.saved, self.timer, self.pause, self.resume, self.stop, self.cont, self.full,
+                self.full_shown, self.show_all, self.speed_line, self.edit, self.editor, self.edit_row,
+                self.restore, self.offer]
+
+    @property
+    def opened(self) -> list:
+        """view + the form fields a stored draft fills in."""
+        return [*self.view, self.title, self.prompt, *self.form]
+
+
+def build() -> WriteParts:
+    d = SettingsForm()
+    with gr.Row(visible=False, elem_id="write-offer") as offer:
+        offer_text = gr.Markdown("", label="Draft on offer", elem_id="write-offer-text")
+        offer_resume = gr.Button("Resume", variant="primary", size="sm", elem_id="write-offer-resume", scale=0)
+        offer_open = gr.Button("Open", size="sm", elem_id="write-offer-open", scale=0)
+    with gr.Row(equal_height=False):
+        with gr.Column(scale=2, min_width=340):
+            form = _form(d)
+        with gr.Column(scale=3, min_width=420):
+            view = _view()
+    return WriteParts(
+        watch=gr.State(None), book=gr.State(None), remembered=gr.BrowserState(None, storage_key="tokenswift-draft"),
+        full_shown=gr.State(False), timer=gr.Timer(TICK_S, active=False), offer=offer, offer_text=offer_text,
+        offer_resume=offer_resume, offer_open=offer_open, offered=gr.State(None), **form, **view,
+    )
+
+
+def _form(d: SettingsForm) -> dict:
+    """The left column: title, opening, length, settings and the buttons that start and steer a draft."""
+    title = gr.Textbox("Untitled", label="Book title", elem_id="write-title", max_lines=1)
+    prompt = gr.Textbox(label="Opening / prompt", lines=9, max_lines=18, elem_id="write-prompt",
+                        placeholder="Once upon a time, in a lighthouse at the edge of the map, …  "
+                                    "(type or load a .txt; Ctrl+Enter starts)")
+    upload = gr.UploadButton("Load .txt…", file_types=[".txt"], size="sm", elem_id="write-upload")
+    with gr.Row():
+        prompt_format = gr.Radio(list(PROMPT_FORMATS), value=d.prompt_format, label="The prompt is",
+                                 elem_id="write-prompt-format", scale=2,
+                                 info="An opening the model continues, or an instruction it follows "
+                                      "(\"Write the first chapter of a gothic novel set in a Cornish harbour town\").")
+        past_eos = gr.Radio(list(PAST_EOS), value=d.past_eos, label="When the model wants to end the text",
+                            elem_id="write-past-eos", scale=2,
+                            info=f"Keep writing bans the end-of-text token; Auto does so for targets over "
+                                 f"{LONG_DRAFT:,} tokens, so a long draft reaches its length.")
+    with gr.Row():
+        target = gr.Number(d.target, label="Target length (new tokens)", precision=0, elem_id="write-target", scale=2,
+                           info="About ¾ of a word each: 1,000 tokens ≈ 750 words.")
+        mode = gr.Radio(list(MODES), value=d.mode, label="Mode", elem_id="write-mode", scale=2,
+                        info="TokenSwift writes the very same text as plain decoding (AR), faster.")
+    quick = gr.Radio(list(QUICK_LENGTHS), value=None, label="Quick picks", elem_id="write-quick")
+    limit = gr.Markdown("Model limit: waiting for the worker…", label="Model limit", elem_id="write-limit")
+    with gr.Accordion("Settings (θ, W, k, sampler)", open=False, elem_id="write-settings"):
+        with gr.Row():
+            theta = gr.Number(d.theta, label="θ (penalty, 1 = off)", step=0.05, elem_id="write-theta",
+                              info="Repetition penalty: above 1 discourages repeating recent words.")
+            window = gr.Number(d.window, label="W (penalty window)", precision=0, elem_id="write-w",
+                               info="How many recent tokens the penalty looks back over.")
+            k = gr.Number(d.k, label="k (n-gram top-k)", precision=0, elem_id="write-k",
+                          info="How many phrases from the text so far are tried as guesses (speed only).")
+        with gr.Row():
+            sampler = gr.Radio(list(SAMPLERS), value=d.sampler, label="Sampler", elem_id="write-sampler",
+                               info="How the next word is drawn from the likely ones.")
+            sampler_value = gr.Number(d.sampler_value, label=SAMPLERS[d.sampler][2], step=0.01,
+                                      elem_id="write-sampler-value")
+        with gr.Row():
+            temperature = gr.Slider(0, 2, value=d.temperature, step=0.05, label="Temperature (0 = greedy)",
+                                    elem_id="write-temperature", info="Higher is more surprising, lower more safe.")
+            seed = gr.Number(d.seed, label="Seed", precision=0, elem_id="write-seed",
+                             info="The same seed and settings write the same text again.")
+            budget = gr.Number(d.budget, label="Partial-cache budget (0 = auto)", precision=0, elem_id="write-budget",
+                               info="Tokens of context the guessing step reads (speed only; 0 picks it for you).")
+    with gr.Row():
+        start = gr.Button("▶ Start", variant="primary", elem_id="write-start", scale=2)
+        cont = gr.Button("Continue", interactive=False, elem_id="write-continue")
+    with gr.Row():
+        pause = gr.Button("Pause", interactive=False, elem_id="write-pause", size="sm")
+        resume = gr.Button("Resume", interactive=False, elem_id="write-resume", size="sm")
+        stop = gr.Button("■ Stop", variant="stop", interactive=False, elem_id="write-stop", size="sm")
+        new_book = gr.Button("New book", elem_id="write-new", size="sm")
+    return dict(title=title, prompt=prompt, upload=upload, prompt_format=prompt_format, past_eos=past_eos,
+                target=target, quick=quick, limit=limit, mode=mode,
+                theta=theta, window=window, k=k, sampler=sampler, sampler_value=sampler_value,
+                temperature=temperature, seed=seed, budget=budget, start=start, pause=pause, resume=resume,
+                stop=stop, cont=cont, new_book=new_book)
+
+
+def _view() -> dict:
+    """The right column: status, the draft (live, whole, or in the editor) and the speed charts."""
+    status = gr.Markdown("Write or load an opening, pick a length, press **Start** (Ctrl+Enter). "
+                         "The draft keeps going if you close this tab.", label="Write status", elem_id="write-status")
+    bar = gr.HTML(views.progress_bar(None), label="Progress", elem_id="write-bar")
+    speed_line = gr.Markdown("", label="Speed in words", elem_id="write-speed")
+    text = gr.Textbox(label=f"Draft (live: last {TAIL_CHARS:,} characters)", lines=16, max_lines=16,
+                      interactive=False, autoscroll=False, elem_id="write-text",
+                      elem_classes=["ts-draft", "ts-follow"], buttons=["copy"])
+    editor = gr.Textbox(label="Your edit of the whole draft", lines=20, max_lines=40, interactive=True,
+                        visible=False, elem_id="write-editor", elem_classes="ts-draft")
+    with gr.Row(visible=False) as edit_row:
+        save_edit = gr.Button("Save as a new revision", variant="primary", size="sm", elem_id="write-save-edit")
+        cancel_edit = gr.Button("Cancel", size="sm", elem_id="write-cancel-edit")
+    with gr.Row():
+        show_all = gr.Button("Show whole text", size="sm", elem_id="write-show-all")
+        edit = gr.Button("✎ Edit", size="sm", interactive=False, elem_id="write-edit")
+        restore = gr.Button("Restore the model's version", size="sm", visible=False, elem_id="write-restore")
+        reflow = gr.Checkbox(False, label="Reading view: join wrapped lines into paragraphs", elem_id="write-reflow")
+    full = gr.HTML("", label="Whole text", visible=False, elem_id="write-full", elem_classes="ts-draft")
+    with gr.Row():
+        alpha = gr.Plot(charts.alpha_chart([]), label="α chart", elem_id="chart-alpha", show_label=False)
+        ngram = gr.Plot(charts.ngram_chart([]), label="n-gram chart", elem_id="chart-ngram", show_label=False)
+    with gr.Row():
+        speed = gr.Plot(charts.speed_chart([]), label="speed chart", elem_id="chart-speed", show_label=False)
+        saved = gr.Plot(charts.saved_chart([]), label="time-saved chart", elem_id="chart-saved", show_label=False)
+    with gr.Accordion("How to read these charts", open=False, elem_id="write-chart-help"):
+        gr.Markdown(CHART_HELP)
+    return dict(status=status, bar=bar, speed_line=speed_line, text=text, editor=editor, edit_row=edit_row,
+                save_edit=save_edit, cancel_edit=cancel_edit, show_all=show_all, edit=edit, restore=restore,
+                reflow=reflow, full=full, alpha=alpha, ngram=ngram, speed=speed, saved=saved)
