@@ -41,6 +41,13 @@ def shot(page, name: str) -> None:
         page.screenshot(path=NOTES / f"issue14-{name}", full_page=True)
 
 
+def settled(page, elem: str) -> None:
+    """Wait until no event is updating the component `elem` (Gradio shows a status tracker while one is)."""
+    from playwright.sync_api import expect
+
+    expect(page.locator(f"{elem} [data-testid=status-tracker]:not(.hide)")).to_have_count(0)
+
+
 def log_in(page, url: str) -> None:
     page.goto(url)
     page.get_by_label("username").fill("ann")
@@ -117,9 +124,11 @@ def test_library_export_epub(page, tmp_path):
     from playwright.sync_api import expect
 
     page.get_by_role("tab", name="Library").click()
+    settled(page, "#library-author")
     page.locator("#library-book input").click()
     page.get_by_role("option", name=re.compile("The Lighthouse")).click()
     expect(page.locator("#library-title input")).to_have_value("The Lighthouse")
+    settled(page, "#library-author")  # a late answer to the book choice would overwrite what is typed next
     page.locator("#library-author input").fill("Ann Writer")
     page.locator("#library-export").click()
     link = page.locator("#library-file a").first
