@@ -22,7 +22,7 @@ from ui.api import create_app
 
 GOOD = {"prompt": "Once upon a time", "max_new_tokens": 300, "mode": "tokenswift", "seed": 7,
         "settings": {"temperature": 0.8, "top_p": 0.9, "min_p": 0.05, "eta": 0.0, "penalty": 1.2,
-                     "penalty_window": 512, "ngram_topk": 8, "tree": [1, 3, 3], "budget": 256}}
+                     "penalty_window": 512, "ngram_topk": 8, "tree": [1, 3, 3], "budget": 256, "drafter": "paper"}}
 
 
 @pytest.fixture
@@ -57,6 +57,7 @@ def test_create_and_read_back(client, store):
     assert created.json()["status"] == "queued" and isinstance(created.json()["id"], int)
     gen = store.get_generation(created.json()["id"])
     assert gen.settings_json and '"penalty_length": 512' in gen.settings_json  # W mapped to Settings
+    assert '"drafter": "paper"' in gen.settings_json
     body = client.get(f"/api/generations/{gen.id}").json()
     expected = {"id": gen.id, "status": "queued", "produced_tokens": 0, "target_tokens": 300, "text": "",
                 "metrics": {}}
@@ -87,6 +88,7 @@ INVALID = [
     (with_settings(tree=[2, 3]), "settings.tree"),
     (with_settings(tree="1,3"), "settings.tree"),
     (with_settings(budget=3), "settings.budget"),
+    (with_settings(drafter="medusa"), "settings.drafter"),
     (with_settings(penalty_length=5), "settings.penalty_length"),
     ({**GOOD, "session_id": 999}, "session_id"),
     ({"max_new_tokens": 10, "continue_from": 999}, "continue_from"),

@@ -159,22 +159,31 @@ def test_subprocess_error_exit(stories_path):
 
 BENCH_KEYS = {"ar_tokens_per_s", "ts_tokens_per_s", "speedup", "identical", "first_divergence", "alpha",
               "beta", "tokens_per_step", "distinct", "ar_elapsed_s", "ts_elapsed_s", "draft_s", "verify_s",
-              "overhead_s", "overhead_share", "device", "dtype", "model", "prompt_tokens", "settings"}
+              "overhead_s", "overhead_share", "device", "dtype", "model", "prompt_tokens", "settings",
+              "speedup_min", "speedup_max", "speedup_overall", "slices", "drafter", "pass_costs"}
 
 
 def test_bench(capsys, stories_path, tmp_path):
     out = tmp_path / "bench.json"
     code = cli.main(["bench", "--model", str(stories_path), "--dtype", "float64", "--device", "cpu",
                      "--prompt", "Once upon a time", "--max-new-tokens", "96", "--seed", "5", *SAMPLER,
-                     "--ngram-topk", "8", "--warmup-tokens", "4", "--json", str(out)])
+                     "--ngram-topk", "8", "--warmup-tokens", "4", "--slice-tokens", "32", "--drafter", "paper",
+                     "--json", str(out)])
     assert code == 0, capsys.readouterr().err
     data = json.loads(out.read_text())
     assert set(data) >= BENCH_KEYS
+    # AR and TokenSwift took turns of 32 tokens; the speed-up is the median slice's
+    assert [s["end"] for s in data["slices"]] == [32, 64, 96]
+    assert data["speedup_min"] <= data["speedup"] <= data["speedup_max"]
+    assert data["drafter"] == "HeadsDrafter" and data["settings"]["drafter"] == "paper"
     assert data["identical"] is True and data["first_divergence"] is None
     assert len(data["distinct"]) == 4 and data["settings"]["ignore_eos"] is True
     assert data["settings"]["penalty"] == 1.2 and data["settings"]["ngram_topk"] == 8
     assert (data["dtype"], data["new_tokens"]) == ("float64", 96)
     assert "speed-up" in capsys.readouterr().out
+    code, err = run_main(capsys, "bench", "--model", str(stories_path), "--prompt", "Once", "--max-new-tokens", "8",
+                         "--slice-tokens", "0")
+    assert_usage_error(code, err, "slice-tokens")
 
 
 def test_bench_prompt_book(capsys, stories_path, tmp_path):

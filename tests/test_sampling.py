@@ -10,6 +10,7 @@ import torch
 from tokenswift.sampling import (
     Noise,
     Sampler,
+    _keep_best,
     apply_penalty,
     eta_filter,
     min_p_filter,
@@ -74,6 +75,20 @@ def test_min_keep_is_honoured():
     assert len(kept(min_p_filter(z, 0.5, 1))[0]) == 1
     assert len(kept(min_p_filter(z, 0.5, 20))[0]) == 20
     assert len(kept(eta_filter(z, 0.5, 20))[0]) == 20
+
+
+def test_one_kept_token_is_the_first_of_equal_maxima():
+    z = torch.full((1, V), -1.0, dtype=torch.float64)
+    z[0, [20, 3, 7]] = 5.0
+    remove_all = torch.ones_like(z, dtype=torch.bool)
+    assert kept(_keep_best(z, remove_all, 1)) == [{3}]  # as the stable sort of the general path would keep
+    assert kept(_keep_best(z, remove_all, 2)) == [{3, 7}]
+
+
+def test_noise_for_some_tokens_equals_the_full_rows():
+    noise = Noise(4, V, "cpu")
+    ids = torch.tensor([2, 9, 31])
+    assert torch.equal(noise.gumbel([17, 40], ids), noise.gumbel([17, 40])[:, ids])
 
 
 def test_mix32_same_for_ints_and_tensors():

@@ -277,10 +277,10 @@ def test_edit_and_continue(ui):
 
 
 def test_compare_two_columns(ui, app):
-    columns = [1.2, 1024, 20, "top-p", 0.9, 1.2, 1024, 4, "top-p", 0.9, 1.0, 1024, 20, "top-p", 0.9,
-               1.2, 1024, 20, "min-p", 0.05]
+    columns = [1.2, 1024, 20, "top-p", 0.9, "fused", 1.2, 1024, 4, "top-p", 0.9, "paper",
+               1.0, 1024, 20, "top-p", 0.9, "fused", 1.2, 1024, 20, "min-p", 0.05, "fused"]
     bad = list(columns)
-    bad[7] = -1
+    bad[8] = -1
     assert "Column B — k (n-gram top-k)" in ui("/compare_run", "A harbour", 5, 150, 1.0, "2", *bad)["Compare status"]
     assert "Prompt" in ui("/compare_run", " ", 5, 150, 1.0, "2", *columns)["Compare status"]
     too_long = ui("/compare_run", "Once upon a time " * 50, 5, 32_700, 1.0, "2", *columns)["Compare status"]
@@ -289,7 +289,8 @@ def test_compare_two_columns(ui, app):
     assert [u.get("visible") for u in visible.values()] == [True, True, True, False]
 
     out = ui("/compare_run", "The storm had been building over the harbour", 5, 150, 1.0, "2", *columns)
-    assert "0 of 3 runs done" in out["Compare status"]  # A, B and one shared AR twin (they differ only in k)
+    # A, B and one shared AR twin (they differ only in k and the drafter)
+    assert "0 of 3 runs done" in out["Compare status"]
     out = ui.until("/compare_tick", lambda o: "3 of 3 runs done" in (o["Compare status"] or ""), 90)
     table = out["Results (α, β and speed from the worker's metrics; Distinct-n over token ids)"]
     rows = {row[0]: row for row in table["data"]}
@@ -298,7 +299,8 @@ def test_compare_two_columns(ui, app):
     assert all(0 < float(rows["A"][i]) <= 1 for i in range(9, 13))  # Distinct-1..4
     a, b = out["Column A"], out["Column B"]
     assert a["label"].startswith("A · θ 1.2 · W 1024 · k 20") and b["label"].startswith("B · θ 1.2 · W 1024 · k 4")
-    assert value(a) and value(a) == value(b)  # k changes the speed, never the text
+    assert a["label"].endswith("fused drafter") and b["label"].endswith("paper drafter")
+    assert value(a) and value(a) == value(b)  # k and the drafter change the speed, never the text
 
     remembered = next(v for v in out.values() if isinstance(v, dict) and "ts_ids" in v)  # the BrowserState
     restored = UI(app, auth=AUTH)("/compare_restore", remembered)  # a reopened tab

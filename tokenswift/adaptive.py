@@ -55,20 +55,24 @@ class Shape:
 
 
 def ladder(widths: Sequence[int], k: int) -> list[Shape]:
-    """Nested shapes from the configured one down to a chain: each is contained in the one before.
+    """Nested shapes from the configured one down to a chain, then a two-token chain and a single guess:
+    each is contained in the one before. The short ones are for a CPU, where every verify row costs
+    compute: there a pass of 2 rows can pay when one of 40 cannot.
 
-    For the default (1,3,3,3) with k=20: 121, 56, 28 and 13 verify rows."""
+    For the paper's drafter, (1,3,3,3) with k=20: 121, 56, 28, 13, 7 and 2 verify rows."""
     widths = tuple(widths)
     steps = [
         (widths, k),
         (tuple(min(w, 2) for w in widths), k // 2),
         (tuple(min(w, 2) if d < 2 else 1 for d, w in enumerate(widths)), k // 4),
         (tuple(1 for _ in widths), k // 8),
+        (tuple(1 for _ in widths[:2]), min(k, 1)),
+        (tuple(1 for _ in widths[:1]), 0 if widths else min(k, 1)),
     ]
     shapes: list[Shape] = []
     for w, kk in steps:
         shape = Shape(w, kk)
-        if shape not in shapes:
+        if shape.slots > 1 and shape not in shapes:  # a root alone is a plain step
             shapes.append(shape)
     return shapes
 

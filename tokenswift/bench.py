@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import lzma
+import statistics
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -156,10 +157,8 @@ def bench_ar(lm: LoadedModel, contexts: Sequence[int], steps: int = 64, warmup: 
 # -- bench: AR versus TokenSwift -----------------------------------------------------------------------
 
 
-def _run(lm: LoadedModel, settings: Settings, prompt_ids: list[int]) -> tuple[list[int], dict]:
-    gen = Generator(lm, settings, prompt_ids)
-    tokens = gen.run()
-    return tokens, gen.metrics().to_dict()
+def _run(lm: LoadedModel, settings: Settings, prompt_ids: list[int]) -> list[int]:
+    return Generator(lm, settings, prompt_ids).run()
 
 
 def first_divergence(a: Sequence[int], b: Sequence[int]) -> int | None:
@@ -169,35 +168,88 @@ def first_divergence(a: Sequence[int], b: Sequence[int]) -> int | None:
     return None if len(a) == len(b) else min(len(a), len(b))
 
 
-def compare(lm: LoadedModel, prompt_ids: list[int], settings: Settings, warmup_tokens: int = 16) -> dict:
-    """AR and TokenSwift on the same prompt, seed and settings, in this process (fixed length: EOS ignored).
+def _timed(engine: Engine, out: list[int], goal: int, step) -> float:
+    """Step `engine` until `out` holds `goal` tokens (a TokenSwift iteration may overshoot); seconds taken."""
+    _sync(engine.lm.device)
+    t0 = time.perf_counter()
+    while len(out) < goal:
+        out += step().tokens
+    _sync(engine.lm.device)
+    return time.perf_counter() - t0
+
+
+def alternate(lm: LoadedModel, prompt_ids: list[int], ar_settings: Settings, ts_settings: Settings,
+              slice_tokens: int) -> tuple[list[int], list[int], list[dict], Engine]:
+    """Plain decoding and TokenSwift in turns of `slice_tokens`, each continuing its own state, so a machine
+    whose load drifts slows both alike and every slice gives a ratio measured under the same load."""
+    ar = Engine(lm, ar_settings, prompt_ids, len(prompt_ids))
+    ts = Engine(lm, ts_settings, prompt_ids, len(prompt_ids))
+    ar_out, ts_out = ar.start(), ts.start()
+    n, slices = ar_settings.max_new_tokens, []
+    while len(ar_out) < n or len(ts_out) < n:
+        goal = min(n, (len(slices) + 1) * slice_tokens)
+        a0, t0 = len(ar_out), len(ts_out)
+        ar_s = _timed(ar, ar_out, goal, ar.ar_step)
+        ts_s = _timed(ts, ts_out, goal, ts.ts_step)
+        ar_rate = (len(ar_out) - a0) / ar_s if ar_s else 0.0
+        ts_rate = (len(ts_out) - t0) / ts_s if ts_s else 0.0
+        slices.append({"end": goal, "ar_tokens": len(ar_out) - a0, "ar_s": ar_s, "ts_tokens": len(ts_out) - t0,
+                       "ts_s": ts_s, "ratio": ts_rate / ar_rate if ar_rate else 0.0})
+    return ar_out[:n], ts_out[:n], slices, ts
+
+
+def pass_costs(engine: Engine) -> dict:
+    """Measured seconds and tokens per iteration of each candidate shape (adaptive runs), and a plain step's."""
+    policy = engine.policy
+    if policy is None:
+        return {}
+    shapes = [{"shape": s.label(), "rows": s.slots, "seconds": sec, "tokens": tok,
+               "tokens_per_s": tok / sec if tok and sec else None}
+              for s, sec, tok in zip(policy.shapes, policy.seconds, policy.tokens, strict=True)]
+    return {"shapes": shapes, "plain_step_s": policy.plain_seconds}
+
+
+def compare(lm: LoadedModel, prompt_ids: list[int], settings: Settings, warmup_tokens: int = 16,
+            slice_tokens: int = 128) -> dict:
+    """AR and TokenSwift on the same prompt, seed and settings, in this process (fixed length: EOS ignored),
+    alternating in slices (see `alternate`). The speed-up is the median of the per-slice ratios.
 
     A short run of each mode first, so one-off costs (kernel selection, allocator growth, lazy imports)
     do not land on whichever mode happens to run first."""
+    if slice_tokens < 1:
+        raise BenchError(f"slice tokens must be >= 1, got {slice_tokens}")
     settings = settings.replace(ignore_eos=True, stop=())
     ar_settings, ts_settings = settings.replace(mode="ar"), settings.replace(mode="tokenswift")
     if warmup_tokens:
         n = min(warmup_tokens, settings.max_new_tokens)
         _run(lm, ar_settings.replace(max_new_tokens=n), prompt_ids)
         _run(lm, ts_settings.replace(max_new_tokens=n), prompt_ids)
-    ar_tokens, ar = _run(lm, ar_settings, prompt_ids)
-    ts_tokens, ts = _run(lm, ts_settings, prompt_ids)
+    ar_tokens, ts_tokens, slices, engine = alternate(lm, prompt_ids, ar_settings, ts_settings, slice_tokens)
+    ts = engine.metrics.to_dict()
+    # Wall time of the slices (the TokenSwift side includes its periodic AR probes): what a writer waits.
+    ar_s, ts_s = sum(x["ar_s"] for x in slices), sum(x["ts_s"] for x in slices)
+    ar_n, ts_n = sum(x["ar_tokens"] for x in slices), sum(x["ts_tokens"] for x in slices)
+    ratios = sorted(x["ratio"] for x in slices)
     divergence = first_divergence(ar_tokens, ts_tokens)
     dist = distinct(ts_tokens)
+    ar_rate, ts_rate = ar_n / ar_s if ar_s else 0.0, ts_n / ts_s if ts_s else 0.0
     return {
         "model": lm.name, "device": str(lm.device), "dtype": str(lm.dtype).removeprefix("torch."),
         "heads": lm.heads.gamma if lm.heads is not None else 0,
+        "drafter": type(engine.drafter).__name__, "adaptive": engine.policy is not None,
         "prompt_tokens": len(prompt_ids), "new_tokens": len(ts_tokens),
-        "ar_tokens_per_s": ar["tokens_per_s"], "ts_tokens_per_s": ts["tokens_per_s"],
-        "speedup": ts["tokens_per_s"] / ar["tokens_per_s"] if ar["tokens_per_s"] else 0.0,
+        "ar_tokens_per_s": ar_rate, "ts_tokens_per_s": ts_rate,
+        "speedup": statistics.median(ratios), "speedup_min": ratios[0], "speedup_max": ratios[-1],
+        "speedup_overall": ts_rate / ar_rate if ar_rate else 0.0,
+        "slice_tokens": slice_tokens, "slices": slices,
         "identical": divergence is None, "first_divergence": divergence,
         "alpha": ts["alpha"], "beta": ts["beta"], "tokens_per_step": ts["tokens_per_step"],
         "steps": ts["steps"], "plain_steps": ts["plain_steps"], "plain_share": ts["plain_share"],
         "ngram_hits": ts["ngram_hits"], "accept_histogram": ts["accept_histogram"],
+        "verify_batches": ts["verify_batches"], "pass_costs": pass_costs(engine),
         "distinct": dist, "distinct_avg": sum(dist) / len(dist),
-        "ar_elapsed_s": ar["elapsed_s"], "ts_elapsed_s": ts["elapsed_s"],
-        "ar_prefill_s": ar["prefill_s"], "ts_prefill_s": ts["prefill_s"],
+        "ar_elapsed_s": ar_s, "ts_elapsed_s": ts_s, "ts_prefill_s": ts["prefill_s"],
         "draft_s": ts["draft_s"], "verify_s": ts["verify_s"], "overhead_s": ts["overhead_s"],
-        "overhead_share": ts["overhead_s"] / ts["elapsed_s"] if ts["elapsed_s"] else 0.0,
+        "overhead_share": ts["overhead_s"] / ts_s if ts_s else 0.0,
         "settings": dataclasses.asdict(settings),
     }

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .settings import Settings, SettingsError
+from .settings import DRAFTERS, Settings, SettingsError
 
 if TYPE_CHECKING:
     from .loading import LoadedModel
@@ -93,6 +93,10 @@ def add_sampler_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--min-p", type=float, default=d.min_p,
                    help="drop tokens less likely than this fraction of the likeliest one; 0 = off "
                         "(default: %(default)s)")
+    p.add_argument("--drafter", choices=DRAFTERS, default=d.drafter,
+                   help="how TokenSwift drafts: fused (from the verify pass's own states, one pass per step) or "
+                        "paper (a draft pass over the partial cache, then verification); never changes the text "
+                        "(default: %(default)s)")
     p.add_argument("--eta", type=float, default=d.eta,
                    help="eta sampling: drop tokens below an entropy-scaled threshold; 0 = off (default: %(default)s)")
     p.add_argument("--penalty", type=float, default=d.penalty,
@@ -167,6 +171,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_sampler_args(cmp)
     cmp.add_argument("--warmup-tokens", type=int, default=16,
                      help="short run of each mode before timing (default: %(default)s)")
+    cmp.add_argument("--slice-tokens", type=int, default=128,
+                     help="AR and TokenSwift take turns of this many tokens, so changing machine load hits both "
+                          "alike (default: %(default)s)")
     add_fast_args(cmp)
     cmp.set_defaults(func=cmd_bench)
 
@@ -236,7 +243,7 @@ def settings_from(args: argparse.Namespace, **extra) -> Settings:
         return Settings(seed=args.seed, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
                         top_p=args.top_p, min_p=args.min_p, eta=args.eta, penalty=args.penalty,
                         penalty_length=args.penalty_window, ngram_topk=args.ngram_topk, tree=args.tree,
-                        budget=args.budget, sinks=args.sinks, **extra)
+                        budget=args.budget, sinks=args.sinks, drafter=args.drafter, **extra)
     except SettingsError as error:
         raise CliError(str(error)) from error
 
@@ -406,6 +413,8 @@ def bench_prompt_text(args: argparse.Namespace) -> str:
 def cmd_bench(args: argparse.Namespace) -> int:
     settings = settings_from(args, ignore_eos=True)
     text = bench_prompt_text(args)  # a bad prompt fails before the model loads
+    if args.slice_tokens < 1:
+        raise CliError("slice-tokens: must be >= 1")
     from .bench import compare, leading_tokens
 
     lm = open_model(args)
@@ -414,7 +423,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     check_lengths(lm, settings, prompt_ids)
     if lm.heads is None:
         note("note: no draft heads: TokenSwift drafts with the base head and n-grams only")
-    result = compare(lm, prompt_ids, settings, warmup_tokens=args.warmup_tokens)
+    result = compare(lm, prompt_ids, settings, warmup_tokens=args.warmup_tokens, slice_tokens=args.slice_tokens)
     print_bench(result)
     write_json(args.json_out, result)
     return 0
@@ -427,7 +436,10 @@ def print_bench(r: dict) -> None:
     print(f"{'ar':<12}{r['ar_tokens_per_s']:>12.1f}{r['ar_elapsed_s']:>12.3f}")
     print(f"{'tokenswift':<12}{r['ts_tokens_per_s']:>12.1f}{r['ts_elapsed_s']:>12.3f}")
     same = "yes" if r["identical"] else f"no (first divergence at {r['first_divergence']})"
-    print(f"speed-up {r['speedup']:.2f}x | identical: {same}")
+    print(f"speed-up {r['speedup']:.2f}x (median of {len(r['slices'])} alternating slices of {r['slice_tokens']} "
+          f"tokens; min {r['speedup_min']:.2f}x, max {r['speedup_max']:.2f}x; whole run {r['speedup_overall']:.2f}x) "
+          f"| identical: {same}")
+    print(f"drafter {r['drafter']}{' (adaptive)' if r['adaptive'] else ''}")
     print(f"alpha {r['alpha']:.3f} | beta {r['beta']:.3f} | tokens/step {r['tokens_per_step']:.2f} | "
           f"distinct {' '.join(f'{d:.3f}' for d in r['distinct'])}")
     print(f"draft {r['draft_s']:.3f} s | verify {r['verify_s']:.3f} s | overhead {r['overhead_s']:.3f} s "
@@ -435,6 +447,18 @@ def print_bench(r: dict) -> None:
     if r["plain_steps"]:
         print(f"plain steps (adaptive: AR was faster here) {r['plain_steps']} of "
               f"{r['steps'] + r['plain_steps']} iterations ({100 * r['plain_share']:.1f}%)")
+    costs = r["pass_costs"]
+    if costs:
+        plain = costs["plain_step_s"]
+        print(f"{'shape':<16}{'rows':>6}{'ms/iter':>10}{'x plain':>9}{'tokens/iter':>13}{'tokens/s':>10}")
+        for c in costs["shapes"]:
+            ms = f"{1e3 * c['seconds']:.1f}" if c["seconds"] else "-"
+            rel = f"{c['seconds'] / plain:.2f}" if c["seconds"] and plain else "-"
+            tok = f"{c['tokens']:.2f}" if c["tokens"] else "-"
+            rate = f"{c['tokens_per_s']:.1f}" if c["tokens_per_s"] else "-"
+            print(f"{c['shape']:<16}{c['rows']:>6}{ms:>10}{rel:>9}{tok:>13}{rate:>10}")
+        if plain:
+            print(f"{'plain step':<16}{1:>6}{1e3 * plain:>10.1f}{1:>9.2f}{1:>13.2f}{1 / plain:>10.1f}")
 
 
 def cmd_bench_ar(args: argparse.Namespace) -> int:

@@ -3,8 +3,7 @@
 A drafter proposes, for the root token r at position L, candidate tokens for each depth below r (a list
 per depth, the widths of the tree); the engine merges them with the n-gram candidates into one trie and
 verifies. Drafting only affects speed: whatever a drafter proposes, verification emits the target's
-tokens. Another strategy (say, drafting from the verify pass's own hidden states) implements the same
-three methods and can be compared in `bench`.
+tokens. The one-pass drafter (fused_drafter.py) implements the same protocol; `bench` compares them.
 """
 
 from __future__ import annotations
@@ -21,11 +20,14 @@ from .settings import Settings
 
 
 class Drafter(Protocol):
+    uses_hidden: bool  # whether the engine must observe() the last committed token's last-layer state
+
     def start(self, full: KVCache, length: int, queries: list[torch.Tensor]) -> None:
         """Called once after prefill: `length` tokens are in the full cache."""
 
-    def propose(self, root: int, position: int, window: torch.Tensor | None) -> list[list[int]]:
-        """Candidate tokens per depth (depth 1 first) for the root at `position`."""
+    def propose(self, root: int, position: int, window: torch.Tensor | None, depth: int) -> list[list[int]]:
+        """Candidate tokens for the first `depth` depths (depth 1 first) below the root at `position`: a
+        smaller shape of the adaptive policy asks for fewer, and each depth costs an LM-head product."""
 
     def commit(self, full: KVCache, start: int, end: int, queries: list[torch.Tensor] | None) -> None:
         """Tokens [start, end) were committed to the full cache."""
@@ -33,10 +35,18 @@ class Drafter(Protocol):
     def wants_queries(self, count: int) -> bool:
         """Whether the next commit of up to `count` tokens needs the last token's queries."""
 
+    def observe(self, hidden: torch.Tensor) -> None:
+        """The last committed token's last-layer state (called only when uses_hidden)."""
+
+    def ngram_prefix(self, root: int, levels: list[list[int]]) -> list[int]:
+        """The proposed tokens below the root that n-gram continuations hang from (their first is the key)."""
+
 
 class HeadsDrafter:
     """TokenSwift's drafter (design §1–§2, §4): one pass of the target over the partial cache, then the
     base LM head and the chained draft heads give depth 1..gamma+1 distributions."""
+
+    uses_hidden = False
 
     def __init__(self, lm: LoadedModel, settings: Settings, sampler: Sampler, budget: int):
         self.lm, self.sampler = lm, sampler
@@ -50,22 +60,29 @@ class HeadsDrafter:
     def wants_queries(self, count: int) -> bool:
         return self.partial.needs_selection(count)
 
-    def propose(self, root: int, position: int, window: torch.Tensor | None) -> list[list[int]]:
+    def observe(self, hidden: torch.Tensor) -> None:
+        pass  # the draft pass computes its own state
+
+    def ngram_prefix(self, root: int, levels: list[list[int]]) -> list[int]:
+        return [levels[0][0]]  # the base head's top-1 over the partial cache: the paper keys n-grams by it
+
+    def propose(self, root: int, position: int, window: torch.Tensor | None, depth: int) -> list[list[int]]:
         lm, partial = self.lm, self.partial
+        widths = self.widths[:depth]
         tokens = torch.tensor([root], device=lm.device)
         pos = torch.tensor([position], device=lm.device)
         out = lm.model(tokens, pos, partial.cache, partial.n, logits="all")
         rows = [out.logits]
-        if len(self.widths) > 1:
-            states = lm.heads(out.hidden)[: len(self.widths) - 1]
+        if len(widths) > 1:
+            states = lm.heads(out.hidden)[: len(widths) - 1]
             rows.extend(lm.model.head(s) for s in states)
         logits = torch.cat(rows)
         if window is not None:
             # Temperature and filters keep the order of the best tokens: only the penalty changes which
             # tokens lead, so it is the only processing a draft needs.
             logits = self.sampler.penalize(logits, window.expand(logits.shape[0], -1))
-        best = torch.topk(logits, max(self.widths), dim=-1).indices.tolist()
-        return [best[i][:w] for i, w in enumerate(self.widths)]
+        best = torch.topk(logits, max(widths), dim=-1).indices.tolist()
+        return [best[i][:w] for i, w in enumerate(widths)]
 
     def commit(self, full: KVCache, start: int, end: int, queries: list[torch.Tensor] | None) -> None:
         self.partial.extend(full, start, end, queries)

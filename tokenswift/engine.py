@@ -17,6 +17,7 @@ import torch
 from .adaptive import CandidatePolicy, ladder
 from .drafting import Drafter, HeadsDrafter
 from .fastpath import FastOptions, FastPasses, options_of, padded_capacity
+from .fused_drafter import FusedDrafter
 from .kv_cache import KVCache
 from .loading import LoadedModel
 from .metrics import RunMetrics
@@ -89,7 +90,7 @@ class Engine:
         t0 = time.perf_counter()
         fresh = len(self.ids) == self.prompt_len
         upto = len(self.ids) if fresh else len(self.ids) - 1
-        logits, queries = self._prefill(upto)
+        logits, queries, hidden = self._prefill(upto)
         emitted: list[int] = []
         if fresh:
             token = int(self.sampler.sample(logits, self._window(upto, []), [upto])[0])
@@ -97,21 +98,31 @@ class Engine:
             emitted = [token]
         self.length = upto
         if self.ts:
-            budget = default_budget(self.s, self.prompt_len)
-            self.drafter = HeadsDrafter(self.lm, self.s, self.sampler, budget)
-            if self.fast is not None:
-                self.drafter = self.fast.wrap_drafter(self.drafter)
+            self.drafter = self._make_drafter()
             if self.adaptive:
                 self.policy = CandidatePolicy(ladder(self.drafter.widths, self.s.ngram_topk))
             self.drafter.start(self.cache, self.length, queries)
+            self._observe(hidden)
             self.ngrams = NgramTable(NGRAM_LEN)
             self._advance_ngrams()
         self._sync()
         self.metrics.prefill_s = time.perf_counter() - t0
         return emitted
 
+    def _make_drafter(self) -> Drafter:
+        # The fast path's static-shape passes exist for the paper's draft pass only (issue: one forward for
+        # eager and graphs), so there the fused drafter is not available yet.
+        if self.s.drafter == "fused" and self.fast is None:
+            return FusedDrafter(self.lm, self.s, self.sampler)
+        drafter = HeadsDrafter(self.lm, self.s, self.sampler, default_budget(self.s, self.prompt_len))
+        return self.fast.wrap_drafter(drafter) if self.fast is not None else drafter
+
+    def _observe(self, hidden: torch.Tensor | None) -> None:
+        if hidden is not None and self.drafter.uses_hidden:
+            self.drafter.observe(hidden)
+
     @torch.inference_mode()
-    def _prefill(self, upto: int) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    def _prefill(self, upto: int) -> tuple[torch.Tensor, list[torch.Tensor], torch.Tensor]:
         model, dev, window = self.lm.model, self.lm.device, self.lm.config.sliding_window
         out = None
         for start in range(0, upto, PREFILL_CHUNK):
@@ -120,7 +131,7 @@ class Engine:
             mask = causal_mask(start, end - start, pos, window, dev)
             out = model(self.buf[start:end], pos, self.cache, start, mask, logits="last",
                         capture_queries=end == upto)
-        return out.logits, [q[-1] for q in out.queries]
+        return out.logits, [q[-1] for q in out.queries], out.hidden[-1]
 
     # -- shared helpers -----------------------------------------------------------------------------
 
@@ -155,24 +166,26 @@ class Engine:
     @torch.inference_mode()
     def ar_step(self) -> StepResult:
         t0 = time.perf_counter()
-        token = self._ar_forward_and_sample()
+        token, _ = self._ar_forward_and_sample()
         self._sync()
         dt = time.perf_counter() - t0
         self.metrics.add_step(1, 0, 0, False, 0.0, dt, 0.0)
         self.metrics.ar_latency_s = dt
         return StepResult([token])
 
-    def _ar_forward_and_sample(self) -> int:
+    def _ar_forward_and_sample(self) -> tuple[int, torch.Tensor | None]:
         n = self.length
-        token = self._ar_token(n)
+        token, hidden = self._ar_token(n)
         self.length = n + 1
         self._append([token])
-        return token
+        return token, hidden
 
-    def _ar_token(self, n: int) -> int:
-        """Run the token in slot n (writing its K/V; it attends to slots [0, n]), sample position n + 1."""
+    def _ar_token(self, n: int) -> tuple[int, torch.Tensor | None]:
+        """Run the token in slot n (writing its K/V; it attends to slots [0, n]), sample position n + 1.
+        Also returns the token's last-layer state (None on the fast path)."""
         if self.fast is not None and self.fast.sampler is not None:
-            return self.fast.ar_token(n)  # forward and sampling in one graph: one host sync per token
+            return self.fast.ar_token(n), None  # forward and sampling in one graph: one host sync per token
+        hidden = None
         if self.fast is not None:
             logits = self.fast.ar(self.buf[n:n + 1], n)
         else:
@@ -180,8 +193,9 @@ class Engine:
             window = self.lm.config.sliding_window
             # A sliding-window model must mask old keys here too, or AR and verification would differ.
             mask = causal_mask(n, 1, pos, window, self.lm.device) if window is not None else None
-            logits = self.lm.model(self.buf[n:n + 1], pos, self.cache, n, mask).logits
-        return int(self.sampler.sample(logits, self._window(n + 1, []), [n + 1])[0])
+            out = self.lm.model(self.buf[n:n + 1], pos, self.cache, n, mask)
+            logits, hidden = out.logits, out.hidden
+        return int(self.sampler.sample(logits, self._window(n + 1, []), [n + 1])[0]), hidden
 
     # -- TokenSwift ----------------------------------------------------------------------------------
 
@@ -197,34 +211,37 @@ class Engine:
         L, root, dev = self.length, self.root, self.lm.device
         t0 = time.perf_counter()
         # 1. Draft: one pass over the partial cache; the base head and the draft heads give each depth.
-        levels = self.drafter.propose(root, L, self._window(L + 1, []))
+        depth = len(shape.widths) if shape is not None else len(self.drafter.widths)
+        levels = self.drafter.propose(root, L, self._window(L + 1, []), depth)
         self._sync()
         t1 = time.perf_counter()
         # 2. Candidates: the tree plus the k most frequent 4-grams starting with the depth-1 token.
         k, slots = self.s.ngram_topk, self.verify_slots
         if shape is not None:  # the adaptive policy's share of the proposals
             levels, k, slots = shape.cut(levels), shape.k, shape.slots
-        first = levels[0][0]
-        paths = [(first, *c) for c in self.ngrams.top_k(first, k)] if k else []
+        prefix = self.drafter.ngram_prefix(root, levels)
+        key = prefix[-1] if prefix else root
+        paths = [(*prefix, *c) for c in self.ngrams.top_k(key, k)] if k else []
         trie = build_trie(root, levels, paths)
         pad = slots if self.pad_verify else len(trie.tokens)
         inputs = [t.to(dev) for t in verify_inputs(trie, L, pad)]
         capture = self.drafter.wants_queries(self.max_commit)
         t2 = time.perf_counter()
         # 3. Verify: the target over the full cache with every candidate at once, under the tree mask.
-        logits, all_queries, targets = self._verify(inputs, trie, L, capture)
+        rows, all_queries, targets, hidden = self._verify(inputs, trie, L, capture)
         self._sync()
         t3 = time.perf_counter()
         # 4. Accept: walk the trie with the target's own position-keyed samples.
         if targets is not None:  # the fast path sampled every node inside the verify graph
             accepted, emitted = walk(trie, targets)
         else:
-            accepted, emitted = walk(trie, lambda node: self._target_token(logits, trie, node, L))
+            accepted, emitted = walk(trie, lambda node: self._target_token(rows(node), trie, node, L))
         # 5. Commit: compact the accepted path's K/V behind the prefix, extend the partial cache and n-grams.
         self.cache.commit(torch.tensor([L + i for i in accepted], device=dev), L)
         self.length = L + len(accepted)
         queries = [q[accepted[-1]] for q in all_queries] if capture else None
         self.drafter.commit(self.cache, L, self.length, queries)
+        self._observe(hidden[accepted[-1]] if hidden is not None else None)
         self._append(emitted)
         self._advance_ngrams()
         self._sync()
@@ -244,8 +261,9 @@ class Engine:
         target's sample at the next position, then the same bookkeeping as an accepted root alone."""
         t0 = time.perf_counter()
         L = self.length
-        token = self._ar_forward_and_sample()
+        token, hidden = self._ar_forward_and_sample()
         self.drafter.commit(self.cache, L, self.length, None)
+        self._observe(hidden)
         self._advance_ngrams()
         self._sync()
         dt = time.perf_counter() - t0
@@ -256,16 +274,22 @@ class Engine:
         return StepResult([token])
 
     def _verify(self, inputs: list[torch.Tensor], trie, L: int, capture: bool):
-        """Logits of every candidate row, each layer's queries [T, heads, dim] when capture is set, and
-        the target's token after every trie node when the fast path sampled them (else None)."""
+        """rows(node) -> that candidate row's logits [1, vocab]; each layer's queries [T, heads, dim] when
+        capture is set; the target's token after every trie node when the fast path sampled them (else
+        None); every row's last-layer state (None on the fast path).
+
+        Off the fast path the LM head runs only on the rows the walk visits (the accepted path and one
+        more), not on every candidate."""
         tokens, positions, tree_mask = inputs
         if self.fast is not None:
-            return self.fast.verify(tokens, positions, tree_mask, L, trie)
+            logits, queries, targets = self.fast.verify(tokens, positions, tree_mask, L, trie)
+            return (lambda node: logits[node:node + 1]), queries, targets, None
         mask = with_prefix(tree_mask, L, positions, self.lm.config.sliding_window)
-        out = self.lm.model(tokens, positions, self.cache, L, mask, logits="all", capture_queries=capture)
-        return out.logits, out.queries, None
+        out = self.lm.model(tokens, positions, self.cache, L, mask, logits="none", capture_queries=capture)
+        return (lambda node: self.lm.model.logits_of(out.hidden[node:node + 1])), out.queries, None, out.hidden
 
     def _target_token(self, logits: torch.Tensor, trie, node: int, L: int) -> int:
+        """The target's token after `node`, from that row's logits [1, vocab]."""
         path = []
         i = node
         while i > 0:
@@ -273,7 +297,7 @@ class Engine:
             i = trie.parents[i]
         path.reverse()
         window = self._window(L + 1, path)
-        return int(self.sampler.sample(logits[node:node + 1], window, [L + len(path) + 1])[0])
+        return int(self.sampler.sample(logits, window, [L + len(path) + 1])[0])
 
     def _maybe_probe_ar(self) -> None:
         """Measure one plain AR step at the current context, so time saved is against this very run.

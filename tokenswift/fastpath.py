@@ -434,6 +434,8 @@ def _check_room(cache: KVCache, start: int, t: int) -> None:
 class FastDrafter:
     """TokenSwift's heads drafter with its draft pass on the fast path: the same proposals, static shapes."""
 
+    uses_hidden = False
+
     def __init__(self, inner, passes: FastPasses):
         self.inner, self.passes = inner, passes
         self.partial, self.widths, self.sampler = inner.partial, inner.widths, inner.sampler
@@ -447,7 +449,14 @@ class FastDrafter:
     def commit(self, full: KVCache, start: int, end: int, queries) -> None:
         self.inner.commit(full, start, end, queries)
 
-    def propose(self, root: int, position: int, window: torch.Tensor | None) -> list[list[int]]:
+    def observe(self, hidden: torch.Tensor) -> None:
+        pass
+
+    def ngram_prefix(self, root: int, levels: list[list[int]]) -> list[int]:
+        return self.inner.ngram_prefix(root, levels)
+
+    def propose(self, root: int, position: int, window: torch.Tensor | None, depth: int) -> list[list[int]]:
+        # one captured draft pass for every depth: static shapes; a smaller shape takes its share below
         logits = self.passes.draft(self.partial.cache, root, position, self.partial.n, len(self.widths))
         if window is not None:  # as HeadsDrafter: only the penalty can change which tokens lead
             logits = self.sampler.penalize(logits, window.expand(logits.shape[0], -1))

@@ -11,6 +11,7 @@ loads with no renaming and every tensor's shape is checked by load_state_dict.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -54,8 +55,6 @@ class Attention(nn.Module):
         # GQA without repeating K/V: fold each KV head's group of query heads into the query axis.
         g = cfg.group
         qg = q.transpose(0, 1).reshape(cfg.n_kv_heads, g * t, cfg.head_dim)
-        if mask is not None:
-            mask = mask.repeat(g, 1)
         # 4-D inputs: fused CUDA kernels take [batch, heads, tokens, dim]; 3-D would fall back to math.
         out = F.scaled_dot_product_attention(qg[None], keys[None], values[None], attn_mask=mask)[0]
         out = out.view(cfg.n_kv_heads * g, t, cfg.head_dim).transpose(0, 1).reshape(t, -1)
@@ -117,8 +116,16 @@ class Transformer(nn.Module):
 
     def head(self, hidden: torch.Tensor) -> torch.Tensor:
         """The frozen LM head on a normalised state (shared with the draft heads)."""
-        weight = self.model.embed_tokens.weight if self.cfg.tie_embeddings else self.lm_head.weight
-        return F.linear(hidden, weight)
+        return F.linear(hidden, self.head_weight)
+
+    @property
+    def head_weight(self) -> torch.Tensor:
+        return self.model.embed_tokens.weight if self.cfg.tie_embeddings else self.lm_head.weight
+
+    def logits_of(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Logits of last-layer states (ForwardOut.hidden rows): the final norm, then the LM head. Verification
+        asks for the rows its walk visits only; the head is a large share of a pass on a 49K vocabulary."""
+        return self.head(self.model.norm(hidden))
 
     def forward(
         self,
@@ -136,6 +143,8 @@ class Transformer(nn.Module):
             raise ValueError(f"position {int(positions[-1])} beyond the RoPE table ({self.rope_cos.shape[0]})")
         cos, sin = self.rope_cos[positions], self.rope_sin[positions]
         x = self.model.embed_tokens(tokens)
+        if mask is not None:
+            mask = attention_bias(mask, self.cfg.group, x.dtype)
         queries = [] if capture_queries else None
         for i, layer in enumerate(self.model.layers):
             x, q = layer(x, cos, sin, cache, i, start, mask)
@@ -143,10 +152,17 @@ class Transformer(nn.Module):
                 queries.append(q)
         out = None
         if logits == "all":
-            out = self.head(self.model.norm(x))
+            out = self.logits_of(x)
         elif logits == "last":
-            out = self.head(self.model.norm(x[-1:]))
+            out = self.logits_of(x[-1:])
         return ForwardOut(out, x, queries)
+
+
+def attention_bias(mask: torch.Tensor, group: int, dtype: torch.dtype) -> torch.Tensor:
+    """[T, K] bool (True = may attend) -> [group*T, K] additive bias for the GQA-folded queries, built once per
+    forward: every layer shares it, and SDPA would otherwise turn a bool mask into a bias in each layer."""
+    bias = torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill_(~mask, -math.inf)
+    return bias.repeat(group, 1)
 
 
 def causal_mask(prefix: int, t: int, positions: torch.Tensor, window: int | None, device) -> torch.Tensor:

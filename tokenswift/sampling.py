@@ -51,10 +51,12 @@ class Noise:
         ids = torch.arange(vocab_size, dtype=torch.int64, device=device)
         self.token_mix = mix32((ids * 0x9E3779B1 + 0x7F4A7C15) & M32)
 
-    def gumbel(self, positions: list[int]) -> torch.Tensor:
+    def gumbel(self, positions: list[int], ids: torch.Tensor | None = None) -> torch.Tensor:
+        """[R, V] noise, or [R, len(ids)] for the token ids `ids` only (each value as in the full row)."""
         keys = torch.tensor([position_key(self.seed, p) for p in positions], dtype=torch.int64,
                             device=self.token_mix.device)[:, None]
-        h = mix32(self.token_mix[None, :] ^ keys)
+        mix = self.token_mix if ids is None else self.token_mix[ids]
+        h = mix32(mix[None, :] ^ keys)
         h = mix32((h + keys) & M32)
         u = (h.double() + 0.5) * 2.0**-32
         return -torch.log(-torch.log(u))
@@ -108,6 +110,9 @@ def eta_filter(scores: torch.Tensor, epsilon: float, min_keep: int) -> torch.Ten
 
 
 def _keep_best(scores: torch.Tensor, remove: torch.Tensor, min_keep: int) -> torch.Tensor:
+    if min_keep == 1:  # the one best token (the first of equals, as the stable sort below): no full sort
+        remove = remove.scatter(-1, scores.argmax(dim=-1, keepdim=True), False)
+        return scores.masked_fill(remove, -math.inf)
     order = torch.argsort(scores, dim=-1, descending=True, stable=True)
     ranked = remove.gather(-1, order)
     ranked[..., :min_keep] = False
@@ -158,7 +163,15 @@ class Sampler:
         """Tokens for rows of processed scores; positions[r] = absolute position of the token chosen."""
         if self.noise is None:
             return scores.argmax(dim=-1)
-        return (scores.double() + self.noise.gumbel(positions)).argmax(dim=-1)
+        if scores.shape[0] != 1:
+            return (scores.double() + self.noise.gumbel(positions)).argmax(dim=-1)
+        # A filtered row leaves a few finite scores: draw noise for those tokens only. Candidates keep their
+        # vocabulary order, so the first of equal maxima wins as in the full row.
+        ids = torch.isfinite(scores[0]).nonzero().squeeze(1)
+        if len(ids) == 0:
+            return scores.argmax(dim=-1)
+        noisy = scores[0, ids].double() + self.noise.gumbel(positions, ids)[0]
+        return ids[noisy.argmax()].view(1)
 
     def sample(self, logits: torch.Tensor, windows: torch.Tensor | None, positions: list[int]) -> torch.Tensor:
         return self.choose(self.process(logits, windows), positions)

@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass, field
 
 MODES = ("tokenswift", "ar")
+DRAFTERS = ("fused", "paper")  # the one-pass drafter (fused_drafter.py) or the paper's two passes (drafting.py)
 PROMPT_FORMATS = ("continue", "instruction")  # an opening to continue, or an instruction (the chat template)
 INT64_MAX = 2**63 - 1  # the noise is keyed by 64 bits of the seed; the app's store keeps seed and target as int64
 
@@ -47,6 +48,7 @@ class Settings:
     ban_eos: bool = False  # never sample end-of-text, so a long draft reaches its target (KoboldCpp's EOS ban)
     stop: tuple[str, ...] = field(default_factory=tuple)  # stop strings
     prompt_format: str = "continue"  # how the prompt text becomes ids (tokenswift.prompting)
+    drafter: str = "fused"  # how TokenSwift proposes candidates; never changes the text
 
     def __post_init__(self) -> None:
         # Values may come from JSON (lists, ints for floats): normalise before checking.
@@ -79,6 +81,7 @@ class Settings:
         need(self.sinks >= 0, "sinks", "must be >= 0")
         need(self.budget is None or self.budget >= self.sinks + 8, "budget", "must be >= sinks + 8")
         need(all(self.stop), "stop", "stop strings must not be empty")
+        need(self.drafter in DRAFTERS, "drafter", f"must be one of {', '.join(DRAFTERS)}, got {self.drafter!r}")
         need(self.prompt_format in PROMPT_FORMATS, "prompt_format",
              f"must be one of {', '.join(PROMPT_FORMATS)}, got {self.prompt_format!r}")
 

@@ -65,6 +65,7 @@ class SamplingIn(BaseModel):
     tree: list[Int] | None = None
     budget: Int | None = None
     ban_eos: bool | None = None  # keep writing past the end-of-text token (default: on for long drafts)
+    drafter: str | None = None  # "fused" or "paper": how TokenSwift drafts (speed only)
 
 
 class GenerationIn(BaseModel):

@@ -13,7 +13,7 @@ import gradio as gr
 
 from storage import NotFound, Store, StoreError
 from tokenswift.metrics import distinct
-from tokenswift.settings import Settings
+from tokenswift.settings import DRAFTERS, Settings
 from ui import charts, views
 from ui.forms import SAMPLERS, FormError, SettingsForm, ar_twin
 from ui.live import Watch
@@ -23,13 +23,17 @@ from ui.write_view import prompt_budget
 LETTERS = "ABCD"
 TICK_S = 1.0
 TEXT_CHARS = 4_000
-# Column defaults: B differs from A only in k (same text, other speed); C turns the penalty off; D uses min-p.
+# Column defaults: B differs from A only in k and the drafter (same text, other speed); C turns the penalty off;
+# D uses min-p.
 PRESETS = [
-    {"theta": 1.2, "window": 1024, "k": 20, "sampler": "top-p", "value": 0.9},
-    {"theta": 1.2, "window": 1024, "k": 4, "sampler": "top-p", "value": 0.9},
-    {"theta": 1.0, "window": 1024, "k": 20, "sampler": "top-p", "value": 0.9},
-    {"theta": 1.2, "window": 1024, "k": 20, "sampler": "min-p", "value": 0.05},
+    {"theta": 1.2, "window": 1024, "k": 20, "sampler": "top-p", "value": 0.9, "drafter": "fused"},
+    {"theta": 1.2, "window": 1024, "k": 4, "sampler": "top-p", "value": 0.9, "drafter": "paper"},
+    {"theta": 1.0, "window": 1024, "k": 20, "sampler": "top-p", "value": 0.9, "drafter": "fused"},
+    {"theta": 1.2, "window": 1024, "k": 20, "sampler": "min-p", "value": 0.05, "drafter": "fused"},
 ]
+DRAFTER_HELP = ("fused: drafts from the verification pass's own states (one pass per step); paper: a draft pass "
+                "over the partial cache first. Speed only: the text is the same.")
+FIELDS = 6  # form values per column
 HEADERS = ["Run", "Same text as AR twin", "Status", "Tokens", "α", "β", "Tokens/step", "Tokens/s", "Speed-up vs AR",
            "Distinct-1", "Distinct-2", "Distinct-3", "Distinct-4", "Settings"]
 
@@ -42,10 +46,11 @@ class ColumnParts:
     k: gr.Number
     sampler: gr.Radio
     value: gr.Number
+    drafter: gr.Radio
 
     @property
     def fields(self) -> list:
-        return [self.theta, self.window, self.k, self.sampler, self.value]
+        return [self.theta, self.window, self.k, self.sampler, self.value, self.drafter]
 
 
 @dataclass
@@ -124,7 +129,9 @@ def build() -> CompareParts:
                 sampler = gr.Radio(list(SAMPLERS), value=preset["sampler"], label="Sampler",
                                    elem_id=f"compare-sampler-{i}")
                 value = gr.Number(preset["value"], label="Sampler value", step=0.01, elem_id=f"compare-value-{i}")
-                columns.append(ColumnParts(box, theta, window, k, sampler, value))
+                drafter = gr.Radio(list(DRAFTERS), value=preset["drafter"], label="Drafter", info=DRAFTER_HELP,
+                                   elem_id=f"compare-drafter-{i}")
+                columns.append(ColumnParts(box, theta, window, k, sampler, value, drafter))
     run = gr.Button("Run comparison", variant="primary", elem_id="compare-run")
     status = gr.Markdown("", label="Compare status", elem_id="compare-status")
     with gr.Row():
@@ -146,7 +153,8 @@ def build() -> CompareParts:
 def describe(s: Settings) -> str:
     sampler = next((f"{name} {getattr(s, f):g}" for name, (f, _, _) in SAMPLERS.items()
                     if getattr(s, f) != getattr(Settings, f)), "no filter")
-    return f"θ {s.penalty:g} · W {s.penalty_length} · k {s.ngram_topk} · {sampler} · T {s.temperature:g}"
+    drafter = f" · {s.drafter} drafter" if s.mode == "tokenswift" else ""
+    return f"θ {s.penalty:g} · W {s.penalty_length} · k {s.ngram_topk} · {sampler} · T {s.temperature:g}{drafter}"
 
 
 def queue_runs(store: Store, prompt: str, seed, target, temperature, count: int, values: list,
@@ -156,9 +164,9 @@ def queue_runs(store: Store, prompt: str, seed, target, temperature, count: int,
     limit, prompt_tokens = budget
     settings = []
     for i in range(count):
-        theta, window, k, sampler, value = values[5 * i:5 * i + 5]
+        theta, window, k, sampler, value, drafter = values[FIELDS * i:FIELDS * (i + 1)]
         form = SettingsForm(mode="TokenSwift", target=target, theta=theta, window=window, k=k, sampler=sampler,
-                            sampler_value=value, temperature=temperature, seed=seed, budget=0)
+                            sampler_value=value, temperature=temperature, seed=seed, budget=0, drafter=drafter)
         try:
             settings.append(form.to_settings(limit=limit, prompt_tokens=prompt_tokens))
         except FormError as error:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tokenswift.settings import Settings, SettingsError
+from tokenswift.settings import DRAFTERS, Settings, SettingsError
 
 MODES = {"TokenSwift": "tokenswift", "AR": "ar"}
 # Sampler choice -> (Settings field, default value, value label).
@@ -24,7 +24,7 @@ QUICK_LENGTHS = {"1K": 1_000, "5K": 5_000, "10K": 10_000, "25K": 25_000, "50K": 
 LABELS = {
     "max_new_tokens": "Target length", "mode": "Mode", "seed": "Seed", "temperature": "Temperature",
     "top_p": "top-p", "min_p": "min-p", "eta": "η", "penalty": "θ (penalty)", "penalty_length": "W (penalty window)",
-    "ngram_topk": "k (n-gram top-k)", "budget": "Partial-cache budget", "sinks": "Sinks",
+    "ngram_topk": "k (n-gram top-k)", "budget": "Partial-cache budget", "sinks": "Sinks", "drafter": "Drafter",
 }
 DEFAULTS = {"theta": 1.2, "window": 1024, "k": 20, "sampler": "top-p", "temperature": 1.0, "seed": 0, "budget": 0}
 
@@ -49,6 +49,7 @@ class SettingsForm:
     budget: float | None = DEFAULTS["budget"]
     prompt_format: str = "Continue my text"
     past_eos: str = "Auto"
+    drafter: str = Settings.drafter
 
     def to_settings(self, *, limit: int | None = None, prompt_tokens: int = 0,
                     prompt_label: str = "prompt") -> Settings:
@@ -73,6 +74,9 @@ class SettingsForm:
         values["budget"] = budget or None  # 0 = automatic
         if self.prompt_format not in PROMPT_FORMATS or self.past_eos not in PAST_EOS:
             raise FormError(f"Prompt: choose one of {', '.join(PROMPT_FORMATS)}, and one of {', '.join(PAST_EOS)}")
+        if self.drafter not in DRAFTERS:
+            raise FormError(f"Drafter: choose one of {', '.join(DRAFTERS)}")
+        values["drafter"] = self.drafter
         values["prompt_format"] = PROMPT_FORMATS[self.prompt_format]
         values["ban_eos"] = ban_eos(self.past_eos, values["max_new_tokens"])
         if limit and prompt_tokens + values["max_new_tokens"] > limit:
@@ -93,8 +97,8 @@ def settings_from(values: dict) -> Settings:
 
 def ar_twin(settings: Settings) -> Settings:
     """The AR run whose text a lossless TokenSwift run must equal: same seed, sampler, θ and W; the
-    drafting-only knobs (k, budget) are reset so runs that differ only there share one twin."""
-    return settings.replace(mode="ar", ngram_topk=Settings.ngram_topk, budget=None)
+    drafting-only knobs (k, budget, drafter) are reset so runs that differ only there share one twin."""
+    return settings.replace(mode="ar", ngram_topk=Settings.ngram_topk, budget=None, drafter=Settings.drafter)
 
 
 def form_from_settings(settings: Settings) -> SettingsForm:
@@ -105,7 +109,7 @@ def form_from_settings(settings: Settings) -> SettingsForm:
     return SettingsForm(
         mode=mode, target=settings.max_new_tokens, theta=settings.penalty, window=settings.penalty_length,
         k=settings.ngram_topk, sampler=sampler, sampler_value=getattr(settings, SAMPLERS[sampler][0]),
-        temperature=settings.temperature, seed=settings.seed, budget=settings.budget or 0,
+        temperature=settings.temperature, seed=settings.seed, budget=settings.budget or 0, drafter=settings.drafter,
         prompt_format=next(label for label, value in PROMPT_FORMATS.items() if value == settings.prompt_format),
         past_eos="Auto" if settings.ban_eos == ban_eos("Auto", settings.max_new_tokens)
         else "Keep writing" if settings.ban_eos else "Stop there",

@@ -1,0 +1,61 @@
+"""The one-pass drafter: the draft heads read the state the verify pass already computed (Medusa-style).
+
+The paper's loop runs the target twice per iteration: a draft pass for the root over the partial cache, then
+the verify pass. Here the draft comes free with the previous pass. The last accepted node a of a verify
+pass (or the token of a plain step, or the prompt's last token) has a last-layer state h_a; the base head on
+h_a gave the root r, and draft head i on h_a guesses the token i places below r. So the tree for r is built
+from h_a before r is ever run through the model, and one forward per iteration verifies it.
+
+What changes against the paper's drafter: depth 1 comes from a draft head instead of the base head (the
+base head's guess there is r itself), and the n-gram paths hang from the root. No partial cache, no second
+pass, and the state the heads read saw the full context rather than a partial one. Only the proposals
+change: verification decides what is emitted, so the text is the same as plain decoding's.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .kv_cache import KVCache
+from .loading import LoadedModel
+from .sampling import Sampler
+from .settings import Settings
+
+
+class FusedDrafter:
+    uses_hidden = True
+
+    def __init__(self, lm: LoadedModel, settings: Settings, sampler: Sampler):
+        self.lm, self.sampler = lm, sampler
+        gamma = min(settings.gamma, lm.heads.gamma) if lm.heads is not None else 0
+        # Depth d below the root is head d's guess: the tree loses the base head's level, which is the root.
+        # Without heads nothing is drafted and the n-gram paths are the only candidates.
+        self.widths = list(settings.tree[1:gamma + 1])
+        self.hidden: torch.Tensor | None = None  # [1, dim]: the state whose base-head sample is the root
+
+    def start(self, full: KVCache, length: int, queries: list[torch.Tensor]) -> None:
+        pass  # the heads need the prompt's last state only, given through observe()
+
+    def wants_queries(self, count: int) -> bool:
+        return False
+
+    def observe(self, hidden: torch.Tensor) -> None:
+        """The last-layer state of the last committed token (the one the root was sampled after)."""
+        self.hidden = hidden.reshape(1, -1)
+
+    def ngram_prefix(self, root: int, levels: list[list[int]]) -> list[int]:
+        return []  # the root is certain: n-gram continuations hang from it
+
+    def propose(self, root: int, position: int, window: torch.Tensor | None, depth: int) -> list[list[int]]:
+        lm, widths = self.lm, self.widths[:depth]
+        if not widths:
+            return []
+        states = lm.heads(self.hidden)[: len(widths)]
+        logits = lm.model.head(torch.cat(states))
+        if window is not None:  # as HeadsDrafter: only the penalty can change which tokens lead
+            logits = self.sampler.penalize(logits, window.expand(logits.shape[0], -1))
+        best = torch.topk(logits, max(widths), dim=-1).indices.tolist()
+        return [best[i][:w] for i, w in enumerate(widths)]
+
+    def commit(self, full: KVCache, start: int, end: int, queries: list[torch.Tensor] | None) -> None:
+        pass  # the next observe() brings all the drafter keeps
