@@ -8,6 +8,7 @@ import pytest
 import torch
 from tiny_models import hf_model, save_checkpoint
 
+from tokenswift.engine import Engine
 from tokenswift.generate import Generator
 from tokenswift.heads import new_heads
 from tokenswift.loading import load_model
@@ -75,6 +76,18 @@ def test_tokenswift_equals_ar_on_stories260k(stories64, ar_reference, drafter, s
     assert m.steps < n  # drafts were accepted: this really was speculative decoding
     if drafter == "paper":
         assert gen._engine.drafter.partial.selections > 10  # the partial cache was rebuilt many times
+
+
+def test_fused_drafter_proposes_from_the_heads_vocabulary_only(stories64, ar_reference):
+    prompt, reference = ar_reference
+    vocab = torch.arange(0, stories64.config.vocab_size, 3)
+    lm = with_heads(stories64, random_heads(stories64, 6).with_vocab(vocab))
+    s = Settings(max_new_tokens=300, seed=2, ignore_eos=True, ngram_topk=0, **SAMPLERS["minp-penalty"])
+    engine = Engine(lm, s, prompt, len(prompt))
+    engine.start()
+    levels = engine.drafter.propose(engine.root, engine.length, None, 3)
+    assert len(levels) == 3 and {t for level in levels for t in level} <= set(vocab.tolist())
+    assert Generator(lm, s, prompt).run() == reference("minp-penalty", 2)[:300]
 
 
 @pytest.fixture(scope="module")

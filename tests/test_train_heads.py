@@ -93,6 +93,17 @@ def test_saved_heads_reload_to_identical_logits(trained, stories32):
     for ours, theirs in zip(th.draft_logits(stories32, result.heads, hidden),
                             th.draft_logits(stories32, loaded, hidden), strict=True):
         assert torch.equal(ours, theirs)
+    # the draft vocabulary: every id of this 512-token model, the training text's most frequent first
+    assert torch.equal(loaded.vocab, result.heads.vocab) and sorted(loaded.vocab.tolist()) == list(range(512))
+    distilled = [i for line in (Path(cfg.out) / th.DISTILL_NAME).read_text().splitlines()
+                 for i in json.loads(line)["ids"]]
+    assert int(loaded.vocab[0]) == max(set(distilled), key=distilled.count)
+
+
+def test_draft_vocabulary_is_the_most_frequent_ids():
+    tokens = torch.tensor([[5, 5, 5, 2, 2, 9, 1, 1]])
+    assert th.draft_vocabulary(tokens, 12, 3).tolist() == [5, 1, 2]  # 1 and 2 tie: the lower id first
+    assert len(th.draft_vocabulary(tokens, 12, 100)) == 12
 
 
 def test_record_describes_data_and_settings(trained):
@@ -309,11 +320,11 @@ def test_train_arguments_map_onto_the_config():
     assert cfg.data == ("a.txt", "b.jsonl") and cfg.seq_len == 512 and cfg.doc_tokens is None
     assert cfg.grad_accum == 4 and cfg.lr == 1e-3 and cfg.resume and cfg.steps == 200
     assert cfg.distill == th.DistillConfig(tokens=5000, temperature=0.8, min_p=0.05)
-    assert cfg.features is None and cfg.loss == "full"
+    assert cfg.features is None and cfg.loss == "full" and cfg.draft_vocab == 8192
     args = parser.parse_args(["--model", "m", "--data", "a.txt", "--out", "o", "--features", "f", "--loss",
-                              "sampled", "--topk", "8", "--negatives", "512"])
+                              "sampled", "--topk", "8", "--negatives", "512", "--draft-vocab", "0"])
     cfg = th.config_from_args(args)
-    assert (cfg.features, cfg.loss, cfg.topk, cfg.negatives) == ("f", "sampled", 8, 512)
+    assert (cfg.features, cfg.loss, cfg.topk, cfg.negatives, cfg.draft_vocab) == ("f", "sampled", 8, 512, 0)
 
 
 def test_eval_command_prints_a_table_and_writes_json(trained, heldout, stories_path, tmp_path, capsys):

@@ -14,6 +14,8 @@ change: verification decides what is emitted, so the text is the same as plain d
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from .kv_cache import KVCache
@@ -32,6 +34,11 @@ class FusedDrafter:
         # Without heads nothing is drafted and the n-gram paths are the only candidates.
         self.widths = list(settings.tree[1:gamma + 1])
         self.hidden: torch.Tensor | None = None  # [1, dim]: the state whose base-head sample is the root
+        self.vocab = lm.heads.vocab if lm.heads is not None else None
+        if self.vocab is not None:
+            if int(self.vocab.max()) >= lm.config.vocab_size:
+                raise ValueError(f"the heads' draft vocabulary names token ids past the model's {lm.config.vocab_size}")
+            self.weight = lm.model.head_weight[self.vocab]  # the LM head's rows for the draft vocabulary
 
     def start(self, full: KVCache, length: int, queries: list[torch.Tensor]) -> None:
         pass  # the heads need the prompt's last state only, given through observe()
@@ -50,8 +57,13 @@ class FusedDrafter:
         lm, widths = self.lm, self.widths[:depth]
         if not widths:
             return []
-        states = lm.heads(self.hidden)[: len(widths)]
-        logits = lm.model.head(torch.cat(states))
+        states = torch.cat(lm.heads(self.hidden)[: len(widths)])
+        if self.vocab is None:
+            logits = lm.model.head(states)
+        else:  # scores outside the draft vocabulary stay -inf: never proposed
+            logits = torch.full((len(states), lm.config.vocab_size), -math.inf, dtype=states.dtype,
+                                device=states.device)
+            logits[:, self.vocab] = torch.nn.functional.linear(states, self.weight)
         if window is not None:  # as HeadsDrafter: only the penalty can change which tokens lead
             logits = self.sampler.penalize(logits, window.expand(logits.shape[0], -1))
         best = torch.topk(logits, max(widths), dim=-1).indices.tolist()

@@ -90,6 +90,7 @@ class TrainConfig:
     loss: str = "full"  # full: cross-entropy over the vocabulary; sampled: over candidates (head_features)
     topk: int = 16  # the base model's guesses stored per position (the sampled loss's hard negatives)
     negatives: int = 2048  # uniformly drawn negatives per micro-batch for the sampled loss
+    draft_vocab: int = 8192  # the heads carry this many of the data's most frequent token ids (0 = none)
 
     def __post_init__(self) -> None:
         self.data = tuple(self.data)
@@ -101,6 +102,8 @@ class TrainConfig:
             raise ValueError("topk and negatives must be >= 1")
         if not self.data and not self.distill.tokens:
             raise ValueError("train-heads needs training text: --data FILE... or --self-distill N_TOKENS")
+        if self.draft_vocab < 0:
+            raise ValueError(f"draft_vocab must be >= 0, got {self.draft_vocab}")
         for name in ("seq_len", "steps", "batch", "grad_accum", "checkpoint_every", "gamma", "doc_tokens"):
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
@@ -439,10 +442,18 @@ def train_heads(cfg: TrainConfig, lm: LoadedModel | None = None,
     record = make_record(cfg, data_info, metrics, par.world)
     if source := gguf_checkpoint.source_record(lm.path):  # shipped heads are found by the GGUF file's hash
         record["base_sha256"] = source["sha256"]
+    if cfg.draft_vocab:
+        heads = heads.with_vocab(draft_vocabulary(packed.tokens, lm.config.vocab_size, cfg.draft_vocab))
     if par.main:
         save_heads(heads, out, record=record)
     par.barrier()
     return TrainResult(heads.eval().requires_grad_(False), record)
+
+
+def draft_vocabulary(tokens: torch.Tensor, vocab_size: int, size: int) -> torch.Tensor:
+    """The `size` token ids most frequent in `tokens`, most frequent first (ties: lower id first)."""
+    counts = torch.bincount(tokens.flatten(), minlength=vocab_size)
+    return torch.sort(counts, descending=True, stable=True).indices[: min(size, vocab_size)]
 
 
 def make_record(cfg: TrainConfig, data_info: dict, final: dict, world: int) -> dict:
@@ -517,6 +528,8 @@ FLAG_HELP = {  # shared with eval-heads; every text ends with the default argpar
     "checkpoint_every": "save a resumable checkpoint every N steps (default: %(default)s)",
     "seed": "data order and sampling seed (default: %(default)s)",
     "gamma": "number of draft heads, i.e. tokens guessed ahead (default: %(default)s)",
+    "draft_vocab": "the heads carry the training text's most frequent token ids, and drafting scores only those; "
+                   "0 = the whole vocabulary (default: %(default)s)",
     "lr": "peak learning rate (default: %(default)s)",
     "min_lr": "learning rate the cosine schedule ends at (default: %(default)s)",
     "weight_decay": "AdamW weight decay (default: %(default)s)",
@@ -542,7 +555,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="first generate N tokens with the model itself, then train on them (default: 0, off)")
     parser.add_argument("--out", required=True, help="heads directory (also holds the checkpoint)")
     for name in ("seq_len", "doc_tokens", "max_docs", "steps", "batch", "grad_accum", "warmup",
-                 "checkpoint_every", "seed", "gamma"):
+                 "checkpoint_every", "seed", "gamma", "draft_vocab"):
         parser.add_argument("--" + name.replace("_", "-"), type=int, default=d[name].default, help=FLAG_HELP[name])
     for name in ("lr", "min_lr", "weight_decay", "grad_clip"):
         parser.add_argument("--" + name.replace("_", "-"), type=float, default=d[name].default,
@@ -583,7 +596,7 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
         weight_decay=args.weight_decay, grad_clip=args.grad_clip, gamma=args.gamma, device=args.device,
         dtype=args.dtype, resume=args.resume, checkpoint_every=args.checkpoint_every, seed=args.seed,
         progress=not args.no_progress, features=args.features, loss=args.loss, topk=args.topk,
-        negatives=args.negatives,
+        negatives=args.negatives, draft_vocab=args.draft_vocab,
     )
 
 
