@@ -107,8 +107,10 @@ class Servers:
                 proc.wait()
 
 
-def cpu_s(pid: int) -> float | None:
+def cpu_s(pid: int | None) -> float | None:
     """User + system CPU seconds of a process so far (None where /proc is absent)."""
+    if pid is None:
+        return None
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except OSError:
@@ -116,13 +118,29 @@ def cpu_s(pid: int) -> float | None:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def child_pid(pid: int) -> int | None:
+    """The app's worker process, to tell its CPU time from the server's: the child that multiprocessing
+    spawned to run the worker (not its resource tracker)."""
+    try:
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+        for child in children:
+            cmdline = Path(f"/proc/{child}/cmdline").read_bytes().replace(b"\0", b" ")
+            if b"spawn_main" in cmdline:
+                return int(child)
+    except OSError:
+        return None
+    return None
+
+
 def run(servers: Servers, args, kind: str) -> dict:
     url, server_pid = servers.url, servers.procs[0].pid
-    cpu_before = cpu_s(server_pid)
+    worker_pid = child_pid(server_pid)
+    cpu_before, worker_before, client_before = cpu_s(server_pid), cpu_s(worker_pid), time.process_time()
     body = {"prompt": PROMPT, "max_new_tokens": args.tokens, "mode": args.mode, "seed": 7,
             "settings": {"temperature": 1.0, "min_p": 0.05, "penalty": 1.2, "penalty_window": 256}}
     with httpx.Client(base_url=url, timeout=30) as client:
         gen_id = client.post("/api/generations", json=body).raise_for_status().json()["id"]
+        started = time.monotonic()
         stop = threading.Event()
         tallies = [Tally() for _ in range(args.pollers if kind != "none" else 0)]
         pollers = [threading.Thread(target=poll, args=(url, gen_id, kind, stop, tally, f"127.0.0.{2 + i}"))
@@ -136,6 +154,7 @@ def run(servers: Servers, args, kind: str) -> dict:
                 client.post(f"/api/generations/{gen_id}/cancel")
             time.sleep(0.5)  # well within the per-address limit (this client is 127.0.0.1)
         stop.set()
+        wall = time.monotonic() - started
         for t in pollers:
             t.join()
     all_ms = sorted(x * 1000 for tally in tallies for x in tally.answered)
@@ -143,12 +162,15 @@ def run(servers: Servers, args, kind: str) -> dict:
     elapsed = gen["metrics"].get("elapsed_s") or 0.0
     cpu_after = cpu_s(server_pid)
     server_cpu = cpu_after - cpu_before if cpu_before is not None and cpu_after is not None else None
+    worker_after, client_cpu = cpu_s(worker_pid), time.process_time() - client_before
+    worker_cpu = worker_after - worker_before if worker_before is not None and worker_after is not None else None
     return {
         "kind": kind, "pollers": len(tallies), "status": gen["status"], "tokens": gen["produced_tokens"],
         "tokens_per_s": gen["produced_tokens"] / elapsed if elapsed else None, "polls": len(all_ms),
         "p50_ms": pct(all_ms, 50), "p95_ms": pct(all_ms, 95), "p99_ms": pct(all_ms, 99),
         "mean_ms": statistics.fmean(all_ms) if all_ms else None, "refused_429": len(refused_ms),
-        "refused_p95_ms": pct(refused_ms, 95), "server_cpu_s": server_cpu,
+        "refused_p95_ms": pct(refused_ms, 95), "server_cpu_s": server_cpu, "client_cpu_s": client_cpu,
+        "worker_cpu_s": worker_cpu, "wall_s": wall,
         "server_cpu_ms_per_request": (1000 * server_cpu / (len(all_ms) + len(refused_ms))
                                       if server_cpu is not None and all_ms else None),
     }
@@ -177,7 +199,10 @@ def poll(url: str, gen_id: int, kind: str, stop: threading.Event, tally: Tally, 
                 stop.wait(float(response.headers["retry-after"]))
                 continue
             tally.answered.append(took)
-            since = response.raise_for_status().json()["next_since"]
+            body = response.raise_for_status().json()
+            if body["status"] not in ("queued", "running"):
+                return  # the draft is finished: a client that follows it stops asking
+            since = body["next_since"]
 
 
 def pct(values: list[float], q: float) -> float | None:
@@ -194,17 +219,24 @@ def report(results: list[dict], args) -> None:
     limit = "app default" if args.status_reads_per_s is None else f"{args.status_reads_per_s:g}/s"
     print(f"status read limit per poller address: {limit}")
     print(f"{'run':<7}{'status':<10}{'tokens':>8}{'tok/s':>9}{'vs none':>9}{'polls':>8}{'429s':>7}{'p50 ms':>9}"
-          f"{'p95 ms':>9}{'p99 ms':>9}{'srv ms/req':>12}")
+          f"{'p95 ms':>9}{'p99 ms':>9}{'srv ms/req':>12}{'worker cpu':>12}{'clients cpu':>13}")
+    # worker cpu: the worker's CPU seconds per wall second of the run (1.0: a core to itself the whole time);
+    # clients cpu: the pollers' own CPU seconds (this process), which a real deployment spends elsewhere.
     for r in results:
         ratio = f"{100 * r['tokens_per_s'] / base - 100:+.0f}%" if base and r["tokens_per_s"] else "–"
         cells = [f"{r[k]:.1f}" if r[k] is not None else "–"
                  for k in ("p50_ms", "p95_ms", "p99_ms", "server_cpu_ms_per_request")]
         speed = f"{r['tokens_per_s']:.1f}" if r["tokens_per_s"] else "–"
         print(f"{r['kind']:<7}{r['status']:<10}{r['tokens']:>8}{speed:>9}{ratio:>9}{r['polls']:>8}"
-              f"{r['refused_429']:>7}{cells[0]:>9}{cells[1]:>9}{cells[2]:>9}{cells[3]:>12}")
+              f"{r['refused_429']:>7}{cells[0]:>9}{cells[1]:>9}{cells[2]:>9}{cells[3]:>12}"
+              f"{share(r['worker_cpu_s'], r['wall_s']):>12}{r['client_cpu_s']:>12.1f}s")
     if args.json_out:
         payload = {"args": vars(args), "cpus": os.cpu_count(), "runs": results}
         Path(args.json_out).write_text(json.dumps(payload, indent=2))
+
+
+def share(cpu: float | None, wall: float) -> str:
+    return f"{cpu / wall:.2f}" if cpu is not None and wall else "–"
 
 
 def free_port() -> int:
