@@ -52,6 +52,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--mode", default="tokenswift", choices=("tokenswift", "ar"))
     p.add_argument("--kinds", default="none,since,wait,full",
                    help="runs, in order: none, since, wait, full (repeat `none` to average the unpolled speed)")
+    p.add_argument("--repeat", type=int, default=1,
+                   help="run the --kinds sequence this many times (e.g. none,since,none x3 on a busy machine)")
     p.add_argument("--max-s", type=float, default=120.0, help="cancel a run after this long")
     p.add_argument("--threads", type=int, default=1, help="the worker's torch threads")
     p.add_argument("--poller-nice", type=int, default=0,
@@ -64,7 +66,8 @@ def main(argv: list[str] | None = None) -> int:
     args.pollers = max(1, min(args.pollers, 64))  # also keeps the source addresses within 127.0.0.0/8
     with tempfile.TemporaryDirectory(prefix="tokenswift-poll-load-") as tmp, Servers(Path(tmp), args) as servers:
         os.nice(args.poller_nice)
-        results = [run(servers, args, kind) for kind in args.kinds.split(",")]
+        kinds = args.kinds.split(",") * max(1, args.repeat)
+        results = [run(servers, args, kind) for kind in kinds]
     report(results, args)
     return 0
 
@@ -136,6 +139,7 @@ def run(servers: Servers, args, kind: str) -> dict:
     url, server_pid = servers.url, servers.procs[0].pid
     worker_pid = child_pid(server_pid)
     cpu_before, worker_before, client_before = cpu_s(server_pid), cpu_s(worker_pid), time.process_time()
+    load = os.getloadavg()[0]  # of the last minute: what else ran on the machine just before this run
     body = {"prompt": PROMPT, "max_new_tokens": args.tokens, "mode": args.mode, "seed": 7,
             "settings": {"temperature": 1.0, "min_p": 0.05, "penalty": 1.2, "penalty_window": 256}}
     with httpx.Client(base_url=url, timeout=30) as client:
@@ -170,7 +174,7 @@ def run(servers: Servers, args, kind: str) -> dict:
         "p50_ms": pct(all_ms, 50), "p95_ms": pct(all_ms, 95), "p99_ms": pct(all_ms, 99),
         "mean_ms": statistics.fmean(all_ms) if all_ms else None, "refused_429": len(refused_ms),
         "refused_p95_ms": pct(refused_ms, 95), "server_cpu_s": server_cpu, "client_cpu_s": client_cpu,
-        "worker_cpu_s": worker_cpu, "wall_s": wall,
+        "worker_cpu_s": worker_cpu, "wall_s": wall, "load_before": load, "answered_ms": all_ms,
         "server_cpu_ms_per_request": (1000 * server_cpu / (len(all_ms) + len(refused_ms))
                                       if server_cpu is not None and all_ms else None),
     }
@@ -211,9 +215,23 @@ def pct(values: list[float], q: float) -> float | None:
     return values[min(len(values) - 1, int(round(q / 100 * (len(values) - 1))))]
 
 
+def neighbours(results: list[dict], i: int) -> float | None:
+    """Mean tokens/s of the unpolled runs just before and after run i: on a machine others use too, the
+    speed drifts by tens of percent within minutes, so a polled run is compared with the runs around it."""
+    near = []
+    for step in (-1, 1):
+        j = i + step
+        while 0 <= j < len(results) and results[j]["kind"] != "none":
+            j += step
+        if 0 <= j < len(results) and results[j]["tokens_per_s"]:
+            near.append(results[j]["tokens_per_s"])
+    return statistics.fmean(near) if near else None
+
+
 def report(results: list[dict], args) -> None:
-    unpolled = [r["tokens_per_s"] for r in results if r["kind"] == "none" and r["tokens_per_s"]]
-    base = statistics.fmean(unpolled) if unpolled else None  # repeat `none` in --kinds to average out noise
+    for i, r in enumerate(results):
+        base = neighbours(results, i) if r["kind"] != "none" else None
+        r["vs_unpolled_around"] = r["tokens_per_s"] / base - 1 if base and r["tokens_per_s"] else None
     print(f"{args.pollers} pollers (nice +{args.poller_nice}), {args.tokens} tokens per run, {args.mode}, model "
           f"{args.model}, {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}")
     limit = "app default" if args.status_reads_per_s is None else f"{args.status_reads_per_s:g}/s"
@@ -223,15 +241,31 @@ def report(results: list[dict], args) -> None:
     # worker cpu: the worker's CPU seconds per wall second of the run (1.0: a core to itself the whole time);
     # clients cpu: the pollers' own CPU seconds (this process), which a real deployment spends elsewhere.
     for r in results:
-        ratio = f"{100 * r['tokens_per_s'] / base - 100:+.0f}%" if base and r["tokens_per_s"] else "–"
+        ratio = f"{100 * r['vs_unpolled_around']:+.0f}%" if r["vs_unpolled_around"] is not None else "–"
         cells = [f"{r[k]:.1f}" if r[k] is not None else "–"
                  for k in ("p50_ms", "p95_ms", "p99_ms", "server_cpu_ms_per_request")]
         speed = f"{r['tokens_per_s']:.1f}" if r["tokens_per_s"] else "–"
         print(f"{r['kind']:<7}{r['status']:<10}{r['tokens']:>8}{speed:>9}{ratio:>9}{r['polls']:>8}"
               f"{r['refused_429']:>7}{cells[0]:>9}{cells[1]:>9}{cells[2]:>9}{cells[3]:>12}"
               f"{share(r['worker_cpu_s'], r['wall_s']):>12}{r['client_cpu_s']:>12.1f}s")
+    print("vs none: against the mean of the unpolled runs just before and after (load average before each run: "
+          + ", ".join(f"{r['load_before']:.1f}" for r in results) + ")")
+    summary = {}
+    for kind in dict.fromkeys(r["kind"] for r in results if r["kind"] != "none"):
+        runs = [r for r in results if r["kind"] == kind]
+        ratios = [r["vs_unpolled_around"] for r in runs if r["vs_unpolled_around"] is not None]
+        pooled = sorted(x for r in runs for x in r["answered_ms"])
+        summary[kind] = {"runs": len(runs), "median_vs_unpolled": statistics.median(ratios) if ratios else None,
+                         "p95_ms": pct(pooled, 95), "answered": len(pooled),
+                         "refused_429": sum(r["refused_429"] for r in runs)}
+        median = f"{100 * summary[kind]['median_vs_unpolled']:+.1f}%" if ratios else "–"
+        p95 = f"{summary[kind]['p95_ms']:.1f} ms" if pooled else "–"
+        print(f"{kind}: {len(runs)} runs, tokens/s vs the unpolled runs around them (median) {median}, "
+              f"p95 of {len(pooled)} answered polls {p95}, {summary[kind]['refused_429']} answered 429")
+    for r in results:
+        del r["answered_ms"]
     if args.json_out:
-        payload = {"args": vars(args), "cpus": os.cpu_count(), "runs": results}
+        payload = {"args": vars(args), "cpus": os.cpu_count(), "runs": results, "summary": summary}
         Path(args.json_out).write_text(json.dumps(payload, indent=2))
 
 
