@@ -492,3 +492,24 @@ def test_bad_waits_are_422_naming_wait(client, query):
     assert response.status_code == 422  # checked before the draft is looked up (there is none)
     detail = response.json()["detail"][0]
     assert detail["loc"] == ["query", "wait"] and detail["msg"].startswith("wait: ")
+
+
+def test_many_long_polls_share_one_watcher_that_stops_when_they_are_answered(client, store):
+    gen_id, owner = running(client, store)
+    answers = []
+
+    def follow():
+        answers.append(client.get(f"/api/generations/{gen_id}?since=1&wait=8").json()["text"])
+
+    followers = [threading.Thread(target=follow) for _ in range(8)]
+    for t in followers:
+        t.start()
+    time.sleep(0.5)
+    watchers = [t for t in threading.enumerate() if t.name == "status-long-poll"]
+    assert len(watchers) == 1  # one thread asks the store for all eight
+    store.append_progress(gen_id, owner, Progress([6], " upon", 0.2))
+    for t in followers:
+        t.join(6)
+    assert answers == [" upon"] * 8
+    watchers[0].join(2)
+    assert not watchers[0].is_alive()  # nobody waits: no thread left polling the store

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import sqlite3
 import threading
 import time
 from dataclasses import dataclass
@@ -59,7 +60,10 @@ class Commits:
         last_fallback = time.monotonic()
         while True:
             time.sleep(self.tick_s)
-            version = self.changes.version()
+            try:
+                version = self.changes.version()
+            except sqlite3.Error:  # the file is unreadable: wake every read, whose own read reports it (503)
+                version = None
             now = time.monotonic()
             fallback = now - last_fallback >= self.fallback_s
             last_fallback = now if fallback else last_fallback
