@@ -52,7 +52,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="serve the page only; a worker started elsewhere on the same --db writes (default: off)")
     p.add_argument("--max-body-mb", type=float, help="refuse request bodies over this many MB (413; default 2)")
     p.add_argument("--max-upload-mb", type=float, help="refuse .txt uploads over this many MB (default 2)")
+    p.add_argument("--status-reads-per-s", type=float,
+                   help="status reads (GET /api/generations/{id}) allowed per second per client address, in bursts "
+                        "of twice that; more are answered 429 with Retry-After (default 5; 0: no limit)")
     args = p.parse_args(argv)
+    if args.status_reads_per_s is not None and not 0 <= args.status_reads_per_s < float("inf"):  # NaN too
+        p.error(f"--status-reads-per-s: must be a number >= 0 (0: no limit), not {args.status_reads_per_s}")
     if args.model is None:
         args.model = default_model()
     from ui.server import parse_credentials
@@ -116,7 +121,7 @@ def main(argv: list[str] | None = None) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, _stop)
     try:
-        limits = Limits.from_mib(args.max_body_mb, args.max_upload_mb)
+        limits = Limits.from_flags(args.max_body_mb, args.max_upload_mb, args.status_reads_per_s)
         app = create_app(store, args.credentials, own_worker=worker is not None, limits=limits, exports=exports)
         host = "0.0.0.0" if args.listen else args.host
         url = f"http://{'127.0.0.1' if host == '0.0.0.0' else host}:{args.port}"

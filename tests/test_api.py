@@ -6,6 +6,8 @@ from __future__ import annotations
 import io
 import json
 import sqlite3
+import threading
+import time
 import xml.etree.ElementTree as ET
 import zipfile
 from types import SimpleNamespace
@@ -441,3 +443,75 @@ def test_write_form_maps_prompt_format_and_end_of_text_both_ways():
                  SettingsForm(target=500, past_eos="Keep writing"), SettingsForm(target=5000, past_eos="Stop there")):
         back = form_from_settings(form.to_settings())
         assert (back.prompt_format, back.past_eos) == (form.prompt_format, form.past_eos)
+
+
+def running(client, store) -> tuple[int, Owner]:
+    """A draft the test plays the worker of, with one chunk written."""
+    gen_id = client.post("/api/generations", json=GOOD).json()["id"]
+    owner = Owner.here("test-worker")
+    store.claim_next(owner)
+    store.record_start(gen_id, owner, [1], "stories", None)
+    store.append_progress(gen_id, owner, Progress([5], "Once", 0.1))
+    return gen_id, owner
+
+
+def timed_get(client, path: str):
+    start = time.monotonic()
+    body = client.get(path).json()
+    return body, time.monotonic() - start
+
+
+def test_a_long_poll_answers_as_soon_as_text_past_its_chunk_arrives(client, store):
+    gen_id, owner = running(client, store)
+    writer = threading.Timer(0.5, lambda: store.append_progress(gen_id, owner, Progress([6], " upon", 0.2)))
+    writer.start()
+    body, took = timed_get(client, f"/api/generations/{gen_id}?since=1&wait=8")
+    writer.join()
+    assert (body["text"], body["next_since"], body["status"]) == (" upon", 2, "running")
+    assert 0.45 <= took < 4  # woken by the commit (within a tick, or PostgreSQL's fallback), not the 8 s timeout
+    body, took = timed_get(client, f"/api/generations/{gen_id}?since=1&wait=8")
+    assert body["text"] == " upon" and took < 1  # text past chunk 1 is there already: no wait
+
+
+def test_a_long_poll_without_new_text_answers_at_its_timeout_and_a_stopped_draft_at_once(client, store):
+    gen_id, owner = running(client, store)
+    other = threading.Timer(0.2, lambda: client.post("/api/generations", json=GOOD))  # a commit, not this draft's
+    other.start()
+    body, took = timed_get(client, f"/api/generations/{gen_id}?since=1&wait=1.5")
+    other.join()
+    assert (body["text"], body["next_since"], body["status"]) == ("", 1, "running")
+    assert 1.5 <= took < 4
+    store.append_progress(gen_id, owner, Progress([6], " upon", 0.2), finish="done")
+    body, took = timed_get(client, f"/api/generations/{gen_id}?since=2&wait=8")
+    assert (body["text"], body["status"]) == ("", "done") and took < 1  # nothing more will come: no wait
+    assert client.get(f"/api/generations/{gen_id}?wait=0").json()["text"] == "Once upon"  # wait=0: a plain read
+
+
+@pytest.mark.parametrize("query", ["since=0&wait=-1", "since=0&wait=10.5", "since=0&wait=nan", "since=0&wait=inf",
+                                   "since=0&wait=soon", "since=0&wait=", "wait=5"])
+def test_bad_waits_are_422_naming_wait(client, query):
+    response = client.get(f"/api/generations/1?{query}")
+    assert response.status_code == 422  # checked before the draft is looked up (there is none)
+    detail = response.json()["detail"][0]
+    assert detail["loc"] == ["query", "wait"] and detail["msg"].startswith("wait: ")
+
+
+def test_many_long_polls_share_one_watcher_that_stops_when_they_are_answered(client, store):
+    gen_id, owner = running(client, store)
+    answers = []
+
+    def follow():
+        answers.append(client.get(f"/api/generations/{gen_id}?since=1&wait=8").json()["text"])
+
+    followers = [threading.Thread(target=follow) for _ in range(8)]
+    for t in followers:
+        t.start()
+    time.sleep(0.5)
+    watchers = [t for t in threading.enumerate() if t.name == "status-long-poll"]
+    assert len(watchers) == 1  # one thread asks the store for all eight
+    store.append_progress(gen_id, owner, Progress([6], " upon", 0.2))
+    for t in followers:
+        t.join(6)
+    assert answers == [" upon"] * 8
+    watchers[0].join(2)
+    assert not watchers[0].is_alive()  # nobody waits: no thread left polling the store

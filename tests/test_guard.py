@@ -3,6 +3,9 @@ assets, failed logins throttled per address, request bodies and uploads capped."
 
 from __future__ import annotations
 
+import math
+import time
+
 import pytest
 from fastapi.testclient import TestClient
 
@@ -11,6 +14,7 @@ from ui import api
 from ui.exports import Exports
 from ui.guard import Throttle
 from ui.limits import Limits
+from ui.ratelimit import Buckets, retry_after
 
 GOOD = {"prompt": "Once upon a time", "max_new_tokens": 30}
 AUTH = ("ann", "s3cret")
@@ -130,3 +134,74 @@ def test_failed_login_forms_are_throttled(page_app):
         "/login", data={"username": "ann", "password": "s3cret"}).status_code == 200
     clock.now += 30
     assert client.post("/login", data={"username": "ann", "password": "s3cret"}).status_code == 200
+
+
+def test_status_read_buckets_allow_a_burst_then_the_rate_per_client():
+    clock = Clock()
+    buckets = Buckets(rate_per_s=2, burst=3, clock=clock)
+    assert [buckets.take("10.0.0.1") for _ in range(3)] == [0, 0, 0]
+    assert buckets.take("10.0.0.1") == pytest.approx(0.5)  # empty: the next token in half a second
+    assert buckets.take("10.0.0.2") == 0  # per address
+    clock.now += 0.5
+    assert buckets.take("10.0.0.1") == 0 and buckets.take("10.0.0.1") == pytest.approx(0.5)
+    clock.now += 60  # refilled, but never beyond the burst
+    assert [buckets.take("10.0.0.1") for _ in range(4)] == [0, 0, 0, pytest.approx(0.5)]
+    assert all(Buckets(rate_per_s=0, burst=1, clock=clock).take("x") == 0 for _ in range(100))  # 0: no limit
+    crowded = Buckets(rate_per_s=1, burst=1, clock=clock, max_clients=2)
+    for client in ("a", "b", "c"):
+        crowded.take(client)
+    assert crowded.take("c") > 0 and crowded.take("a") == 0  # "a" forgotten (full again), "c" remembered
+    assert (retry_after(0.01), retry_after(1.0), retry_after(1.2)) == (1, 1, 2)  # whole seconds, rounded up
+
+
+def test_status_reads_over_the_limit_are_429_before_any_store_work(store):
+    from sqlalchemy import event
+
+    app = api.create_app(store, limits=Limits(status_reads_per_s=1, status_burst=2))
+    client = TestClient(app)
+    gen_id = client.post("/api/generations", json=GOOD).json()["id"]
+    path = f"/api/generations/{gen_id}"
+    assert [client.get(path).status_code, client.get(f"{path}?since=0").status_code] == [200, 200]
+    assert client.post("/api/generations", json=GOOD).status_code == 201  # a commit: a read now reads the store
+    statements = []
+    event.listen(store.engine, "before_cursor_execute", lambda *args: statements.append(args[2]))
+    refused = client.get(path)
+    assert refused.status_code == 429 and refused.headers["retry-after"] == "1" and statements == []
+    assert refused.json()["detail"].startswith("status reads: over the limit of 1 per second from this address")
+    assert client.head(path).status_code == 429
+    # Only status reads are limited: the draft's tokens, health, new drafts and controls are not polled.
+    assert client.get(f"{path}/tokens").status_code == 200 and client.get("/api/health").status_code == 200
+    assert client.post(f"{path}/cancel").status_code == 200
+    read = len(statements)
+    assert TestClient(app, client=("10.0.0.2", 50000)).get(path).status_code == 200  # its own budget
+    assert len(statements) > read  # ... and an answered read does read the store (the check above can fail)
+    time.sleep(1.05)  # Retry-After was honest: a token is there after it
+    assert client.get(path).status_code == 200 and client.get(path).status_code == 429
+
+
+def test_the_status_read_limit_is_configured_by_flag_and_off_at_zero(store):
+    import app as studio
+
+    assert (Limits().status_reads_per_s, Limits().status_burst) == (5.0, 10)
+    assert Limits.from_flags() == Limits()
+    limits = Limits.from_flags(status_reads_per_s=3)
+    assert (limits.status_reads_per_s, limits.status_burst) == (3, 6)  # bursts of two seconds' worth
+    assert Limits.from_flags(status_reads_per_s=0.2).status_burst == 1
+    for bad in ({"status_reads_per_s": -1}, {"status_reads_per_s": math.nan}, {"status_burst": 0}):
+        with pytest.raises(ValueError):
+            Limits(**bad)
+    assert studio.parse_args(["--model", "m", "--status-reads-per-s", "3"]).status_reads_per_s == 3
+    for bad in ("-1", "nan", "inf"):
+        with pytest.raises(SystemExit) as stopped:
+            studio.parse_args(["--model", "m", "--status-reads-per-s", bad])
+        assert stopped.value.code == 2
+    unlimited = TestClient(api.create_app(store, limits=Limits.from_flags(status_reads_per_s=0)))
+    gen_id = unlimited.post("/api/generations", json=GOOD).json()["id"]
+    assert {unlimited.get(f"/api/generations/{gen_id}").status_code for _ in range(40)} == {200}
+
+
+def test_with_a_login_refused_status_reads_use_up_no_budget(store):
+    client = TestClient(api.create_app(store, [AUTH], limits=Limits(status_reads_per_s=1, status_burst=1)))
+    assert {client.get("/api/generations/1").status_code for _ in range(5)} == {401}
+    assert client.get("/api/generations/1", auth=AUTH).status_code == 404  # the login first, then the limit
+    assert client.get("/api/generations/1", auth=AUTH).status_code == 429

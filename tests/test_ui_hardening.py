@@ -116,3 +116,27 @@ def test_polls_read_the_store_only_after_a_commit(store):
     assert n > 0 and (later.text, later.since(1), later.record.produced_tokens) == (" upon a time", " a time", 2)
     chunk_reads = [s for s in statements if s.lstrip().startswith("SELECT") and "FROM chunks" in s]
     assert chunk_reads and all("chunks.seq >" in s for s in chunk_reads)  # only what is new
+
+
+def test_the_live_views_ticks_read_the_store_only_after_a_commit(store):
+    from sqlalchemy import event
+
+    from storage.changes import Changes
+
+    gen = store.enqueue_generation("Once", Settings(max_new_tokens=50))
+    owner = Owner.here("w")
+    store.claim_next(owner)
+    watch, changes = Watch.open(store, gen.id), Changes(store)
+    statements = []
+    event.listen(store.engine, "before_cursor_execute", lambda *args: statements.append(args[2]))
+    store.append_progress(gen.id, owner, Progress([1], " upon", 0.1, MetricPoint(tokens=1, elapsed_s=0.1)))
+    before = len(statements)
+    assert watch.refresh(store, changes) == (True, True, True) and len(statements) > before
+    before = len(statements)
+    assert watch.refresh(store, changes) == (False, False, False) and len(statements) == before  # from memory
+    store.append_progress(gen.id, owner, Progress([2], " a time", 0.2, MetricPoint(tokens=2, elapsed_s=0.2)))
+    assert watch.refresh(store, changes) == (True, True, True)  # the next tick sees the commit
+    assert watch.tail == "Once upon a time" and watch.words == 3
+    before = len(statements)
+    watch.refresh(store)  # a click's refresh reads whatever the counter says
+    assert len(statements) > before

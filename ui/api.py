@@ -1,7 +1,7 @@
 """REST API beside the Gradio UI. Other tools rely on these paths and field names: keep them exact.
 
     POST /api/generations                    -> 201 {"id", "status", "session_id"}
-    GET  /api/generations/{id}[?since=N]     -> {"id", "status", "produced_tokens", "target_tokens",
+    GET  /api/generations/{id}[?since=N[&wait=S]] -> {"id", "status", "produced_tokens", "target_tokens",
                                      "text", "metrics", "session_id", "parent_id", "finish_reason", "error",
                                      "next_since"}
     GET  /api/generations/{id}/tokens        -> {"prompt_tokens": [...], "tokens": [...]}
@@ -13,6 +13,9 @@
 Polling: `text` is the whole generated text, or with `?since=N` only the text of chunks N, N+1, ...;
 `next_since` is the N to ask with next time. The text is assembled once and extended by new chunks, and not
 read from the store at all while nothing was committed (ui/texts.py): polls never rebuild a long draft.
+`&wait=S` (0 to 10 seconds) makes it a long-poll: the answer comes as soon as there is text past chunk N or
+the draft is no longer queued or running, else after S seconds with no new text (ui/follow.py). Status reads
+are limited per client address (429 with Retry-After; ui/guard.py, ui/ratelimit.py).
 
 Validation errors are 422 in FastAPI's shape, {"detail": [{"loc": [...], "msg", "type"}]}, and every
 msg starts with the field it is about ("settings.penalty_window: W must be >= 0"). Settings go through
@@ -26,6 +29,8 @@ This process never loads the model: it reads and writes the store, and loads onl
 from __future__ import annotations
 
 import json
+import math
+import time
 import uuid
 from collections.abc import Sequence
 from typing import Annotated, Any
@@ -33,12 +38,14 @@ from urllib.parse import quote
 
 from fastapi import APIRouter, Body, Depends, FastAPI, HTTPException, Path, Query, Request, Response
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from starlette.concurrency import run_in_threadpool
 
 from bookexport import FORMATS, Book, export_book
 from storage import Conflict, NotFound, Store, StoreError
 from storage.health import store_problem
 from storage.records import SQL_INT_MAX, GenerationRecord
 from tokenswift.settings import Settings, SettingsError
+from ui.follow import MAX_WAIT_S, Commits
 from ui.forms import ban_eos
 from ui.guard import Guard
 from ui.limits import Limits, printable, unicode_problem
@@ -80,9 +87,26 @@ class GenerationIn(BaseModel):
     continue_from: Id | None = None
 
 
-def invalid(field: str, message: str, kind: str = "value_error") -> HTTPException:
-    loc = ["body", *field.split(".")]
+def invalid(field: str, message: str, kind: str = "value_error", where: str = "body") -> HTTPException:
+    loc = [where, *field.split(".")]
     return HTTPException(422, detail=[{"loc": loc, "msg": f"{field}: {message}", "type": kind}])
+
+
+def wait_seconds(wait: str | None, since: int | None) -> float:
+    """?wait= as seconds (0: answer at once), or a 422 naming it. Parsed here, not by FastAPI, so that every
+    bad value (text, NaN, out of range) gets a message that starts with the field, like the body's."""
+    if wait is None:
+        return 0.0
+    try:
+        seconds = float(wait)
+    except ValueError:
+        seconds = math.nan
+    if not 0 <= seconds <= MAX_WAIT_S:  # NaN fails this too
+        raise invalid("wait", f"must be a number of seconds from 0 to {MAX_WAIT_S:g}, not {printable(wait)!r}",
+                      where="query")
+    if since is None and seconds:
+        raise invalid("wait", "needs since=N: it waits for text past chunk N", where="query")
+    return seconds
 
 
 async def json_object(request: Request) -> dict[str, Any]:
@@ -186,12 +210,14 @@ def store_errors():
         raise HTTPException(503, detail=str(error)) from error
 
 
-def create_router(store: Store, tokens: PromptTokens | None = None, texts: DraftTexts | None = None) -> APIRouter:
+def create_router(store: Store, tokens: PromptTokens | None = None, texts: DraftTexts | None = None,
+                  commits: Commits | None = None) -> APIRouter:
     """The /api routes over `store` (the login, when there is one, is ui/guard.py's, in front of the app).
     `tokens`, `texts`: the app's tokenizer and text caches (shared with the UI); without them the router keeps
-    its own."""
+    its own. `commits`: what wakes long-polls (one for `texts`' store if not given)."""
     router = APIRouter(prefix="/api", dependencies=[Depends(store_errors)])
-    add_generation_routes(router, store, tokens or PromptTokens(store), texts or DraftTexts(store))
+    texts = texts or DraftTexts(store)
+    add_generation_routes(router, store, tokens or PromptTokens(store), texts, commits or Commits(texts.changes))
     add_control_routes(router, store)
 
     @router.get("/health")
@@ -211,7 +237,8 @@ def create_router(store: Store, tokens: PromptTokens | None = None, texts: Draft
     return router
 
 
-def add_generation_routes(router: APIRouter, store: Store, tokens: PromptTokens, texts: DraftTexts) -> None:
+def add_generation_routes(router: APIRouter, store: Store, tokens: PromptTokens, texts: DraftTexts,
+                          commits: Commits) -> None:
     @router.post("/generations", status_code=201)
     def create_generation(payload: Annotated[dict[str, Any], Depends(json_object)]) -> dict:
         request, settings = parse_request(payload)
@@ -220,8 +247,18 @@ def add_generation_routes(router: APIRouter, store: Store, tokens: PromptTokens,
         return {"id": gen.id, "status": gen.status, "session_id": gen.session_id}
 
     @router.get("/generations/{gen_id}")
-    def get_generation(gen_id: GenId, since: Annotated[int | None, Query(ge=0, le=SQL_INT_MAX)] = None) -> dict:
-        draft = found(texts.read, gen_id)
+    async def get_generation(gen_id: GenId, since: Annotated[int | None, Query(ge=0, le=SQL_INT_MAX)] = None,
+                             wait: str | None = None) -> dict:
+        # async, so a long-poll waits on the event loop and holds no server thread; the store reads run in
+        # the thread pool as a plain (sync) route's would.
+        deadline = time.monotonic() + wait_seconds(wait, since)
+        while True:
+            draft = await run_in_threadpool(found, texts.read, gen_id)
+            left = deadline - time.monotonic()
+            record = draft.record
+            if since is None or record.chunk_count > since or record.status not in ("queued", "running") or left <= 0:
+                break
+            await commits.after(draft.version, left)
         text = draft.text if since is None else draft.since(since)
         return generation_view(draft.record, text, draft.metric.to_dict() if draft.metric else {})
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 import gradio as gr
 
 from storage import NotFound, Store, StoreError
+from storage.changes import Changes
 from tokenswift.metrics import distinct
 from tokenswift.settings import DRAFTERS, Settings
 from ui import charts, views
@@ -255,7 +256,8 @@ def render(p: CompareParts, store: Store, runs: Runs) -> dict:
     return out
 
 
-def wire(p: CompareParts, store: Store, page: gr.Blocks, tokens: PromptTokens) -> None:
+def wire(p: CompareParts, store: Store, page: gr.Blocks, tokens: PromptTokens, changes: Changes | None = None) -> None:
+    """changes: the store's commit counter, so ticks read nothing while nothing was committed (ui/live.py)."""
     fast = {"concurrency_limit": None}
 
     def watch_all(runs: Runs) -> Runs:
@@ -279,7 +281,7 @@ def wire(p: CompareParts, store: Store, page: gr.Blocks, tokens: PromptTokens) -
         if runs is None:
             return {p.timer: gr.Timer(active=False)}
         try:
-            changed = [any(w.refresh(store)) for w in runs.watches.values()]
+            changed = [any(w.refresh(store, changes)) for w in runs.watches.values()]
         except NotFound:
             return {p.runs: None, p.timer: gr.Timer(active=False), p.status: "These runs were deleted."}
         return render(p, store, runs) if any(changed) else {p.status: gr.skip()}  # a dict: one output unchanged

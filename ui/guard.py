@@ -8,6 +8,9 @@
   is served without Gradio's list of endpoints.
 - Failed logins (a wrong Basic pair, a refused login form) are limited per client address: after `free`
   failures each attempt must wait, twice as long as the last (429 with Retry-After); a success clears it.
+- Status reads (GET /api/generations/{id}) are limited per client address (`Limits.status_reads_per_s`,
+  ui/ratelimit.py): over it, 429 with Retry-After before the API or the store sees the request. With
+  credentials the login is checked first, so a stranger's reads are 401s and use up nobody's budget.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from collections.abc import Callable, Sequence
 from starlette.requests import HTTPConnection
 
 from ui.limits import Limits, size
+from ui.ratelimit import Buckets, is_status_read, retry_after
 
 UPLOAD_PATHS = ("/gradio_api/upload", "/gradio_api/upload/")
 MULTIPART_SLACK = 64 * 1024
@@ -63,9 +67,11 @@ class Throttle:
 
 class Guard:
     def __init__(self, app, credentials: Sequence[tuple[str, str]] | None, limits: Limits,
-                 throttle: Throttle | None = None, sessions: Sessions | None = None):
+                 throttle: Throttle | None = None, sessions: Sessions | None = None,
+                 status_reads: Buckets | None = None):
         self.app, self.credentials, self.limits = app, list(credentials or []), limits
         self.throttle = throttle or Throttle()
+        self.status_reads = status_reads or Buckets(limits.status_reads_per_s, limits.status_burst)
         self.sessions = sessions  # set by ui/server.py once Gradio is mounted
 
     async def __call__(self, scope, receive, send) -> None:
@@ -81,16 +87,18 @@ class Guard:
         receive = await self._capped(scope, receive, send, path)
         if receive is None:
             return
+        client = scope["client"][0] if scope.get("client") else "unknown"
         if not self.credentials:
-            await self.app(scope, receive, send)
+            if await self._within_status_limit(scope, send, client):
+                await self.app(scope, receive, send)
             return
         connection = HTTPConnection(scope)
-        client = scope["client"][0] if scope.get("client") else "unknown"
         logged_in = await self._login(connection, client, send)
         if logged_in is None:  # refused, answered
             return
         if logged_in:
-            await self.app(scope, receive, send)
+            if await self._within_status_limit(scope, send, client):
+                await self.app(scope, receive, send)
         elif scope["method"] == "POST" and path in LOGIN_FORM:
             await self._login_form(scope, receive, send, client)
         elif path == "/" and scope["method"] in ("GET", "HEAD"):
@@ -140,6 +148,18 @@ class Guard:
             return replay.pop() if replay else await receive()
 
         return replayed
+
+    # --- status reads --------------------------------------------------------------------------------
+
+    async def _within_status_limit(self, scope, send, client: str) -> bool:
+        """True when the request may go on; else it was answered 429."""
+        if not is_status_read(scope) or (wait := self.status_reads.take(client)) == 0:
+            return True
+        rate = f"{self.status_reads.rate_per_s:g}"
+        await _answer(send, 429, f"status reads: over the limit of {rate} per second from this address (bursts "
+                                 f"of {self.status_reads.burst}); try again in {retry_after(wait)} s, or follow "
+                                 "a draft with ?since=N&wait=10", {"Retry-After": str(retry_after(wait))})
+        return False
 
     # --- login ---------------------------------------------------------------------------------------
 

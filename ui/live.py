@@ -3,6 +3,8 @@
 Each timer tick is one read transaction (Store.progress_since) for the row and only the chunks and metric
 points past the cursor, so a 100K-token draft costs the same per tick as a short one; the text shown live
 is a bounded tail, and the word count is kept incrementally (a word split across two chunks is counted once).
+A tick given the store's commit counter (storage/changes.py) reads nothing at all while nothing was committed,
+as the API's status reads do (ui/texts.py): between the worker's flushes a tab's ticks cost no store read.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from storage import Store
+from storage.changes import Changes
 from storage.records import GenerationRecord, MetricPoint
 
 TAIL_CHARS = 6_000
@@ -27,6 +30,7 @@ class Watch:
     mid_word: bool = False  # the generated text so far ends inside a word
     generated_chars: int = 0
     points: list[MetricPoint] = field(default_factory=list)
+    version: int | None = None  # the store's commit counter before the last read (None: unknown)
 
     @classmethod
     def open(cls, store: Store, gen_id: int) -> Watch:
@@ -35,15 +39,20 @@ class Watch:
         watch.refresh(store)
         return watch
 
-    def refresh(self, store: Store) -> tuple[bool, bool, bool]:
-        """Read what is new: (status or counters changed, text changed, metric points changed)."""
+    def refresh(self, store: Store, changes: Changes | None = None) -> tuple[bool, bool, bool]:
+        """Read what is new: (status or counters changed, text changed, metric points changed). With `changes`
+        (timer ticks), nothing is read while nothing was committed since the last read; without (after a
+        click), the store is read whatever the counter says."""
+        version = changes.version() if changes is not None else None  # before the read: see ui/texts.py
+        if version is not None and version == self.version:
+            return False, False, False
         after = self.points[-1].tokens if self.points else -1
         snap = store.progress_since(self.gen_id, after_seq=self.last_seq, after_tokens=after)
         record = snap.record
         moved = (record.status, record.produced_tokens, record.control, record.error) != (
             self.record.status, self.record.produced_tokens, self.record.control, self.record.error
         ) or self.last_seq < 0
-        self.record = record
+        self.record, self.version = record, version
         for chunk in snap.chunks:
             if chunk.seq > self.last_seq:  # a Pause click and a tick may refresh the same Watch at once
                 self._add_text(chunk.text)

@@ -98,7 +98,7 @@ def build_page(store: Store, *, worker_hint: str, exports: Exports, tokens: Prom
         status_timer = gr.Timer(STATUS_S)
 
         write.wire(write_ui, store, page, tokens, texts)
-        compare.wire(compare_parts, store, page, tokens)
+        compare.wire(compare_parts, store, page, tokens, texts.changes)
         library.wire(library_parts, store, write_ui, tabs, library_tab, exports)
         model.wire(model_parts, store, model_tab)
 

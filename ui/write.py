@@ -95,7 +95,7 @@ def wire(p: WriteParts, store: Store, page: gr.Blocks, tokens: PromptTokens, tex
         if watch is None:
             return {p.timer: gr.Timer(active=False)}
         try:
-            moved, texted, pointed = watch.refresh(store)
+            moved, texted, pointed = watch.refresh(store, texts.changes)  # no store read between commits
         except NotFound:  # deleted from the Library while we watched
             return {**render(p, store, None), p.status: "This draft was deleted."}
         changed = moved or texted or pointed
