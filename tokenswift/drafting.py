@@ -22,7 +22,8 @@ from .settings import Settings
 
 class Drafter(Protocol):
     def start(self, full: KVCache, length: int, queries: list[torch.Tensor]) -> None:
-        """Called once after prefill: `length` tokens are in the full cache."""
+        """Called after every prefill (the first, and each context shift): `length` tokens are in the full
+        cache, which may hold entirely new contents."""
 
     def propose(self, root: int, position: int, window: torch.Tensor | None) -> list[list[int]]:
         """Candidate tokens per depth (depth 1 first) for the root at `position`."""
@@ -45,6 +46,7 @@ class HeadsDrafter:
         self.partial = PartialCache(lm.config, budget, settings.sinks, lm.device, lm.dtype)
 
     def start(self, full: KVCache, length: int, queries: list[torch.Tensor]) -> None:
+        self.partial.reset()
         self.partial.extend(full, 0, length, queries)
 
     def wants_queries(self, count: int) -> bool:
