@@ -47,7 +47,7 @@ from storage.records import SQL_INT_MAX, GenerationRecord
 from tokenswift.settings import Settings, SettingsError
 from ui.forms import ban_eos
 from ui.guard import Guard
-from ui.limits import Limits, printable, unicode_problem
+from ui.limits import Limits, context_text_problem, printable, unicode_problem
 from ui.texts import DraftTexts
 from ui.tokens import PromptTokens
 
@@ -77,9 +77,6 @@ class SamplingIn(BaseModel):
     note_depth: Int | None = None  # the Author's Note goes this many tokens before the end of the window
 
 
-MAX_CONTEXT_TEXT = 20_000  # characters of Memory or Author's Note: they must leave room for the story
-
-
 class GenerationIn(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
     prompt: str = ""
@@ -102,10 +99,8 @@ class ContextIn(BaseModel):
 
 def check_context_text(values: dict[str, str]) -> None:
     for field, value in values.items():
-        if problem := unicode_problem(value):
+        if problem := context_text_problem(value):
             raise invalid(field, problem)
-        if len(value) > MAX_CONTEXT_TEXT:
-            raise invalid(field, f"at most {MAX_CONTEXT_TEXT:,} characters, got {len(value):,}")
 
 
 def invalid(field: str, message: str, kind: str = "value_error") -> HTTPException:
