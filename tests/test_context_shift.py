@@ -156,3 +156,23 @@ def test_window_plan_boundaries_and_layout():
     with pytest.raises(SettingsError) as full:
         WindowPlan(prompt, 1, PinnedText(tuple(range(50)), ()), size=64, step=16, note_depth=4)
     assert full.value.field == "shift_step"
+
+
+def test_bench_shift_prints_a_table_and_writes_json(stories_path, tmp_path, capsys):
+    import json
+
+    from tokenswift import cli
+
+    out = tmp_path / "shift.json"
+    code = cli.main(["bench-shift", "--model", str(stories_path), "--device", "cpu", "--dtype", "float64",
+                     "--threads", "1", "--prompt", PROMPT, "--max-new-tokens", "700", "--context-window", "256",
+                     "--memory", MEMORY, "--authors-note", NOTE, "--temperature", "0", "--warmup-tokens", "4",
+                     "--json", str(out)])
+    table = capsys.readouterr().out
+    assert code == 0 and "shift %" in table and "identical: yes" in table
+    result = json.loads(out.read_text())
+    assert result["identical"] and result["window"] == 256 and result["pinned_tokens"] > 1
+    for mode in ("ar", "tokenswift"):
+        m = result[mode]
+        assert m["tokens"] == 700 and m["shifts"] >= 5 and 0 < m["shift_share"] < 1
+        assert m["context_pinned"] + m["context_recent"] <= 256
