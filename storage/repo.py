@@ -174,13 +174,19 @@ class Store(DraftVerbs, WorkerVerbs):
             return from_row(GenerationRecord, row)
 
     def set_context_text(self, gen_id: int, memory: str, authors_note: str) -> GenerationRecord:
-        """Edit a draft's Memory and Author's Note. Any time: a running draft's worker reads them when it next
-        (re)starts the draft, so the change applies from the next resume."""
+        """Edit a draft's Memory and Author's Note. Any time: a running draft's worker reads them at its next
+        context shift or resume, and the change applies from there."""
         with self._write() as s:
             row = _get(s, GenerationRow, gen_id, "generation")
             row.memory, row.authors_note = memory, authors_note
             s.flush()
             return from_row(GenerationRecord, row)
+
+    def context_text(self, gen_id: int) -> tuple[str, str]:
+        """(Memory, Author's Note) of a draft as they are now: the worker reads them at each context shift."""
+        with self._read() as s:
+            row = _get(s, GenerationRow, gen_id, "generation")
+            return row.memory, row.authors_note
 
     def claim_next(self, owner: Owner) -> Job | None:
         """Take the oldest queued job, locking its row while it is taken: on a server database FOR UPDATE

@@ -117,6 +117,30 @@ def test_memory_and_note_edits_apply_from_the_resume(stories64, pinned):
     assert resumed == Generator(lm, s.replace(mode="ar"), prompt, generated_ids=first[:400], pinned=edited).run()
 
 
+def test_an_edit_during_a_run_applies_from_the_next_shift(stories64, pinned):
+    """The worker reads Memory and note again at every shift: both modes pick an edit up at the same token,
+    and a run resumed later with the edited text continues exactly."""
+    prompt = stories64.encode(PROMPT)
+    s = settings("minp-penalty", 7, max_new_tokens=800, ngram_topk=20)
+    lm = lm_with(stories64, 7)
+    edited = pinned_ids(stories64, "Max is a big brown dog who loves to run and play.", "")
+
+    def source():
+        calls.append(1)
+        return pinned if len(calls) < 2 else edited  # the edit lands between the first and second shift
+
+    runs = {}
+    for mode in ("ar", "tokenswift"):
+        calls = []
+        gen = Generator(lm, s.replace(mode=mode), prompt, pinned=pinned, pinned_source=source)
+        runs[mode] = gen.run()
+        assert gen.metrics().shifts == len(calls) >= 3 and gen._engine.plan.pinned == edited
+    assert runs["ar"] == runs["tokenswift"]
+    assert runs["ar"] != Generator(lm, s, prompt, pinned=pinned).run()  # the edit changed what came next
+    cut = len(runs["ar"]) - 60
+    assert Generator(lm, s, prompt, generated_ids=runs["ar"][:cut], pinned=edited).run() == runs["ar"]
+
+
 def test_fast_path_keys_the_noise_by_story_index_across_shifts(stories64):
     prompt = stories64.encode(PROMPT)
     s = settings("minp-penalty", 2, max_new_tokens=450, context_window=160, ngram_topk=5, tree=(1, 2, 2))

@@ -59,7 +59,7 @@ class WindowPlan:
                  note_depth: int):
         """prompt: the prompt ids; lead: how many of its first ids (0 or 1: a BOS) stay pinned at the top;
         size: tokens in one window (the root's position is at most size - 1); step: tokens dropped per shift."""
-        self.prompt_len, self.lead, self.pinned = len(prompt), lead, pinned
+        self.prompt, self.prompt_len, self.lead, self.pinned = list(prompt), len(prompt), lead, pinned
         self.head = list(prompt[:lead]) + list(pinned.memory)
         self.size, self.step, self.note_depth = size, step, note_depth
         self.fixed = len(self.head) + len(pinned.note)
@@ -72,6 +72,12 @@ class WindowPlan:
         self.fits0 = self.fixed + story0 <= size - 1  # the whole prompt fits with room to predict
         first_len = self.fixed + (story0 if self.fits0 else self.keep)
         self.b1 = self.prompt_len + size - first_len + 1
+
+    def with_pinned(self, pinned: PinnedText) -> WindowPlan:
+        """The same plan with another Memory / note (an edit picked up at a shift). Its boundaries may differ,
+        but every later window is still a pure function of t, the ids and the new text, so a run resumed
+        with that text continues exactly as this one."""
+        return WindowPlan(self.prompt, self.lead, pinned, self.size, self.step, self.note_depth)
 
     def boundary(self, t: int) -> int:
         """The boundary whose window predicts the token at story index t (t >= the prompt's length)."""

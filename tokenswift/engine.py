@@ -10,6 +10,7 @@ from __future__ import annotations
 import statistics
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -50,11 +51,12 @@ class StepResult:
 class Engine:
     def __init__(self, lm: LoadedModel, settings: Settings, ids: list[int], prompt_len: int,
                  pad_verify: bool | None = None, fast: FastOptions | None = None, adaptive: bool | None = None,
-                 plan: WindowPlan | None = None):
+                 plan: WindowPlan | None = None, pinned_source: Callable[[], PinnedText] | None = None):
         """ids: prompt + tokens generated so far (at least the prompt). fast: the opt-in static-shape / CUDA
         graph passes (fastpath.py); adaptive: pick the candidate batch per iteration (adaptive.py). Both
         default to what fastpath.enable / lm.extras["adaptive"] set on the model; neither changes the text.
-        plan: the context windows (context_window.py); None: the model's context, no Memory or note."""
+        plan: the context windows (context_window.py); None: the model's context, no Memory or note.
+        pinned_source: the draft's current Memory and note, asked for at each shift (an edit applies there)."""
         self.lm, self.s, self.prompt_len = lm, settings, prompt_len
         if plan is None:
             prompt = list(ids[:prompt_len])
@@ -62,6 +64,7 @@ class Engine:
         # Cache slots (= RoPE positions) index the window; self.ids is the whole story. A slot past the
         # window's Author's Note holds story index slot + offset (the noise key of design §3).
         self.plan, self.offset, self.next_boundary, self.shifts = plan, 0, 0, 0
+        self.pinned_source = pinned_source
         self.ts = settings.mode == "tokenswift"
         self.pad_verify = lm.device.type == "cuda" if pad_verify is None else pad_verify
         self.depth = len(settings.tree)  # gamma + 1: alpha's denominator, as the paper's Eq. 4
@@ -138,6 +141,8 @@ class Engine:
             return
         self._sync()
         t0 = time.perf_counter()
+        if self.pinned_source is not None and (pinned := self.pinned_source()) != self.plan.pinned:
+            self.plan = self.plan.with_pinned(pinned)
         _, queries = self._load_window(fresh=False)
         if self.drafter is not None:
             self.drafter.start(self.cache, self.length, queries)  # the partial cache is reselected

@@ -56,14 +56,16 @@ def validate(lm: LoadedModel, settings: Settings, prompt_ids: Sequence[int], gen
 class Generator:
     def __init__(self, lm: LoadedModel, settings: Settings, prompt_ids: Sequence[int],
                  generated_ids: Sequence[int] = (), pad_verify: bool | None = None,
-                 pinned: PinnedText | None = None):
-        """pinned: the draft's Memory and Author's Note, as ids (context_window.pinned_ids)."""
+                 pinned: PinnedText | None = None, pinned_source: Callable[[], PinnedText] | None = None):
+        """pinned: the draft's Memory and Author's Note, as ids (context_window.pinned_ids); pinned_source:
+        where to read them again at each context shift, so an edit made meanwhile applies from there."""
         self.plan = validate(lm, settings, prompt_ids, generated_ids, pinned)
         self.lm, self.s = lm, settings
         self.prompt_ids = list(prompt_ids)
         self.produced: list[int] = list(generated_ids)
         self.eos = set(lm.eos_ids)
         self._pad_verify = pad_verify
+        self._pinned_source = pinned_source
         self._engine: Engine | None = None
         self._stop_text = ""
 
@@ -73,7 +75,7 @@ class Generator:
             yield StepEvent([], True, reason)
             return
         engine = self._engine = Engine(self.lm, self.s, self.prompt_ids + self.produced, len(self.prompt_ids),
-                                       self._pad_verify, plan=self.plan)
+                                       self._pad_verify, plan=self.plan, pinned_source=self._pinned_source)
         detok = self._stop_detokenizer()
         emitted = engine.start()
         step = engine.ts_step if self.s.mode == "tokenswift" else engine.ar_step

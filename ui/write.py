@@ -109,8 +109,8 @@ def wire(p: WriteParts, store: Store, page: gr.Blocks, tokens: PromptTokens, tex
             store.set_context_text(watch.gen_id, memory or "", note or "")
         except (NotFound, StoreError) as error:
             return problem(p, f"Memory: {error}")
-        when = "when it next resumes" if watch.record.status in ("queued", "running", "paused") else \
-            "to Continue from it"
+        when = "from its next context shift or resume" if watch.record.status in ("queued", "running", "paused") \
+            else "to Continue from it"
         return {p.status: f"{views.dot('ok')} Memory and Author's Note saved to Draft #{watch.gen_id}: they apply "
                           f"{when}."}
 

@@ -151,7 +151,7 @@ def _form(d: SettingsForm) -> dict:
                             info="However long the draft grows, the model keeps reading this.")
         note = gr.Textbox(label="Author's Note (a few hundred tokens before the end)", lines=2, max_lines=5,
                           elem_id="write-note", placeholder="Style, mood, what happens next…",
-                          info="Steers the next pages. Edits apply when the draft next resumes or is continued.")
+                          info="Steers the next pages. Saved edits apply from the next context shift or resume.")
         shift = gr.Radio(list(CONTEXT_SHIFT), value=d.shift, label="Past the model's context",
                          elem_id="write-shift",
                          info="Shift: drop the oldest text, keep Memory and the latest pages (any length). "

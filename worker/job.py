@@ -118,9 +118,11 @@ class JobRun:
         from tokenswift.detok import IncrementalDetokenizer
         from tokenswift.generate import Generator
 
-        # Memory and Author's Note as the writer left them: an edit made since the last run applies from here.
+        # Memory and Author's Note as the writer left them: an edit made since the last run applies from here,
+        # and one made while this run goes on applies from its next context shift.
         pinned = pinned_ids(self.lm, self.job.memory, self.job.authors_note)
-        gen = Generator(self.lm, settings, prompt_ids, generated_ids=done_ids, pinned=pinned)
+        gen = Generator(self.lm, settings, prompt_ids, generated_ids=done_ids, pinned=pinned,
+                        pinned_source=lambda: pinned_ids(self.lm, *self.store.context_text(self.job.id)))
         detok = IncrementalDetokenizer(self.lm.tokenizer, list(prompt_ids))
         if done_ids:
             # Replay what is already stored (its text too) so the next piece joins it exactly: a
