@@ -112,6 +112,13 @@ def add_sampler_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sinks", type=int, default=d.sinks,
                    help="how many tokens at the very start the guessing step always reads; speed only "
                         "(default: %(default)s)")
+    p.add_argument("--context-window", type=int, default=None,
+                   help="tokens the model sees at a time (default and ceiling: the model's context); a longer "
+                        "text shifts it, dropping the oldest tokens")
+    p.add_argument("--shift-step", type=int, default=None,
+                   help="tokens dropped per context shift (default: a quarter of the window)")
+    p.add_argument("--no-context-shift", dest="context_shift", action="store_const", const=False, default=None,
+                   help="refuse a prompt + max-new-tokens beyond the context instead of shifting it")
 
 
 def add_fast_args(p: argparse.ArgumentParser) -> None:
@@ -183,10 +190,6 @@ def build_parser() -> argparse.ArgumentParser:
     add_model_args(shift)
     add_prompt_args(shift, books=True)
     add_sampler_args(shift)
-    shift.add_argument("--context-window", type=int, default=None,
-                       help="tokens in one window (default and ceiling: the model's context)")
-    shift.add_argument("--shift-step", type=int, default=None,
-                       help="tokens dropped per shift (default: a quarter of the window)")
     shift.add_argument("--memory", default="", help="Memory text pinned at the top of every window")
     shift.add_argument("--authors-note", default="", help="Author's Note inserted near the end of every window")
     shift.add_argument("--warmup-tokens", type=int, default=16,
@@ -252,7 +255,8 @@ def settings_from(args: argparse.Namespace, **extra) -> Settings:
         return Settings(seed=args.seed, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
                         top_p=args.top_p, min_p=args.min_p, eta=args.eta, penalty=args.penalty,
                         penalty_length=args.penalty_window, ngram_topk=args.ngram_topk, tree=args.tree,
-                        budget=args.budget, sinks=args.sinks, **extra)
+                        budget=args.budget, sinks=args.sinks, context_window=args.context_window,
+                        shift_step=args.shift_step, **{"context_shift": args.context_shift, **extra})
     except SettingsError as error:
         raise CliError(str(error)) from error
 
@@ -437,8 +441,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def cmd_bench_shift(args: argparse.Namespace) -> int:
-    settings = settings_from(args, ignore_eos=True, context_shift=True, context_window=args.context_window,
-                             shift_step=args.shift_step)
+    settings = settings_from(args, ignore_eos=True, context_shift=True)
     text = bench_prompt_text(args)
     from .bench import leading_tokens
     from .bench_shift import bench_shift, print_bench_shift
