@@ -214,7 +214,8 @@ def test_write_pause_resume_stop_continue(ui):
     assert "Draft #" in out["Write status"]
     out = ui.until("/write_tick", lambda o: "Done" in (o["Write status"] or ""))
     assert "200 / 200 tokens" in out["Write status"]
-    assert ui("/write_continue", "TokenSwift", 40_000, *FORM[2:])["Write status"].count("context") == 1
+    refused = ui("/write_continue", "TokenSwift", 40_000, *FORM[2:], "Continue my text", "Auto", "Refuse")
+    assert refused["Write status"].count("context") == 1  # context shifting off: the old refusal
 
     fresh = ui("/write_new_book")
     assert fresh["Book title"] == "Untitled" and "New book" in fresh["Write status"]

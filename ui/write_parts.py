@@ -146,10 +146,10 @@ def _form(d: SettingsForm) -> dict:
     quick = gr.Radio(list(QUICK_LENGTHS), value=None, label="Quick picks", elem_id="write-quick")
     limit = gr.Markdown("Model limit: waiting for the worker…", label="Model limit", elem_id="write-limit")
     with gr.Accordion("Memory and Author's Note", open=False, elem_id="write-context"):
-        memory = gr.Textbox(label="Memory (always at the top of what the model sees)", lines=3, max_lines=8,
+        memory = gr.Textbox("", label="Memory (always at the top of what the model sees)", lines=3, max_lines=8,
                             elem_id="write-memory", placeholder="The premise, the characters, the setting…",
                             info="However long the draft grows, the model keeps reading this.")
-        note = gr.Textbox(label="Author's Note (a few hundred tokens before the end)", lines=2, max_lines=5,
+        note = gr.Textbox("", label="Author's Note (a few hundred tokens before the end)", lines=2, max_lines=5,
                           elem_id="write-note", placeholder="Style, mood, what happens next…",
                           info="Steers the next pages. Saved edits apply from the next context shift or resume.")
         shift = gr.Radio(list(CONTEXT_SHIFT), value=d.shift, label="Past the model's context",
