@@ -113,12 +113,13 @@ def add_sampler_args(p: argparse.ArgumentParser) -> None:
                    help="how many tokens at the very start the guessing step always reads; speed only "
                         "(default: %(default)s)")
     p.add_argument("--context-window", type=int, default=None,
-                   help="tokens the model sees at a time (default and ceiling: the model's context); a longer "
-                        "text shifts it, dropping the oldest tokens")
+                   help="tokens the model sees at a time, at most its trained context; a longer text shifts "
+                        "it, dropping the oldest tokens (default: the model's context)")
     p.add_argument("--shift-step", type=int, default=None,
                    help="tokens dropped per context shift (default: a quarter of the window)")
     p.add_argument("--no-context-shift", dest="context_shift", action="store_const", const=False, default=None,
-                   help="refuse a prompt + max-new-tokens beyond the context instead of shifting it")
+                   help="refuse a prompt + max-new-tokens beyond the context instead of shifting it "
+                        "(default: shift)")
 
 
 def add_fast_args(p: argparse.ArgumentParser) -> None:
@@ -190,8 +191,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_model_args(shift)
     add_prompt_args(shift, books=True)
     add_sampler_args(shift)
-    shift.add_argument("--memory", default="", help="Memory text pinned at the top of every window")
-    shift.add_argument("--authors-note", default="", help="Author's Note inserted near the end of every window")
+    shift.add_argument("--memory", default="", help="Memory text pinned at the top of every window (default: none)")
+    shift.add_argument("--authors-note", default="",
+                       help="Author's Note inserted near the end of every window (default: none)")
     shift.add_argument("--warmup-tokens", type=int, default=16,
                        help="short run of each mode before timing (default: %(default)s)")
     add_fast_args(shift)
