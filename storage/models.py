@@ -66,6 +66,10 @@ class GenerationRow(Base):
     # Who wrote which part of prompt_text: JSON [[source, chars], ...] (storage/provenance.py); None: it is
     # all the writer's opening.
     prompt_sources: Mapped[str | None] = mapped_column(Text)
+    # The draft's Memory (pinned at the top of the model's context) and Author's Note (inserted near its end):
+    # the writer edits them between runs; the worker reads them when it (re)starts the draft.
+    memory: Mapped[str] = mapped_column(Text, default="", server_default="")
+    authors_note: Mapped[str] = mapped_column(Text, default="", server_default="")
     model: Mapped[str | None] = mapped_column(String(1000))  # None: the worker's model, fixed at claim
     heads: Mapped[str | None] = mapped_column(String(1000))
     mode: Mapped[str] = mapped_column(String(20))
@@ -125,6 +129,10 @@ class MetricRow(Base):
     tokens_per_s: Mapped[float | None] = mapped_column(Float)
     ar_latency_s: Mapped[float | None] = mapped_column(Float)  # AR seconds per token (estimate)
     plain_share: Mapped[float | None] = mapped_column(Float)  # share of steps the adaptive engine took plain
+    context_pinned: Mapped[int | None] = mapped_column(Integer)  # tokens of BOS, Memory and Author's Note in view
+    context_recent: Mapped[int | None] = mapped_column(Integer)  # story tokens in view (the latest ones)
+    shifts: Mapped[int | None] = mapped_column(Integer)  # context shifts of the current run
+    shift_s: Mapped[float | None] = mapped_column(Float)  # seconds they took
     time_saved_s: Mapped[float | None] = mapped_column(Float)
     created_at: Mapped[datetime] = mapped_column(DateTime)
 

@@ -95,6 +95,8 @@ class GenerationRecord:
     origin: str | None = None  # "continue", "edit" (a writer's revision of the parent) or None (new)
     text: str | None = None  # generated text, assembled from the chunks when asked for
     chunk_count: int = 0  # the next chunk's seq: a poller asks for the text since the count it last saw
+    memory: str = ""  # pinned at the top of the model's context (tokenswift.context_window)
+    authors_note: str = ""  # inserted a few hundred tokens before the end of the context
 
 
 @dataclass(frozen=True)
@@ -109,6 +111,8 @@ class Job:
     settings_json: str
     produced_tokens: int
     elapsed_s: float
+    memory: str = ""
+    authors_note: str = ""
 
 
 @dataclass(frozen=True)
@@ -148,6 +152,10 @@ class MetricPoint:
     ar_latency_s: float | None = None
     time_saved_s: float | None = None
     plain_share: float | None = None  # share of steps taken as plain decoding (adaptive engine)
+    context_pinned: int | None = None  # tokens the model sees of BOS, Memory and Author's Note
+    context_recent: int | None = None  # story tokens it sees (the latest)
+    shifts: int | None = None  # context shifts in the current run
+    shift_s: float | None = None
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)

@@ -135,11 +135,14 @@ class Store(DraftVerbs, WorkerVerbs):
         session_id: int | None = None,
         model: str | None = None,
         heads: str | None = None,
+        memory: str = "",
+        authors_note: str = "",
     ) -> GenerationRecord:
         """Queue a job. Without a session a new book is made; without a model the worker's is used."""
         with self._write() as s:
             book = _book(s, session_id)
-            row = _new_generation(book, prompt, settings, model=model, heads=heads)
+            row = _new_generation(book, prompt, settings, model=model, heads=heads, memory=memory,
+                                  authors_note=authors_note)
             s.add(row)
             s.flush()
             return from_row(GenerationRecord, row)
@@ -158,7 +161,9 @@ class Store(DraftVerbs, WorkerVerbs):
             generated = _text(s, parent_id)
             text = parent.prompt_text + generated
             book = _book(s, session_id or parent.session_id)
-            row = _new_generation(book, text, settings, model=parent.model, heads=parent.heads)
+            # A continuation keeps the draft's Memory and Author's Note: they belong to the story.
+            row = _new_generation(book, text, settings, model=parent.model, heads=parent.heads,
+                                  memory=parent.memory, authors_note=parent.authors_note)
             spans = provenance.parse(parent.prompt_sources, parent.prompt_text)
             row.prompt_sources = provenance.dump(provenance.append(spans, provenance.MODEL, len(generated)))
             row.parent_id, row.origin = parent_id, "continue"
@@ -167,6 +172,21 @@ class Store(DraftVerbs, WorkerVerbs):
             s.add(row)
             s.flush()
             return from_row(GenerationRecord, row)
+
+    def set_context_text(self, gen_id: int, memory: str, authors_note: str) -> GenerationRecord:
+        """Edit a draft's Memory and Author's Note. Any time: a running draft's worker reads them at its next
+        context shift or resume, and the change applies from there."""
+        with self._write() as s:
+            row = _get(s, GenerationRow, gen_id, "generation")
+            row.memory, row.authors_note = memory, authors_note
+            s.flush()
+            return from_row(GenerationRecord, row)
+
+    def context_text(self, gen_id: int) -> tuple[str, str]:
+        """(Memory, Author's Note) of a draft as they are now: the worker reads them at each context shift."""
+        with self._read() as s:
+            row = _get(s, GenerationRow, gen_id, "generation")
+            return row.memory, row.authors_note
 
     def claim_next(self, owner: Owner) -> Job | None:
         """Take the oldest queued job, locking its row while it is taken: on a server database FOR UPDATE

@@ -113,22 +113,25 @@ def test_settings_messages_match_the_engine_settings(client):
     assert detail[0]["msg"] == "settings.penalty: theta must be >= 1"
 
 
-def test_targets_beyond_the_workers_context_are_rejected(client, store):
+def test_targets_beyond_the_workers_context_are_rejected_with_shifting_off(client, store):
     owner = Owner.here("gpu0")
     store.register_worker(owner)
     store.report_model("gpu0", ModelSpec("stories"), "ready", max_context=512)
     assert client.post("/api/generations", json={**GOOD, "max_new_tokens": 500}).status_code == 201
     # The worker's model "stories" has no tokenizer here: only max_new_tokens is checked (the worker does the rest).
-    response = client.post("/api/generations", json={**GOOD, "max_new_tokens": 513})
+    off = {**with_settings(context_shift=False)}
+    response = client.post("/api/generations", json={**off, "max_new_tokens": 513})
     assert response.status_code == 422
     message = "max_new_tokens: max_new_tokens (513) exceeds the model's context of 512 tokens"
     assert response.json()["detail"][0]["msg"] == message
     parent = client.post("/api/generations", json=GOOD).json()["id"]
     store.request_cancel(1)  # the first job: out of the way so the worker claims `parent`
     written(store, parent, [([5] * 100, "word " * 100)])
-    too_long = client.post("/api/generations", json={"max_new_tokens": 410, "continue_from": parent})
+    too_long = client.post("/api/generations", json={"max_new_tokens": 410, "continue_from": parent,
+                                                      "settings": {"context_shift": False}})
     assert too_long.status_code == 422  # 3 prompt + 100 generated tokens
     assert "prompt (103 tokens) + max_new_tokens (410) = 513 exceeds" in too_long.json()["detail"][0]["msg"]
+    assert client.post("/api/generations", json={**GOOD, "max_new_tokens": 5000}).status_code == 201  # shifts
 
 
 def test_continue_from_a_finished_draft(client, store):
@@ -167,13 +170,15 @@ def test_prompts_are_counted_with_the_models_tokenizer_before_any_worker(client,
     stories = need_shared()
     store.set_desired_model(ModelSpec(str(stories)))  # chosen in the Model tab; no worker has started yet
     prompt = {**GOOD, "prompt": "Once upon a time"}  # <s> + 4 tokens, as the worker counts them
-    too_long = client.post("/api/generations", json={**prompt, "max_new_tokens": 32_768 - 4})
+    too_long = client.post("/api/generations", json={**prompt, "max_new_tokens": 32_768 - 4,
+                                                      "settings": {"context_shift": False}})
     assert too_long.status_code == 422
     assert too_long.json()["detail"] == [{
         "loc": ["body", "max_new_tokens"], "type": "value_error",
         "msg": "max_new_tokens: prompt (5 tokens) + max_new_tokens (32764) = 32769 exceeds the model's context of "
                "32768 tokens"}]
     assert client.post("/api/generations", json={**prompt, "max_new_tokens": 32_768 - 5}).status_code == 201
+    assert client.post("/api/generations", json={**prompt, "max_new_tokens": 100_000}).status_code == 201  # shifts
     store.set_desired_model(ModelSpec("/no/such/model"))  # no tokenizer, no worker: the worker will check
     assert client.post("/api/generations", json={**prompt, "max_new_tokens": 40_000}).status_code == 201
 
@@ -515,3 +520,25 @@ def test_many_long_polls_share_one_watcher_that_stops_when_they_are_answered(cli
     assert answers == [" upon"] * 8
     watchers[0].join(2)
     assert not watchers[0].is_alive()  # nobody waits: no thread left polling the store
+
+
+def test_memory_and_authors_note_per_draft(client, store):
+    body = {**GOOD, "memory": "Ann is a lighthouse keeper.", "authors_note": "Storm tonight."}
+    gen_id = client.post("/api/generations", json=body).json()["id"]
+    got = client.get(f"/api/generations/{gen_id}").json()
+    assert (got["memory"], got["authors_note"]) == ("Ann is a lighthouse keeper.", "Storm tonight.")
+    put = client.put(f"/api/generations/{gen_id}/context", json={"memory": "Ann and Bo.", "authors_note": ""})
+    assert put.status_code == 200 and put.json() == {"id": gen_id, "memory": "Ann and Bo.", "authors_note": ""}
+    assert store.get_generation(gen_id).memory == "Ann and Bo."
+    for bad, field in (({"memory": 5, "authors_note": ""}, "memory"), ({"memory": ""}, "authors_note"),
+                       ({"memory": "x" * 20_001, "authors_note": ""}, "memory"),
+                       ({"memory": "", "authors_note": "\ud800"}, "authors_note")):
+        response = client.put(f"/api/generations/{gen_id}/context", content=json.dumps(bad),  # escapes \ud800
+                              headers={"content-type": "application/json"})
+        assert response.status_code == 422, bad
+        assert response.json()["detail"][0]["msg"].startswith(f"{field}: ")
+    assert client.put("/api/generations/999/context", json={"memory": "", "authors_note": ""}).status_code == 404
+    created = client.post("/api/generations", json={**GOOD, "authors_note": 3})
+    assert created.status_code == 422 and created.json()["detail"][0]["loc"] == ["body", "authors_note"]
+    shift = client.post("/api/generations", json=with_settings(context_window=8, note_depth=-1))
+    assert shift.status_code == 422 and shift.json()["detail"][0]["msg"].startswith("settings.context_window: ")

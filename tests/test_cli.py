@@ -94,7 +94,8 @@ def gen_args(model, *extra: str, prompt: tuple[str, ...] = ("--prompt", "Once up
     (("--dtype", "int8"), ("dtype",)),
     (("--mode", "fast"), ("mode",)),
     (("--top-p", "0"), ("top_p",)),
-    (("--max-new-tokens", "40000"), ("max_new_tokens", "context")),
+    (("--max-new-tokens", "40000", "--no-context-shift"), ("max_new_tokens", "context shifting is off")),
+    (("--context-window", "40000"), ("context_window", "no RoPE scaling")),
     (("--seed", str(2**64)), ("seed", "0..2**63-1")),  # would alias seed 0 (the noise keys 64 bits)
     (("--seed", str(2**63)), ("seed",)),
     (("--seed", "-1"), ("seed",)),

@@ -52,7 +52,7 @@ def test_migrations_create_the_schema_on_an_empty_database(blank_db_url):
     engine = make_engine(blank_db_url)
     assert set(inspect(engine).get_table_names()) >= TABLES
     engine.dispose()
-    assert raw(blank_db_url, "select version_num from alembic_version") == [("0003",)]
+    assert raw(blank_db_url, "select version_num from alembic_version") == [("0004",)]
     if blank_db_url.startswith("sqlite"):
         assert raw(blank_db_url, "pragma journal_mode") == [("wal",)]
     open_store(blank_db_url).close()  # already at head: nothing to do, nothing broken
@@ -71,7 +71,7 @@ def test_three_processes_migrating_a_new_database_at_once(blank_db_url):
              for _ in range(3)]
     errors = [p.communicate(timeout=60)[1].decode() for p in procs]
     assert [p.returncode for p in procs] == [0, 0, 0], errors
-    assert raw(blank_db_url, "select version_num from alembic_version") == [("0003",)]
+    assert raw(blank_db_url, "select version_num from alembic_version") == [("0004",)]
 
 
 def test_connections_wait_for_locks_and_enforce_foreign_keys(db_url, store):
@@ -458,3 +458,37 @@ def test_progress_since_reads_only_what_is_new(store):
     assert [p.tokens for p in snap.points] == [2, 3]
     latest = store.progress_since(gen_id, after_seq=2)
     assert latest.chunks == [] and [p.tokens for p in latest.points] == [3]  # only the newest point
+
+
+def test_memory_and_authors_note_are_kept_per_draft_and_editable(store):
+    gen = store.enqueue_generation("Once", Settings(max_new_tokens=4), memory="Tom fishes.", authors_note="Rain.")
+    assert (gen.memory, gen.authors_note) == ("Tom fishes.", "Rain.")
+    owner = Owner.here("w")
+    job = store.claim_next(owner)
+    assert (job.memory, job.authors_note) == ("Tom fishes.", "Rain.")  # what the worker builds windows from
+    assert store.record_start(gen.id, owner, [1, 4], "model", None)
+    store.append_progress(gen.id, owner, Progress([5, 6], " upon", 0.1), finish="paused")
+    edited = store.set_context_text(gen.id, "Tom and Lily fish.", "")
+    assert (edited.memory, edited.authors_note) == ("Tom and Lily fish.", "")
+    store.request_resume(gen.id)
+    assert store.claim_next(owner).memory == "Tom and Lily fish."  # the resumed run sees the edit
+    store.append_progress(gen.id, owner, Progress([7], " a", 0.2), finish="done", finish_reason="length")
+    child = store.continue_generation(gen.id, Settings(max_new_tokens=4))
+    assert (child.memory, child.authors_note) == ("Tom and Lily fish.", "")  # it belongs to the story
+
+
+def test_migration_0004_gives_existing_drafts_an_empty_memory(blank_db_url):
+    engine = make_engine(blank_db_url)
+    upgrade(engine, "0003")
+    with engine.begin() as c:
+        c.execute(text("insert into sessions (id, title, author, created_at, updated_at) values (1, 't', '', :at, :at)"
+                       ).bindparams(bindparam("at", type_=DateTime)), {"at": datetime(2026, 1, 1)})
+        c.execute(text("insert into generations (id, session_id, prompt_text, mode, seed, settings_json, "
+                       "target_tokens, status, produced_tokens, chunk_count, created_at, elapsed_s) values "
+                       "(1, 1, 'old', 'ar', 0, '{}', 5, 'done', 0, 0, :at, 0)"
+                       ).bindparams(bindparam("at", type_=DateTime)), {"at": datetime(2026, 1, 1)})
+    engine.dispose()
+    store = open_store(blank_db_url)
+    gen = store.get_generation(1)
+    assert (gen.prompt_text, gen.memory, gen.authors_note) == ("old", "", "")
+    store.close()

@@ -168,13 +168,15 @@ def test_one_login_guards_ui_and_api(app):
     ({5: -1}, "W (penalty window): W must be >= 0"),
     ({6: 999}, "k (n-gram top-k): k must be in 0..256"),
     ({8: 1.5}, "top-p: must be in (0, 1]"),
-    ({3: 50_000}, "exceed the model's context of 32,768 tokens"),
-    ({1: "Once upon a time " * 50, 3: 32_700},  # counted with the model's tokenizer, before queueing
+    ({3: 50_000, 14: "Refuse"}, "exceed the model's context of 32,768 tokens"),  # context shifting off
+    ({1: "Once upon a time " * 50, 3: 32_700, 14: "Refuse"},  # counted with the model's tokenizer, before queueing
      "Target length: prompt (202 tokens) + max_new_tokens (32,700) exceed the model's context of 32,768 tokens"),
     ({10: None}, "Seed: enter a number"),
+    ({15: "x" * 20_001}, "Memory: at most 20,000 characters"),
 ])
 def test_start_rejects_bad_input_readably(ui, change, message):
-    args = ["Title", "Once upon a time", *FORM]
+    # + prompt format, past end-of-text, past the context, Memory, Author's Note
+    args = ["Title", "Once upon a time", *FORM, "Continue my text", "Auto", "Shift", "", ""]
     for index, new in change.items():
         args[index] = new
     status = ui("/write_start", *args)["Write status"]
@@ -186,13 +188,17 @@ def test_write_pause_resume_stop_continue(ui):
     assert value(ui("/write_sampler", "min-p")["p (top-p, 1 = off)"]) == 0.05
     assert "no draft is open" in ui("/write_pause")["Write status"]
 
-    out = ui("/write_start", "Pause test", "Once upon a time", "TokenSwift", 3000, *FORM[2:])
+    out = ui("/write_start", "Pause test", "Once upon a time", "TokenSwift", 3000, *FORM[2:], "Continue my text",
+             "Auto", "Shift", "Max is a dog.", "Rain.")
     assert "Queued" in out["Write status"] or "Writing" in out["Write status"]
     out = ui.until("/write_tick", lambda o: value(o["Draft (live: last 6,000 characters)"]))
     out = ui.settle(ui("/write_pause"), lambda o: "Paused" in (o["Write status"] or ""))
     paused_at = int(out["Write status"].split(" / ")[0].split()[-1].replace(",", ""))
     assert 0 < paused_at < 3000
     assert "Resume" in out["Write status"]
+    assert "context: memory " in out["Write status"]  # what the model sees: pinned + the latest tokens
+    saved = ui("/write_save_context", "Max is a brown dog.", "")["Write status"]
+    assert "saved to Draft" in saved and "next context shift or resume" in saved
     out = ui("/write_resume")
     assert "Queued" in out["Write status"] or "Writing" in out["Write status"]  # queued until the worker claims it
     ui.settle(out, lambda o: "Writing" in (o["Write status"] or "") and "tokens/s" in o["Write status"])
@@ -208,7 +214,8 @@ def test_write_pause_resume_stop_continue(ui):
     assert "Draft #" in out["Write status"]
     out = ui.until("/write_tick", lambda o: "Done" in (o["Write status"] or ""))
     assert "200 / 200 tokens" in out["Write status"]
-    assert ui("/write_continue", "TokenSwift", 40_000, *FORM[2:])["Write status"].count("context") == 1
+    refused = ui("/write_continue", "TokenSwift", 40_000, *FORM[2:], "Continue my text", "Auto", "Refuse")
+    assert refused["Write status"].count("context") == 1  # context shifting off: the old refusal
 
     fresh = ui("/write_new_book")
     assert fresh["Book title"] == "Untitled" and "New book" in fresh["Write status"]
@@ -392,7 +399,8 @@ def test_no_worker_yet_the_model_is_saved_and_prompts_are_checked(tmp_path):
         assert ui("/model_refresh")["Model directory or hub id"].endswith("stories260k")
         assert "No books yet" in ui("/library_refresh", None)["Library hint"]
 
-        too_long = ui("/write_start", "Later", "Once upon a time", "TokenSwift", 32_765, *FORM[2:])["Write status"]
+        too_long = ui("/write_start", "Later", "Once upon a time", "TokenSwift", 32_765, *FORM[2:],
+                      "Continue my text", "Auto", "Refuse")["Write status"]
         assert "prompt (5 tokens) + max_new_tokens (32,765) exceed the model's context of 32,768" in too_long
         queued = ui("/write_start", "Later", "Once upon a time", *FORM)["Write status"]
         assert "Queued" in queued and "no worker is running" in queued
@@ -437,6 +445,21 @@ def test_forms_charts_and_word_count_without_an_app():
     for text in (" upon a ti", "me there", " was a fox.\n"):  # "time" is split across two chunks
         watch._add_text(text)
     assert watch.words == 7 and watch.generated_tail == " upon a time there was a fox.\n"
+
+
+def test_context_shift_choice_and_the_context_line():
+    from storage.records import GenerationRecord, MetricPoint
+    from ui.forms import FormError, SettingsForm, form_from_settings
+
+    assert SettingsForm(target=50_000).to_settings(limit=32_768, prompt_tokens=5).context_shift is None  # shifts
+    refuse = SettingsForm(target=500, shift="Refuse")
+    assert form_from_settings(refuse.to_settings()) == refuse
+    with pytest.raises(FormError, match="exceed the model's context of 32,768 tokens"):
+        SettingsForm(target=50_000, shift="Refuse").to_settings(limit=32_768, prompt_tokens=5)
+    record = GenerationRecord(1, 1, None, "Once", None, None, "tokenswift", 0, "{}", 100, "running", None, 50,
+                              None, None, None, 0.0, None, None, None, None)
+    point = MetricPoint(tokens=50, elapsed_s=1.0, context_pinned=180, context_recent=7_800, shifts=3)
+    assert "context: memory 180 + last 7,800 tokens" in views.progress_line(record, 40, point)
 
 
 def test_speed_in_plain_words():

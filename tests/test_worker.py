@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from conftest import only_sqlite
 from sqlalchemy import event, text
 
 from storage import open_store
@@ -194,6 +195,39 @@ def test_pause_kill_9_and_shutdown_leave_exactly_the_straight_run(store, workers
     assert store.latest_metric(gen_id).tokens == SETTINGS.max_new_tokens
 
 
+SHIFTING = SETTINGS.replace(max_new_tokens=1200, context_window=512, note_depth=100)
+MEMORY, NOTE = "Max is a dog. Lily is a girl.", "They go to the park."
+
+
+@only_sqlite
+def test_a_draft_past_the_window_survives_pause_and_kill_9_exactly(store, workers, stories64):
+    """Memory + Author's Note, a 512-token window and 1,200 new tokens: shifts happen before and after each
+    interruption, and the stored ids are still those of one uninterrupted run."""
+    from tokenswift.context_window import pinned_ids
+    from tokenswift.generate import Generator
+
+    with one_torch_thread():
+        straight = Generator(stories64, SHIFTING, stories64.encode(PROMPT),
+                             pinned=pinned_ids(stories64, MEMORY, NOTE)).run()
+    gen_id = store.enqueue_generation(PROMPT, SHIFTING, memory=MEMORY, authors_note=NOTE).id
+    proc = workers.start()
+    produced = lambda: store.get_generation(gen_id, with_text=False).produced_tokens  # noqa: E731
+    workers.wait_until(lambda: produced() >= 200, 90, proc)
+    store.request_pause(gen_id)
+    workers.wait_until(lambda: store.get_generation(gen_id, with_text=False).status == "paused", 10, proc)
+    store.request_resume(gen_id)
+    workers.wait_until(lambda: produced() >= 520, 60, proc)  # past the first shift (~470 generated)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert produced() < SHIFTING.max_new_tokens
+    workers.finish(workers.start("--once"))
+    gen = store.get_generation(gen_id, with_text=False)
+    assert (gen.status, gen.finish_reason) == ("done", "length"), workers.log()
+    assert store.get_tokens(gen_id).generated_ids == straight
+    point = store.latest_metric(gen_id)
+    assert point.shifts >= 1 and point.context_pinned > 1 and point.context_pinned + point.context_recent <= 512
+
+
 def committed_prefix_kept(workers: Workers, gen_id: int, kept: list[tuple]) -> list[tuple]:
     rows = raw_chunks(workers, gen_id)
     assert rows[: len(kept)] == kept
@@ -202,7 +236,8 @@ def committed_prefix_kept(workers: Workers, gen_id: int, kept: list[tuple]) -> l
 
 def test_fifo_cancel_and_failures_while_the_worker_serves_on(store, workers, stories_path):
     model = str(stories_path)
-    too_long = Settings(mode="ar", seed=1, max_new_tokens=40_000)  # beyond stories260k's 32K context
+    # beyond stories260k's 32K context, with context shifting off: the old refusal
+    too_long = Settings(mode="ar", seed=1, max_new_tokens=40_000, context_shift=False)
     ids = [
         store.enqueue_generation(PROMPT, SHORT).id,  # no model of its own: the worker's, which is broken
         store.enqueue_generation(PROMPT, SHORT.replace(max_new_tokens=20_000), model=model).id,  # cancelled

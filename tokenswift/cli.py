@@ -1,5 +1,5 @@
-"""The command line: `python -m tokenswift generate | bench | bench-ar | bench-gpu | train-heads | eval-heads |
-import-heads` (argparse wiring only).
+"""The command line: `python -m tokenswift generate | bench | bench-ar | bench-shift | bench-gpu | train-heads |
+eval-heads | import-heads` (argparse wiring only).
 
 Other tools rely on the flag names, the JSON keys and the exit codes: bad input exits with 2 and one
 `error: ...` line on stderr, never a traceback. The benchmark logic lives in bench.py.
@@ -116,6 +116,14 @@ def add_sampler_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sinks", type=int, default=d.sinks,
                    help="how many tokens at the very start the guessing step always reads; speed only "
                         "(default: %(default)s)")
+    p.add_argument("--context-window", type=int, default=None,
+                   help="tokens the model sees at a time, at most its trained context; a longer text shifts "
+                        "it, dropping the oldest tokens (default: the model's context)")
+    p.add_argument("--shift-step", type=int, default=None,
+                   help="tokens dropped per context shift (default: a quarter of the window)")
+    p.add_argument("--no-context-shift", dest="context_shift", action="store_const", const=False, default=None,
+                   help="refuse a prompt + max-new-tokens beyond the context instead of shifting it "
+                        "(default: shift)")
 
 
 def add_fast_args(p: argparse.ArgumentParser) -> None:
@@ -185,6 +193,19 @@ def build_parser() -> argparse.ArgumentParser:
     ar.add_argument("--warmup", type=int, default=4, help="untimed steps first (default: %(default)s)")
     ar.set_defaults(func=cmd_bench_ar)
 
+    shift = sub.add_parser("bench-shift", help="a draft past the model's context: AR versus TokenSwift with "
+                                              "context shifting, and the time spent on shifts")
+    add_model_args(shift)
+    add_prompt_args(shift, books=True)
+    add_sampler_args(shift)
+    shift.add_argument("--memory", default="", help="Memory text pinned at the top of every window (default: none)")
+    shift.add_argument("--authors-note", default="",
+                       help="Author's Note inserted near the end of every window (default: none)")
+    shift.add_argument("--warmup-tokens", type=int, default=16,
+                       help="short run of each mode before timing (default: %(default)s)")
+    add_fast_args(shift)
+    shift.set_defaults(func=cmd_bench_shift)
+
     gpu = sub.add_parser("bench-gpu", help="fast-path pass costs at 4K-100K contexts, bandwidth, 100K projection")
     add_model_args(gpu)
     gpu.add_argument("--preset", default=None,
@@ -243,7 +264,8 @@ def settings_from(args: argparse.Namespace, **extra) -> Settings:
         return Settings(seed=args.seed, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
                         top_p=args.top_p, min_p=args.min_p, eta=args.eta, penalty=args.penalty,
                         penalty_length=args.penalty_window, ngram_topk=args.ngram_topk, tree=args.tree,
-                        budget=args.budget, sinks=args.sinks, drafter=args.drafter, **extra)
+                        budget=args.budget, sinks=args.sinks, drafter=args.drafter, context_window=args.context_window,
+                        shift_step=args.shift_step, **{"context_shift": args.context_shift, **extra})
     except SettingsError as error:
         raise CliError(str(error)) from error
 
@@ -425,6 +447,29 @@ def cmd_bench(args: argparse.Namespace) -> int:
         note("note: no draft heads: TokenSwift drafts with the base head and n-grams only")
     result = compare(lm, prompt_ids, settings, warmup_tokens=args.warmup_tokens, slice_tokens=args.slice_tokens)
     print_bench(result)
+    write_json(args.json_out, result)
+    return 0
+
+
+def cmd_bench_shift(args: argparse.Namespace) -> int:
+    settings = settings_from(args, ignore_eos=True, context_shift=True)
+    text = bench_prompt_text(args)
+    from .bench import leading_tokens
+    from .bench_shift import bench_shift, print_bench_shift
+    from .context_window import pinned_ids
+
+    lm = open_model(args)
+    apply_fast_args(args, lm)
+    prompt_ids = leading_tokens(lm, text, args.prompt_tokens) if args.prompt_book else lm.encode(text)
+    pinned = pinned_ids(lm, args.memory, args.authors_note)
+    try:
+        from .generate import validate
+
+        validate(lm, settings, prompt_ids, [], pinned)
+    except SettingsError as error:
+        raise CliError(str(error)) from None
+    result = bench_shift(lm, prompt_ids, settings, pinned, warmup_tokens=args.warmup_tokens)
+    print_bench_shift(result)
     write_json(args.json_out, result)
     return 0
 

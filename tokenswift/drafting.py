@@ -23,7 +23,8 @@ class Drafter(Protocol):
     uses_hidden: bool  # whether the engine must observe() the last committed token's last-layer state
 
     def start(self, full: KVCache, length: int, queries: list[torch.Tensor]) -> None:
-        """Called once after prefill: `length` tokens are in the full cache."""
+        """Called after every prefill (the first, and each context shift): `length` tokens are in the full
+        cache, which may hold entirely new contents."""
 
     def propose(self, root: int, position: int, window: torch.Tensor | None, depth: int) -> list[list[int]]:
         """Candidate tokens for the first `depth` depths (depth 1 first) below the root at `position`: a
@@ -55,6 +56,7 @@ class HeadsDrafter:
         self.partial = PartialCache(lm.config, budget, settings.sinks, lm.device, lm.dtype)
 
     def start(self, full: KVCache, length: int, queries: list[torch.Tensor]) -> None:
+        self.partial.reset()
         self.partial.extend(full, 0, length, queries)
 
     def wants_queries(self, count: int) -> bool:

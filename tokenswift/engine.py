@@ -10,11 +10,13 @@ from __future__ import annotations
 import statistics
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
 from .adaptive import CandidatePolicy, ladder
+from .context_window import ContextUse, PinnedText, WindowPlan, leading_bos, window_plan
 from .drafting import Drafter, HeadsDrafter
 from .fastpath import FastOptions, FastPasses, options_of, padded_capacity
 from .fused_drafter import FusedDrafter
@@ -49,18 +51,29 @@ class StepResult:
 
 class Engine:
     def __init__(self, lm: LoadedModel, settings: Settings, ids: list[int], prompt_len: int,
-                 pad_verify: bool | None = None, fast: FastOptions | None = None, adaptive: bool | None = None):
+                 pad_verify: bool | None = None, fast: FastOptions | None = None, adaptive: bool | None = None,
+                 plan: WindowPlan | None = None, pinned_source: Callable[[], PinnedText] | None = None):
         """ids: prompt + tokens generated so far (at least the prompt). fast: the opt-in static-shape / CUDA
         graph passes (fastpath.py); adaptive: pick the candidate batch per iteration (adaptive.py). Both
-        default to what fastpath.enable / lm.extras["adaptive"] set on the model; neither changes the text."""
+        default to what fastpath.enable / lm.extras["adaptive"] set on the model; neither changes the text.
+        plan: the context windows (context_window.py); None: the model's context, no Memory or note.
+        pinned_source: the draft's current Memory and note, asked for at each shift (an edit applies there)."""
         self.lm, self.s, self.prompt_len = lm, settings, prompt_len
+        if plan is None:
+            prompt = list(ids[:prompt_len])
+            plan = window_plan(settings, prompt, leading_bos(lm, prompt), PinnedText(), lm.max_context)
+        # Cache slots (= RoPE positions) index the window; self.ids is the whole story. A slot past the
+        # window's Author's Note holds story index slot + offset (the noise key of design §3).
+        self.plan, self.offset, self.next_boundary, self.shifts = plan, 0, 0, 0
+        self.pinned_source = pinned_source
         self.ts = settings.mode == "tokenswift"
         self.pad_verify = lm.device.type == "cuda" if pad_verify is None else pad_verify
         self.depth = len(settings.tree)  # gamma + 1: alpha's denominator, as the paper's Eq. 4
         # The most tokens one iteration can commit: the root plus the deepest tree or n-gram path.
         self.max_commit = 1 + max(self.depth, NGRAM_LEN if settings.ngram_topk else 0)
         self.verify_slots = max_nodes(settings.tree, settings.ngram_topk, NGRAM_LEN) if self.ts else 1
-        capacity = prompt_len + settings.max_new_tokens + self.verify_slots + 8
+        longest = min(plan.size, len(plan.window(ids, prompt_len)) + settings.max_new_tokens)
+        capacity = longest + self.verify_slots + 8
         fast = fast if fast is not None else options_of(lm)
         if fast is not None:
             capacity = padded_capacity(capacity)  # compiled kernels specialise on it: keep to a few sizes
@@ -69,7 +82,6 @@ class Engine:
         self.cache = KVCache(cfg.n_layers, cfg.n_kv_heads, capacity, cfg.head_dim, lm.device, lm.dtype)
         self.ids = list(ids)
         self.buf = torch.zeros(capacity, dtype=torch.int64, device=lm.device)
-        self.buf[: len(ids)] = torch.tensor(ids, dtype=torch.int64)
         self.sampler = Sampler(settings, cfg.vocab_size, lm.device, lm.eos_ids)
         self.metrics = RunMetrics(settings.mode, depth=self.depth)
         self.drafter: Drafter | None = None
@@ -89,14 +101,13 @@ class Engine:
         nothing when resuming (the last stored token becomes the root)."""
         t0 = time.perf_counter()
         fresh = len(self.ids) == self.prompt_len
-        upto = len(self.ids) if fresh else len(self.ids) - 1
-        logits, queries, hidden = self._prefill(upto)
+        logits, queries, hidden = self._load_window(fresh)
         emitted: list[int] = []
         if fresh:
-            token = int(self.sampler.sample(logits, self._window(upto, []), [upto])[0])
+            upto = self.length
+            token = int(self.sampler.sample(logits, self._window(upto, []), [upto + self.offset])[0])
             self._append([token])
             emitted = [token]
-        self.length = upto
         if self.ts:
             self.drafter = self._make_drafter()
             if self.adaptive:
@@ -121,6 +132,40 @@ class Engine:
         if hidden is not None and self.drafter.uses_hidden:
             self.drafter.observe(hidden)
 
+    def _load_window(self, fresh: bool) -> tuple[torch.Tensor, list[torch.Tensor], torch.Tensor]:
+        """Fill the cache with window(b) + story[b:t] for the next token t and its boundary b: all of it on a
+        fresh run (the first token is sampled from the prefill), else all but the root."""
+        t = len(self.ids)
+        b = self.plan.boundary(t)
+        self.next_boundary = self.plan.next_boundary(t)
+        tokens = self.plan.window(self.ids, b) + self.ids[b:]
+        self.buf[:len(tokens)] = torch.tensor(tokens, dtype=torch.int64)
+        self.offset = t - len(tokens)
+        if self.fast is not None:
+            self.fast.set_key_offset(self.offset)
+        self.length = len(tokens) if fresh else len(tokens) - 1
+        return self._prefill(self.length)
+
+    def _shift_if_due(self) -> None:
+        """Before predicting the token at a boundary: rebuild the window (the same rebuild a resume does)."""
+        if len(self.ids) < self.next_boundary:
+            return
+        self._sync()
+        t0 = time.perf_counter()
+        if self.pinned_source is not None and (pinned := self.pinned_source()) != self.plan.pinned:
+            self.plan = self.plan.with_pinned(pinned)
+        _, queries, hidden = self._load_window(fresh=False)
+        if self.drafter is not None:
+            self.drafter.start(self.cache, self.length, queries)  # the partial cache is reselected
+            self._observe(hidden)  # the fused drafter reads the new window's state
+        self._sync()
+        self.shifts += 1
+        self.metrics.add_shift(time.perf_counter() - t0)
+
+    def context_use(self) -> ContextUse:
+        pinned = self.plan.fixed
+        return ContextUse(pinned, self.length + 1 - pinned, self.shifts)
+
     @torch.inference_mode()
     def _prefill(self, upto: int) -> tuple[torch.Tensor, list[torch.Tensor], torch.Tensor]:
         model, dev, window = self.lm.model, self.lm.device, self.lm.config.sliding_window
@@ -140,7 +185,7 @@ class Engine:
         return self.ids[-1]
 
     def _append(self, tokens: list[int]) -> None:
-        n = len(self.ids)
+        n = len(self.ids) - self.offset
         self.buf[n:n + len(tokens)] = torch.tensor(tokens, dtype=torch.int64)
         self.ids.extend(tokens)
 
@@ -165,6 +210,7 @@ class Engine:
 
     @torch.inference_mode()
     def ar_step(self) -> StepResult:
+        self._shift_if_due()
         t0 = time.perf_counter()
         token, _ = self._ar_forward_and_sample()
         self._sync()
@@ -195,12 +241,13 @@ class Engine:
             mask = causal_mask(n, 1, pos, window, self.lm.device) if window is not None else None
             out = self.lm.model(self.buf[n:n + 1], pos, self.cache, n, mask)
             logits, hidden = out.logits, out.hidden
-        return int(self.sampler.sample(logits, self._window(n + 1, []), [n + 1])[0]), hidden
+        return int(self.sampler.sample(logits, self._window(n + 1, []), [n + 1 + self.offset])[0]), hidden
 
     # -- TokenSwift ----------------------------------------------------------------------------------
 
     @torch.inference_mode()
     def ts_step(self) -> StepResult:
+        self._shift_if_due()
         self._maybe_probe_ar()
         shape = None  # the configured batch
         if self.policy is not None:
@@ -222,6 +269,9 @@ class Engine:
         prefix = self.drafter.ngram_prefix(root, levels)
         key = prefix[-1] if prefix else root
         paths = [(*prefix, *c) for c in self.ngrams.top_k(key, k)] if k else []
+        # No candidate may predict past the next boundary: the token there needs the next window.
+        room = self.next_boundary - 1 - len(self.ids)
+        levels, paths = levels[:room], [p[:room] for p in paths]
         trie = build_trie(root, levels, paths)
         pad = slots if self.pad_verify else len(trie.tokens)
         inputs = [t.to(dev) for t in verify_inputs(trie, L, pad)]
@@ -297,7 +347,7 @@ class Engine:
             i = trie.parents[i]
         path.reverse()
         window = self._window(L + 1, path)
-        return int(self.sampler.sample(logits, window, [L + len(path) + 1])[0])
+        return int(self.sampler.sample(logits, window, [L + len(path) + 1 + self.offset])[0])
 
     def _maybe_probe_ar(self) -> None:
         """Measure one plain AR step at the current context, so time saved is against this very run.

@@ -354,6 +354,11 @@ class FastPasses:
         self.sampler = DeviceSampler(sampler, ids) if in_graph else None
         self.ids = ids
 
+    def set_key_offset(self, offset: int) -> None:
+        """Story index minus slot for the tokens sampled next (a context shift moved the window)."""
+        if self.sampler is not None:
+            self.sampler.key_offset.fill_(offset)
+
     def _span(self, kind: str, cache: KVCache, end: int) -> int:
         if effective_kind(kind, self.lm.config) != "sdpa":
             return cache.capacity  # flex reads only the listed blocks: one graph for every length
@@ -497,10 +502,12 @@ class DeviceSampler:
         self.sampler, self.ids = sampler, ids
         self.w = s.penalty_length if s.penalty != 1.0 and s.penalty_length > 0 else 0
         self.offsets = torch.arange(self.w, device=ids.device)
+        # The noise is keyed by story index, which a context shift moves away from the slot (design §3).
+        self.key_offset = torch.zeros((), dtype=torch.int64, device=ids.device)
 
     def buffers(self) -> list[torch.Tensor]:
         noise = [self.sampler.noise.token_mix] if self.sampler.noise is not None else []
-        return [self.ids, self.offsets, *noise]
+        return [self.ids, self.offsets, self.key_offset, *noise]
 
     def history(self, end: torch.Tensor) -> torch.Tensor:
         """The last w ids before slot `end` (a device scalar), -1 where there are fewer."""
@@ -521,7 +528,7 @@ class DeviceSampler:
         scores = self.sampler.process(logits, windows)
         if self.sampler.noise is None:
             return scores.argmax(dim=-1)
-        return (scores.double() + self.gumbel(positions + 1)).argmax(dim=-1)
+        return (scores.double() + self.gumbel(positions + 1 + self.key_offset)).argmax(dim=-1)
 
     def gumbel(self, positions: torch.Tensor) -> torch.Tensor:
         # sampling.Noise.gumbel with the key computed on the device: position_key and mix32 give the

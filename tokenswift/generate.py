@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
+from .context_window import ContextUse, PinnedText, WindowPlan, leading_bos, window_plan
 from .detok import IncrementalDetokenizer
 from .engine import Engine
 from .loading import LoadedModel
@@ -28,32 +29,43 @@ class StepEvent:
     finish_reason: str | None  # "length", "eos" or "stop" when done
 
 
-def validate(lm: LoadedModel, settings: Settings, prompt_ids: Sequence[int], generated: Sequence[int]) -> None:
+def validate(lm: LoadedModel, settings: Settings, prompt_ids: Sequence[int], generated: Sequence[int],
+             pinned: PinnedText | None = None) -> WindowPlan:
+    """Check the request; returns its context windows."""
     if not prompt_ids:
         raise SettingsError("prompt", "is empty")
+    pinned = pinned or PinnedText()
+    plan = window_plan(settings, prompt_ids, leading_bos(lm, prompt_ids), pinned, lm.max_context)
     total = len(prompt_ids) + settings.max_new_tokens
-    if total > lm.max_context:
+    pinned_extra = len(pinned.memory) + len(pinned.note)
+    if settings.context_shift is False and total + pinned_extra > plan.size:
+        extra = f" + Memory and Author's Note ({pinned_extra})" if pinned_extra else ""
         raise SettingsError(
             "max_new_tokens",
-            f"prompt ({len(prompt_ids)} tokens) + max_new_tokens ({settings.max_new_tokens}) = {total} exceeds "
-            f"the model's context of {lm.max_context} tokens",
+            f"prompt ({len(prompt_ids)} tokens) + max_new_tokens ({settings.max_new_tokens}){extra} = "
+            f"{total + pinned_extra} exceeds the model's context of {plan.size} tokens (context shifting is off)",
         )
     if len(generated) > settings.max_new_tokens:
         raise SettingsError("max_new_tokens", f"{len(generated)} tokens were already generated")
     vocab = lm.config.vocab_size
     if any(not 0 <= t < vocab for t in [*prompt_ids, *generated]):
         raise SettingsError("prompt", f"token ids must lie in [0, {vocab})")
+    return plan
 
 
 class Generator:
     def __init__(self, lm: LoadedModel, settings: Settings, prompt_ids: Sequence[int],
-                 generated_ids: Sequence[int] = (), pad_verify: bool | None = None):
-        validate(lm, settings, prompt_ids, generated_ids)
+                 generated_ids: Sequence[int] = (), pad_verify: bool | None = None,
+                 pinned: PinnedText | None = None, pinned_source: Callable[[], PinnedText] | None = None):
+        """pinned: the draft's Memory and Author's Note, as ids (context_window.pinned_ids); pinned_source:
+        where to read them again at each context shift, so an edit made meanwhile applies from there."""
+        self.plan = validate(lm, settings, prompt_ids, generated_ids, pinned)
         self.lm, self.s = lm, settings
         self.prompt_ids = list(prompt_ids)
         self.produced: list[int] = list(generated_ids)
         self.eos = set(lm.eos_ids)
         self._pad_verify = pad_verify
+        self._pinned_source = pinned_source
         self._engine: Engine | None = None
         self._stop_text = ""
 
@@ -63,7 +75,7 @@ class Generator:
             yield StepEvent([], True, reason)
             return
         engine = self._engine = Engine(self.lm, self.s, self.prompt_ids + self.produced, len(self.prompt_ids),
-                                       self._pad_verify)
+                                       self._pad_verify, plan=self.plan, pinned_source=self._pinned_source)
         detok = self._stop_detokenizer()
         emitted = engine.start()
         step = engine.ts_step if self.s.mode == "tokenswift" else engine.ar_step
@@ -106,6 +118,10 @@ class Generator:
         if produced and produced[-1] in self.eos and not self.s.ignore_eos:
             return "eos"
         return None
+
+    def context_use(self) -> ContextUse | None:
+        """What the model sees now (None before the first step)."""
+        return self._engine.context_use() if self._engine is not None else None
 
     def metrics(self) -> RunMetrics:
         if self._engine is None:

@@ -31,10 +31,12 @@ class RunMetrics:
     accept_histogram: list[int] = field(default_factory=lambda: [0] * 9)
     verify_batch: int = 0  # verify rows (padded candidate batch) of the latest iteration: the adaptive choice
     verify_batches: dict[str, int] = field(default_factory=dict)  # iterations per verify batch size
+    shifts: int = 0  # context shifts (context_window.py): windows rebuilt past the model's context
+    shift_s: float = 0.0  # seconds spent rebuilding them (part of the elapsed time; AR pays them too)
 
     @property
     def elapsed_s(self) -> float:
-        return self.draft_s + self.verify_s + self.overhead_s
+        return self.draft_s + self.verify_s + self.overhead_s + self.shift_s
 
     def add_step(self, emitted: int, accepted: int, ngram_accepted: int, ngram_hit: bool,
                  draft_s: float, verify_s: float, overhead_s: float) -> None:
@@ -49,6 +51,11 @@ class RunMetrics:
         self.accept_histogram[min(accepted, len(self.accept_histogram) - 1)] += 1
         if self.ar_latency_s:
             self.time_saved_s += emitted * self.ar_latency_s - (draft_s + verify_s + overhead_s)
+
+    def add_shift(self, seconds: float) -> None:
+        """A context shift: not counted against time saved, since plain decoding shifts at the same tokens."""
+        self.shifts += 1
+        self.shift_s += seconds
 
     def add_plain_step(self, seconds: float) -> None:
         """One token from a plain step of a TokenSwift run: time saved stays as it was (it is the baseline)."""

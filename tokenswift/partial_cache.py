@@ -27,6 +27,10 @@ class PartialCache:
         self.written = 0  # tokens written over selected slots since the last selection
         self.selections = 0
 
+    def reset(self) -> None:
+        """Empty it: the full cache was refilled (a context shift), so every slot here is stale."""
+        self.n, self.selected, self.written = 0, False, 0
+
     def needs_selection(self, count: int) -> bool:
         """Whether committing `count` more tokens will trigger a selection (callers then keep queries)."""
         if not self.selected:

@@ -49,6 +49,11 @@ class Settings:
     stop: tuple[str, ...] = field(default_factory=tuple)  # stop strings
     prompt_format: str = "continue"  # how the prompt text becomes ids (tokenswift.prompting)
     drafter: str = "fused"  # how TokenSwift proposes candidates; never changes the text
+    # Context shifting (tokenswift.context_window): what the model sees of a draft longer than its context.
+    context_shift: bool | None = None  # None: on (it acts only when a draft outgrows the window); False: refuse
+    context_window: int | None = None  # tokens in one window; None = the model's trained context (the ceiling)
+    shift_step: int | None = None  # story tokens dropped per shift; None = a quarter of the window
+    note_depth: int = 256  # the Author's Note goes this many tokens before the end of the window
 
     def __post_init__(self) -> None:
         # Values may come from JSON (lists, ints for floats): normalise before checking.
@@ -82,6 +87,10 @@ class Settings:
         need(self.budget is None or self.budget >= self.sinks + 8, "budget", "must be >= sinks + 8")
         need(all(self.stop), "stop", "stop strings must not be empty")
         need(self.drafter in DRAFTERS, "drafter", f"must be one of {', '.join(DRAFTERS)}, got {self.drafter!r}")
+        need(self.context_shift in (None, True, False), "context_shift", "must be true, false or null")
+        need(self.context_window is None or self.context_window >= 16, "context_window", "must be >= 16 tokens")
+        need(self.shift_step is None or self.shift_step >= 1, "shift_step", "must be >= 1")
+        need(0 <= self.note_depth <= 100_000, "note_depth", "must be in 0..100000")
         need(self.prompt_format in PROMPT_FORMATS, "prompt_format",
              f"must be one of {', '.join(PROMPT_FORMATS)}, got {self.prompt_format!r}")
 

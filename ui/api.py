@@ -6,6 +6,7 @@
                                      "next_since"}
     GET  /api/generations/{id}/tokens        -> {"prompt_tokens": [...], "tokens": [...]}
     POST /api/generations/{id}/pause|resume|cancel
+    PUT  /api/generations/{id}/context       {"memory", "authors_note"} -> {"id", "memory", "authors_note"}
     DELETE /api/generations/{id}             -> 204 (409 while queued or running: cancel it first)
     GET  /api/generations/{id}/export?format=txt|md|epub|docx[&title=&author=]
     GET  /api/health
@@ -16,6 +17,11 @@ read from the store at all while nothing was committed (ui/texts.py): polls neve
 `&wait=S` (0 to 10 seconds) makes it a long-poll: the answer comes as soon as there is text past chunk N or
 the draft is no longer queued or running, else after S seconds with no new text (ui/follow.py). Status reads
 are limited per client address (429 with Retry-After; ui/guard.py, ui/ratelimit.py).
+
+Memory (pinned at the top of the model's context) and Author's Note (inserted near its end) are per draft:
+given at creation ("memory", "authors_note"), edited with PUT .../context, read back in GET; a change
+applies from the draft's next resume. Targets past the model's context are accepted while context shifting
+is on (settings.context_shift, default on; false refuses them as before).
 
 Validation errors are 422 in FastAPI's shape, {"detail": [{"loc": [...], "msg", "type"}]}, and every
 msg starts with the field it is about ("settings.penalty_window: W must be >= 0"). Settings go through
@@ -48,7 +54,7 @@ from tokenswift.settings import Settings, SettingsError
 from ui.follow import MAX_WAIT_S, Commits
 from ui.forms import ban_eos
 from ui.guard import Guard
-from ui.limits import Limits, printable, unicode_problem
+from ui.limits import Limits, context_text_problem, printable, unicode_problem
 from ui.texts import DraftTexts
 from ui.tokens import PromptTokens
 
@@ -73,6 +79,10 @@ class SamplingIn(BaseModel):
     budget: Int | None = None
     ban_eos: bool | None = None  # keep writing past the end-of-text token (default: on for long drafts)
     drafter: str | None = None  # "fused" or "paper": how TokenSwift drafts (speed only)
+    context_shift: bool | None = None  # shift past the model's context (default on); false: refuse such targets
+    context_window: Int | None = None  # tokens in one window (default and ceiling: the model's context)
+    shift_step: Int | None = None  # tokens dropped per shift (default: a quarter of the window)
+    note_depth: Int | None = None  # the Author's Note goes this many tokens before the end of the window
 
 
 class GenerationIn(BaseModel):
@@ -85,6 +95,20 @@ class GenerationIn(BaseModel):
     settings: SamplingIn = SamplingIn()
     session_id: Id | None = None
     continue_from: Id | None = None
+    memory: str = ""  # pinned at the top of the model's context (a continuation keeps its parent's)
+    authors_note: str = ""  # inserted a few hundred tokens before the end of the context
+
+
+class ContextIn(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    memory: str
+    authors_note: str
+
+
+def check_context_text(values: dict[str, str]) -> None:
+    for field, value in values.items():
+        if problem := context_text_problem(value):
+            raise invalid(field, problem)
 
 
 def invalid(field: str, message: str, kind: str = "value_error", where: str = "body") -> HTTPException:
@@ -133,6 +157,10 @@ def parse_request(payload: dict[str, Any]) -> tuple[GenerationIn, Settings]:
     for field in ("prompt", "mode"):
         if problem := unicode_problem(getattr(request, field)):
             raise invalid(field, problem)
+    check_context_text({"memory": request.memory, "authors_note": request.authors_note})
+    if request.continue_from is not None and (request.memory or request.authors_note):
+        raise invalid("memory", "leave Memory and Author's Note out with continue_from (the parent's are kept; "
+                                "edit them with PUT /api/generations/{id}/context)")
     if request.continue_from is None and not request.prompt.strip():
         raise invalid("prompt", "must not be empty")
     if request.continue_from is not None and request.prompt:
@@ -154,10 +182,13 @@ def to_settings(request: GenerationIn) -> Settings:
         raise invalid(field, str(error).split(": ", 1)[-1]) from None
 
 
-def check_context(store: Store, request: GenerationIn, tokens: PromptTokens | None = None) -> None:
-    """Reject a target the model cannot hold. A new prompt is counted with the model's tokenizer when this
-    process can load it; otherwise only max_new_tokens is checked, against the context a worker reported,
-    and the worker refuses the job if the prompt makes it too long."""
+def check_context(store: Store, request: GenerationIn, tokens: PromptTokens | None = None,
+                  settings: Settings | None = None) -> None:
+    """Reject a target the model cannot hold when context shifting is off. A new prompt is counted with the
+    model's tokenizer when this process can load it; otherwise only max_new_tokens is checked, against the
+    context a worker reported, and the worker refuses the job if the prompt makes it too long."""
+    if settings is not None and settings.context_shift is not False:
+        return  # a draft past the context shifts it (tokenswift/context_window.py)
     limit = next((w.max_context for w in store.list_workers() if w.max_context), None)
     prompt_tokens = None
     if request.continue_from is not None:
@@ -185,7 +216,8 @@ def enqueue(store: Store, request: GenerationIn, settings: Settings) -> Generati
     try:
         if request.continue_from is not None:
             return store.continue_generation(request.continue_from, settings, session_id=request.session_id)
-        return store.enqueue_generation(request.prompt, settings, session_id=request.session_id)
+        return store.enqueue_generation(request.prompt, settings, session_id=request.session_id,
+                                        memory=request.memory, authors_note=request.authors_note)
     except NotFound as error:
         field = "session_id" if error.what == "session" else "continue_from"
         raise invalid(field, str(error)) from None
@@ -199,6 +231,7 @@ def generation_view(gen: GenerationRecord, text: str, metrics: dict) -> dict:
         "target_tokens": gen.target_tokens, "text": text, "metrics": metrics,
         "session_id": gen.session_id, "parent_id": gen.parent_id, "finish_reason": gen.finish_reason,
         "origin": gen.origin, "error": gen.error, "next_since": gen.chunk_count,
+        "memory": gen.memory, "authors_note": gen.authors_note,
     }
 
 
@@ -242,7 +275,7 @@ def add_generation_routes(router: APIRouter, store: Store, tokens: PromptTokens,
     @router.post("/generations", status_code=201)
     def create_generation(payload: Annotated[dict[str, Any], Depends(json_object)]) -> dict:
         request, settings = parse_request(payload)
-        check_context(store, request, tokens)
+        check_context(store, request, tokens, settings)
         gen = enqueue(store, request, settings)
         return {"id": gen.id, "status": gen.status, "session_id": gen.session_id}
 
@@ -285,6 +318,19 @@ def add_generation_routes(router: APIRouter, store: Store, tokens: PromptTokens,
         except ValueError as error:  # empty or unchanged
             raise invalid("text", str(error)) from None
         return {"id": gen.id, "status": gen.status, "parent_id": gen.parent_id, "session_id": gen.session_id}
+
+    @router.put("/generations/{gen_id}/context")
+    def set_context(gen_id: GenId, payload: Annotated[dict[str, Any], Depends(json_object)]) -> dict:
+        """The draft's Memory and Author's Note; a running draft picks the change up when it next resumes."""
+        try:
+            values = ContextIn.model_validate(payload)
+        except ValidationError as error:
+            e = error.errors(include_url=False)[0]
+            field = ".".join(str(part) for part in e["loc"]) or "body"
+            raise invalid(printable(field), printable(e["msg"])) from None
+        check_context_text({"memory": values.memory, "authors_note": values.authors_note})
+        gen = found(lambda i: store.set_context_text(i, values.memory, values.authors_note), gen_id)
+        return {"id": gen.id, "memory": gen.memory, "authors_note": gen.authors_note}
 
     @router.get("/generations/{gen_id}/tokens")
     def get_tokens(gen_id: GenId) -> dict:

@@ -166,8 +166,10 @@ def queue_runs(store: Store, prompt: str, seed, target, temperature, count: int,
     settings = []
     for i in range(count):
         theta, window, k, sampler, value, drafter = values[FIELDS * i:FIELDS * (i + 1)]
+        # Compare measures settings side by side within one context: it keeps refusing longer targets.
         form = SettingsForm(mode="TokenSwift", target=target, theta=theta, window=window, k=k, sampler=sampler,
-                            sampler_value=value, temperature=temperature, seed=seed, budget=0, drafter=drafter)
+                            sampler_value=value, temperature=temperature, seed=seed, budget=0, drafter=drafter,
+                            shift="Refuse")
         try:
             settings.append(form.to_settings(limit=limit, prompt_tokens=prompt_tokens))
         except FormError as error:

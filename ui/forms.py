@@ -19,6 +19,8 @@ SAMPLERS = {
 }
 PROMPT_FORMATS = {"Continue my text": "continue", "Follow my instruction": "instruction"}
 PAST_EOS = ("Auto", "Keep writing", "Stop there")  # at the model's end-of-text token
+# Past the model's context: shift it (drop the oldest text, keep the Memory), or refuse such targets.
+CONTEXT_SHIFT = {"Shift": None, "Refuse": False}
 LONG_DRAFT = 3000  # tokens: longer targets ban end-of-text on "Auto", so a long draft reaches its length
 QUICK_LENGTHS = {"1K": 1_000, "5K": 5_000, "10K": 10_000, "25K": 25_000, "50K": 50_000, "100K": 100_000}
 LABELS = {
@@ -50,6 +52,7 @@ class SettingsForm:
     prompt_format: str = "Continue my text"
     past_eos: str = "Auto"
     drafter: str = Settings.drafter
+    shift: str = "Shift"
 
     def to_settings(self, *, limit: int | None = None, prompt_tokens: int = 0,
                     prompt_label: str = "prompt") -> Settings:
@@ -79,7 +82,10 @@ class SettingsForm:
         values["drafter"] = self.drafter
         values["prompt_format"] = PROMPT_FORMATS[self.prompt_format]
         values["ban_eos"] = ban_eos(self.past_eos, values["max_new_tokens"])
-        if limit and prompt_tokens + values["max_new_tokens"] > limit:
+        if self.shift not in CONTEXT_SHIFT:
+            raise FormError(f"Past the context: choose one of {', '.join(CONTEXT_SHIFT)}")
+        values["context_shift"] = CONTEXT_SHIFT[self.shift]
+        if values["context_shift"] is False and limit and prompt_tokens + values["max_new_tokens"] > limit:
             new = f"max_new_tokens ({values['max_new_tokens']:,})"
             if not prompt_tokens:
                 raise FormError(f"Target length: {new} exceeds the model's context of {limit:,} tokens")
@@ -113,6 +119,7 @@ def form_from_settings(settings: Settings) -> SettingsForm:
         prompt_format=next(label for label, value in PROMPT_FORMATS.items() if value == settings.prompt_format),
         past_eos="Auto" if settings.ban_eos == ban_eos("Auto", settings.max_new_tokens)
         else "Keep writing" if settings.ban_eos else "Stop there",
+        shift="Refuse" if settings.context_shift is False else "Shift",
     )
 
 

@@ -256,7 +256,7 @@ def wire(p: LibraryParts, store: Store, w: WriteParts, tabs: gr.Tabs, tab: gr.Ta
             settings = settings_from(values)
             limit = write_view.model_limit(store)
             existing = len(store.get_tokens(gen_id).prompt_ids) + parent.produced_tokens
-            if limit and existing + settings.max_new_tokens > limit:
+            if settings.context_shift is False and limit and existing + settings.max_new_tokens > limit:
                 raise FormError(f"Continue by: existing text ({existing:,} tokens) + max_new_tokens "
                                 f"({settings.max_new_tokens:,}) exceed the model's context of {limit:,} tokens")
             child = store.continue_generation(gen_id, settings)

@@ -7,6 +7,7 @@ import math
 from dataclasses import dataclass
 
 MIB = 2**20
+MAX_CONTEXT_TEXT = 20_000  # characters of a Memory or Author's Note: they must leave room for the story
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,15 @@ def unicode_problem(text: str) -> str | None:
     except UnicodeEncodeError as error:
         return (f"is not valid Unicode: a lone surrogate (U+{ord(text[error.start]):04X}) at character "
                 f"{error.start}")
+    return None
+
+
+def context_text_problem(text: str) -> str | None:
+    """Why a Memory or Author's Note cannot be kept, or None."""
+    if problem := unicode_problem(text):
+        return problem
+    if len(text) > MAX_CONTEXT_TEXT:
+        return f"at most {MAX_CONTEXT_TEXT:,} characters, got {len(text):,}"
     return None
 
 

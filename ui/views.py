@@ -9,11 +9,19 @@ from storage.records import GenerationRecord, MetricPoint, ModelSpec, WorkerStat
 WORKER_SILENT_S = 15.0  # a worker row older than this is shown as not running
 
 
+def context_in_use(latest: MetricPoint | None) -> str:
+    """What the model sees now: " · context: memory 180 + last 7,800 tokens" (memory = what stays pinned:
+    BOS, Memory and Author's Note; last = the newest story tokens, which a context shift trims)."""
+    if latest is None or latest.context_recent is None:
+        return ""
+    return f" · context: memory {latest.context_pinned or 0:,} + last {latest.context_recent:,} tokens"
+
+
 def progress_line(record: GenerationRecord, words: int, latest: MetricPoint | None, ahead: int = 0,
                   worker_note: str = "") -> str:
     """One Markdown line: where the generation is, in tokens and words, with speed and ETA."""
     done, target = record.produced_tokens, record.target_tokens
-    head = f"**Draft #{record.id}** · {done:,} / {target:,} tokens · {words:,} words"
+    head = f"**Draft #{record.id}** · {done:,} / {target:,} tokens · {words:,} words{context_in_use(latest)}"
     speed = latest.tokens_per_s if latest and latest.tokens_per_s else None
     rate = f" · {speed:,.0f} tokens/s" if speed else ""
     status = record.status

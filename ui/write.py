@@ -14,7 +14,7 @@ import gradio as gr
 from storage import Conflict, NotFound, Store, StoreError
 from ui import edit, views
 from ui.forms import SAMPLERS, FormError, SettingsForm, parse_target
-from ui.limits import unicode_problem
+from ui.limits import context_text_problem, unicode_problem
 from ui.live import ACTIVE, Watch
 from ui.texts import DraftTexts
 from ui.tokens import PromptTokens
@@ -39,12 +39,16 @@ def wire(p: WriteParts, store: Store, page: gr.Blocks, tokens: PromptTokens, tex
     app's cache of whole texts ("Show whole text")."""
     fast = {"concurrency_limit": None}  # handlers only read or write the store; the GPU is the worker's
 
-    def start(title, prompt, book, *form):
+    def start(title, prompt, book, *rest):
+        *form, memory, note = rest
+        memory, note = memory or "", note or ""
         if not (prompt or "").strip():
             return problem(p, "Prompt: write or load the opening of your story first.")
         for label, text in (("Prompt", prompt), ("Book title", title or "")):
             if reason := unicode_problem(text):
                 return problem(p, f"{label}: {reason}.")
+        if reason := _context_problem(memory, note):
+            return problem(p, reason)
         if reason := no_model_problem(store):
             return problem(p, reason)
         try:
@@ -55,11 +59,12 @@ def wire(p: WriteParts, store: Store, page: gr.Blocks, tokens: PromptTokens, tex
                 book = store.create_session(title).id
             elif store.get_session(book).title != title:
                 store.rename_session(book, title=title)
-            gen = store.enqueue_generation(prompt, settings, session_id=book)
+            gen = store.enqueue_generation(prompt, settings, session_id=book, memory=memory, authors_note=note)
         except FormError as error:
             return problem(p, str(error))
         except NotFound:  # the book was deleted in the Library meanwhile: start a new one
-            gen = store.enqueue_generation(prompt, settings, session_id=store.create_session(title).id)
+            gen = store.enqueue_generation(prompt, settings, session_id=store.create_session(title).id,
+                                           memory=memory, authors_note=note)
         except StoreError as error:
             return problem(p, str(error))
         return show_generation(p, store, gen.id, fill_form=False)
@@ -79,17 +84,35 @@ def wire(p: WriteParts, store: Store, page: gr.Blocks, tokens: PromptTokens, tex
 
         return handler
 
-    def continue_draft(watch: Watch | None, *form):
+    def continue_draft(watch: Watch | None, *rest):
+        *form, memory, note = rest
         if watch is None:
             return problem(p, "Continue: open a finished draft first (Library tab, or Start one).")
+        if reason := _context_problem(memory or "", note or ""):
+            return problem(p, reason)
         try:
             limit, existing = _existing_tokens(store, tokens, watch)
             settings = SettingsForm(*form).to_settings(limit=limit, prompt_tokens=existing,
                                                        prompt_label="existing text")
             gen = store.continue_generation(watch.gen_id, settings)
+            gen = store.set_context_text(gen.id, memory or "", note or "")  # as the boxes show them
         except (FormError, Conflict, NotFound, StoreError) as error:
             return problem(p, f"Continue: {error}" if not isinstance(error, FormError) else str(error))
         return show_generation(p, store, gen.id, fill_form=False)
+
+    def save_context(watch: Watch | None, memory, note):
+        if watch is None:
+            return problem(p, "Memory: open a draft first.")
+        if reason := _context_problem(memory or "", note or ""):
+            return problem(p, reason)
+        try:
+            store.set_context_text(watch.gen_id, memory or "", note or "")
+        except (NotFound, StoreError) as error:
+            return problem(p, f"Memory: {error}")
+        when = "from its next context shift or resume" if watch.record.status in ("queued", "running", "paused") \
+            else "to Continue from it"
+        return {p.status: f"{views.dot('ok')} Memory and Author's Note saved to Draft #{watch.gen_id}: they apply "
+                          f"{when}."}
 
     def tick(watch: Watch | None):
         if watch is None:
@@ -167,11 +190,13 @@ def wire(p: WriteParts, store: Store, page: gr.Blocks, tokens: PromptTokens, tex
     def reflowed(watch: Watch | None, shown: bool, reflow: bool):
         return whole(store, watch.gen_id, reflow) if shown and watch is not None else gr.skip()
 
-    p.start.click(start, [p.title, p.prompt, p.book, *p.form], p.opened, api_name="write_start", **fast)
+    context = [p.memory, p.note]
+    p.start.click(start, [p.title, p.prompt, p.book, *p.form, *context], p.opened, api_name="write_start", **fast)
     p.pause.click(control("pause"), p.watch, p.view, api_name="write_pause", **fast)
     p.resume.click(control("resume"), p.watch, p.view, api_name="write_resume", **fast)
     p.stop.click(control("stop"), p.watch, p.view, api_name="write_stop", **fast)
-    p.cont.click(continue_draft, [p.watch, *p.form], p.opened, api_name="write_continue", **fast)
+    p.cont.click(continue_draft, [p.watch, *p.form, *context], p.opened, api_name="write_continue", **fast)
+    p.save_context.click(save_context, [p.watch, *context], p.status, api_name="write_save_context", **fast)
     p.timer.tick(tick, p.watch, p.view, api_name="write_tick", show_progress="hidden", **fast)
     p.new_book.click(new_book, None, p.opened, api_name="write_new_book", **fast)
     p.upload.upload(upload, p.upload, [p.prompt, p.status], api_name="write_upload", **fast)
@@ -198,6 +223,13 @@ def _offer(p: WriteParts, store: Store, offer, shown: int | None) -> dict:
     text = (f"{views.dot('wait' if offer.status == 'paused' else 'run')} **{state}** — Draft #{offer.id} of "
             f"*{title}*, {offer.produced_tokens:,} / {offer.target_tokens:,} tokens")
     return {p.offer: gr.Row(visible=True), p.offer_text: text, p.offered: offer.id}
+
+
+def _context_problem(memory: str, note: str) -> str | None:
+    for label, text in (("Memory", memory), ("Author's Note", note)):
+        if reason := context_text_problem(text):
+            return f"{label}: {reason}."
+    return None
 
 
 def _existing_tokens(store: Store, tokens: PromptTokens, watch: Watch) -> tuple[int | None, int]:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import gradio as gr
 
 from ui import charts, views
-from ui.forms import LONG_DRAFT, MODES, PAST_EOS, PROMPT_FORMATS, QUICK_LENGTHS, SAMPLERS, SettingsForm
+from ui.forms import CONTEXT_SHIFT, LONG_DRAFT, MODES, PAST_EOS, PROMPT_FORMATS, QUICK_LENGTHS, SAMPLERS, SettingsForm
 from ui.live import TAIL_CHARS
 
 TICK_S = 0.5
@@ -38,6 +38,10 @@ class WriteParts:
     upload: gr.UploadButton
     prompt_format: gr.Radio
     past_eos: gr.Radio
+    shift: gr.Radio  # past the model's context: shift it or refuse
+    memory: gr.Textbox  # pinned at the top of the model's context
+    note: gr.Textbox  # the Author's Note, inserted near the end of the context
+    save_context: gr.Button  # store an edited Memory / note on the open draft
     target: gr.Number
     quick: gr.Radio
     limit: gr.Markdown
@@ -84,7 +88,7 @@ class WriteParts:
     def form(self) -> list:
         """In SettingsForm's field order."""
         return [self.mode, self.target, self.theta, self.window, self.k, self.sampler, self.sampler_value,
-                self.temperature, self.seed, self.budget, self.prompt_format, self.past_eos]
+                self.temperature, self.seed, self.budget, self.prompt_format, self.past_eos, self.shift]
 
     @property
     def view(self) -> list:
@@ -92,12 +96,12 @@ class WriteParts:
         return [self.watch, self.book, self.remembered, self.status, self.bar, self.text, self.alpha, self.ngram,
                 self.speed, self.saved, self.timer, self.pause, self.resume, self.stop, self.cont, self.full,
                 self.full_shown, self.show_all, self.speed_line, self.edit, self.editor, self.edit_row,
-                self.restore, self.offer]
+                self.restore, self.offer, self.save_context]
 
     @property
     def opened(self) -> list:
         """view + the form fields a stored draft fills in."""
-        return [*self.view, self.title, self.prompt, *self.form]
+        return [*self.view, self.title, self.prompt, *self.form, self.memory, self.note]
 
 
 def build() -> WriteParts:
@@ -141,6 +145,19 @@ def _form(d: SettingsForm) -> dict:
                         info="TokenSwift writes the very same text as plain decoding (AR), faster.")
     quick = gr.Radio(list(QUICK_LENGTHS), value=None, label="Quick picks", elem_id="write-quick")
     limit = gr.Markdown("Model limit: waiting for the worker…", label="Model limit", elem_id="write-limit")
+    with gr.Accordion("Memory and Author's Note", open=False, elem_id="write-context"):
+        memory = gr.Textbox("", label="Memory (always at the top of what the model sees)", lines=3, max_lines=8,
+                            elem_id="write-memory", placeholder="The premise, the characters, the setting…",
+                            info="However long the draft grows, the model keeps reading this.")
+        note = gr.Textbox("", label="Author's Note (a few hundred tokens before the end)", lines=2, max_lines=5,
+                          elem_id="write-note", placeholder="Style, mood, what happens next…",
+                          info="Steers the next pages. Saved edits apply from the next context shift or resume.")
+        shift = gr.Radio(list(CONTEXT_SHIFT), value=d.shift, label="Past the model's context",
+                         elem_id="write-shift",
+                         info="Shift: drop the oldest text, keep Memory and the latest pages (any length). "
+                              "Refuse: targets must fit the model's context.")
+        save_context = gr.Button("Save Memory and Note to this draft", size="sm", interactive=False,
+                                 elem_id="write-save-context")
     with gr.Accordion("Settings (θ, W, k, sampler)", open=False, elem_id="write-settings"):
         with gr.Row():
             theta = gr.Number(d.theta, label="θ (penalty, 1 = off)", step=0.05, elem_id="write-theta",
@@ -170,7 +187,8 @@ def _form(d: SettingsForm) -> dict:
         stop = gr.Button("■ Stop", variant="stop", interactive=False, elem_id="write-stop", size="sm")
         new_book = gr.Button("New book", elem_id="write-new", size="sm")
     return dict(title=title, prompt=prompt, upload=upload, prompt_format=prompt_format, past_eos=past_eos,
-                target=target, quick=quick, limit=limit, mode=mode,
+                target=target, quick=quick, limit=limit, mode=mode, shift=shift, memory=memory, note=note,
+                save_context=save_context,
                 theta=theta, window=window, k=k, sampler=sampler, sampler_value=sampler_value,
                 temperature=temperature, seed=seed, budget=budget, start=start, pause=pause, resume=resume,
                 stop=stop, cont=cont, new_book=new_book)

@@ -37,7 +37,8 @@ def limit_line(store: Store) -> str:
     worker = views.live_worker(store.list_workers())
     notice = views.model_notice(worker)
     if worker and worker.max_context:
-        return f"{notice}  \nLimit: **{worker.max_context:,} tokens** (opening + draft). 100K tokens ≈ 75K words."
+        return (f"{notice}  \nContext: **{worker.max_context:,} tokens** in view at a time; a longer draft shifts "
+                "it (Memory stays, the oldest text drops out). 100K tokens ≈ 75K words.")
     return notice
 
 
@@ -89,7 +90,8 @@ def show_generation(p: WriteParts, store: Store, gen_id: int, *, fill_form: bool
         form = form_from_settings(Settings.from_json(record.settings_json))
         out.update(dict(zip(p.form, [form.mode, form.target, form.theta, form.window, form.k, form.sampler,
                                      form.sampler_value, form.temperature, form.seed, form.budget,
-                                     form.prompt_format, form.past_eos], strict=True)))
+                                     form.prompt_format, form.past_eos, form.shift], strict=True)))
+        out.update({p.memory: record.memory, p.note: record.authors_note})
         out[p.sampler_value] = gr.Number(form.sampler_value, label=SAMPLERS[form.sampler][2])
     return out
 
@@ -109,7 +111,8 @@ def _buttons(p: WriteParts, record: GenerationRecord | None) -> dict:
     revision = record is not None and record.origin == "edit"
     return {p.pause: gr.Button(interactive=status in ACTIVE), p.resume: gr.Button(interactive=status == "paused"),
             p.stop: gr.Button(interactive=status in (*ACTIVE, "paused")), p.cont: gr.Button(interactive=extendable),
-            p.edit: gr.Button(interactive=status in STOPPED), p.restore: gr.Button(visible=revision)}
+            p.edit: gr.Button(interactive=status in STOPPED), p.restore: gr.Button(visible=revision),
+            p.save_context: gr.Button(interactive=record is not None)}
 
 
 def no_model_problem(store: Store) -> str | None:

@@ -114,10 +114,15 @@ class JobRun:
         return self._loop(detok)
 
     def _engine(self, settings, prompt_ids: list[int], done_ids: list[int]):
+        from tokenswift.context_window import pinned_ids
         from tokenswift.detok import IncrementalDetokenizer
         from tokenswift.generate import Generator
 
-        gen = Generator(self.lm, settings, prompt_ids, generated_ids=done_ids)
+        # Memory and Author's Note as the writer left them: an edit made since the last run applies from here,
+        # and one made while this run goes on applies from its next context shift.
+        pinned = pinned_ids(self.lm, self.job.memory, self.job.authors_note)
+        gen = Generator(self.lm, settings, prompt_ids, generated_ids=done_ids, pinned=pinned,
+                        pinned_source=lambda: pinned_ids(self.lm, *self.store.context_text(self.job.id)))
         detok = IncrementalDetokenizer(self.lm.tokenizer, list(prompt_ids))
         if done_ids:
             # Replay what is already stored (its text too) so the next piece joins it exactly: a
@@ -167,12 +172,15 @@ class JobRun:
         except Exception:  # noqa: BLE001 - a broken engine must not cost the tokens being saved
             return None
         tokens = len(self.gen.produced)
+        use = self.gen.context_use()
         return MetricPoint(
             tokens=tokens, elapsed_s=elapsed, steps=m.get("steps"), alpha=m.get("alpha"), beta=m.get("beta"),
             tokens_per_step=m.get("tokens_per_step"), ngram_hits=m.get("ngram_accepted"),
             tokens_per_s=m.get("tokens_per_s"), ar_latency_s=m.get("ar_latency_s"),
             time_saved_s=self.saved_base + (m.get("time_saved_s") or 0.0),
             plain_share=m.get("plain_share"),
+            context_pinned=use.memory if use else None, context_recent=use.recent if use else None,
+            shifts=m.get("shifts"), shift_s=m.get("shift_s"),
         )
 
     def _fail(self, error: Exception) -> str:

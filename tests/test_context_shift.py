@@ -1,0 +1,202 @@
+"""Context shifting (tokenswift/context_window.py): drafts longer than the window, with Memory and Author's
+Note, emit exactly the same tokens in plain decoding and TokenSwift (float64, stories260k with a 512-token
+window), uninterrupted or resumed anywhere, also right at a shift."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from test_exactness import SAMPLERS, random_heads
+
+from tokenswift.context_window import PinnedText, WindowPlan, pinned_ids
+from tokenswift.fastpath import FastOptions, enable
+from tokenswift.generate import Generator
+from tokenswift.settings import Settings, SettingsError
+
+N = 3000
+WINDOW = 512
+PROMPT = "The old lighthouse keeper climbed the stairs and"
+MEMORY = "Tom is a fisherman. Lily is his sister. They live by the sea."
+NOTE = "Lily finds a shell."
+
+
+def lm_with(lm, seed: int | None, **extras):
+    """A copy of the shared fixture with random draft heads (or none) and its own extras."""
+    heads = random_heads(lm, seed) if seed is not None else None
+    return dataclasses.replace(lm, heads=heads, extras=extras)
+
+
+@pytest.fixture(scope="module")
+def pinned(stories64):
+    return pinned_ids(stories64, MEMORY, NOTE)
+
+
+@pytest.fixture(scope="module")
+def ar_reference(stories64, pinned):
+    prompt = stories64.encode(PROMPT)
+    cache = {}
+
+    def get(sampler: str, seed: int, with_pinned: bool) -> list[int]:
+        key = (sampler, seed, with_pinned)
+        if key not in cache:
+            s = settings(sampler, seed, mode="ar")
+            gen = Generator(stories64, s, prompt, pinned=pinned if with_pinned else None)
+            cache[key] = gen.run()
+            assert gen.metrics().shifts >= 20  # 3,000 tokens through a 512-token window
+        return cache[key]
+
+    return prompt, get
+
+
+def settings(sampler: str, seed: int, **changes) -> Settings:
+    # A narrow tree (two heads, 1 + 2 + 4 rows) keeps the verify pass cheap on one CPU core.
+    return Settings(max_new_tokens=N, seed=seed, ignore_eos=True, context_window=WINDOW, note_depth=100,
+                    budget=48, tree=(1, 2, 2), **SAMPLERS[sampler]).replace(**changes)
+
+
+def first_difference(a: list[int], b: list[int]) -> int | None:
+    return next((i for i, (x, y) in enumerate(zip(a, b, strict=True)) if x != y), None)
+
+
+# Every sampler, k in {0, 20} twice each, always with heads; with and without Memory and note; the adaptive
+# engine (plain steps and smaller batches next to the shifts) too. Four cases keep the file near a minute.
+CASES = [("greedy", 0, False, False), ("minp-penalty", 20, True, True), ("top-p", 20, True, False),
+         ("eta", 0, True, True)]
+
+
+@pytest.mark.parametrize(("sampler", "k", "with_pinned", "adaptive"), CASES)
+def test_tokenswift_equals_ar_across_many_shifts(stories64, ar_reference, pinned, sampler, k, with_pinned,
+                                                  adaptive):
+    prompt, reference = ar_reference
+    seed = 3
+    lm = lm_with(stories64, seed, adaptive=adaptive)
+    gen = Generator(lm, settings(sampler, seed, ngram_topk=k), prompt, pinned=pinned if with_pinned else None)
+    tokens = gen.run()
+    assert first_difference(tokens, reference(sampler, seed, with_pinned)) is None
+    m = gen.metrics()
+    assert m.shifts >= 20 and m.steps < N  # many shifts, and drafts were accepted between them
+    use = gen.context_use()
+    assert use.memory == (1 + len(pinned.memory) + len(pinned.note) if with_pinned else 1)  # BOS pinned too
+    assert use.memory + use.recent <= WINDOW
+
+
+def test_resume_anywhere_continues_the_same_stream(stories64, pinned):
+    """Paused just before, at and just after a shift, and mid-window: the resumed run rebuilds the window of
+    the last shift and continues exactly; n-grams keep the whole draft's statistics (they are rebuilt from
+    every stored id)."""
+    prompt = stories64.encode(PROMPT)
+    s = settings("minp-penalty", 5, max_new_tokens=700, ngram_topk=20)
+    lm = lm_with(stories64, 5)
+    straight = Generator(lm, s, prompt, pinned=pinned).run()
+    plan = Generator(lm, s, prompt, pinned=pinned).plan
+    b1, b2 = plan.b1, plan.b1 + plan.step + 1
+    generated = lambda t: t - len(prompt)  # noqa: E731 - story index -> generated count
+    assert generated(b2) + 37 < s.max_new_tokens
+    cuts = [("tokenswift", generated(b1) - 1), ("tokenswift", generated(b1)), ("ar", generated(b1)),
+            ("tokenswift", generated(b1) + 1), ("tokenswift", generated(b2) + 37)]
+    for mode, cut in cuts:
+        resumed = Generator(lm, s.replace(mode=mode), prompt, generated_ids=straight[:cut], pinned=pinned)
+        assert resumed.run() == straight, (mode, cut)
+
+
+def test_memory_and_note_edits_apply_from_the_resume(stories64, pinned):
+    prompt = stories64.encode(PROMPT)
+    s = settings("greedy", 1, max_new_tokens=700, ngram_topk=20)
+    lm = lm_with(stories64, 1)
+    first = Generator(lm, s, prompt, pinned=pinned).run()
+    edited = pinned_ids(stories64, "Max is a big brown dog who loves to run.", "The dog barks.")
+    gen = Generator(lm, s, prompt, generated_ids=first[:400], pinned=edited)
+    resumed = gen.run()
+    assert resumed[:400] == first[:400] and resumed != first
+    engine = gen._engine
+    window = engine.buf[: engine.length + 1].tolist()
+    assert window[1:1 + len(edited.memory)] == list(edited.memory)  # pinned right after BOS
+    note_at = next(i for i in range(len(window)) if window[i:i + len(edited.note)] == list(edited.note))
+    assert len(window) - note_at - len(edited.note) >= s.note_depth  # the note stays near the end
+    assert resumed == Generator(lm, s.replace(mode="ar"), prompt, generated_ids=first[:400], pinned=edited).run()
+
+
+def test_an_edit_during_a_run_applies_from_the_next_shift(stories64, pinned):
+    """The worker reads Memory and note again at every shift: both modes pick an edit up at the same token,
+    and a run resumed later with the edited text continues exactly."""
+    prompt = stories64.encode(PROMPT)
+    s = settings("minp-penalty", 7, max_new_tokens=800, ngram_topk=20)
+    lm = lm_with(stories64, 7)
+    edited = pinned_ids(stories64, "Max is a big brown dog who loves to run and play.", "")
+
+    def source():
+        calls.append(1)
+        return pinned if len(calls) < 2 else edited  # the edit lands between the first and second shift
+
+    runs = {}
+    for mode in ("ar", "tokenswift"):
+        calls = []
+        gen = Generator(lm, s.replace(mode=mode), prompt, pinned=pinned, pinned_source=source)
+        runs[mode] = gen.run()
+        assert gen.metrics().shifts == len(calls) >= 3 and gen._engine.plan.pinned == edited
+    assert runs["ar"] == runs["tokenswift"]
+    assert runs["ar"] != Generator(lm, s, prompt, pinned=pinned).run()  # the edit changed what came next
+    cut = len(runs["ar"]) - 60
+    assert Generator(lm, s, prompt, generated_ids=runs["ar"][:cut], pinned=edited).run() == runs["ar"]
+
+
+def test_fast_path_keys_the_noise_by_story_index_across_shifts(stories64):
+    prompt = stories64.encode(PROMPT)
+    s = settings("minp-penalty", 2, max_new_tokens=450, context_window=160, ngram_topk=5, tree=(1, 2, 2))
+    expected = Generator(stories64, s.replace(mode="ar"), prompt).run()
+    fast = lm_with(stories64, 2)
+    enable(fast, FastOptions(attention="sdpa", bucket=64))
+    assert Generator(fast, s.replace(mode="ar"), prompt).run() == expected
+    gen = Generator(fast, s, prompt)
+    assert gen.run() == expected and gen.metrics().shifts >= 4
+
+
+def test_a_run_that_fits_is_unchanged_and_shifting_off_refuses(stories64):
+    prompt = stories64.encode(PROMPT)
+    s = Settings(mode="ar", max_new_tokens=300, seed=4, ignore_eos=True, **SAMPLERS["top-p"])
+    gen = Generator(stories64, s.replace(context_window=WINDOW), prompt)
+    assert gen.run() == Generator(stories64, s, prompt).run() and gen.metrics().shifts == 0
+    with pytest.raises(SettingsError) as refused:
+        Generator(stories64, s.replace(max_new_tokens=600, context_window=WINDOW, context_shift=False), prompt)
+    assert refused.value.field == "max_new_tokens" and "context shifting is off" in str(refused.value)
+    with pytest.raises(SettingsError) as too_big:
+        Generator(stories64, s.replace(context_window=stories64.max_context + 1), prompt)
+    assert too_big.value.field == "context_window"  # a window past the trained context: no RoPE scaling
+
+
+def test_window_plan_boundaries_and_layout():
+    prompt = [1, *range(10, 40)]  # BOS + 30 story tokens
+    plan = WindowPlan(prompt, 1, PinnedText((5, 6), (7,)), size=64, step=16, note_depth=4)
+    assert (plan.fixed, plan.keep) == (4, 44)
+    assert plan.window(prompt, 31) == [1, 5, 6, *range(10, 36), 7, *range(36, 40)]
+    # The first window has 34 tokens, so tokens up to 31 + 30 are predicted in it.
+    assert plan.b1 == 31 + 64 - 34 + 1
+    ids = list(range(200))
+    assert [plan.boundary(t) for t in (31, plan.b1 - 1, plan.b1, plan.b1 + 16, plan.b1 + 17)] == \
+        [31, 31, plan.b1, plan.b1, plan.b1 + 17]
+    after = plan.window(ids, plan.b1)
+    assert len(after) == 64 - 16 and after[:3] == [1, 5, 6] and after[-5:] == [7, *ids[plan.b1 - 4:plan.b1]]
+    with pytest.raises(SettingsError) as full:
+        WindowPlan(prompt, 1, PinnedText(tuple(range(50)), ()), size=64, step=16, note_depth=4)
+    assert full.value.field == "shift_step"
+
+
+def test_bench_shift_prints_a_table_and_writes_json(stories_path, tmp_path, capsys):
+    import json
+
+    from tokenswift import cli
+
+    out = tmp_path / "shift.json"
+    code = cli.main(["bench-shift", "--model", str(stories_path), "--device", "cpu", "--dtype", "float64",
+                     "--threads", "1", "--prompt", PROMPT, "--max-new-tokens", "700", "--context-window", "256",
+                     "--memory", MEMORY, "--authors-note", NOTE, "--temperature", "0", "--warmup-tokens", "4",
+                     "--json", str(out)])
+    table = capsys.readouterr().out
+    assert code == 0 and "shift %" in table and "identical: yes" in table
+    result = json.loads(out.read_text())
+    assert result["identical"] and result["window"] == 256 and result["pinned_tokens"] > 1
+    for mode in ("ar", "tokenswift"):
+        m = result[mode]
+        assert m["tokens"] == 700 and m["shifts"] >= 5 and 0 < m["shift_share"] < 1
+        assert m["context_pinned"] + m["context_recent"] <= 256
