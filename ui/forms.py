@@ -51,8 +51,8 @@ class SettingsForm:
     budget: float | None = DEFAULTS["budget"]
     prompt_format: str = "Continue my text"
     past_eos: str = "Auto"
-    drafter: str = Settings.drafter
     shift: str = "Shift"
+    drafter: str = Settings.drafter  # not in the Write tab's panel (which passes the fields above in order)
 
     def to_settings(self, *, limit: int | None = None, prompt_tokens: int = 0,
                     prompt_label: str = "prompt") -> Settings:
