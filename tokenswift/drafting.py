@@ -43,6 +43,17 @@ class Drafter(Protocol):
         """The proposed tokens below the root that n-gram continuations hang from (their first is the key)."""
 
 
+def best_per_depth(logits: torch.Tensor, sampler: Sampler, window: torch.Tensor | None,
+                   widths: list[int]) -> list[list[int]]:
+    """The top widths[d] tokens of draft row d (every drafter's last step)."""
+    if window is not None:
+        # Temperature and filters keep the order of the best tokens: only the penalty changes which tokens
+        # lead, so it is the only processing a draft needs.
+        logits = sampler.penalize(logits, window.expand(logits.shape[0], -1))
+    best = torch.topk(logits, max(widths), dim=-1).indices.tolist()
+    return [best[d][:w] for d, w in enumerate(widths)]
+
+
 class HeadsDrafter:
     """TokenSwift's drafter (design §1–§2, §4): one pass of the target over the partial cache, then the
     base LM head and the chained draft heads give depth 1..gamma+1 distributions."""
@@ -78,13 +89,7 @@ class HeadsDrafter:
         if len(widths) > 1:
             states = lm.heads(out.hidden)[: len(widths) - 1]
             rows.extend(lm.model.head(s) for s in states)
-        logits = torch.cat(rows)
-        if window is not None:
-            # Temperature and filters keep the order of the best tokens: only the penalty changes which
-            # tokens lead, so it is the only processing a draft needs.
-            logits = self.sampler.penalize(logits, window.expand(logits.shape[0], -1))
-        best = torch.topk(logits, max(widths), dim=-1).indices.tolist()
-        return [best[i][:w] for i, w in enumerate(widths)]
+        return best_per_depth(torch.cat(rows), self.sampler, window, widths)
 
     def commit(self, full: KVCache, start: int, end: int, queries: list[torch.Tensor] | None) -> None:
         self.partial.extend(full, start, end, queries)

@@ -257,12 +257,12 @@ class Engine:
                 return self._plain_step()
         L, root, dev = self.length, self.root, self.lm.device
         t0 = time.perf_counter()
-        # 1. Draft: one pass over the partial cache; the base head and the draft heads give each depth.
+        # 1. Draft: each depth's candidates, as deep as the shape (the drafter: drafting.py, fused_drafter.py).
         depth = len(shape.widths) if shape is not None else len(self.drafter.widths)
         levels = self.drafter.propose(root, L, self._window(L + 1, []), depth)
         self._sync()
         t1 = time.perf_counter()
-        # 2. Candidates: the tree plus the k most frequent 4-grams starting with the depth-1 token.
+        # 2. Candidates: the tree plus the k most frequent 4-gram continuations of the drafter's n-gram key.
         k, slots = self.s.ngram_topk, self.verify_slots
         if shape is not None:  # the adaptive policy's share of the proposals
             levels, k, slots = shape.cut(levels), shape.k, shape.slots

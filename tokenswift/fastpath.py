@@ -37,6 +37,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from .drafting import best_per_depth
 from .kv_cache import KVCache
 from .loading import LoadedModel
 from .model import Transformer
@@ -463,10 +464,7 @@ class FastDrafter:
     def propose(self, root: int, position: int, window: torch.Tensor | None, depth: int) -> list[list[int]]:
         # one captured draft pass for every depth: static shapes; a smaller shape takes its share below
         logits = self.passes.draft(self.partial.cache, root, position, self.partial.n, len(self.widths))
-        if window is not None:  # as HeadsDrafter: only the penalty can change which tokens lead
-            logits = self.sampler.penalize(logits, window.expand(logits.shape[0], -1))
-        best = torch.topk(logits, max(self.widths), dim=-1).indices.tolist()
-        return [best[i][:w] for i, w in enumerate(self.widths)]
+        return best_per_depth(logits, self.sampler, window, self.widths)
 
 
 # -- sampling on the device ----------------------------------------------------------------------------

@@ -18,6 +18,7 @@ import math
 
 import torch
 
+from .drafting import best_per_depth
 from .kv_cache import KVCache
 from .loading import LoadedModel
 from .sampling import Sampler
@@ -64,10 +65,7 @@ class FusedDrafter:
             logits = torch.full((len(states), lm.config.vocab_size), -math.inf, dtype=states.dtype,
                                 device=states.device)
             logits[:, self.vocab] = torch.nn.functional.linear(states, self.weight)
-        if window is not None:  # as HeadsDrafter: only the penalty can change which tokens lead
-            logits = self.sampler.penalize(logits, window.expand(logits.shape[0], -1))
-        best = torch.topk(logits, max(widths), dim=-1).indices.tolist()
-        return [best[i][:w] for i, w in enumerate(widths)]
+        return best_per_depth(logits, self.sampler, window, widths)
 
     def commit(self, full: KVCache, start: int, end: int, queries: list[torch.Tensor] | None) -> None:
         pass  # the next observe() brings all the drafter keeps
