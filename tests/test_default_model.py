@@ -67,7 +67,7 @@ def test_model_reads_the_files_metadata(smollm2, gguf_path):
 
 
 def test_shipped_heads_are_used_with_the_default_model(smollm2, gguf_path):
-    assert smollm2.heads is not None and smollm2.heads.gamma == 3
+    assert smollm2.heads is not None and smollm2.heads.gamma == 3 and smollm2.heads.next_token
     record = json.loads((REPO / "models" / "smollm2-135m-instruct" / "heads" / "heads_config.json").read_text())
     assert record["record"]["base_sha256"] == file_hash(gguf_path)
 

@@ -35,11 +35,14 @@ CASES = [("paper", "minp-penalty", 20, True, 3, N), ("paper", "greedy", 0, True,
          ("fused", "top-p", 20, True, 4, 600), ("fused", "eta", 20, False, 5, 600)]
 
 def random_heads(lm, seed):
-    heads = new_heads(lm.config)
+    """Odd seeds give heads that read the next token (heads.py), even seeds the paper's heads."""
+    heads = new_heads(lm.config, next_token=seed % 2 == 1)
     torch.manual_seed(seed)
     with torch.no_grad():
         for layer in heads.layers:
             layer.linear.weight.normal_(0, 0.02)
+        if heads.next_token:
+            heads.next_proj.weight.normal_(0, 0.02)
     return heads.to(lm.device, lm.dtype)
 
 

@@ -67,8 +67,10 @@ def test_untrained_heads_repeat_the_base_head(stories32):
     tokens = torch.tensor([stories32.encode("Once upon a time, there was a little dog named Max.")])
     hidden = th.base_hidden(stories32, tokens)
     base = stories32.model.head(stories32.model.model.norm(hidden)).float()
-    for i, logits in enumerate(th.draft_logits(stories32, th.initial_heads(stories32), hidden), start=1):
-        torch.testing.assert_close(logits, base[:, : -(i + 1)], rtol=0, atol=1e-5)
+    for next_token in (False, True):
+        heads = th.initial_heads(stories32, next_token=next_token)
+        for i, logits in enumerate(th.draft_logits(stories32, heads, hidden, tokens), start=1):
+            torch.testing.assert_close(logits, base[:, : -(i + 1)], rtol=0, atol=1e-5)
 
 
 def test_base_hidden_is_the_engines_prenorm_state(stories32):
@@ -90,8 +92,9 @@ def test_saved_heads_reload_to_identical_logits(trained, stories32):
     loaded = load_heads(Path(cfg.out), stories32.config, "cpu", torch.float32)
     tokens = torch.tensor([stories32.encode("Lily and Ben went to the beach to build a sandcastle.")])
     hidden = th.base_hidden(stories32, tokens)
-    for ours, theirs in zip(th.draft_logits(stories32, result.heads, hidden),
-                            th.draft_logits(stories32, loaded, hidden), strict=True):
+    assert loaded.next_token and result.heads.next_token  # the default: heads that read the next token
+    for ours, theirs in zip(th.draft_logits(stories32, result.heads, hidden, tokens),
+                            th.draft_logits(stories32, loaded, hidden, tokens), strict=True):
         assert torch.equal(ours, theirs)
     # the draft vocabulary: every id of this 512-token model, the training text's most frequent first
     assert torch.equal(loaded.vocab, result.heads.vocab) and sorted(loaded.vocab.tolist()) == list(range(512))
@@ -157,6 +160,32 @@ def test_features_hold_the_models_own_states_and_resume(trained, stories32, tmp_
     assert again.filled == 6 and (again.hidden[:] == whole[0]).all() and (again.topk[:] == whole[1]).all()
     with pytest.raises(ValueError, match="other data or settings"):
         hf.open_or_create(tmp_path / "f", tokens, stories32.config.dim, 8, "stories", "id")
+
+
+def test_vocab_loss_learns_and_reading_the_next_token_drafts_better(trained, heldout, stories_path, stories32,
+                                                                   tmp_path):
+    """The loss over the draft vocabulary trains heads that beat untrained ones; with the same data and steps,
+    heads that read the next token beat heads that do not, most of all the first."""
+    data = (str(Path(trained[0].out) / th.DISTILL_NAME),)
+    rows = {}
+    for next_token in (False, True):
+        out = tmp_path / f"heads-{next_token}"
+        cfg = th.TrainConfig(model=str(stories_path), out=str(out), data=data, steps=60, checkpoint_every=60,
+                             loss="vocab", draft_vocab=256, next_token=next_token, **QUICK)
+        result = th.train_heads(cfg, lm=stories32)
+        assert result.heads.next_token == next_token and result.record["settings"]["loss"] == "vocab"
+        assert len(result.heads.vocab) == 256
+        rows[next_token] = evaluate(stories_path, stories32, cfg.out, heldout)
+    before = evaluate(stories_path, stories32, ev.UNTRAINED, heldout)
+    for i in (1, 2, 3):
+        b, a = before[f"head{i}"], rows[False][f"head{i}"]
+        assert a["top1"] > b["top1"] + 0.02 and a["top1"] > 2 * b["top1"], (i, b, a)
+    assert rows[True]["head1"]["top1"] > rows[False]["head1"]["top1"] + 0.05, rows
+
+
+def test_vocab_loss_needs_a_draft_vocabulary():
+    with pytest.raises(ValueError, match="needs a draft vocabulary"):
+        th.TrainConfig(model="m", out="o", data=("x.txt",), loss="vocab", draft_vocab=0)
 
 
 def test_sampled_loss_needs_features():
@@ -325,6 +354,10 @@ def test_train_arguments_map_onto_the_config():
                               "sampled", "--topk", "8", "--negatives", "512", "--draft-vocab", "0"])
     cfg = th.config_from_args(args)
     assert (cfg.features, cfg.loss, cfg.topk, cfg.negatives, cfg.draft_vocab) == ("f", "sampled", 8, 512, 0)
+    assert cfg.next_token
+    cfg = th.config_from_args(parser.parse_args(["--model", "m", "--data", "a.txt", "--out", "o", "--loss", "vocab",
+                                                 "--no-next-token"]))
+    assert cfg.loss == "vocab" and not cfg.next_token
 
 
 def test_eval_command_prints_a_table_and_writes_json(trained, heldout, stories_path, tmp_path, capsys):

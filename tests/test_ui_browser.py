@@ -81,7 +81,8 @@ def test_write_pause_resume(page):
     status, text = page.locator("#write-status"), page.locator("#write-text textarea")
     page.locator("#write-title input").fill("The Lighthouse")
     page.locator("#write-prompt textarea").fill("Once upon a time, a little fox found a key by the sea.")
-    page.locator("#write-target input").fill("1000")
+    # Long enough to be still writing when Pause lands: stories260k writes ~800 tokens/s on an idle machine.
+    page.locator("#write-target input").fill("6000")
     page.locator("#write-prompt textarea").press("Control+Enter")  # the keybinding starts it
     expect(text).to_have_value(re.compile(r"fox found a key by the sea\.\S*\s*\S+"), timeout=30_000)
     expect(page.locator("#chart-alpha .scatterlayer .trace")).to_have_count(1, timeout=30_000)
@@ -90,14 +91,14 @@ def test_write_pause_resume(page):
     expect(status).to_contain_text("Paused", timeout=30_000)
     expect(page.locator("#write-resume")).to_be_enabled()
     page.screenshot(path=SHOTS / "02-write-paused.png", full_page=True)
-    paused_at = int(re.search(r"([\d,]+) / 1,000 tokens", status.inner_text()).group(1).replace(",", ""))
-    assert 0 < paused_at < 1000
+    paused_at = int(re.search(r"([\d,]+) / 6,000 tokens", status.inner_text()).group(1).replace(",", ""))
+    assert 0 < paused_at < 6000
     page.reload()  # a reopened tab finds its draft where it is
-    expect(status).to_contain_text(f"Paused — Draft #1 · {paused_at:,} / 1,000 tokens", timeout=30_000)
+    expect(status).to_contain_text(f"Paused — Draft #1 · {paused_at:,} / 6,000 tokens", timeout=30_000)
     expect(text).to_have_value(re.compile(r"fox found a key"))
     page.locator("#write-resume").click()
     expect(status).to_contain_text("Done", timeout=60_000)
-    expect(status).to_contain_text("1,000 / 1,000 tokens")
+    expect(status).to_contain_text("6,000 / 6,000 tokens")
     page.locator("#write-show-all").click()
     opening = page.locator("#write-full .ts-whole .ts-src-opening").first
     expect(opening).to_have_text(re.compile(r"^Once upon a time, a little fox"))

@@ -199,7 +199,8 @@ def eager_rows(lm: LoadedModel, cache: KVCache, partial: KVCache, contexts: list
     def draft() -> None:
         out = model(token, torch.tensor([b.budget], device=dev), partial, b.budget)
         if lm.heads is not None:
-            torch.cat([model.head(s) for s in lm.heads(out.hidden)])
+            after = model.model.embed_tokens(out.logits.argmax(-1)) if lm.heads.next_token else None
+            torch.cat([model.head(s) for s in lm.heads(out.hidden, after)])
 
     def verify(c: int, inputs) -> None:
         tokens, positions, tree = inputs[1]

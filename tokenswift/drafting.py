@@ -85,11 +85,15 @@ class HeadsDrafter:
         tokens = torch.tensor([root], device=lm.device)
         pos = torch.tensor([position], device=lm.device)
         out = lm.model(tokens, pos, partial.cache, partial.n, logits="all")
-        rows = [out.logits]
-        if len(widths) > 1:
-            states = lm.heads(out.hidden)[: len(widths) - 1]
-            rows.extend(lm.model.head(s) for s in states)
-        return best_per_depth(torch.cat(rows), self.sampler, window, widths)
+        if len(widths) == 1:
+            return best_per_depth(out.logits, self.sampler, window, widths)
+        # Heads that read the next token get the base head's best guess, the depth-1 candidate they extend.
+        first = best_per_depth(out.logits, self.sampler, window, widths[:1])
+        after = lm.model.model.embed_tokens(torch.tensor(first[0][:1], device=lm.device)) \
+            if lm.heads.next_token else None
+        states = lm.heads(out.hidden, after)[: len(widths) - 1]
+        rest = best_per_depth(torch.cat([lm.model.head(s) for s in states]), self.sampler, window, widths[1:])
+        return first + rest
 
     def commit(self, full: KVCache, start: int, end: int, queries: list[torch.Tensor] | None) -> None:
         self.partial.extend(full, start, end, queries)

@@ -32,6 +32,7 @@ from .trie import build_trie, max_nodes, verify_inputs, walk
 PREFILL_CHUNK = 1024
 NGRAM_LEN = 4
 PROBE_INTERVAL_S = 2.0  # how often TokenSwift re-measures an AR step at the current context
+SHARED_HEAD_ROWS = 16  # up to this many candidate rows share one LM-head product (16-bit weights, see _verify)
 # Time saved is counted against the median of the latest AR timings: on a shared CPU one slow step (another
 # process had the core) would otherwise count as seconds saved for every iteration until the next probe,
 # and the time-saved curve would jump up and drift back.
@@ -329,13 +330,17 @@ class Engine:
         None); every row's last-layer state (None on the fast path).
 
         Off the fast path the LM head runs only on the rows the walk visits (the accepted path and one
-        more), not on every candidate."""
+        more), not on every candidate; with 16-bit weights a small batch takes one product for all its rows,
+        which costs about what one row does there (a CPU's float32 product of M rows costs nearly M rows)."""
         tokens, positions, tree_mask = inputs
         if self.fast is not None:
             logits, queries, targets = self.fast.verify(tokens, positions, tree_mask, L, trie)
             return (lambda node: logits[node:node + 1]), queries, targets, None
         mask = with_prefix(tree_mask, L, positions, self.lm.config.sliding_window)
         out = self.lm.model(tokens, positions, self.cache, L, mask, logits="none", capture_queries=capture)
+        if len(trie.tokens) <= SHARED_HEAD_ROWS and self.lm.dtype in (torch.bfloat16, torch.float16):
+            logits = self.lm.model.logits_of(out.hidden[: len(trie.tokens)])
+            return (lambda node: logits[node:node + 1]), out.queries, None, out.hidden
         return (lambda node: self.lm.model.logits_of(out.hidden[node:node + 1])), out.queries, None, out.hidden
 
     def _target_token(self, logits: torch.Tensor, trie, node: int, L: int) -> int:

@@ -51,7 +51,7 @@ def evaluate(lm: LoadedModel, heads: DraftHeads, tokens: torch.Tensor, batch: in
         chunk = chunk.to(lm.device)
         hidden = base_hidden(lm, chunk)
         base = lm.model.head(lm.model.model.norm(hidden[:, :-1])).float()
-        for row, logits in enumerate([base, *draft_logits(lm, heads, hidden)]):
+        for row, logits in enumerate([base, *draft_logits(lm, heads, hidden, chunk)]):
             target = chunk[:, row + 1:]
             top3 = logits.topk(3, dim=-1).indices
             sums[row, 0] += F.cross_entropy(logits.flatten(0, 1), target.flatten(), reduction="sum").item()

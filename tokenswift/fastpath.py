@@ -294,7 +294,10 @@ class Pass:
             x = self._layer(layer, i, x, cos, sin, slots)
         rows = [model.model.norm(x)]
         if self.draft_rows > 1:
-            rows.extend(self.heads(x)[: self.draft_rows - 1])  # chained draft heads on the pre-norm state
+            after = None
+            if self.heads.next_token:  # the base head's best guess; in the graph, before the host's penalty
+                after = model.model.embed_tokens(model.head(rows[0]).argmax(-1))
+            rows.extend(self.heads(x, after)[: self.draft_rows - 1])  # chained draft heads on the pre-norm state
         self.logits.copy_(model.head(torch.cat(rows)))
         if self.sampler is not None:
             self.sampled.copy_(self.sampler(self.logits, self.visible.start, self.positions, self.paths))

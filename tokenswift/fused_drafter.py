@@ -4,7 +4,8 @@ The paper's loop runs the target twice per iteration: a draft pass for the root 
 the verify pass. Here the draft comes free with the previous pass. The last accepted node a of a verify
 pass (or the token of a plain step, or the prompt's last token) has a last-layer state h_a; the base head on
 h_a gave the root r, and draft head i on h_a guesses the token i places below r. So the tree for r is built
-from h_a before r is ever run through the model, and one forward per iteration verifies it.
+from h_a before r is ever run through the model, and one forward per iteration verifies it. Heads that read the
+next token (heads.py) get r itself.
 
 What changes against the paper's drafter: depth 1 comes from a draft head instead of the base head (the
 base head's guess there is r itself), and the n-gram paths hang from the root. No partial cache, no second
@@ -58,7 +59,9 @@ class FusedDrafter:
         lm, widths = self.lm, self.widths[:depth]
         if not widths:
             return []
-        states = torch.cat(lm.heads(self.hidden)[: len(widths)])
+        after = lm.model.model.embed_tokens(torch.tensor([root], device=self.hidden.device)) \
+            if lm.heads.next_token else None
+        states = torch.cat(lm.heads(self.hidden, after)[: len(widths)])
         if self.vocab is None:
             logits = lm.model.head(states)
         else:  # scores outside the draft vocabulary stay -inf: never proposed

@@ -103,7 +103,7 @@ def sampled_losses(lm, states: list[torch.Tensor], tokens: torch.Tensor, topk: t
                    generator: torch.Generator | None = None) -> tuple[list[torch.Tensor], torch.Tensor]:
     """Per head: sampled-softmax cross-entropy and top-1 over the candidate set (a [gamma] tensor, no grad).
 
-    states: the heads' normalised states [B, T, dim]; head i (1-based) at position t predicts token t+1+i,
+    states: the heads' normalised states [B, T or T-1, dim]; head i (1-based) at position t predicts token t+1+i,
     and the base model's top-k at position t+i are its guesses for that same token."""
     weight = lm.model.model.embed_tokens.weight if lm.config.tie_embeddings else lm.model.lm_head.weight
     vocab = weight.shape[0]
@@ -112,7 +112,7 @@ def sampled_losses(lm, states: list[torch.Tensor], tokens: torch.Tensor, topk: t
     correction = math.log(vocab / negatives)
     losses, top1 = [], []
     for i, s in enumerate(states, start=1):
-        s = s[:, : -(i + 1)].float().flatten(0, 1)
+        s = s[:, : tokens.shape[1] - 1 - i].float().flatten(0, 1)
         target = tokens[:, i + 1:].flatten()
         guesses = topk[:, i : tokens.shape[1] - 1].flatten(0, 1)
         own = torch.cat((target[:, None], guesses), dim=1)  # the target is candidate 0

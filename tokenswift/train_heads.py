@@ -44,8 +44,8 @@ CHECKPOINT_NAME = "checkpoint.pt"
 DISTILL_NAME = "self-distill.jsonl"
 # Settings a checkpoint must share with the run that resumes it, or the data order / schedule would differ.
 RESUME_KEYS = ("seq_len", "batch", "grad_accum", "steps", "lr", "min_lr", "warmup", "seed", "gamma", "loss", "topk",
-               "negatives")
-LOSSES = ("full", "sampled")
+               "negatives", "next_token", "draft_vocab")
+LOSSES = ("full", "sampled", "vocab")
 
 
 @dataclass
@@ -87,10 +87,12 @@ class TrainConfig:
     seed: int = 0  # data order and self-distillation sampling
     progress: bool = True  # tqdm bars
     features: str | None = None  # cache the frozen model's h0 and top-k here once, and train from it
-    loss: str = "full"  # full: cross-entropy over the vocabulary; sampled: over candidates (head_features)
+    loss: str = "full"  # full: cross-entropy over the vocabulary; sampled: over candidates (head_features);
+    # vocab: over the draft vocabulary, the only rows the drafters score (targets outside it are skipped)
     topk: int = 16  # the base model's guesses stored per position (the sampled loss's hard negatives)
     negatives: int = 2048  # uniformly drawn negatives per micro-batch for the sampled loss
     draft_vocab: int = 8192  # the heads carry this many of the data's most frequent token ids (0 = none)
+    next_token: bool = True  # the heads also read the token after h0's position (heads.py)
 
     def __post_init__(self) -> None:
         self.data = tuple(self.data)
@@ -104,6 +106,8 @@ class TrainConfig:
             raise ValueError("train-heads needs training text: --data FILE... or --self-distill N_TOKENS")
         if self.draft_vocab < 0:
             raise ValueError(f"draft_vocab must be >= 0, got {self.draft_vocab}")
+        if self.loss == "vocab" and not self.draft_vocab:
+            raise ValueError("the vocab loss needs a draft vocabulary: --draft-vocab N with N >= 1")
         for name in ("seq_len", "steps", "batch", "grad_accum", "checkpoint_every", "gamma", "doc_tokens"):
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
@@ -155,28 +159,53 @@ def base_hidden(lm: LoadedModel, tokens: torch.Tensor) -> torch.Tensor:
     return torch.stack(rows)
 
 
-def initial_heads(lm: LoadedModel, gamma: int = 3) -> DraftHeads:
+def initial_heads(lm: LoadedModel, gamma: int = 3, next_token: bool = False) -> DraftHeads:
     """Fresh heads that start out exactly as the base head: W_i = 0 (new_heads), and each output norm
     takes the model's final-norm gain, so logits_i = the base logits at first instead of a rescaled copy."""
-    heads = new_heads(lm.config, gamma).to(lm.device)
+    heads = new_heads(lm.config, gamma, next_token).to(lm.device)
     with torch.no_grad():
         for layer in heads.layers:
             layer.post_layernorm.weight.copy_(lm.model.model.norm.weight)
     return heads
 
 
-def draft_logits(lm: LoadedModel, heads: torch.nn.Module, hidden: torch.Tensor) -> list[torch.Tensor]:
+def head_states(lm: LoadedModel, heads: torch.nn.Module, hidden: torch.Tensor, tokens: torch.Tensor):
+    """The heads' normalised states [B, T-1, dim] at positions 0..T-2 of tokens [B, T] (the last position has
+    no target for any head). Heads that read the next token get the embedding of token t+1 at position t."""
+    param = next(heads.parameters())
+    after = None
+    if getattr(heads, "module", heads).next_token:  # DDP wraps the heads in .module
+        after = lm.model.model.embed_tokens(tokens[:, 1:]).to(param.dtype)
+    return heads(hidden[:, :-1].to(param.dtype), after)
+
+
+def draft_logits(lm: LoadedModel, heads: torch.nn.Module, hidden: torch.Tensor,
+                 tokens: torch.Tensor) -> list[torch.Tensor]:
     """Each draft head's float32 logits [B, T-1-i, vocab], only where there is a target: head i (1-based)
     at position t predicts token t+1+i, so its last i+1 positions have none."""
-    param = next(heads.parameters())
-    states = heads(hidden.to(param.dtype))
-    return [lm.model.head(s[:, : -(i + 1)].to(lm.dtype)).float() for i, s in enumerate(states, start=1)]
+    states = head_states(lm, heads, hidden, tokens)
+    return [lm.model.head(s[:, : s.shape[1] - i].to(lm.dtype)).float() for i, s in enumerate(states, start=1)]
+
+
+def vocab_losses(lm: LoadedModel, states: list[torch.Tensor], tokens: torch.Tensor, vocab: torch.Tensor):
+    """Per head: cross-entropy over the draft vocabulary's rows and top-1 there (a [gamma] tensor, no grad).
+    Targets outside the vocabulary are skipped: the drafters can never propose them anyway."""
+    index = torch.full((lm.config.vocab_size,), -100, dtype=torch.int64, device=tokens.device)
+    index[vocab] = torch.arange(len(vocab), device=tokens.device)
+    weight = lm.model.head_weight[vocab].float()
+    losses, top1 = [], []
+    for i, s in enumerate(states, start=1):
+        logits = s[:, : tokens.shape[1] - 1 - i].float() @ weight.T
+        target = index[tokens[:, i + 1:]]
+        losses.append(F.cross_entropy(logits.flatten(0, 1), target.flatten(), ignore_index=-100))
+        top1.append((logits.detach().argmax(-1) == target).float().mean())
+    return losses, torch.stack(top1)
 
 
 def head_losses(lm: LoadedModel, heads: torch.nn.Module, hidden: torch.Tensor, tokens: torch.Tensor):
     """Per draft head: mean cross-entropy over the vocabulary and top-1 accuracy (a [gamma] tensor, no grad)."""
     losses, top1 = [], []
-    for i, logits in enumerate(draft_logits(lm, heads, hidden), start=1):
+    for i, logits in enumerate(draft_logits(lm, heads, hidden, tokens), start=1):
         target = tokens[:, i + 1:]
         losses.append(F.cross_entropy(logits.flatten(0, 1), target.flatten()))
         top1.append((logits.detach().argmax(-1) == target).float().mean())
@@ -317,7 +346,8 @@ def lr_factor(step: int, cfg: TrainConfig) -> float:
 
 
 def train_step(lm: LoadedModel, heads: torch.nn.Module, opt, sched, data: torch.Tensor, position: int,
-               cfg: TrainConfig, par: Parallel, store: FeatureStore | None = None) -> torch.Tensor:
+               cfg: TrainConfig, par: Parallel, store: FeatureStore | None = None,
+               vocab: torch.Tensor | None = None) -> torch.Tensor:
     """One optimiser step over grad_accum micro-batches, read from data-stream micro-batch `position` on.
     Returns [2*gamma]: per-head loss then per-head top-1, averaged over micro-batches and processes."""
     device = torch.device(par.device)
@@ -334,8 +364,10 @@ def train_step(lm: LoadedModel, heads: torch.nn.Module, opt, sched, data: torch.
             with torch.autocast(device.type, torch.bfloat16, enabled=device.type == "cuda"):
                 if cfg.loss == "sampled":
                     noise = torch.Generator(device).manual_seed(cfg.seed * 1_000_003 + start)
-                    states = heads(hidden.to(next(heads.parameters()).dtype))
+                    states = head_states(lm, heads, hidden, tokens)
                     losses, top1 = sampled_losses(lm, states, tokens, guesses, cfg.negatives, noise)
+                elif cfg.loss == "vocab":
+                    losses, top1 = vocab_losses(lm, head_states(lm, heads, hidden, tokens), tokens, vocab)
                 else:
                     losses, top1 = head_losses(lm, heads, hidden, tokens)
             (sum(losses) / cfg.grad_accum).backward()
@@ -417,7 +449,9 @@ def train_heads(cfg: TrainConfig, lm: LoadedModel | None = None,
         par.barrier()
         store = FeatureStore(Path(cfg.features))
         data_info |= {"features": cfg.features}
-    heads = initial_heads(lm, cfg.gamma).to(par.device, torch.float32)  # float32 master weights
+    heads = initial_heads(lm, cfg.gamma, cfg.next_token).to(par.device, torch.float32)  # float32 master weights
+    vocab = draft_vocabulary(packed.tokens, lm.config.vocab_size, cfg.draft_vocab).to(par.device) \
+        if cfg.draft_vocab else None
     opt = make_optimizer(heads, cfg)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, cfg))
     step = position = 0
@@ -427,7 +461,7 @@ def train_heads(cfg: TrainConfig, lm: LoadedModel | None = None,
     metrics = {}
     bar = tqdm(total=cfg.steps, initial=step, desc="train-heads", disable=not (cfg.progress and par.main))
     while step < cfg.steps:
-        values = train_step(lm, model, opt, sched, packed.tokens, position, cfg, par, store).tolist()
+        values = train_step(lm, model, opt, sched, packed.tokens, position, cfg, par, store, vocab).tolist()
         step, position = step + 1, position + cfg.grad_accum
         metrics = {"loss": sum(values[: cfg.gamma]), "loss_per_head": values[: cfg.gamma],
                    "top1_per_head": values[cfg.gamma:], "lr": sched.get_last_lr()[0]}
@@ -442,8 +476,8 @@ def train_heads(cfg: TrainConfig, lm: LoadedModel | None = None,
     record = make_record(cfg, data_info, metrics, par.world)
     if source := gguf_checkpoint.source_record(lm.path):  # shipped heads are found by the GGUF file's hash
         record["base_sha256"] = source["sha256"]
-    if cfg.draft_vocab:
-        heads = heads.with_vocab(draft_vocabulary(packed.tokens, lm.config.vocab_size, cfg.draft_vocab))
+    if vocab is not None:
+        heads = heads.with_vocab(vocab)
     if par.main:
         save_heads(heads, out, record=record)
     par.barrier()
@@ -571,7 +605,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--loss", choices=LOSSES, default="full",
                         help="full: cross-entropy over the whole vocabulary; sampled: over the target, the "
                              "model's own top-k and shared random negatives (needs --features; far cheaper "
-                             "on a CPU) (default: full)")
+                             "on a CPU); vocab: over the draft vocabulary only (default: full)")
+    parser.add_argument("--next-token", action=argparse.BooleanOptionalAction, default=True,
+                        help="heads that also read the token after the state they start from (default: on)")
     parser.add_argument("--topk", type=int, default=d["topk"].default,
                         help="guesses of the model stored per position for the sampled loss (default: 16)")
     parser.add_argument("--negatives", type=int, default=d["negatives"].default,
@@ -596,7 +632,7 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
         weight_decay=args.weight_decay, grad_clip=args.grad_clip, gamma=args.gamma, device=args.device,
         dtype=args.dtype, resume=args.resume, checkpoint_every=args.checkpoint_every, seed=args.seed,
         progress=not args.no_progress, features=args.features, loss=args.loss, topk=args.topk,
-        negatives=args.negatives, draft_vocab=args.draft_vocab,
+        negatives=args.negatives, draft_vocab=args.draft_vocab, next_token=args.next_token,
     )
 
 
