@@ -364,6 +364,27 @@ def test_policy_takes_plain_steps_only_while_they_are_faster():
     assert all(off.choose() is not None for _ in range(20))
 
 
+def test_exploring_beside_plain_steps_favours_the_shape_closest_to_paying():
+    """While plain steps are faster, three explorations in four run the best shape; the fourth refreshes the
+    shape timed longest ago, so every shape is still measured as the context grows."""
+    shapes = ladder((1, 3, 3, 3), 20)[:4]
+    levels, paths = [[5], [1, 2, 3], [1, 2, 3], [1, 2, 3]], []
+    cost = {121: 1.0, 56: 0.5, 28: 0.5, 13: 0.25}  # every shape emits 2 tokens: the 13-row one is the best
+    policy = CandidatePolicy(shapes, explore_every=8, plain_explore_share=0.5)
+    explored = []
+    for i in range(400):
+        if i == 8:  # after the warm-up (each shape twice, largest first), the engine's AR probe
+            policy.observe_plain(0.0625)  # 16 tokens/s: plain steps stay faster than every shape
+        shape = policy.choose()
+        if shape is None:
+            policy.observe_plain(0.0625)
+            continue
+        if i >= 8:
+            explored.append(shape.slots)
+        policy.observe(shape.cut(levels), paths, [5], cost[shape.slots])
+    assert explored[:12] == [13, 13, 13, 121, 13, 13, 13, 56, 13, 13, 13, 28]
+
+
 # -- on a CUDA device ----------------------------------------------------------------------------------
 
 
