@@ -92,6 +92,7 @@ class Engine:
         self._ar_times: deque[float] = deque(maxlen=AR_SAMPLES)
         self.fast = FastPasses(lm, self.cache, fast, self.sampler, self.buf) if fast is not None else None
         self.pad_verify = self.pad_verify or self.fast is not None  # graphs need fixed shapes
+        self.shared_head_rows = SHARED_HEAD_ROWS if lm.dtype in (torch.bfloat16, torch.float16) else 0
         self.adaptive = bool(lm.extras.get("adaptive", False)) if adaptive is None else adaptive
         self.policy: CandidatePolicy | None = None
 
@@ -338,10 +339,12 @@ class Engine:
             return (lambda node: logits[node:node + 1]), queries, targets, None
         mask = with_prefix(tree_mask, L, positions, self.lm.config.sliding_window)
         out = self.lm.model(tokens, positions, self.cache, L, mask, logits="none", capture_queries=capture)
-        if len(trie.tokens) <= SHARED_HEAD_ROWS and self.lm.dtype in (torch.bfloat16, torch.float16):
+        if len(trie.tokens) <= self.shared_head_rows:
             logits = self.lm.model.logits_of(out.hidden[: len(trie.tokens)])
-            return (lambda node: logits[node:node + 1]), out.queries, None, out.hidden
-        return (lambda node: self.lm.model.logits_of(out.hidden[node:node + 1])), out.queries, None, out.hidden
+            rows = lambda node: logits[node:node + 1]  # noqa: E731
+        else:
+            rows = lambda node: self.lm.model.logits_of(out.hidden[node:node + 1])  # noqa: E731
+        return rows, out.queries, None, out.hidden
 
     def _target_token(self, logits: torch.Tensor, trie, node: int, L: int) -> int:
         """The target's token after `node`, from that row's logits [1, vocab]."""
