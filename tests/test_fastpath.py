@@ -293,12 +293,12 @@ def test_plain_steps_inside_tokenswift_keep_the_text(stories64, drafter):
 
 def test_ladder_is_nested_and_sized():
     shapes = ladder((1, 3, 3, 3), 20)
-    assert [s.slots for s in shapes] == [121, 56, 28, 13, 7, 2]
+    assert [s.slots for s in shapes] == [121, 56, 28, 13, 5, 3, 2]
     for big, small in zip(shapes, shapes[1:], strict=False):
         assert len(big.widths) >= len(small.widths) and big.k >= small.k
         assert all(a >= b for a, b in zip(big.widths, small.widths, strict=False))
     assert [s.slots for s in ladder((1,), 0)] == [2]
-    assert [s.slots for s in ladder((3, 3, 3), 20)] == [120, 55, 31, 12, 7, 2]  # the fused drafter's tree
+    assert [s.slots for s in ladder((3, 3, 3), 20)] == [120, 55, 31, 12, 4, 3, 2]  # the fused drafter's tree
     assert [(s.widths, s.k) for s in ladder((), 20)] == [((), 20), ((), 10), ((), 5), ((), 2), ((), 1)]
 
 
@@ -319,6 +319,19 @@ def test_best_shape_maximises_tokens_per_second():
     assert best_shape([None, 2.0], [None, 0.01]) == 1
 
 
+def test_token_estimate_is_a_mean_at_first_then_a_slow_average():
+    shape = Shape((1,), 0)
+    policy = CandidatePolicy([shape], token_decay=0.25)
+    levels = [[5]]
+    for accepted in ([5], [], [], []):  # 2, 1, 1, 1 tokens
+        policy.choose(plain_ok=False)
+        policy.observe(shape.cut(levels), [], accepted, 0.01)
+    assert policy.tokens[0] == pytest.approx(1.25)  # the mean of the first four: none lingers
+    policy.choose(plain_ok=False)
+    policy.observe(shape.cut(levels), [], [5], 0.01)
+    assert policy.tokens[0] == pytest.approx(1.25 + 0.25 * (2 - 1.25))  # then the moving average
+
+
 def test_policy_moves_to_a_smaller_batch_when_verify_gets_expensive():
     shapes = ladder((1, 3, 3, 3), 20)[:4]
     policy = CandidatePolicy(shapes, explore_every=8)
@@ -331,6 +344,22 @@ def test_policy_moves_to_a_smaller_batch_when_verify_gets_expensive():
         policy.observe(shape.cut(levels), paths, [5, 1, 1], cost[shape.slots])  # top-1 path: 3 accepted
     assert picks[:8] == [121, 121, 56, 56, 28, 28, 13, 13]  # warm-up: each shape twice, largest first
     assert picks[-10:].count(13) >= 8  # every shape accepts the top-1 path here: the cheapest wins
+
+
+def test_retiming_other_shapes_keeps_within_its_share_of_the_time():
+    shapes = ladder((1, 3, 3, 3), 20)[:4]
+    policy = CandidatePolicy(shapes, explore_every=8, explore_share=0.05)
+    levels, paths = [[5], [1, 2, 3], [1, 2, 3], [1, 2, 3]], []
+    cost = {121: 0.5, 56: 0.1, 28: 0.05, 13: 0.01}  # a CPU: every shape accepts the same, the big ones cost
+    spent = {slots: 0.0 for slots in cost}
+    for i in range(1000):
+        shape = policy.choose()
+        policy.observe(shape.cut(levels), paths, [5, 1, 1], cost[shape.slots])
+        if i >= 8:  # after the warm-up
+            spent[shape.slots] += cost[shape.slots]
+    others = sum(spent.values()) - spent[13]
+    assert spent[28] > 0 and spent[56] > 0  # still re-timed as the context grows
+    assert others <= 0.06 * sum(spent.values())  # the 0.5 s shape fits the share once in 10 s of passes
 
 
 def test_policy_takes_plain_steps_only_while_they_are_faster():

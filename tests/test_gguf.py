@@ -11,9 +11,13 @@ from gguf_files import write_gguf
 
 from tokenswift import gguf_checkpoint
 from tokenswift.errors import ModelLoadError
+from tokenswift.generate import Generator
+from tokenswift.int4 import Q4Linear
 from tokenswift.kv_cache import KVCache
 from tokenswift.loading import load_model
 from tokenswift.model import causal_mask
+from tokenswift.presets import random_heads
+from tokenswift.settings import Settings
 
 
 def our_logits(lm, ids: torch.Tensor) -> torch.Tensor:
@@ -105,3 +109,43 @@ def test_cli_reports_a_bad_gguf_in_one_line(tmp_path, home, capsys):
     assert main(["generate", "--model", str(junk), "--prompt", "Hello", "--max-new-tokens", "4"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: GGUF file") and "junk.gguf" in err[0]
+
+
+@pytest.mark.parametrize("qtype", ["Q4_1", "Q4_0"])
+def test_q4_runs_the_files_own_4bit_blocks(tmp_path, home, stories_path, qtype):
+    path = tmp_path / f"q4-{qtype}.gguf"
+    write_gguf(path, stories_path, "llama-gqa-tied", qtype)  # Llama: Q and K rows are stored interleaved
+    dense, lm = load_model(str(path)), load_model(str(path), dtype="q4")
+    assert lm.precision == "q4" and lm.dtype == torch.bfloat16
+    for i, layer in enumerate(lm.model.model.layers):
+        for name in ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+                     "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"):
+            owner, attr = name.split(".")
+            packed = getattr(getattr(layer, owner), attr)
+            assert isinstance(packed, Q4Linear)
+            weight = getattr(getattr(dense.model.model.layers[i], owner), attr).weight
+            # the file's own values: only the bfloat16 rounding of each block's scale and offset differs
+            assert torch.allclose(packed.dequantized(), weight, rtol=2e-2, atol=2e-3), (i, name)
+    ids = torch.randint(3, lm.config.vocab_size, (48,), generator=torch.Generator().manual_seed(0))
+    ours, reference = our_logits(lm, ids).float(), our_logits(dense, ids)
+    assert (ours.argmax(-1) == reference.argmax(-1)).float().mean() >= 0.9
+    assert torch.nn.functional.cosine_similarity(ours, reference, dim=-1).min() > 0.99
+    lm.heads = random_heads(lm.config, lm.device, lm.dtype)  # both drafters run on the 4-bit model
+    prompt = lm.encode("Once upon a time, a little cat sat by the fire.")
+    for drafter in ("fused", "paper"):
+        settings = Settings(max_new_tokens=24, seed=3, ignore_eos=True, drafter=drafter)
+        out = Generator(lm, settings, prompt).run()
+        assert len(out) == 24 and all(0 <= t < lm.config.vocab_size for t in out)
+
+
+def test_q4_refuses_what_it_cannot_run(tmp_path, home, stories_path):
+    eight = tmp_path / "q8.gguf"
+    write_gguf(eight, stories_path, "llama-gqa-tied", "Q8_0")
+    with pytest.raises(ModelLoadError, match="Q4_0 or Q4_1 projections.*Q8_0"):
+        load_model(str(eight), dtype="q4")
+    biased = tmp_path / "qwen2.gguf"
+    write_gguf(biased, stories_path, "qwen2-bias-gqa", "Q4_1")
+    with pytest.raises(ModelLoadError, match="without attention biases"):
+        load_model(str(biased), dtype="q4")
+    with pytest.raises(ModelLoadError, match="GGUF file's 4-bit weights on the CPU"):
+        load_model(str(stories_path), dtype="q4")

@@ -9,7 +9,7 @@ from tiny_models import CASES, VOCAB, hf_model, save_checkpoint
 from tokenswift.config import ModelConfig
 from tokenswift.kv_cache import KVCache
 from tokenswift.loading import ModelLoadError, build_model, load_model
-from tokenswift.model import causal_mask
+from tokenswift.model import causal_mask, project
 from tokenswift.rope import rope_table
 
 N = 256
@@ -137,3 +137,16 @@ def test_greedy_ar_equals_transformers_generate(stories_path, stories32):
     reference = hf.generate(torch.tensor([prompt]), max_new_tokens=200, do_sample=False)[0, len(prompt):]
     ours = Generator(stories32, Settings(mode="ar", temperature=0, max_new_tokens=200, ignore_eos=True), prompt)
     assert ours.run() == reference.tolist()
+
+
+@pytest.mark.parametrize("rows", [1, 2, 3, 4, 5, 9])
+def test_every_projection_matches_a_float64_product(rows):
+    # Up to model.COLUMN_ROWS float32 rows on a CPU take weight @ x.T (one row sent as two); others F.linear.
+    g = torch.Generator().manual_seed(rows)
+    weight, bias = torch.randn(300, 64, generator=g), torch.randn(300, generator=g)
+    x = torch.randn(64, rows, generator=g).t()  # a non-contiguous input, as a transposed product hands on
+    want = x.double() @ weight.double().t() + bias.double()
+    got = project(x, weight, bias)
+    assert got.shape == (rows, 300) and got.dtype == torch.float32
+    assert (got.double() - want).abs().max() < 1e-4
+    assert torch.equal(project(x.double(), weight.double()), torch.nn.functional.linear(x.double(), weight.double()))

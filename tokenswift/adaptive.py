@@ -11,8 +11,9 @@ iteration the policy picks one of a few nested shapes (tree widths, n-gram k), m
   The walk follows the target's own tokens, which do not depend on the candidates, so a smaller shape
   accepts the longest prefix of the accepted path that its trie contains. Each iteration thus updates
   the estimate of every shape at or below the one used.
-- Seconds: a moving average per shape of the measured iteration time; every `explore_every` iterations
-  the shape measured longest ago runs again, so the times follow the growing context.
+- Seconds: a moving average per shape of the measured iteration time; at most every `explore_every`
+  iterations, and within `explore_share` of the time, the shape measured longest ago runs again, so the
+  times follow the growing context.
 
 - Plain steps: when one AR step (timed by the engine at the current context) emits more tokens per second
   than the best shape, nothing is drafted: the engine takes plain steps, and one TokenSwift iteration keeps
@@ -58,18 +59,19 @@ class Shape:
 
 
 def ladder(widths: Sequence[int], k: int) -> list[Shape]:
-    """Nested shapes from the configured one down to a chain, then a two-token chain and a single guess:
-    each is contained in the one before. The short ones are for a CPU, where every verify row costs
-    compute: there a pass of 2 rows can pay when one of 40 cannot.
+    """Nested shapes from the configured one down to a chain, then chains without n-gram paths down to a
+    single guess: each is contained in the one before. The short ones are for a CPU, where a float32 pass
+    of up to four rows costs about one row's weight read (model.COLUMN_ROWS) and more rows cost compute.
 
-    For the paper's drafter, (1,3,3,3) with k=20: 121, 56, 28, 13, 7 and 2 verify rows."""
+    For the paper's drafter, (1,3,3,3) with k=20: 121, 56, 28, 13, 5, 3 and 2 verify rows."""
     widths = tuple(widths)
     steps = [
         (widths, k),
         (tuple(min(w, 2) for w in widths), k // 2),
         (tuple(min(w, 2) if d < 2 else 1 for d, w in enumerate(widths)), k // 4),
         (tuple(1 for _ in widths), k // 8),
-        (tuple(1 for _ in widths[:2]), min(k, 1)),
+        (tuple(1 for _ in widths), 0),
+        (tuple(1 for _ in widths[:2]), 0),
         (tuple(1 for _ in widths[:1]), 0 if widths else min(k, 1)),
     ]
     shapes: list[Shape] = []
@@ -104,17 +106,28 @@ def best_shape(tokens: Sequence[float | None], seconds: Sequence[float | None]) 
 
 
 class CandidatePolicy:
-    def __init__(self, shapes: Sequence[Shape], explore_every: int = 16, token_decay: float = 0.1,
-                 time_decay: float = 0.3, plain_explore_share: float | None = 0.03):
-        """plain_explore_share: the share of time spent on TokenSwift iterations while plain steps are
-        faster; None: never take plain steps."""
+    def __init__(self, shapes: Sequence[Shape], explore_every: int = 16, token_decay: float = 0.02,
+                 time_decay: float = 0.3, plain_explore_share: float | None = 0.03, explore_share: float = 0.05):
+        """explore_every: the fewest iterations between two re-timings of other shapes than the best;
+        explore_share: the most of the time they take. plain_explore_share: the share of time spent on
+        TokenSwift iterations while plain steps are faster; None: never take plain steps.
+
+        token_decay: an iteration emits 1 or 2 tokens on a small shape, so an average over ~10 of them (0.1)
+        swung by +-0.1 token and, at a 5-15% margin, sent the policy to plain steps for long stretches where
+        the two-row pass was faster; ~50 iterations (0.02) halve the swing. The first 1/token_decay
+        observations are a plain mean, so the first one does not linger."""
         self.shapes = list(shapes)
         self.explore_every, self.token_decay, self.time_decay = explore_every, token_decay, time_decay
+        self.explore_share = explore_share
+        self.last_explored = 0
+        self.clock = 0.0  # seconds of TokenSwift iterations so far
+        self.clock_used = [0.0] * len(self.shapes)  # the clock when each shape last ran
         self.plain_explore_share = plain_explore_share
         self.plain_seconds: float | None = None  # moving average of one plain step's time
         self.plain_run_s = 0.0  # seconds of plain steps since the last TokenSwift iteration
         n = len(self.shapes)
         self.tokens: list[float | None] = [None] * n  # moving average of tokens per iteration
+        self.token_counts = [0] * n
         self.seconds: list[float | None] = [None] * n  # moving average of seconds per iteration
         self.timed = [0] * n  # iterations timed per shape
         self.last_used = [-1] * n
@@ -146,8 +159,15 @@ class CandidatePolicy:
                 return None
             self.explorations += 1
             return explore
-        if self.iteration % self.explore_every == 0:
-            return self._least_recent()
+        if self.iteration - self.last_explored >= self.explore_every:
+            # Re-time the shape timed longest ago among those its share of the time affords: on a CPU the
+            # largest shape costs seven plain steps and never pays, and timing it every few iterations cost
+            # a tenth of the run; on a GPU every shape fits and the rotation is as before.
+            share = self.explore_share / max(1, len(self.shapes) - 1)  # each shape's part of the share
+            affordable = [i for i, t in enumerate(self.seconds) if t <= share * (self.clock - self.clock_used[i])]
+            if affordable:
+                self.last_explored = self.iteration
+                return min(affordable, key=lambda i: self.last_used[i])
         return best
 
     def _plain_is_faster(self, best: int) -> bool:
@@ -169,9 +189,12 @@ class CandidatePolicy:
         i = self.current
         for j in range(i, len(self.shapes)):
             tokens = 1 + accepted_under(self.shapes[j], levels, paths, accepted)
-            self.tokens[j] = _average(self.tokens[j], tokens, self.token_decay)
+            self.token_counts[j] += 1
+            self.tokens[j] = _average(self.tokens[j], tokens, max(self.token_decay, 1 / self.token_counts[j]))
         if self.timed[i] > 0:
             self.seconds[i] = _average(self.seconds[i], seconds, self.time_decay)
+        self.clock += seconds
+        self.clock_used[i] = self.clock
         self.timed[i] += 1
         self.last_used[i] = self.iteration
         self.iteration += 1

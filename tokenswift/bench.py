@@ -149,7 +149,7 @@ def bench_ar(lm: LoadedModel, contexts: Sequence[int], steps: int = 64, warmup: 
             row["bandwidth_gb_s"] = moved / (row["step_ms"] / 1e3) / 1e9
             row["bandwidth_fraction"] = row["bandwidth_gb_s"] * 1e9 / copy_bw
         rows.append(row)
-    return {"model": lm.name, "device": str(lm.device), "dtype": str(lm.dtype).removeprefix("torch."),
+    return {"model": lm.name, "device": str(lm.device), "dtype": lm.precision,
             "steps": steps, "warmup": warmup, "weight_bytes": weights, "kv_bytes_per_token": kv_token,
             "copy_bandwidth_gb_s": copy_bw / 1e9 if copy_bw else None, "rows": rows}
 
@@ -234,7 +234,7 @@ def compare(lm: LoadedModel, prompt_ids: list[int], settings: Settings, warmup_t
     dist = distinct(ts_tokens)
     ar_rate, ts_rate = ar_n / ar_s if ar_s else 0.0, ts_n / ts_s if ts_s else 0.0
     return {
-        "model": lm.name, "device": str(lm.device), "dtype": str(lm.dtype).removeprefix("torch."),
+        "model": lm.name, "device": str(lm.device), "dtype": lm.precision,
         "heads": lm.heads.gamma if lm.heads is not None else 0,
         "drafter": type(engine.drafter).__name__, "adaptive": engine.policy is not None,
         "prompt_tokens": len(prompt_ids), "new_tokens": len(ts_tokens),

@@ -49,7 +49,7 @@ def bench_shift(lm: LoadedModel, prompt_ids: list[int], settings: Settings, pinn
     plan = Generator(lm, settings, prompt_ids, pinned=pinned).plan
     divergence = first_divergence(ar_tokens, ts_tokens)
     return {
-        "model": lm.name, "device": str(lm.device), "dtype": str(lm.dtype).removeprefix("torch."),
+        "model": lm.name, "device": str(lm.device), "dtype": lm.precision,
         "heads": lm.heads.gamma if lm.heads is not None else 0, "prompt_tokens": len(prompt_ids),
         "new_tokens": settings.max_new_tokens, "window": plan.size, "shift_step": plan.step,
         "pinned_tokens": plan.fixed, "identical": divergence is None, "first_divergence": divergence,

@@ -71,7 +71,8 @@ def add_model_args(p: argparse.ArgumentParser, heads: bool = True) -> None:
                             "heads shipped for a .gguf file; 'none' disables them")
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
     p.add_argument("--dtype", default=None,
-                   help="float32 | bfloat16 | float16 | float64 (default: bfloat16 on cuda, float32 on cpu)")
+                   help="float32 | bfloat16 | float16 | float64 | q4 (a GGUF file's own 4-bit weights on the CPU, "
+                        "bfloat16 activations; not bit-exact) (default: bfloat16 on cuda, float32 on cpu)")
     p.add_argument("--threads", type=int, default=None,
                    help="CPU threads for torch (default: 1 for small models on a CPU, else torch's own choice)")
     p.add_argument("--json", dest="json_out", default=None, metavar="OUT",
@@ -382,7 +383,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     write_json(args.json_out, {
         "prompt_tokens": len(prompt_ids), "tokens": gen.produced, "text": streamed, "metrics": metrics,
         "finish_reason": finish, "model": lm.name, "device": str(lm.device),
-        "dtype": str(lm.dtype).removeprefix("torch."), "settings": json.loads(settings.to_json()),
+        "dtype": lm.precision, "settings": json.loads(settings.to_json()),
     })
     summary = f"[{len(gen.produced)} tokens, {metrics['tokens_per_s']:.1f} tokens/s, {finish}"
     if settings.mode == "tokenswift":

@@ -23,7 +23,7 @@ from .fused_drafter import FusedDrafter
 from .kv_cache import KVCache
 from .loading import LoadedModel
 from .metrics import RunMetrics
-from .model import causal_mask, with_prefix
+from .model import COLUMN_ROWS, causal_mask, with_prefix
 from .ngram import NgramTable
 from .sampling import Sampler
 from .settings import Settings
@@ -92,7 +92,7 @@ class Engine:
         self._ar_times: deque[float] = deque(maxlen=AR_SAMPLES)
         self.fast = FastPasses(lm, self.cache, fast, self.sampler, self.buf) if fast is not None else None
         self.pad_verify = self.pad_verify or self.fast is not None  # graphs need fixed shapes
-        self.shared_head_rows = SHARED_HEAD_ROWS if lm.dtype in (torch.bfloat16, torch.float16) else 0
+        self.shared_head_rows = shared_head_rows(lm)
         self.adaptive = bool(lm.extras.get("adaptive", False)) if adaptive is None else adaptive
         self.policy: CandidatePolicy | None = None
 
@@ -331,8 +331,8 @@ class Engine:
         None); every row's last-layer state (None on the fast path).
 
         Off the fast path the LM head runs only on the rows the walk visits (the accepted path and one
-        more), not on every candidate; with 16-bit weights a small batch takes one product for all its rows,
-        which costs about what one row does there (a CPU's float32 product of M rows costs nearly M rows)."""
+        more), not on every candidate; a small batch takes one product for all its rows where that costs about
+        what one row does (16-bit weights; a CPU's float32 column product up to COLUMN_ROWS rows)."""
         tokens, positions, tree_mask = inputs
         if self.fast is not None:
             logits, queries, targets = self.fast.verify(tokens, positions, tree_mask, L, trie)
@@ -378,6 +378,13 @@ class Engine:
     def _observe_ar(self, seconds: float) -> None:
         self._ar_times.append(seconds)
         self.metrics.ar_latency_s = ar_estimate(self._ar_times)
+
+
+def shared_head_rows(lm: LoadedModel) -> int:
+    """How many candidate rows one LM-head product serves in a verify pass: as many as cost about one row."""
+    if lm.dtype in (torch.bfloat16, torch.float16):
+        return SHARED_HEAD_ROWS
+    return COLUMN_ROWS if lm.device.type == "cpu" and lm.dtype == torch.float32 else 0
 
 
 def ar_estimate(samples) -> float:

@@ -22,6 +22,7 @@ import torch
 from .drafting import best_per_depth
 from .kv_cache import KVCache
 from .loading import LoadedModel
+from .model import project
 from .sampling import Sampler
 from .settings import Settings
 
@@ -67,7 +68,7 @@ class FusedDrafter:
         else:  # scores outside the draft vocabulary stay -inf: never proposed
             logits = torch.full((len(states), lm.config.vocab_size), -math.inf, dtype=states.dtype,
                                 device=states.device)
-            logits[:, self.vocab] = torch.nn.functional.linear(states, self.weight)
+            logits[:, self.vocab] = project(states, self.weight)
         return best_per_depth(logits, self.sampler, window, widths)
 
     def commit(self, full: KVCache, start: int, end: int, queries: list[torch.Tensor] | None) -> None:

@@ -33,7 +33,7 @@ from torch import nn
 
 from .config import ModelConfig
 from .errors import ModelLoadError
-from .model import RMSNorm
+from .model import Linear, RMSNorm
 
 CONFIG_NAME = "heads_config.json"
 WEIGHTS_NAME = "heads.safetensors"
@@ -48,7 +48,7 @@ class HeadLayer(nn.Module):
     def __init__(self, dim: int, eps: float):
         super().__init__()
         self.input_layernorm = RMSNorm(dim, eps)
-        self.linear = nn.Linear(dim, dim, bias=False)
+        self.linear = Linear(dim, dim, bias=False)
         self.post_layernorm = RMSNorm(dim, eps)
 
 
@@ -59,7 +59,7 @@ class DraftHeads(nn.Module):
         self.layers = nn.ModuleList(HeadLayer(dim, eps) for _ in range(gamma))
         if next_token:
             self.next_norm = RMSNorm(dim, eps)
-            self.next_proj = nn.Linear(dim, dim, bias=False)
+            self.next_proj = Linear(dim, dim, bias=False)
         # None (no draft vocabulary) is a buffer too: absent from the state dict, moved with the module.
         self.register_buffer("vocab", torch.zeros(vocab_size, dtype=torch.int64) if vocab_size else None)
 

@@ -20,10 +20,13 @@ from .config import ModelConfig, UnsupportedModelError
 from .default_model import shipped_heads
 from .errors import ModelLoadError
 from .heads import DraftHeads, heads_from_state_dict, load_heads
+from .int4 import use_q4_weights
 from .model import Transformer
 from .rope import rope_table
 
-DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16, "float16": torch.float16}
+# "q4": the GGUF file's 4-bit projections with bfloat16 activations (tokenswift.int4), CPU only.
+DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16, "float16": torch.float16,
+          "q4": torch.bfloat16}
 HEADS_SUBDIR = "heads"
 
 
@@ -38,6 +41,12 @@ class LoadedModel:
     device: torch.device
     dtype: torch.dtype
     extras: dict = field(default_factory=dict)
+    weights: str = "float"  # "q4": every layer's projections are the GGUF file's 4-bit blocks
+
+    @property
+    def precision(self) -> str:
+        """What --dtype loaded it: q4, or the dtype of its weights and activations."""
+        return "q4" if self.weights == "q4" else str(self.dtype).removeprefix("torch.")
 
     @property
     def config(self) -> ModelConfig:
@@ -204,13 +213,18 @@ def load_model(model: str, *, device: str = "cpu", dtype: str = "float32", heads
         raise ModelLoadError(f"cannot read {path / 'config.json'}: {error}") from error
     state = read_state_dict(path)
     net = build_model(cfg, state, dev, dt)
+    if dtype == "q4":
+        if not gguf_checkpoint.is_gguf(model) or dev.type != "cpu":
+            raise ModelLoadError("--dtype q4 runs a GGUF file's 4-bit weights on the CPU; "
+                                 f"{model} on {dev.type} is not that: use float32 or bfloat16")
+        use_q4_weights(net, Path(model), state)
     net.set_rope(*rope_table(hf, 4096, dev, dt))
     try:
         tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
     except Exception as error:  # noqa: BLE001
         raise ModelLoadError(f"cannot load the tokenizer from {path}: {error}") from error
     draft = _pick_heads(path, heads, state, cfg, dev, dt)
-    return LoadedModel(model, path, net, tokenizer, hf, draft, dev, dt)
+    return LoadedModel(model, path, net, tokenizer, hf, draft, dev, dt, weights="q4" if dtype == "q4" else "float")
 
 
 def _pick_heads(path: Path, heads: str | None, state, cfg: ModelConfig, device, dtype) -> DraftHeads | None:

@@ -22,6 +22,31 @@ from .config import ModelConfig
 from .kv_cache import KVCache
 from .rope import apply_rope
 
+# A CPU float32 product of a few rows is cheapest as weight @ x.T: MKL's small-M GEMM re-packs the weight on
+# every call (2 rows cost 2.1x one row for a 49K-row LM head, 4 rows 1.8x) and its one-row GEMV reaches two
+# thirds of the bandwidth, while weight @ x.T with 2 or 4 columns streams the weight once (0.7-0.9x the old one
+# row; scripts/bench_products.py has the table). An odd count of columns takes a slower kernel (3: 1.0-1.5x),
+# so one row is sent as two and three as four.
+COLUMN_ROWS = 4
+
+
+def project(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """x [M, in] @ weight[out, in].T (+ bias): every projection of the model, its heads and drafters."""
+    rows = x.shape[0] if x.dim() == 2 else 0
+    if not (0 < rows <= COLUMN_ROWS and x.device.type == "cpu" and x.dtype == torch.float32):
+        return F.linear(x, weight, bias)
+    x = x.contiguous()
+    cols = torch.cat((x, x[-1:])) if rows % 2 else x
+    out = torch.mm(weight, cols.t())[:, :rows].t()
+    return out if bias is None else out + bias
+
+
+class Linear(nn.Linear):
+    """nn.Linear (same parameters and state-dict names) whose product is project()."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return project(x, self.weight, self.bias)
+
 
 class RMSNorm(nn.Module):
     def __init__(self, dim: int, eps: float):
@@ -40,10 +65,10 @@ class Attention(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.cfg = cfg
-        self.q_proj = nn.Linear(cfg.dim, cfg.n_heads * cfg.head_dim, bias=cfg.qkv_bias)
-        self.k_proj = nn.Linear(cfg.dim, cfg.n_kv_heads * cfg.head_dim, bias=cfg.qkv_bias)
-        self.v_proj = nn.Linear(cfg.dim, cfg.n_kv_heads * cfg.head_dim, bias=cfg.qkv_bias)
-        self.o_proj = nn.Linear(cfg.n_heads * cfg.head_dim, cfg.dim, bias=False)
+        self.q_proj = Linear(cfg.dim, cfg.n_heads * cfg.head_dim, bias=cfg.qkv_bias)
+        self.k_proj = Linear(cfg.dim, cfg.n_kv_heads * cfg.head_dim, bias=cfg.qkv_bias)
+        self.v_proj = Linear(cfg.dim, cfg.n_kv_heads * cfg.head_dim, bias=cfg.qkv_bias)
+        self.o_proj = Linear(cfg.n_heads * cfg.head_dim, cfg.dim, bias=False)
 
     def forward(self, x, cos, sin, cache: KVCache, layer: int, start: int, mask) -> tuple[torch.Tensor, ...]:
         cfg, t = self.cfg, x.shape[0]
@@ -64,9 +89,9 @@ class Attention(nn.Module):
 class MLP(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
-        self.gate_proj = nn.Linear(cfg.dim, cfg.intermediate_size, bias=False)
-        self.up_proj = nn.Linear(cfg.dim, cfg.intermediate_size, bias=False)
-        self.down_proj = nn.Linear(cfg.intermediate_size, cfg.dim, bias=False)
+        self.gate_proj = Linear(cfg.dim, cfg.intermediate_size, bias=False)
+        self.up_proj = Linear(cfg.dim, cfg.intermediate_size, bias=False)
+        self.down_proj = Linear(cfg.intermediate_size, cfg.dim, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
@@ -107,7 +132,7 @@ class Transformer(nn.Module):
         self.cfg = cfg
         self.model = Backbone(cfg)
         if not cfg.tie_embeddings:
-            self.lm_head = nn.Linear(cfg.dim, cfg.vocab_size, bias=False)
+            self.lm_head = Linear(cfg.dim, cfg.vocab_size, bias=False)
         self.rope_cos: torch.Tensor | None = None
         self.rope_sin: torch.Tensor | None = None
 
@@ -116,7 +141,7 @@ class Transformer(nn.Module):
 
     def head(self, hidden: torch.Tensor) -> torch.Tensor:
         """The frozen LM head on a normalised state (shared with the draft heads)."""
-        return F.linear(hidden, self.head_weight)
+        return project(hidden, self.head_weight)
 
     @property
     def head_weight(self) -> torch.Tensor:

@@ -22,7 +22,7 @@ from tokenswift.gguf_checkpoint import inspect_gguf, is_gguf
 from ui import views
 
 DEVICES = ["cpu", "cuda", "cuda:0", "cuda:1"]
-DTYPES = ["float32", "bfloat16", "float16", "float64"]
+DTYPES = ["float32", "bfloat16", "float16", "float64", "q4"]
 HUB_ID = re.compile(r"^[\w.-]+/[\w.-]+$")
 HELP = """\
 **Where models come from.** A `.gguf` file as KoboldCpp, LM Studio or Ollama use (Llama, Mistral or Qwen2;
@@ -74,6 +74,8 @@ def check_spec(model: str, heads: str, device: str, dtype: str) -> tuple[ModelSp
         raise ValueError(f"Device: {device!r} is not cpu, cuda or cuda:N.")
     if dtype not in DTYPES:
         raise ValueError(f"Dtype: choose one of {', '.join(DTYPES)}.")
+    if dtype == "q4" and (device != "cpu" or not is_gguf(model)):
+        raise ValueError("Dtype: q4 runs a .gguf file's own 4-bit (Q4_0/Q4_1) weights on the cpu device.")
     if heads and not Path(heads).expanduser().is_dir():
         raise ValueError(f"Draft heads: no directory {heads!r} on the server.")
     path = Path(model).expanduser()
