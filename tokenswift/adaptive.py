@@ -161,8 +161,9 @@ class CandidatePolicy:
             return explore
         if self.iteration - self.last_explored >= self.explore_every:
             # Re-time the shape timed longest ago among those its share of the time affords: on a CPU the
-            # largest shape costs seven plain steps and never pays, and timing it every few iterations cost
-            # a tenth of the run; on a GPU every shape fits and the rotation is as before.
+            # largest shape costs seven plain steps and never pays, and timing it every ~100 iterations cost
+            # a tenth of the run. Where shapes cost about the same (a GPU), each is re-timed about every
+            # (shapes - 1) / explore_share iterations, ~120 for seven shapes.
             share = self.explore_share / max(1, len(self.shapes) - 1)  # each shape's part of the share
             affordable = [i for i, t in enumerate(self.seconds) if t <= share * (self.clock - self.clock_used[i])]
             if affordable:
