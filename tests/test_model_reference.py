@@ -140,13 +140,20 @@ def test_greedy_ar_equals_transformers_generate(stories_path, stories32):
 
 
 @pytest.mark.parametrize("rows", [1, 2, 3, 4, 5, 9])
-def test_every_projection_matches_a_float64_product(rows):
-    # Up to model.COLUMN_ROWS float32 rows on a CPU take weight @ x.T (one row sent as two); others F.linear.
+def test_every_projection_matches_a_float64_product(rows, monkeypatch):
+    # Up to model.COLUMN_ROWS float32 rows on a CPU take weight @ x.T (an odd count padded), if the weight is
+    # big enough to come from memory; anything else F.linear.
+    columns = []
+    mm = torch.mm
+    monkeypatch.setattr(torch, "mm", lambda a, b: columns.append(b.shape[1]) or mm(a, b))
     g = torch.Generator().manual_seed(rows)
-    weight, bias = torch.randn(300, 64, generator=g), torch.randn(300, generator=g)
-    x = torch.randn(64, rows, generator=g).t()  # a non-contiguous input, as a transposed product hands on
-    want = x.double() @ weight.double().t() + bias.double()
-    got = project(x, weight, bias)
-    assert got.shape == (rows, 300) and got.dtype == torch.float32
-    assert (got.double() - want).abs().max() < 1e-4
-    assert torch.equal(project(x.double(), weight.double()), torch.nn.functional.linear(x.double(), weight.double()))
+    for out in (1100, 300):  # 1100 x 64 is past COLUMN_MIN_WEIGHT, 300 x 64 is not
+        weight, bias = torch.randn(out, 64, generator=g), torch.randn(out, generator=g)
+        x = torch.randn(64, rows, generator=g).t()  # a non-contiguous input, as a transposed product hands on
+        want = x.double() @ weight.double().t() + bias.double()
+        got = project(x, weight, bias)
+        assert got.shape == (rows, out) and got.dtype == torch.float32
+        assert (got.double() - want).abs().max() < 1e-4
+        assert torch.equal(project(x.double(), weight.double()), torch.nn.functional.linear(x.double(),
+                                                                                            weight.double()))
+    assert columns == ([rows + rows % 2] if rows <= 4 else [])

@@ -26,14 +26,17 @@ from .rope import apply_rope
 # every call (2 rows cost 2.1x one row for a 49K-row LM head, 4 rows 1.8x) and its one-row GEMV reaches two
 # thirds of the bandwidth, while weight @ x.T with 2 or 4 columns streams the weight once (0.7-0.9x the old one
 # row; scripts/bench_products.py has the table). An odd count of columns takes a slower kernel (3: 1.0-1.5x),
-# so one row is sent as two and three as four.
+# so one row is sent as two and three as four. A small weight is read from cache, where MKL's GEMV is the faster
+# (64x64: 2 us against 8): stories260k and the test models keep F.linear.
 COLUMN_ROWS = 4
+COLUMN_MIN_WEIGHT = 1 << 16  # elements (256 KiB in float32); the default model's smallest is 192x576
 
 
 def project(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """x [M, in] @ weight[out, in].T (+ bias): every projection of the model, its heads and drafters."""
     rows = x.shape[0] if x.dim() == 2 else 0
-    if not (0 < rows <= COLUMN_ROWS and x.device.type == "cpu" and x.dtype == torch.float32):
+    if not (0 < rows <= COLUMN_ROWS and x.device.type == "cpu" and x.dtype == torch.float32
+            and weight.numel() >= COLUMN_MIN_WEIGHT):
         return F.linear(x, weight, bias)
     x = x.contiguous()
     cols = torch.cat((x, x[-1:])) if rows % 2 else x
