@@ -382,6 +382,7 @@ def test_model_tab(ui, tmp_path):
     assert "not in the local Hugging Face cache" in msg and "HF_HUB_OFFLINE=1" in msg
     assert "Device" in ui("/model_apply", str(need_shared()), "", "gpu", "float32")["Model message"]
     assert "config.json" in ui("/model_apply", str(tmp_path), "", "cpu", "float32")["Model message"]
+    assert "q4 runs a .gguf file" in ui("/model_apply", str(need_shared()), "", "cpu", "q4")["Model message"]
     ok = ui("/model_apply", str(need_shared()), "", "cpu", "float32")
     assert "the worker loads it" in ok["Model message"] and "stories260k" in ok["Model details"]
 

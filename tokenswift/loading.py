@@ -211,12 +211,12 @@ def load_model(model: str, *, device: str = "cpu", dtype: str = "float32", heads
         raise ModelLoadError(str(error)) from error
     except Exception as error:  # noqa: BLE001
         raise ModelLoadError(f"cannot read {path / 'config.json'}: {error}") from error
+    if dtype == "q4" and (not gguf_checkpoint.is_gguf(model) or dev.type != "cpu"):
+        raise ModelLoadError("--dtype q4 runs a GGUF file's 4-bit weights on the CPU; "
+                             f"{model} on {dev.type} is not that: use float32 or bfloat16")
     state = read_state_dict(path)
     net = build_model(cfg, state, dev, dt)
     if dtype == "q4":
-        if not gguf_checkpoint.is_gguf(model) or dev.type != "cpu":
-            raise ModelLoadError("--dtype q4 runs a GGUF file's 4-bit weights on the CPU; "
-                                 f"{model} on {dev.type} is not that: use float32 or bfloat16")
         use_q4_weights(net, Path(model), state)
     net.set_rope(*rope_table(hf, 4096, dev, dt))
     try:
