@@ -121,7 +121,7 @@ class CandidatePolicy:
         self.explore_share = explore_share
         self.last_explored = 0
         self.clock = 0.0  # seconds of TokenSwift iterations so far
-        self.clock_used = [0.0] * len(self.shapes)  # the clock when each shape last ran
+        self.clock_used = [0.0] * len(self.shapes)  # the clock when each shape last ran: also its recency
         self.plain_explore_share = plain_explore_share
         self.plain_seconds: float | None = None  # moving average of one plain step's time
         self.plain_run_s = 0.0  # seconds of plain steps since the last TokenSwift iteration
@@ -130,7 +130,6 @@ class CandidatePolicy:
         self.token_counts = [0] * n
         self.seconds: list[float | None] = [None] * n  # moving average of seconds per iteration
         self.timed = [0] * n  # iterations timed per shape
-        self.last_used = [-1] * n
         self.iteration = 0
         self.current = 0
         self.explorations = 0  # TokenSwift iterations taken while plain steps were faster
@@ -168,7 +167,7 @@ class CandidatePolicy:
             affordable = [i for i, t in enumerate(self.seconds) if t <= share * (self.clock - self.clock_used[i])]
             if affordable:
                 self.last_explored = self.iteration
-                return min(affordable, key=lambda i: self.last_used[i])
+                return min(affordable, key=lambda i: self.clock_used[i])
         return best
 
     def _plain_is_faster(self, best: int) -> bool:
@@ -177,7 +176,7 @@ class CandidatePolicy:
         return 1.0 / self.plain_seconds > self.tokens[best] / self.seconds[best]
 
     def _least_recent(self) -> int:
-        return min(range(len(self.shapes)), key=lambda i: self.last_used[i])
+        return min(range(len(self.shapes)), key=lambda i: self.clock_used[i])
 
     def observe_plain(self, seconds: float) -> None:
         """The time of one plain step at the current context: one taken, or the engine's periodic probe."""
@@ -197,7 +196,6 @@ class CandidatePolicy:
         self.clock += seconds
         self.clock_used[i] = self.clock
         self.timed[i] += 1
-        self.last_used[i] = self.iteration
         self.iteration += 1
 
 

@@ -23,7 +23,7 @@ from .fused_drafter import FusedDrafter
 from .kv_cache import KVCache
 from .loading import LoadedModel
 from .metrics import RunMetrics
-from .model import COLUMN_ROWS, causal_mask, with_prefix
+from .model import COLUMN_ROWS, causal_mask, column_product, with_prefix
 from .ngram import NgramTable
 from .sampling import Sampler
 from .settings import Settings
@@ -384,7 +384,7 @@ def shared_head_rows(lm: LoadedModel) -> int:
     """How many candidate rows one LM-head product serves in a verify pass: as many as cost about one row."""
     if lm.dtype in (torch.bfloat16, torch.float16):
         return SHARED_HEAD_ROWS
-    return COLUMN_ROWS if lm.device.type == "cpu" and lm.dtype == torch.float32 else 0
+    return COLUMN_ROWS if column_product(COLUMN_ROWS, lm.model.head_weight) else 0
 
 
 def ar_estimate(samples) -> float:

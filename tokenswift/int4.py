@@ -46,11 +46,6 @@ class Q4Linear(nn.Module):
         out = torch.ops.aten._weight_int4pack_mm_for_cpu(flat, self.packed, GROUP, self.scales_zeros)
         return out.reshape(*x.shape[:-1], self.out_features).to(x.dtype)
 
-    def dequantized(self) -> torch.Tensor:
-        """W [out, in] in float32, for checks."""
-        eye = torch.eye(self.in_features, dtype=torch.bfloat16)
-        return torch.ops.aten._weight_int4pack_mm_for_cpu(eye, self.packed, GROUP, self.scales_zeros).float().t()
-
 
 def blocks_of(kind: str, data: np.ndarray, rows: int, cols: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """A Q4_0/Q4_1 tensor's bytes -> (q [rows, cols] uint8, scale, zero [rows, cols / 32] float32)."""
@@ -92,11 +87,9 @@ def use_q4_weights(model: Transformer, gguf_path: Path, state: dict[str, torch.T
                                      f"blk.{i}.{short}.weight as {kind}: use float32 or bfloat16")
             q, scale, zero = blocks_of(kind, tensor.data, old.out_features, old.in_features)
             reference = state[f"model.layers.{i}.{attr}.weight"].float()
-            if short in ("attn_q", "attn_k"):
-                heads = cfg.n_heads if short == "attn_q" else cfg.n_kv_heads
-                order = llama_rows(old.out_features, heads)
-                if not _close(q, scale, zero, reference) and _close(q[order], scale[order], zero[order], reference):
-                    q, scale, zero = q[order], scale[order], zero[order]
+            if short in ("attn_q", "attn_k") and not _close(q, scale, zero, reference):
+                order = llama_rows(old.out_features, cfg.n_heads if short == "attn_q" else cfg.n_kv_heads)
+                q, scale, zero = q[order], scale[order], zero[order]
             if not _close(q, scale, zero, reference):
                 raise ModelLoadError(f"{gguf_path.name}: blk.{i}.{short}.weight does not match the model's own "
                                      "weight once unpacked; this file's layout is not supported by --dtype q4")

@@ -32,12 +32,17 @@ COLUMN_ROWS = 4
 COLUMN_MIN_WEIGHT = 1 << 16  # elements (256 KiB in float32); the default model's smallest is 192x576
 
 
+def column_product(rows: int, weight: torch.Tensor) -> bool:
+    """Whether `rows` rows times `weight` take weight @ x.T (else F.linear)."""
+    return (0 < rows <= COLUMN_ROWS and weight.device.type == "cpu" and weight.dtype == torch.float32
+            and weight.numel() >= COLUMN_MIN_WEIGHT)
+
+
 def project(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """x [M, in] @ weight[out, in].T (+ bias): every projection of the model, its heads and drafters."""
-    rows = x.shape[0] if x.dim() == 2 else 0
-    if not (0 < rows <= COLUMN_ROWS and x.device.type == "cpu" and x.dtype == torch.float32
-            and weight.numel() >= COLUMN_MIN_WEIGHT):
+    if x.dim() != 2 or not column_product(x.shape[0], weight):
         return F.linear(x, weight, bias)
+    rows = x.shape[0]
     x = x.contiguous()
     cols = torch.cat((x, x[-1:])) if rows % 2 else x
     out = torch.mm(weight, cols.t())[:, :rows].t()
