@@ -88,7 +88,7 @@ def test_fused_drafter_proposes_from_the_heads_vocabulary_only(stories64, ar_ref
     s = Settings(max_new_tokens=300, seed=2, ignore_eos=True, ngram_topk=0, **SAMPLERS["minp-penalty"])
     engine = Engine(lm, s, prompt, len(prompt))
     engine.start()
-    levels = engine.drafter.propose(engine.root, engine.length, None, 3)
+    levels = engine.drafter.propose(engine.root, engine.length, None, 3, engine.length + 1)
     assert len(levels) == 3 and {t for level in levels for t in level} <= set(vocab.tolist())
     assert Generator(lm, s, prompt).run() == reference("minp-penalty", 2)[:300]
 

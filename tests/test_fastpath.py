@@ -291,15 +291,30 @@ def test_plain_steps_inside_tokenswift_keep_the_text(stories64, drafter):
 # -- the policy -------------------------------------------------------------------------------------------
 
 
-def test_ladder_is_nested_and_sized():
+def test_ladder_is_sized_and_the_first_shape_contains_the_others():
     shapes = ladder((1, 3, 3, 3), 20)
     assert [s.slots for s in shapes] == [121, 56, 28, 13, 5, 3, 2]
-    for big, small in zip(shapes, shapes[1:], strict=False):
-        assert len(big.widths) >= len(small.widths) and big.k >= small.k
-        assert all(a >= b for a, b in zip(big.widths, small.widths, strict=False))
+    for big, small in zip(shapes, shapes[1:], strict=False):  # the paper drafter's shapes form a chain
+        assert big.contains(small) and not small.contains(big)
     assert [s.slots for s in ladder((1,), 0)] == [2]
-    assert [s.slots for s in ladder((3, 3, 3), 20)] == [120, 55, 31, 12, 4, 3, 2]  # the fused drafter's tree
+    fused = ladder((3, 3, 3), 20)  # the fused drafter's tree, then its stars: 3 or 2 guesses of the first head
+    assert [s.slots for s in fused] == [120, 55, 31, 12, 4, 3, 2, 4, 3]
+    assert [s.widths for s in fused[-2:]] == [(3,), (2,)] and all(s.k == 0 for s in fused[-2:])
+    assert all(fused[0].contains(s) for s in fused)
+    assert not fused[4].contains(fused[-1]) and not fused[-1].contains(fused[4])  # chain and star of 4 rows
     assert [(s.widths, s.k) for s in ladder((), 20)] == [((), 20), ((), 10), ((), 5), ((), 2), ((), 1)]
+
+
+def test_an_iteration_updates_only_the_shapes_its_own_contains():
+    chain, star = Shape((1, 1, 1), 0), Shape((3,), 0)
+    policy = CandidatePolicy([Shape((3, 3, 3), 0), chain, star])
+    levels = [[4, 5, 6], [7, 8, 9], [1, 2, 3]]
+    policy.current = 1  # the chain ran and its first guess was wrong: the star's third guess was right
+    policy.observe(chain.cut(levels), [], [], 0.01)
+    assert policy.tokens == [None, 1.0, None]  # the chain's outcome says nothing about the star
+    policy.current = 0
+    policy.observe(levels, [], [6], 0.01)
+    assert policy.tokens == [2.0, 1.0, 2.0]  # the full tree's does, for both
 
 
 def test_accepted_under_a_smaller_shape():

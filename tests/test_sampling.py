@@ -122,3 +122,24 @@ def test_sampler_rows_are_batch_independent(kw):
     together = sampler.sample(z, windows, list(range(100, 106)))
     alone = [int(sampler.sample(z[i:i + 1], windows[i:i + 1], [100 + i])[0]) for i in range(6)]
     assert together.tolist() == alone
+
+
+# -- drafts ranked under the noise they will be sampled with --------------------------------------------
+
+
+def test_a_draft_equal_to_the_model_is_the_token_it_samples():
+    """best_per_depth ranks a sampled draft with its position's own noise: a draft row equal to the model's
+    logits names, as its best guess, exactly the token the model then draws there. Ranked by probability alone
+    (as greedy is), a T=1 draft would name the likeliest token, which the sample often is not."""
+    from tokenswift.drafting import best_per_depth
+
+    rows = logits(rows=40, seed=5) / 2
+    window = torch.tensor([[3, 7, 7, 11]])
+    sampler = Sampler(Settings(temperature=1.0, min_p=0.05, penalty=1.3), V, "cpu")
+    drafts = best_per_depth(rows, sampler, window, [3] * len(rows), key=1000)
+    drawn = [int(sampler.sample(rows[d:d + 1], window, [1000 + d])[0]) for d in range(len(rows))]
+    assert [level[0] for level in drafts] == drawn
+    assert all(len(set(level)) == len(level) <= 3 for level in drafts)
+    likeliest = best_per_depth(rows, Sampler(Settings(temperature=0.0, penalty=1.3), V, "cpu"), window,
+                               [1] * len(rows), key=1000)
+    assert sum(a == [b] for a, b in zip(likeliest, drawn, strict=True)) < len(rows) - 5

@@ -183,9 +183,48 @@ def test_vocab_loss_learns_and_reading_the_next_token_drafts_better(trained, hel
     assert rows[True]["head1"]["top1"] > rows[False]["head1"]["top1"] + 0.05, rows
 
 
-def test_vocab_loss_needs_a_draft_vocabulary():
+def test_distill_loss_learns_what_the_model_itself_writes(trained, heldout, stories_path, stories32, tmp_path):
+    """Soft targets from the model's own distribution: with the same data and steps as the vocabulary loss, the
+    first heads' best guess is the model's own best guess (what greedy decoding accepts) more often (60 steps
+    here: 0.246 against 0.231 for head 1)."""
+    data = (str(Path(trained[0].out) / th.DISTILL_NAME),)
+    rows = {}
+    for loss in ("vocab", "distill"):
+        cfg = th.TrainConfig(model=str(stories_path), out=str(tmp_path / loss), data=data, steps=60,
+                             checkpoint_every=60, loss=loss, draft_vocab=256, **QUICK)
+        result = th.train_heads(cfg, lm=stories32)
+        assert result.record["settings"]["loss"] == loss and len(result.heads.vocab) == 256
+        rows[loss] = evaluate(stories_path, stories32, cfg.out, heldout)
+    before = evaluate(stories_path, stories32, ev.UNTRAINED, heldout)
+    assert before["base"]["model_top1"] == 1.0 and before["base"]["model_top3"] == 1.0
+    agree = {name: [r[f"head{i}"]["model_top1"] for i in (1, 2, 3)]
+             for name, r in (("untrained", before), ("vocab", rows["vocab"]), ("distill", rows["distill"]))}
+    assert all(d > b + 0.05 for b, d in zip(agree["untrained"], agree["distill"], strict=True)), agree
+    assert agree["distill"][0] > agree["vocab"][0] and agree["distill"][1] > agree["vocab"][1], agree
+
+
+def test_training_can_start_from_trained_heads(trained, stories_path, stories32, tmp_path):
+    """--init: fine-tuning starts from the given heads (one tiny step leaves them nearly as they were), and
+    heads of another shape are refused."""
+    start, _ = trained
+    data = (str(Path(start.out) / th.DISTILL_NAME),)
+    cfg = th.TrainConfig(model=str(stories_path), out=str(tmp_path / "tuned"), data=data, steps=1,
+                         checkpoint_every=1, loss="distill", draft_vocab=64, init=start.out,
+                         **(QUICK | dict(lr=1e-6, min_lr=1e-7, warmup=0)))
+    tuned = th.train_heads(cfg, lm=stories32).heads
+    before = load_heads(Path(start.out), stories32.config, "cpu", torch.float32)
+    for name, value in before.state_dict().items():
+        if name != "vocab":
+            assert torch.allclose(tuned.state_dict()[name].float(), value, atol=1e-4), name
+    assert len(tuned.vocab) == 64  # this run's draft vocabulary, not the one the heads came with
+    with pytest.raises(HeadsError, match="gamma 3"):
+        th.train_heads(th.TrainConfig(**(vars(cfg) | dict(gamma=2, out=str(tmp_path / "other")))), lm=stories32)
+
+
+@pytest.mark.parametrize("loss", ["vocab", "distill"])
+def test_vocab_and_distill_losses_need_a_draft_vocabulary(loss):
     with pytest.raises(ValueError, match="needs a draft vocabulary"):
-        th.TrainConfig(model="m", out="o", data=("x.txt",), loss="vocab", draft_vocab=0)
+        th.TrainConfig(model="m", out="o", data=("x.txt",), loss=loss, draft_vocab=0)
 
 
 def test_sampled_loss_needs_features():

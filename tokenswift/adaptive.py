@@ -7,10 +7,10 @@ iteration the policy picks one of a few nested shapes (tree widths, n-gram k), m
 
     rate(S) = E[tokens per iteration | S] / E[seconds per iteration | S]
 
-- Tokens: after an iteration we know exactly what any shape nested in the one used would have emitted.
+- Tokens: after an iteration we know exactly what any shape contained in the one used would have emitted.
   The walk follows the target's own tokens, which do not depend on the candidates, so a smaller shape
   accepts the longest prefix of the accepted path that its trie contains. Each iteration thus updates
-  the estimate of every shape at or below the one used.
+  the estimate of every shape the one used contains (the first shape contains them all).
 - Seconds: a moving average per shape of the measured iteration time; at most every `explore_every`
   iterations, and within `explore_share` of the time, the shape measured longest ago runs again, so the
   times follow the growing context.
@@ -54,16 +54,25 @@ class Shape:
         """This shape's share of the drafter's proposals (each level sorted best first)."""
         return [list(level[:w]) for level, w in zip(levels, self.widths, strict=False)]
 
+    def contains(self, other: Shape) -> bool:
+        """Whether every candidate of `other` is one of this shape's (so its outcome is known from ours)."""
+        return (len(other.widths) <= len(self.widths) and other.k <= self.k
+                and all(b <= a for a, b in zip(self.widths, other.widths, strict=False)))
+
     def label(self) -> str:
         return f"{'-'.join(map(str, self.widths))}/k{self.k}"
 
 
 def ladder(widths: Sequence[int], k: int) -> list[Shape]:
-    """Nested shapes from the configured one down to a chain, then chains without n-gram paths down to a
-    single guess: each is contained in the one before. The short ones are for a CPU, where a float32 pass
-    of up to four rows costs about one row's weight read (model.COLUMN_ROWS) and more rows cost compute.
+    """Shapes from the configured one down to a chain, then chains without n-gram paths down to a single
+    guess, and stars: the best few guesses of the first level alone. The first contains every other. The
+    short ones are for a CPU, where a float32 pass of up to four rows costs about one row's weight read
+    (model.COLUMN_ROWS) and more rows cost compute; there a star often beats the chain of the same rows, as the
+    first head's second and third guesses are right more often than the deeper heads.
 
-    For the paper's drafter, (1,3,3,3) with k=20: 121, 56, 28, 13, 5, 3 and 2 verify rows."""
+    For the paper's drafter, (1,3,3,3) with k=20: 121, 56, 28, 13, 5, 3 and 2 verify rows (its first level
+    is the base head's one guess, so it has no star). For the fused one, (3,3,3): 120, 55, 31, 12, 4, 3, 2 and
+    the stars of 4 and 3 rows."""
     widths = tuple(widths)
     steps = [
         (widths, k),
@@ -73,6 +82,7 @@ def ladder(widths: Sequence[int], k: int) -> list[Shape]:
         (tuple(1 for _ in widths), 0),
         (tuple(1 for _ in widths[:2]), 0),
         (tuple(1 for _ in widths[:1]), 0 if widths else min(k, 1)),
+        *(((min(widths[0], n),), 0) for n in (3, 2) if widths),
     ]
     shapes: list[Shape] = []
     for w, kk in steps:
@@ -187,8 +197,10 @@ class CandidatePolicy:
                 seconds: float) -> None:
         """One iteration of the current shape: its candidates, the accepted draft tokens, its duration."""
         i = self.current
-        for j in range(i, len(self.shapes)):
-            tokens = 1 + accepted_under(self.shapes[j], levels, paths, accepted)
+        for j, shape in enumerate(self.shapes):
+            if not self.shapes[i].contains(shape):
+                continue
+            tokens = 1 + accepted_under(shape, levels, paths, accepted)
             self.token_counts[j] += 1
             self.tokens[j] = _average(self.tokens[j], tokens, max(self.token_decay, 1 / self.token_counts[j]))
         if self.timed[i] > 0:

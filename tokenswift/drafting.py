@@ -26,9 +26,11 @@ class Drafter(Protocol):
         """Called after every prefill (the first, and each context shift): `length` tokens are in the full
         cache, which may hold entirely new contents."""
 
-    def propose(self, root: int, position: int, window: torch.Tensor | None, depth: int) -> list[list[int]]:
+    def propose(self, root: int, position: int, window: torch.Tensor | None, depth: int,
+                key: int) -> list[list[int]]:
         """Candidate tokens for the first `depth` depths (depth 1 first) below the root at `position`: a
-        smaller shape of the adaptive policy asks for fewer, and each depth costs an LM-head product."""
+        smaller shape of the adaptive policy asks for fewer, and each depth costs an LM-head product. `key`:
+        the noise position the token at depth 1 is sampled with (depth d: key + d - 1)."""
 
     def commit(self, full: KVCache, start: int, end: int, queries: list[torch.Tensor] | None) -> None:
         """Tokens [start, end) were committed to the full cache."""
@@ -44,14 +46,28 @@ class Drafter(Protocol):
 
 
 def best_per_depth(logits: torch.Tensor, sampler: Sampler, window: torch.Tensor | None,
-                   widths: list[int]) -> list[list[int]]:
-    """The top widths[d] tokens of draft row d (every drafter's last step)."""
-    if window is not None:
-        # Temperature and filters keep the order of the best tokens: only the penalty changes which tokens
-        # lead, so it is the only processing a draft needs.
-        logits = sampler.penalize(logits, window.expand(logits.shape[0], -1))
-    best = torch.topk(logits, max(widths), dim=-1).indices.tolist()
-    return [best[d][:w] for d, w in enumerate(widths)]
+                   widths: list[int], key: int) -> list[list[int]]:
+    """The top widths[d] tokens of draft row d (every drafter's last step); row d guesses the token sampled
+    with the noise of position key + d.
+
+    Greedy: the penalty is the only processing that changes which tokens lead. Sampling: the target's token at
+    a position is argmax(processed scores + that position's Gumbel noise) (sampling.py), and the noise is known
+    before the token is drawn. So a draft row is ranked the same way: its processed scores plus the very noise
+    its position will be sampled with. Where the draft's distribution is near the model's, its best noisy
+    guess is the token the model then draws; ranked without the noise, the guess is the most likely token,
+    which a sample at T=1 takes only as often as its probability. Only the proposals change, never the text."""
+    windows = window.expand(logits.shape[0], -1) if window is not None else None
+    if sampler.noise is None:
+        scores = sampler.penalize(logits, windows)
+        best = torch.topk(scores, max(widths), dim=-1).indices.tolist()
+        return [best[d][:w] for d, w in enumerate(widths)]
+    scores = sampler.process(logits, windows)
+    levels = []
+    for d, w in enumerate(widths):
+        ids = torch.isfinite(scores[d]).nonzero().squeeze(1)  # what the filters keep: noise for those only
+        noisy = scores[d, ids].double() + sampler.noise.gumbel([key + d], ids)[0]
+        levels.append(ids[torch.topk(noisy, min(w, len(ids))).indices].tolist())
+    return levels
 
 
 class HeadsDrafter:
@@ -79,20 +95,22 @@ class HeadsDrafter:
     def ngram_prefix(self, root: int, levels: list[list[int]]) -> list[int]:
         return [levels[0][0]]  # the base head's top-1 over the partial cache: the paper keys n-grams by it
 
-    def propose(self, root: int, position: int, window: torch.Tensor | None, depth: int) -> list[list[int]]:
+    def propose(self, root: int, position: int, window: torch.Tensor | None, depth: int,
+                key: int) -> list[list[int]]:
         lm, partial = self.lm, self.partial
         widths = self.widths[:depth]
         tokens = torch.tensor([root], device=lm.device)
         pos = torch.tensor([position], device=lm.device)
         out = lm.model(tokens, pos, partial.cache, partial.n, logits="all")
         if len(widths) == 1:
-            return best_per_depth(out.logits, self.sampler, window, widths)
+            return best_per_depth(out.logits, self.sampler, window, widths, key)
         # Heads that read the next token get the base head's best guess, the depth-1 candidate they extend.
-        first = best_per_depth(out.logits, self.sampler, window, widths[:1])
+        first = best_per_depth(out.logits, self.sampler, window, widths[:1], key)
         after = lm.model.model.embed_tokens(torch.tensor(first[0][:1], device=lm.device)) \
             if lm.heads.next_token else None
         states = lm.heads(out.hidden, after)[: len(widths) - 1]
-        rest = best_per_depth(torch.cat([lm.model.head(s) for s in states]), self.sampler, window, widths[1:])
+        rest = best_per_depth(torch.cat([lm.model.head(s) for s in states]), self.sampler, window, widths[1:],
+                              key + 1)
         return first + rest
 
     def commit(self, full: KVCache, start: int, end: int, queries: list[torch.Tensor] | None) -> None:

@@ -31,7 +31,10 @@ from .trie import build_trie, max_nodes, verify_inputs, walk
 
 PREFILL_CHUNK = 1024
 NGRAM_LEN = 4
-PROBE_INTERVAL_S = 2.0  # how often TokenSwift re-measures an AR step at the current context
+# How often TokenSwift re-measures an AR step at the current context. The probe's output is thrown away, so it
+# is pure cost (a plain step every 2 s was 2-3% of a CPU run), while the step time it tracks grows by a few
+# percent per thousand tokens of context.
+PROBE_INTERVAL_S = 8.0
 SHARED_HEAD_ROWS = 16  # up to this many candidate rows share one LM-head product (16-bit weights, see _verify)
 # Time saved is counted against the median of the latest AR timings: on a shared CPU one slow step (another
 # process had the core) would otherwise count as seconds saved for every iteration until the next probe,
@@ -261,7 +264,7 @@ class Engine:
         t0 = time.perf_counter()
         # 1. Draft: each depth's candidates, as deep as the shape (the drafter: drafting.py, fused_drafter.py).
         depth = len(shape.widths) if shape is not None else len(self.drafter.widths)
-        levels = self.drafter.propose(root, L, self._window(L + 1, []), depth)
+        levels = self.drafter.propose(root, L, self._window(L + 1, []), depth, L + 1 + self.offset)
         self._sync()
         t1 = time.perf_counter()
         # 2. Candidates: the tree plus the k most frequent 4-gram continuations of the drafter's n-gram key.

@@ -1,8 +1,11 @@
 """Evaluate draft heads on held-out text: `eval-heads --model M --heads DIR --data FILE [--json OUT]`.
 
 Per head: top-1 and top-3 accuracy and cross-entropy of its guess for token t+1+i, over every position
-of the packed sequences that has a target; the base LM head (token t+1) is shown for reference. Top-1 of
-head i is roughly the chance that depth i+1 of a width-1 draft is right given the depths above it.
+of the packed sequences that has a target; the base LM head (token t+1) is shown for reference. Beside them,
+how often the model's own best guess for that token (its base head at position t+i) is the head's top-1 or
+among its top-3: a draft is accepted when it is what the model writes, so these are the closer estimates of
+greedy acceptance. Top-1 of head i is roughly the chance that depth i+1 of a width-1 draft is right given the
+depths above it.
 `--heads untrained` evaluates the heads training starts from (each repeats the base head's guess).
 """
 
@@ -44,28 +47,35 @@ class EvalConfig:
 @torch.no_grad()
 def evaluate(lm: LoadedModel, heads: DraftHeads, tokens: torch.Tensor, batch: int = 4,
              progress: bool = False) -> dict:
-    """{"base": row, "head1": row, ...}, row = loss, top1, top3 and the number of positions scored."""
+    """{"base": row, "head1": row, ...}, row = loss, top1, top3, model_top1, model_top3 and the number of
+    positions scored (the base head's model_top1 is 1 by definition)."""
     names = ["base"] + [f"head{i}" for i in range(1, heads.gamma + 1)]
-    sums = torch.zeros(len(names), 4, dtype=torch.float64)  # loss, top-1, top-3, positions
+    sums = torch.zeros(len(names), 6, dtype=torch.float64)  # loss, top-1, top-3, model top-1, model top-3, positions
     for chunk in tqdm(tokens.split(batch), desc="eval-heads", disable=not progress):
         chunk = chunk.to(lm.device)
         hidden = base_hidden(lm, chunk)
         base = lm.model.head(lm.model.model.norm(hidden[:, :-1])).float()
+        own = base.argmax(-1)  # the model's best guess for every token from t+1 on
         for row, logits in enumerate([base, *draft_logits(lm, heads, hidden, chunk)]):
-            target = chunk[:, row + 1:]
+            target, choice = chunk[:, row + 1:], own[:, row:]
             top3 = logits.topk(3, dim=-1).indices
             sums[row, 0] += F.cross_entropy(logits.flatten(0, 1), target.flatten(), reduction="sum").item()
             sums[row, 1] += (top3[..., 0] == target).sum().item()
             sums[row, 2] += (top3 == target[..., None]).any(-1).sum().item()
-            sums[row, 3] += target.numel()
-    return {name: {"loss": s[0] / s[3], "top1": s[1] / s[3], "top3": s[2] / s[3], "positions": int(s[3])}
+            sums[row, 3] += (top3[..., 0] == choice).sum().item()
+            sums[row, 4] += (top3 == choice[..., None]).any(-1).sum().item()
+            sums[row, 5] += target.numel()
+    keys = ("loss", "top1", "top3", "model_top1", "model_top3")
+    return {name: {k: v / s[5] for k, v in zip(keys, s, strict=False)} | {"positions": int(s[5])}
             for name, s in zip(names, sums.tolist(), strict=True)}
 
 
 def format_table(rows: dict) -> str:
-    lines = [f"{'head':<7} {'predicts':>8} {'loss':>8} {'top-1':>7} {'top-3':>7}"]
+    lines = [f"{'head':<7} {'predicts':>8} {'loss':>8} {'top-1':>7} {'top-3':>7} {'model top-1':>12} "
+             f"{'model top-3':>12}"]
     for i, (name, r) in enumerate(rows.items()):
-        lines.append(f"{name:<7} {f't+{i + 1}':>8} {r['loss']:8.4f} {r['top1']:7.3f} {r['top3']:7.3f}")
+        lines.append(f"{name:<7} {f't+{i + 1}':>8} {r['loss']:8.4f} {r['top1']:7.3f} {r['top3']:7.3f} "
+                     f"{r['model_top1']:12.3f} {r['model_top3']:12.3f}")
     return "\n".join(lines)
 
 

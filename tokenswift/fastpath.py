@@ -464,10 +464,11 @@ class FastDrafter:
     def ngram_prefix(self, root: int, levels: list[list[int]]) -> list[int]:
         return self.inner.ngram_prefix(root, levels)
 
-    def propose(self, root: int, position: int, window: torch.Tensor | None, depth: int) -> list[list[int]]:
+    def propose(self, root: int, position: int, window: torch.Tensor | None, depth: int,
+                key: int) -> list[list[int]]:
         # one captured draft pass for every depth: static shapes; a smaller shape takes its share below
         logits = self.passes.draft(self.partial.cache, root, position, self.partial.n, len(self.widths))
-        return best_per_depth(logits, self.sampler, window, self.widths)
+        return best_per_depth(logits, self.sampler, window, self.widths, key)
 
 
 # -- sampling on the device ----------------------------------------------------------------------------

@@ -56,7 +56,8 @@ class FusedDrafter:
     def ngram_prefix(self, root: int, levels: list[list[int]]) -> list[int]:
         return []  # the root is certain: n-gram continuations hang from it
 
-    def propose(self, root: int, position: int, window: torch.Tensor | None, depth: int) -> list[list[int]]:
+    def propose(self, root: int, position: int, window: torch.Tensor | None, depth: int,
+                key: int) -> list[list[int]]:
         lm, widths = self.lm, self.widths[:depth]
         if not widths:
             return []
@@ -69,7 +70,7 @@ class FusedDrafter:
             logits = torch.full((len(states), lm.config.vocab_size), -math.inf, dtype=states.dtype,
                                 device=states.device)
             logits[:, self.vocab] = project(states, self.weight)
-        return best_per_depth(logits, self.sampler, window, widths)
+        return best_per_depth(logits, self.sampler, window, widths, key)
 
     def commit(self, full: KVCache, start: int, end: int, queries: list[torch.Tensor] | None) -> None:
         pass  # the next observe() brings all the drafter keeps

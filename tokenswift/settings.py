@@ -41,7 +41,7 @@ class Settings:
     gamma: int = 3  # number of chained draft heads used (depth of the tree beyond the base head)
     tree: tuple[int, ...] = (1, 3, 3, 3)  # top-k taken from each of the gamma+1 draft distributions
     ngram_topk: int = 20  # k: n-gram candidates per iteration
-    ngram_lag: int | None = None  # 4-grams enter the table this many tokens late; None = penalty_length
+    ngram_lag: int | None = None  # 4-grams enter the table this many tokens late; None = W with a penalty, else 0
     budget: int | None = None  # |B| of the partial cache; None = min(prompt length, 4096), at least 64
     sinks: int = 16  # |S|: initial tokens always kept in the partial cache
     ignore_eos: bool = False  # keep decoding past EOS (fixed-length runs as in the paper)
@@ -96,7 +96,12 @@ class Settings:
 
     @property
     def lag(self) -> int:
-        return self.penalty_length if self.ngram_lag is None else self.ngram_lag
+        """The published code adds a 4-gram only once it has left the penalty window, where the penalty no
+        longer works against repeating it. Without a penalty nothing works against it: every 4-gram counts
+        at once (a greedy tiny model that loops repeats the text of a few tokens ago)."""
+        if self.ngram_lag is not None:
+            return self.ngram_lag
+        return self.penalty_length if self.penalty != 1.0 else 0
 
     def replace(self, **changes) -> Settings:
         unknown = set(changes) - {f.name for f in dataclasses.fields(self)}

@@ -35,7 +35,7 @@ from .config import ModelConfig
 from .data import DataError, Packed, load_sequences, opening_tokens, pack, read_documents
 from .engine import PREFILL_CHUNK
 from .head_features import FeatureStore, extract, open_or_create, sampled_losses
-from .heads import OFFICIAL_PREFIX, DraftHeads, HeadsError, heads_from_state_dict, new_heads, save_heads
+from .heads import OFFICIAL_PREFIX, DraftHeads, HeadsError, heads_from_state_dict, load_heads, new_heads, save_heads
 from .kv_cache import KVCache
 from .loading import LoadedModel, load_model, read_state_dict
 from .model import causal_mask
@@ -44,8 +44,8 @@ CHECKPOINT_NAME = "checkpoint.pt"
 DISTILL_NAME = "self-distill.jsonl"
 # Settings a checkpoint must share with the run that resumes it, or the data order / schedule would differ.
 RESUME_KEYS = ("seq_len", "batch", "grad_accum", "steps", "lr", "min_lr", "warmup", "seed", "gamma", "loss", "topk",
-               "negatives", "next_token", "draft_vocab")
-LOSSES = ("full", "sampled", "vocab")
+               "negatives", "next_token", "draft_vocab", "init")
+LOSSES = ("full", "sampled", "vocab", "distill")
 
 
 @dataclass
@@ -88,11 +88,13 @@ class TrainConfig:
     progress: bool = True  # tqdm bars
     features: str | None = None  # cache the frozen model's h0 and top-k here once, and train from it
     loss: str = "full"  # full: cross-entropy over the vocabulary; sampled: over candidates (head_features);
-    # vocab: over the draft vocabulary, the only rows the drafters score (targets outside it are skipped)
+    # vocab: over the draft vocabulary, the only rows the drafters score (targets outside it are skipped);
+    # distill: over the draft vocabulary against the frozen model's own distribution (distill_losses)
     topk: int = 16  # the base model's guesses stored per position (the sampled loss's hard negatives)
     negatives: int = 2048  # uniformly drawn negatives per micro-batch for the sampled loss
     draft_vocab: int = 8192  # the heads carry this many of the data's most frequent token ids (0 = none)
     next_token: bool = True  # the heads also read the token after h0's position (heads.py)
+    init: str | None = None  # start from these trained heads (a heads directory) instead of the base head
 
     def __post_init__(self) -> None:
         self.data = tuple(self.data)
@@ -106,8 +108,8 @@ class TrainConfig:
             raise ValueError("train-heads needs training text: --data FILE... or --self-distill N_TOKENS")
         if self.draft_vocab < 0:
             raise ValueError(f"draft_vocab must be >= 0, got {self.draft_vocab}")
-        if self.loss == "vocab" and not self.draft_vocab:
-            raise ValueError("the vocab loss needs a draft vocabulary: --draft-vocab N with N >= 1")
+        if self.loss in ("vocab", "distill") and not self.draft_vocab:
+            raise ValueError(f"the {self.loss} loss needs a draft vocabulary: --draft-vocab N with N >= 1")
         for name in ("seq_len", "steps", "batch", "grad_accum", "checkpoint_every", "gamma", "doc_tokens"):
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
@@ -169,6 +171,20 @@ def initial_heads(lm: LoadedModel, gamma: int = 3, next_token: bool = False) -> 
     return heads
 
 
+def starting_heads(lm: LoadedModel, cfg: TrainConfig) -> DraftHeads:
+    """The heads training starts from: fresh ones that repeat the base head, or cfg.init's trained heads (their
+    draft vocabulary is dropped: the one of this run's data replaces it when the heads are saved)."""
+    if cfg.init is None:
+        return initial_heads(lm, cfg.gamma, cfg.next_token)
+    trained = load_heads(Path(cfg.init), lm.config, lm.device, torch.float32)
+    if (trained.gamma, trained.next_token) != (cfg.gamma, cfg.next_token):
+        raise HeadsError(f"heads in {cfg.init} have gamma {trained.gamma} and next_token {trained.next_token}; "
+                         f"this run trains gamma {cfg.gamma}, next_token {cfg.next_token}")
+    heads = initial_heads(lm, cfg.gamma, cfg.next_token)
+    heads.load_state_dict({k: v for k, v in trained.state_dict().items() if k != "vocab"})
+    return heads
+
+
 def head_states(lm: LoadedModel, heads: torch.nn.Module, hidden: torch.Tensor, tokens: torch.Tensor):
     """The heads' normalised states [B, T-1, dim] at positions 0..T-2 of tokens [B, T] (the last position has
     no target for any head). Heads that read the next token get the embedding of token t+1 at position t."""
@@ -200,6 +216,27 @@ def vocab_losses(lm: LoadedModel, states: list[torch.Tensor], tokens: torch.Tens
         losses.append(F.cross_entropy(logits.flatten(0, 1), target.flatten(), ignore_index=-100))
         top1.append((logits.detach().argmax(-1) == target).float().mean())
     return losses, torch.stack(top1)
+
+
+def distill_losses(lm: LoadedModel, states: list[torch.Tensor], hidden: torch.Tensor, vocab: torch.Tensor):
+    """Per head: cross-entropy against the frozen model's own next-token distribution, over the draft vocabulary,
+    and how often the head's best guess is the model's (a [gamma] tensor, no grad).
+
+    A draft is accepted when it is what the model itself would write, not what the book says. At position t
+    head i guesses token t+1+i; the model's distribution for that token is its base head at position t+i (given
+    the text up to there). Soft targets carry the whole distribution: the best guess for greedy decoding and
+    the likely ones for sampling, with far more signal per position than the one token of the book."""
+    weight = lm.model.head_weight[vocab].float()
+    with torch.no_grad():
+        teacher = lm.model.model.norm(hidden.to(lm.dtype)).float() @ weight.T  # [B, T, |vocab|]
+    losses, agree = [], []
+    for i, s in enumerate(states, start=1):
+        n = hidden.shape[1] - 1 - i
+        logits = s[:, :n].float() @ weight.T
+        target = teacher[:, i:i + n]
+        losses.append(-(target.softmax(-1) * logits.log_softmax(-1)).sum(-1).mean())
+        agree.append((logits.detach().argmax(-1) == target.argmax(-1)).float().mean())
+    return losses, torch.stack(agree)
 
 
 def head_losses(lm: LoadedModel, heads: torch.nn.Module, hidden: torch.Tensor, tokens: torch.Tensor):
@@ -368,6 +405,8 @@ def train_step(lm: LoadedModel, heads: torch.nn.Module, opt, sched, data: torch.
                     losses, top1 = sampled_losses(lm, states, tokens, guesses, cfg.negatives, noise)
                 elif cfg.loss == "vocab":
                     losses, top1 = vocab_losses(lm, head_states(lm, heads, hidden, tokens), tokens, vocab)
+                elif cfg.loss == "distill":
+                    losses, top1 = distill_losses(lm, head_states(lm, heads, hidden, tokens), hidden, vocab)
                 else:
                     losses, top1 = head_losses(lm, heads, hidden, tokens)
             (sum(losses) / cfg.grad_accum).backward()
@@ -449,7 +488,7 @@ def train_heads(cfg: TrainConfig, lm: LoadedModel | None = None,
         par.barrier()
         store = FeatureStore(Path(cfg.features))
         data_info |= {"features": cfg.features}
-    heads = initial_heads(lm, cfg.gamma, cfg.next_token).to(par.device, torch.float32)  # float32 master weights
+    heads = starting_heads(lm, cfg).to(par.device, torch.float32)  # float32 master weights
     vocab = draft_vocabulary(packed.tokens, lm.config.vocab_size, cfg.draft_vocab).to(par.device) \
         if cfg.draft_vocab else None
     opt = make_optimizer(heads, cfg)
@@ -605,9 +644,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--loss", choices=LOSSES, default="full",
                         help="full: cross-entropy over the whole vocabulary; sampled: over the target, the "
                              "model's own top-k and shared random negatives (needs --features; far cheaper "
-                             "on a CPU); vocab: over the draft vocabulary only (default: full)")
+                             "on a CPU); vocab: over the draft vocabulary only; distill: over the draft "
+                             "vocabulary, against the model's own distribution for each guessed token, so the "
+                             "heads learn what the model will write rather than what the book says "
+                             "(default: full)")
     parser.add_argument("--next-token", action=argparse.BooleanOptionalAction, default=True,
                         help="heads that also read the token after the state they start from (default: on)")
+    parser.add_argument("--init", metavar="HEADS_DIR",
+                        help="start from these trained heads, e.g. to fine-tune them with another loss "
+                             "(default: fresh heads that repeat the base head)")
     parser.add_argument("--topk", type=int, default=d["topk"].default,
                         help="guesses of the model stored per position for the sampled loss (default: 16)")
     parser.add_argument("--negatives", type=int, default=d["negatives"].default,
@@ -632,7 +677,7 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
         weight_decay=args.weight_decay, grad_clip=args.grad_clip, gamma=args.gamma, device=args.device,
         dtype=args.dtype, resume=args.resume, checkpoint_every=args.checkpoint_every, seed=args.seed,
         progress=not args.no_progress, features=args.features, loss=args.loss, topk=args.topk,
-        negatives=args.negatives, draft_vocab=args.draft_vocab, next_token=args.next_token,
+        negatives=args.negatives, draft_vocab=args.draft_vocab, next_token=args.next_token, init=args.init,
     )
 
 
