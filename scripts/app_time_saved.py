@@ -54,7 +54,7 @@ def main() -> None:
                        cwd=ROOT, check=True, env={"TOKENSWIFT_HOME": home, "HF_HUB_OFFLINE": "1",
                                                   "PATH": "/usr/bin:/bin"})
         record = store.get_generation(gen_id, with_text=False)
-        points = [p.to_dict() for p in store.progress_since(gen_id).points]
+        points = [p.to_dict() for p in store.progress_since(gen_id, after_tokens=-1).points]  # the whole series
         store.close()
     print(f"draft {gen_id}: {record.status}, {points[-1]['tokens']} tokens")
     print(f"{'tokens':>7} {'elapsed s':>10} {'saved s':>8} {'plain share':>12} {'tokens/step':>12}")
