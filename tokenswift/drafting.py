@@ -64,8 +64,7 @@ def best_per_depth(logits: torch.Tensor, sampler: Sampler, window: torch.Tensor 
     scores = sampler.process(logits, windows)
     levels = []
     for d, w in enumerate(widths):
-        ids = torch.isfinite(scores[d]).nonzero().squeeze(1)  # what the filters keep: noise for those only
-        noisy = scores[d, ids].double() + sampler.noise.gumbel([key + d], ids)[0]
+        ids, noisy = sampler.noisy(scores[d], key + d)
         levels.append(ids[torch.topk(noisy, min(w, len(ids))).indices].tolist())
     return levels
 

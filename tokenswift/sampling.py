@@ -165,13 +165,18 @@ class Sampler:
             return scores.argmax(dim=-1)
         if scores.shape[0] != 1:
             return (scores.double() + self.noise.gumbel(positions)).argmax(dim=-1)
-        # A filtered row leaves a few finite scores: draw noise for those tokens only. Candidates keep their
-        # vocabulary order, so the first of equal maxima wins as in the full row.
-        ids = torch.isfinite(scores[0]).nonzero().squeeze(1)
+        ids, noisy = self.noisy(scores[0], positions[0])
         if len(ids) == 0:
             return scores.argmax(dim=-1)
-        noisy = scores[0, ids].double() + self.noise.gumbel(positions, ids)[0]
         return ids[noisy.argmax()].view(1)
+
+    def noisy(self, row: torch.Tensor, position: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The tokens one processed row leaves finite, and their scores plus the noise of `position` (float64).
+
+        A filtered row leaves a few finite scores: noise is drawn for those tokens only. Candidates keep their
+        vocabulary order, so the first of equal maxima wins as in the full row."""
+        ids = torch.isfinite(row).nonzero().squeeze(1)
+        return ids, row[ids].double() + self.noise.gumbel([position], ids)[0]
 
     def sample(self, logits: torch.Tensor, windows: torch.Tensor | None, positions: list[int]) -> torch.Tensor:
         return self.choose(self.process(logits, windows), positions)
