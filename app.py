@@ -47,6 +47,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "else all)")
     p.add_argument("--fixed-batch", action="store_true",
                    help="never adapt TokenSwift's guess batch to this machine (default: adapt; the text is the same)")
+    p.add_argument("--no-fast", action="store_true",
+                   help="on a CUDA device, run the model's passes eagerly instead of as CUDA graphs (default: graphs; "
+                        "the text is the same)")
     p.add_argument("--inbrowser", action="store_true", help="open the app in your web browser at start (default: off)")
     p.add_argument("--no-worker", action="store_true",
                    help="serve the page only; a worker started elsewhere on the same --db writes (default: off)")
@@ -85,7 +88,8 @@ def spawn_worker(args: argparse.Namespace) -> multiprocessing.Process:
     from worker import WorkerConfig, run_worker
 
     config = WorkerConfig(db=args.db, model=args.model, heads=args.heads, device=args.device, dtype=args.dtype,
-                          threads=args.threads, adaptive=not args.fixed_batch, parent_pid=os.getpid())
+                          threads=args.threads, adaptive=not args.fixed_batch, fast=not args.no_fast,
+                          parent_pid=os.getpid())
     # spawn, not fork: CUDA cannot start in a forked child, and the store's engine must not cross processes.
     process = multiprocessing.get_context("spawn").Process(target=run_worker, args=(config,), name="worker")
     process.start()

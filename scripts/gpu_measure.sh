@@ -4,8 +4,9 @@
 #   2. bench-gpu for the Llama-3.1-8B, Qwen2.5-7B and Qwen2.5-1.5B shapes (random bf16 weights, KV cache
 #      filled with random values) at 4K/32K/64K/100K: AR tok/s and bandwidth, draft/verify costs per
 #      kernel, peak memory, 100K fit, projected minutes;
-#   3. `bench` (AR vs TokenSwift in one process) on stories260k and on the bundled model when present:
-#      eager bf16, --fast, --fast --adaptive, and --fast in float32, each reporting first_divergence.
+#   3. `bench` (AR vs TokenSwift in one process) on stories260k and on the default model when present:
+#      eager bf16, --fast and --fast --adaptive with each drafter (fused, paper), and --fast in float32, each
+#      reporting first_divergence.
 # JSON and one log go to $OUT; a summary table is printed last.
 #
 #   bash scripts/gpu_measure.sh              # everything (~20 min on an H100)
@@ -27,9 +28,11 @@ export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 cd "$(dirname "$0")/.."
 # DRY_RUN_CPU=1 rehearses the whole script on a CPU at tiny sizes (checks the plumbing, measures nothing).
 if [ "${DRY_RUN_CPU:-0}" = 1 ]; then
+    # eager flex on a CPU materialises every score of the whole cache span: sdpa keeps the rehearsal short
     DEV=cpu NEW=60 GPU_FLAGS=(--tiny --device cpu --kernels sdpa --steps 1 --reps 1) REAL_CONTEXTS=64,256
+    FAST=(--fast --attention sdpa)
 else
-    DEV=cuda NEW=2000 GPU_FLAGS=(--kernels flex,flex-fold,sdpa) REAL_CONTEXTS=1024,4096,16384
+    DEV=cuda NEW=2000 GPU_FLAGS=(--kernels flex,flex-fold,sdpa) REAL_CONTEXTS=1024,4096,16384 FAST=(--fast)
 fi
 
 say() { echo "== $* ($(date +%T))" | tee -a "$LOG"; }
@@ -83,12 +86,14 @@ bench_real() {
     for model in "${models[@]}"; do
         local name
         name=$(basename "$model")
-        for variant in eager fast adaptive fast-fp32; do
+        for variant in eager fast fast-paper adaptive adaptive-paper fast-fp32; do
             local flags=(--dtype bfloat16)
             case $variant in
-                fast) flags+=(--fast) ;;
-                adaptive) flags+=(--fast --adaptive) ;;
-                fast-fp32) flags=(--dtype float32 --fast) ;;
+                fast) flags+=("${FAST[@]}") ;;
+                fast-paper) flags+=("${FAST[@]}" --drafter paper) ;;
+                adaptive) flags+=("${FAST[@]}" --adaptive) ;;
+                adaptive-paper) flags+=("${FAST[@]}" --adaptive --drafter paper) ;;
+                fast-fp32) flags=(--dtype float32 "${FAST[@]}") ;;
             esac
             say "bench $name $variant"
             "$PY" -m tokenswift bench --model "$model" "${common[@]}" "${flags[@]}" \

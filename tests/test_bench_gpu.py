@@ -34,7 +34,7 @@ def test_tiny_presets_keep_the_family_traits():
         assert small.group == big.group and small.qkv_bias == big.qkv_bias
         assert small.tie_embeddings == big.tie_embeddings and parameter_count(small) < 2_000_000
     lm = random_model("qwen2.5-1.5b", *preset("qwen2.5-1.5b", tiny=True), "cpu", torch.float32)
-    assert lm.heads.gamma == 3 and lm.extras["random_heads"]
+    assert lm.heads.gamma == 3 and lm.random_heads
 
 
 def test_interpolation_and_integral():

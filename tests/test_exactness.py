@@ -12,6 +12,7 @@ from tokenswift.engine import Engine
 from tokenswift.generate import Generator
 from tokenswift.heads import new_heads
 from tokenswift.loading import load_model
+from tokenswift.options import EngineOptions
 from tokenswift.settings import Settings
 
 N = 2000
@@ -115,8 +116,9 @@ def test_padded_verify_batch_gives_the_same_tokens(stories64, ar_reference):
     prompt, reference = ar_reference
     s = Settings(max_new_tokens=400, seed=2, ignore_eos=True, ngram_topk=20, budget=48, **SAMPLERS["minp-penalty"])
     lm = with_heads(stories64, random_heads(stories64, 2))
-    padded = Generator(lm, s, prompt, pad_verify=True).run()
-    assert padded == Generator(lm, s, prompt, pad_verify=False).run() == reference("minp-penalty", 2)[:400]
+    padded = Generator(lm, s, prompt, options=EngineOptions(pad_verify=True)).run()
+    unpadded = Generator(lm, s, prompt, options=EngineOptions(pad_verify=False)).run()
+    assert padded == unpadded == reference("minp-penalty", 2)[:400]
 
 
 @pytest.mark.parametrize(("mode", "drafter"), [("tokenswift", "fused"), ("tokenswift", "paper"), ("ar", "fused")])

@@ -1,10 +1,11 @@
 """The fast path (fastpath.py) and the adaptive candidate batch (adaptive.py).
 
 On a CPU, in float64: every static-shape pass (AR, draft, verify; each attention kernel) gives the eager
-model's logits, queries, K/V and sampled tokens; the FlexAttention block mask visits exactly the filled
-blocks; a pass traces as one graph whose device-side lengths never force a recompile (what CUDA-graph
-capture needs); sampling on the device equals the host sampler node by node; and the engine emits the
-same tokens with the fast path or the adaptive batch as plain decoding does. Tests marked `cuda` check
+model's logits, last-layer states, queries, K/V and sampled tokens; the FlexAttention block mask visits
+exactly the filled blocks, over a span sized to the filled length; a packed verify pass traces as one graph
+whose device-side lengths never force a recompile (what CUDA-graph capture needs); sampling on the device
+equals the host sampler node by node; the RoPE table is built once; and the engine emits the same tokens
+with the fast path (either drafter) or the adaptive batch as plain decoding does. Tests marked `cuda` check
 graph capture and replay on a device (`pytest -m cuda`); they skip without one.
 """
 
@@ -16,27 +17,20 @@ import math
 import pytest
 import torch
 
+from tokenswift import fastpath
 from tokenswift.adaptive import CandidatePolicy, Shape, accepted_under, best_shape, ladder
+from tokenswift.attention import ATTENTION, BLOCK, FlexAttention, Visible, effective_kind
+from tokenswift.device_sampling import DeviceSampler, pack_verify_inputs, trie_paths
 from tokenswift.engine import Engine
-from tokenswift.fastpath import (
-    ATTENTION,
-    BLOCK,
-    DeviceSampler,
-    FastOptions,
-    FastPasses,
-    FlexAttention,
-    Pass,
-    Visible,
-    effective_kind,
-    enable,
-    trie_paths,
-)
+from tokenswift.fastpath import FastOptions, FastPasses, Pass
 from tokenswift.generate import Generator
 from tokenswift.kv_cache import KVCache
+from tokenswift.loading import ROPE_SLACK
 from tokenswift.model import causal_mask, with_prefix
+from tokenswift.options import EngineOptions
 from tokenswift.presets import preset, random_heads, random_model
 from tokenswift.sampling import Sampler
-from tokenswift.settings import Settings
+from tokenswift.settings import Settings, SettingsError
 from tokenswift.trie import build_trie, verify_inputs
 
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -106,17 +100,18 @@ def host_targets(sampler, logits, trie, ids, start: int, w: int) -> list[int]:
 def test_passes_match_the_eager_model(name, kind):
     lm = tiny(name)
     model, length, capacity = lm.model, 150, 300  # 150 crosses a 128-slot block: full and partial blocks
-    lm.ensure_positions(capacity)
     ids, (eager, fast) = prefilled_pair(lm, length, capacity)
     sampler = Sampler(Settings(seed=3, **MINP), lm.config.vocab_size, "cpu")
     passes = FastPasses(lm, fast, FastOptions(attention=kind, bucket=64), sampler, ids)
     token = ids[length:length + 1]
     with torch.inference_mode():
         # AR: the token at slot `length`, then the one sampled for position length + 1 in the same graph
-        ref = model(token, torch.tensor([length]), eager, length).logits
-        assert close(passes.ar(token, length), ref, 1e-10)
+        out = model(token, torch.tensor([length]), eager, length)
+        ref = out.logits
+        logits, hidden = passes.ar(token, length)
+        assert close(logits, ref, 1e-10) and close(hidden, out.hidden, 1e-10)
         window = ids[length + 1 - 64:length + 1][None]
-        assert passes.ar_token(length) == int(sampler.sample(ref, window, [length + 1])[0])
+        assert passes.ar_token(length)[0] == int(sampler.sample(ref, window, [length + 1])[0])
         assert close(fast.k[:, :, :length + 1], eager.k[:, :, :length + 1], 1e-12)  # its K/V, at slot `length`
         assert close(fast.v[:, :, :length + 1], eager.v[:, :, :length + 1], 1e-12)
         # verify: a padded tree batch right after it
@@ -124,8 +119,8 @@ def test_passes_match_the_eager_model(name, kind):
         tokens, positions, tree = verify_inputs(trie, length + 1, shape.slots)
         mask = with_prefix(tree, length + 1, positions, None)
         ref = model(tokens, positions, eager, length + 1, mask, capture_queries=True)
-        logits, queries, targets = passes.verify(tokens, positions, tree, length + 1, trie)
-        assert close(logits, ref.logits, 1e-10)
+        logits, queries, targets, hidden = passes.verify(trie, length + 1, shape.slots)
+        assert close(logits, ref.logits, 1e-10) and close(hidden, ref.hidden, 1e-10)
         assert close(queries, torch.stack(ref.queries), 1e-12)
         assert targets == host_targets(sampler, ref.logits, trie, ids, length + 1, 64)
         # draft: the root over a partial cache, with the base head and three chained draft heads
@@ -137,13 +132,33 @@ def test_passes_match_the_eager_model(name, kind):
         assert close(passes.draft(partial_f, int(ids[length]), length, 40, rows=4), ref, 1e-10)
 
 
+def test_flex_passes_are_built_for_a_power_of_two_above_the_filled_length(monkeypatch):
+    """Not the cache's capacity: the decoding kernel sizes its split-KV tiles by the KV length it is given."""
+    monkeypatch.setattr(fastpath, "FLEX_MIN_SPAN", 128)
+    lm = tiny("llama3.1-8b")
+    capacity = 1000
+    ids, (eager, fast) = prefilled_pair(lm, 600, capacity)
+    passes = FastPasses(lm, fast, FastOptions(attention="flex"))
+    with torch.inference_mode():
+        for n in (100, 200, 300, 600):
+            token = ids[n:n + 1]
+            ref = lm.model(token, torch.tensor([n]), eager, n).logits
+            assert close(passes.ar(token, n)[0], ref, 1e-10)
+            trie, shape = random_trie(lm.config.vocab_size, seed=n)
+            tokens, positions, tree = verify_inputs(trie, n + 1, shape.slots)
+            ref = lm.model(tokens, positions, eager, n + 1, with_prefix(tree, n + 1, positions, None)).logits
+            assert close(passes.verify(trie, n + 1, shape.slots)[0], ref, 1e-10)
+    spans = sorted({p.attention.span for p in passes.passes.values()})
+    assert spans == [128, 256, 512, 1000]  # 101 -> 128, ..., 601 + 28 rows -> 1024, capped at the capacity
+
+
 @pytest.mark.parametrize("fold", [False, True])
 def test_block_mask_visits_only_the_filled_blocks(fold):
     lm = tiny("llama3.1-8b")
     t, capacity = 3, 5 * BLOCK + 17
     visible = Visible(t, capacity, "cpu")
     visible.tree.copy_(torch.tensor([[1, 0, 0], [1, 1, 0], [1, 0, 1]], dtype=torch.bool))
-    flex = FlexAttention(lm.model, visible, fold=fold, compiled=False)
+    flex = FlexAttention(lm.model, visible, fold=fold)
     group = lm.config.group if fold else 1
     rows, cols = torch.arange(group * t)[:, None], torch.arange(capacity)[None, :]
     for start in (0, 5, BLOCK - 2, BLOCK, 200, capacity - t):
@@ -168,7 +183,7 @@ def test_kernel_choice_follows_the_group_size():
     assert effective_kind("auto", preset("qwen2.5-7b")[0]) == "flex-fold"  # group 7: folded rows
     assert effective_kind("flex", preset("qwen2.5-1.5b", tiny=True)[0]) == "flex"
     lm = tiny("llama3.1-8b")
-    options = {t: FlexAttention(lm.model, Visible(t, 300, "cpu"), fold=False, compiled=False).kernel_options
+    options = {t: FlexAttention(lm.model, Visible(t, 300, "cpu"), fold=False).kernel_options
                for t in (1, 27, 121)}
     assert options == {1: None, 27: None, 121: {"BLOCK_M": BLOCK}}  # 4 * 121 rows: tile capped at 128
 
@@ -178,8 +193,11 @@ def test_a_pass_is_one_graph_for_every_length(kind):
     """fullgraph tracing fails on any host sync or data-dependent branch, and a second call at another
     length must reuse the graph: what capturing it once as a CUDA graph requires."""
     lm = tiny("qwen2.5-1.5b", dtype=torch.float32)
-    lm.ensure_positions(400)
-    p = Pass(lm.model, new_cache(lm, 400), 5, kind, 256, "none", queries=True)
+    vocab = lm.config.vocab_size
+    # a verify pass as the engine captures it: packed inputs, sampling every row inside the graph
+    sampler = DeviceSampler(Sampler(Settings(seed=3, **MINP), vocab, "cpu"), torch.randint(vocab, (400,)))
+    p = Pass(lm.model, new_cache(lm, 400), 5, kind, 256, "none", queries=True, sampler=sampler, packed=True)
+    trie = build_trie(7, [[3, 4], [5]], [])
     compiled = []
 
     def backend(gm, example_inputs):
@@ -190,12 +208,12 @@ def test_a_pass_is_one_graph_for_every_length(kind):
     run = torch.compile(p._compute, backend=backend, fullgraph=True)
     with torch.inference_mode():
         for start in (150, 170, 40):
-            p.visible.start.fill_(start)
-            p.positions.copy_(torch.arange(start, start + 5))
+            pack_verify_inputs(trie, start, 5, True, p.inputs)
             run()
-            expected = p.logits.clone()
+            expected, sampled = p.logits.clone(), p.sampled.clone()
             p()
-            assert torch.equal(p.logits, expected)
+            assert torch.equal(p.logits, expected) and torch.equal(p.sampled, sampled)
+            assert torch.equal(p.visible.tree, verify_inputs(trie, start, 5)[2])
     assert len(compiled) == 1
 
 
@@ -224,19 +242,37 @@ def ar_tokens(lm, settings, prompt):
     return Generator(lm, settings.replace(mode="ar"), prompt).run()
 
 
-def with_options(lm, **extras):
-    """A copy of the shared fixture with random draft heads and its own extras (never mutate the fixture)."""
-    return dataclasses.replace(lm, heads=random_heads(lm.config, lm.device, lm.dtype, seed=2), extras=extras)
+def with_heads(lm):
+    """A copy of the shared fixture with random draft heads (never mutate the fixture)."""
+    return dataclasses.replace(lm, heads=random_heads(lm.config, lm.device, lm.dtype, seed=2))
 
 
-def test_fast_engine_emits_the_same_tokens(stories64):
+def test_the_rope_table_is_built_once_for_the_whole_context(stories64):
+    """Captured graphs read the RoPE table: engines of any size use the one built at load, and what would not
+    fit it is refused before a run starts."""
+    table = stories64.model.rope_cos
+    assert table.shape[0] == stories64.max_context + ROPE_SLACK
     prompt = stories64.encode(PROMPT)
-    s = Settings(max_new_tokens=200, seed=2, ignore_eos=True, ngram_topk=5, tree=(1, 2, 2), budget=48, **MINP)
+    for n in (10, 400):
+        Generator(stories64, Settings(max_new_tokens=n, ignore_eos=True), prompt).run()
+        assert stories64.model.rope_cos is table
+    with pytest.raises(ValueError, match="RoPE table"):
+        stories64.check_positions(table.shape[0] + 1)
+    with pytest.raises(SettingsError, match="candidate rows"):
+        Generator(stories64, Settings(tree=(1, 40, 40), ngram_topk=0), prompt)
+
+
+@pytest.mark.parametrize("drafter", ["paper", "fused"])
+def test_fast_engine_emits_the_same_tokens(stories64, drafter):
+    """Both drafters on the static-shape passes: the fused one drafts from the states the AR and verify passes
+    leave in their buffers."""
+    prompt = stories64.encode(PROMPT)
+    s = Settings(max_new_tokens=200, seed=2, ignore_eos=True, ngram_topk=5, tree=(1, 2, 2), budget=48,
+                 drafter=drafter, **MINP)
     expected = ar_tokens(stories64, s, prompt)
-    fast = with_options(stories64)
-    enable(fast, FastOptions(attention="sdpa", bucket=64))
-    assert Generator(fast, s.replace(mode="ar"), prompt).run() == expected
-    gen = Generator(fast, s, prompt)
+    lm, fast = with_heads(stories64), EngineOptions(fast=FastOptions(attention="sdpa", bucket=64))
+    assert Generator(lm, s.replace(mode="ar"), prompt, options=fast).run() == expected
+    gen = Generator(lm, s, prompt, options=fast)
     assert gen.run() == expected
     assert gen.metrics().verify_batch == 1 + (1 + 2 + 4) + 5 * 4  # padded to the fixed batch
 
@@ -245,17 +281,16 @@ def test_adaptive_batch_keeps_the_text(stories64):
     prompt = stories64.encode(PROMPT)
     s = Settings(max_new_tokens=300, seed=2, ignore_eos=True, ngram_topk=20, budget=48, **MINP)
     expected = ar_tokens(stories64, s, prompt)
-    adaptive = with_options(stories64, adaptive=True)
-    gen = Generator(adaptive, s, prompt)
+    lm = with_heads(stories64)
+    gen = Generator(lm, s, prompt, options=EngineOptions(adaptive=True))
     assert gen.run() == expected
     batches = gen.metrics().verify_batches
     sizes = {str(shape.slots) for shape in ladder((3, 3, 3), 20)}  # the fused drafter's: 120 ... 2 rows
     assert set(batches) == sizes  # every shape ran (at least its warm-up)
     assert str(gen.metrics().to_dict()["verify_batch"]) in sizes
     # with the fast path too: each shape is its own fixed-size pass
-    both = with_options(stories64, adaptive=True)
-    enable(both, FastOptions(attention="sdpa", bucket=128))
-    assert Generator(both, s.replace(max_new_tokens=120), prompt).run() == expected[:120]
+    both = EngineOptions(fast=FastOptions(attention="sdpa", bucket=128), adaptive=True)
+    assert Generator(lm, s.replace(max_new_tokens=120), prompt, options=both).run() == expected[:120]
 
 
 class PlainWhenever(CandidatePolicy):
@@ -273,8 +308,7 @@ def test_plain_steps_inside_tokenswift_keep_the_text(stories64, drafter):
     # the fused drafter drafts from the plain step's own state
     s = Settings(max_new_tokens=300, seed=2, ignore_eos=True, ngram_topk=20, budget=48, drafter=drafter, **MINP)
     expected = ar_tokens(stories64, s, prompt)
-    lm = with_options(stories64)
-    engine = Engine(lm, s, prompt, len(prompt), adaptive=True)
+    engine = Engine(with_heads(stories64), s, prompt, len(prompt), EngineOptions(adaptive=True))
     out = engine.start()
     # exploring for as long as the plain steps took: a verify pass after every few plain steps
     engine.policy = PlainWhenever(ladder(engine.drafter.widths, s.ngram_topk), plain_explore_share=1.0)
@@ -432,8 +466,8 @@ def test_exploring_beside_plain_steps_favours_the_shape_closest_to_paying():
 # -- on a CUDA device ----------------------------------------------------------------------------------
 
 
-def run_engine(lm, settings, prompt, n, **kw) -> list[int]:
-    engine = Engine(lm, settings.replace(max_new_tokens=n), prompt, len(prompt), **kw)
+def run_engine(lm, settings, prompt, n, fast=None, adaptive=False) -> list[int]:
+    engine = Engine(lm, settings.replace(max_new_tokens=n), prompt, len(prompt), EngineOptions(fast, adaptive))
     out = engine.start()
     step = engine.ts_step if settings.mode == "tokenswift" else engine.ar_step
     while len(out) < n:
@@ -447,7 +481,6 @@ def run_engine(lm, settings, prompt, n, **kw) -> list[int]:
 def test_cuda_graphs_replay_the_eager_passes(kind):
     lm = tiny("llama3.1-8b", device="cuda", dtype=torch.float32)
     model, capacity = lm.model, 700
-    lm.ensure_positions(capacity)
     ids, (eager, fast) = prefilled_pair(lm, 300, capacity)
     passes = FastPasses(lm, fast, FastOptions(attention=kind, bucket=256))
     with torch.inference_mode():
@@ -458,11 +491,11 @@ def test_cuda_graphs_replay_the_eager_passes(kind):
                     cache.v[:, :, 302:450].copy_(cache.k[:, :, 302:450])
             token = ids[300:301]
             ref = model(token, torch.tensor([n], device="cuda"), eager, n).logits
-            assert close(passes.ar(token, n), ref, 1e-4)
+            assert close(passes.ar(token, n)[0], ref, 1e-4)
             trie, shape = random_trie(lm.config.vocab_size, seed=n)
             tokens, positions, tree = (t.cuda() for t in verify_inputs(trie, n + 1, shape.slots))
             ref = model(tokens, positions, eager, n + 1, with_prefix(tree, n + 1, positions, None))
-            assert close(passes.verify(tokens, positions, tree, n + 1)[0], ref.logits, 1e-4)
+            assert close(passes.verify(trie, n + 1, shape.slots)[0], ref.logits, 1e-4)
     graphs = [p.graph for p in passes.passes.values()]
     assert all(g is not None for g in graphs)
     if kind != "sdpa":
@@ -485,17 +518,3 @@ def test_cuda_fast_engine_matches_plain_decoding(name, kind):
         got = run_engine(lm, s.replace(mode=mode), prompt, 300, fast=fast, adaptive=adaptive)
         first = next((i for i, (a, b) in enumerate(zip(got, expected, strict=True)) if a != b), None)
         assert first is None, f"{mode} (adaptive={adaptive}) diverged at token {first}"
-
-
-@pytest.mark.cuda
-@CUDA
-def test_cuda_compile_mode_matches_eager():
-    lm = tiny("llama3.1-8b", device="cuda", dtype=torch.float32)
-    lm.ensure_positions(400)
-    ids, (eager, fast) = prefilled_pair(lm, 200, 400)
-    passes = FastPasses(lm, fast, FastOptions(attention="flex", graphs="compile"))
-    with torch.inference_mode():
-        for n in (200, 201):
-            token = ids[n:n + 1]
-            ref = lm.model(token, torch.tensor([n], device="cuda"), eager, n).logits
-            assert close(passes.ar(token, n).clone(), ref, 1e-4)

@@ -22,7 +22,6 @@ from tokenswift.settings import Settings
 
 def our_logits(lm, ids: torch.Tensor) -> torch.Tensor:
     cfg, t = lm.config, ids.numel()
-    lm.ensure_positions(t)
     cache = KVCache(cfg.n_layers, cfg.n_kv_heads, t, cfg.head_dim, lm.device, lm.dtype)
     pos = torch.arange(t)
     return lm.model(ids, pos, cache, 0, causal_mask(0, t, pos, cfg.sliding_window, lm.device)).logits

@@ -79,7 +79,6 @@ def test_stories260k_matches_transformers(stories_path):
 
     hf = AutoModelForCausalLM.from_pretrained(stories_path, dtype=torch.float32, attn_implementation="eager").eval()
     lm = load_model(str(stories_path))
-    lm.ensure_positions(N + 8)
     ids = torch.tensor(lm.encode("Once upon a time there was a little girl named Lily. " * 20)[:N])
     assert len(ids) == N
     assert (our_prefill(lm.model, ids) - hf(ids[None]).logits[0]).abs().max() <= TOL

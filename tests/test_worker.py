@@ -297,14 +297,18 @@ def test_the_saved_model_choice_and_the_command_lines_override(db_url):
 
 
 def test_the_worker_runs_tokenswift_adaptive_unless_told_not_to(tmp_path, stories_path):
+    """Adaptive by default (--fixed-batch turns it off); the fast path by default where it exists (CUDA, no
+    sliding window; --no-fast turns it off): on this CPU the passes stay eager either way."""
     from worker.__main__ import parse_args
     from worker.holder import ModelHolder
 
     assert parse_args([]).adaptive and not parse_args(["--fixed-batch"]).adaptive
+    assert parse_args([]).fast and not parse_args(["--no-fast"]).fast
     store = open_store(f"sqlite:///{tmp_path / 'studio.db'}")
     for adaptive in (True, False):
         holder = ModelHolder(store, "w", threads=1, adaptive=adaptive)
-        assert holder.ensure(ModelSpec(str(stories_path))).extras["adaptive"] is adaptive
+        holder.ensure(ModelSpec(str(stories_path)))
+        assert holder.options.adaptive is adaptive and holder.options.fast is None
     store.close()
 
 

@@ -20,6 +20,7 @@ from .engine import Engine
 from .generate import Generator
 from .loading import LoadedModel
 from .metrics import distinct
+from .options import EngineOptions
 from .settings import Settings
 
 # Filler for bench-ar contexts: real prose, so the cache holds ordinary token statistics, not one id.
@@ -157,8 +158,8 @@ def bench_ar(lm: LoadedModel, contexts: Sequence[int], steps: int = 64, warmup: 
 # -- bench: AR versus TokenSwift -----------------------------------------------------------------------
 
 
-def _run(lm: LoadedModel, settings: Settings, prompt_ids: list[int]) -> list[int]:
-    return Generator(lm, settings, prompt_ids).run()
+def _run(lm: LoadedModel, settings: Settings, prompt_ids: list[int], options: EngineOptions) -> list[int]:
+    return Generator(lm, settings, prompt_ids, options=options).run()
 
 
 def first_divergence(a: Sequence[int], b: Sequence[int]) -> int | None:
@@ -179,11 +180,11 @@ def _timed(engine: Engine, out: list[int], goal: int, step) -> float:
 
 
 def alternate(lm: LoadedModel, prompt_ids: list[int], ar_settings: Settings, ts_settings: Settings,
-              slice_tokens: int) -> tuple[list[int], list[int], list[dict], Engine]:
+              slice_tokens: int, options: EngineOptions) -> tuple[list[int], list[int], list[dict], Engine]:
     """Plain decoding and TokenSwift in turns of `slice_tokens`, each continuing its own state, so a machine
     whose load drifts slows both alike and every slice gives a ratio measured under the same load."""
-    ar = Engine(lm, ar_settings, prompt_ids, len(prompt_ids))
-    ts = Engine(lm, ts_settings, prompt_ids, len(prompt_ids))
+    ar = Engine(lm, ar_settings, prompt_ids, len(prompt_ids), options)
+    ts = Engine(lm, ts_settings, prompt_ids, len(prompt_ids), options)
     ar_out, ts_out = ar.start(), ts.start()
     n, slices = ar_settings.max_new_tokens, []
     while len(ar_out) < n or len(ts_out) < n:
@@ -210,7 +211,7 @@ def pass_costs(engine: Engine) -> dict:
 
 
 def compare(lm: LoadedModel, prompt_ids: list[int], settings: Settings, warmup_tokens: int = 16,
-            slice_tokens: int = 128) -> dict:
+            slice_tokens: int = 128, options: EngineOptions | None = None) -> dict:
     """AR and TokenSwift on the same prompt, seed and settings, in this process (fixed length: EOS ignored),
     alternating in slices (see `alternate`). The speed-up is the median of the per-slice ratios.
 
@@ -219,12 +220,14 @@ def compare(lm: LoadedModel, prompt_ids: list[int], settings: Settings, warmup_t
     if slice_tokens < 1:
         raise BenchError(f"slice tokens must be >= 1, got {slice_tokens}")
     settings = settings.replace(ignore_eos=True, stop=())
+    options = options or EngineOptions()
     ar_settings, ts_settings = settings.replace(mode="ar"), settings.replace(mode="tokenswift")
     if warmup_tokens:
         n = min(warmup_tokens, settings.max_new_tokens)
-        _run(lm, ar_settings.replace(max_new_tokens=n), prompt_ids)
-        _run(lm, ts_settings.replace(max_new_tokens=n), prompt_ids)
-    ar_tokens, ts_tokens, slices, engine = alternate(lm, prompt_ids, ar_settings, ts_settings, slice_tokens)
+        _run(lm, ar_settings.replace(max_new_tokens=n), prompt_ids, options)
+        _run(lm, ts_settings.replace(max_new_tokens=n), prompt_ids, options)
+    ar_tokens, ts_tokens, slices, engine = alternate(lm, prompt_ids, ar_settings, ts_settings, slice_tokens,
+                                                     options)
     ts = engine.metrics.to_dict()
     # Wall time of the slices (the TokenSwift side includes its periodic AR probes): what a writer waits.
     ar_s, ts_s = sum(x["ar_s"] for x in slices), sum(x["ts_s"] for x in slices)

@@ -25,7 +25,8 @@ import torch
 
 from .adaptive import Shape, ladder
 from .bench import copy_bandwidth, kv_bytes_per_token, weight_bytes
-from .fastpath import FastOptions, FastPasses, padded_capacity, trie_paths
+from .device_sampling import MAX_DEPTH, pack_verify_inputs
+from .fastpath import FastOptions, FastPasses, padded_capacity
 from .kv_cache import KVCache
 from .loading import LoadedModel
 from .model import with_prefix
@@ -127,7 +128,6 @@ def bench_model(lm: LoadedModel, name: str, b: GpuBench, copy_bw: float | None) 
     if not contexts:
         raise ValueError(f"no context of {list(b.contexts)} fits {name}'s limit of {lm.max_context} tokens")
     capacity = padded_capacity(max(contexts) + b.shapes[0].slots + SPARE)  # as the engine's fast path
-    lm.ensure_positions(capacity)
     if dev.type == "cuda":
         torch.cuda.reset_peak_memory_stats(dev)
     cache = random_cache(lm, capacity)
@@ -138,7 +138,7 @@ def bench_model(lm: LoadedModel, name: str, b: GpuBench, copy_bw: float | None) 
         "parameters": sum(p.numel() for p in lm.model.parameters()),
         "weight_bytes": weight_bytes(lm), "kv_bytes_per_token": kv_bytes_per_token(lm), "budget": b.budget,
         "shapes": [{"label": s.label(), "slots": s.slots} for s in b.shapes],
-        "heads": "random" if lm.extras.get("random_heads") else "checkpoint",
+        "heads": "random" if lm.random_heads else "checkpoint",
     }
     kernels = {}
     if b.eager:
@@ -178,8 +178,8 @@ def fast_rows(lm: LoadedModel, cache: KVCache, partial: KVCache, contexts: list[
         row["draft_ms"] = _ms(draft)
         row["verify_ms"] = {}
         for shape in b.shapes:  # verify + sampling every node + the host sync for the targets
-            trie, inputs = candidate_inputs(shape, vocab, context, dev)
-            run = lambda c=context, i=inputs, t=trie: passes.verify(*i, c, t)  # noqa: E731
+            trie = candidate_trie(shape, vocab)
+            run = lambda c=context, t=trie, n=shape.slots: passes.verify(t, c, n)  # noqa: E731
             row["verify_ms"][shape.label()] = _ms(attempt(lambda r=run: timed(r, b.reps, dev)))
         rows.append(row)
     return {"error": None, "rows": rows}
@@ -264,17 +264,20 @@ def _fastest(times: dict[str, float | str | None]) -> tuple[str | None, float | 
 
 def iteration_overhead(lm: LoadedModel, shape: Shape, reps: int) -> float:
     """Seconds of host-side work per TokenSwift iteration outside the two passes (whose graphs sample):
-    the trie, the verify inputs and their copies to the device, the walk, the K/V commit."""
+    the trie, the verify inputs packed and copied to the device, the walk, the K/V commit."""
     dev, vocab = lm.device, lm.config.vocab_size
     cache = KVCache(lm.config.n_layers, lm.config.n_kv_heads, 2048, lm.config.head_dim, dev, lm.dtype)
     g = torch.Generator().manual_seed(0)
+    size = 1 + 2 * shape.slots + shape.slots**2 + shape.slots * MAX_DEPTH  # as a packed verify pass's inputs
+    host = torch.empty(size, dtype=torch.long, pin_memory=dev.type == "cuda")
+    staged = torch.empty(size, dtype=torch.long, device=dev)
 
     def one() -> None:
         levels = [torch.randint(vocab, (w,), generator=g).tolist() for w in shape.widths]
         paths = [(levels[0][0], *torch.randint(vocab, (3,), generator=g).tolist()) for _ in range(shape.k)]
         trie = build_trie(levels[0][0], levels, paths)
-        [t.to(dev) for t in verify_inputs(trie, 1000, shape.slots)]
-        trie_paths(trie, shape.slots).to(dev)
+        pack_verify_inputs(trie, 1000, shape.slots, True, host)
+        staged.copy_(host, non_blocking=True)
         # the target always picks an existing child: the longest walk
         targets = [min(children) if children else 0 for children in trie.children]
         accepted, _ = walk(trie, targets)

@@ -14,11 +14,13 @@ from .bench import first_divergence
 from .context_window import PinnedText
 from .generate import Generator
 from .loading import LoadedModel
+from .options import EngineOptions
 from .settings import Settings
 
 
-def run_mode(lm: LoadedModel, settings: Settings, prompt_ids: list[int], pinned: PinnedText) -> tuple[list[int], dict]:
-    gen = Generator(lm, settings, prompt_ids, pinned=pinned)
+def run_mode(lm: LoadedModel, settings: Settings, prompt_ids: list[int], pinned: PinnedText,
+             options: EngineOptions) -> tuple[list[int], dict]:
+    gen = Generator(lm, settings, prompt_ids, options=options, pinned=pinned)
     t0 = time.perf_counter()
     tokens = gen.run()
     wall = time.perf_counter() - t0
@@ -35,17 +37,18 @@ def run_mode(lm: LoadedModel, settings: Settings, prompt_ids: list[int], pinned:
 
 
 def bench_shift(lm: LoadedModel, prompt_ids: list[int], settings: Settings, pinned: PinnedText | None = None,
-                warmup_tokens: int = 16) -> dict:
+                warmup_tokens: int = 16, options: EngineOptions | None = None) -> dict:
     """AR and TokenSwift over settings.max_new_tokens with context shifting on; a short untimed run of each
     first, so one-off costs land on neither."""
-    pinned = pinned or PinnedText()
+    pinned, options = pinned or PinnedText(), options or EngineOptions()
     settings = settings.replace(ignore_eos=True, stop=(), context_shift=True)
     if warmup_tokens:
         for mode in ("ar", "tokenswift"):
             n = min(warmup_tokens, settings.max_new_tokens)
-            Generator(lm, settings.replace(mode=mode, max_new_tokens=n), prompt_ids, pinned=pinned).run()
-    ar_tokens, ar = run_mode(lm, settings.replace(mode="ar"), prompt_ids, pinned)
-    ts_tokens, ts = run_mode(lm, settings.replace(mode="tokenswift"), prompt_ids, pinned)
+            Generator(lm, settings.replace(mode=mode, max_new_tokens=n), prompt_ids, options=options,
+                      pinned=pinned).run()
+    ar_tokens, ar = run_mode(lm, settings.replace(mode="ar"), prompt_ids, pinned, options)
+    ts_tokens, ts = run_mode(lm, settings.replace(mode="tokenswift"), prompt_ids, pinned, options)
     plan = Generator(lm, settings, prompt_ids, pinned=pinned).plan
     divergence = first_divergence(ar_tokens, ts_tokens)
     return {

@@ -217,7 +217,7 @@ def build_parser() -> argparse.ArgumentParser:
     gpu.add_argument("--contexts", type=int_list_arg, default=None, help="default 4096,32768,65536,100000")
     gpu.add_argument("--kernels", default=None, help="fast-path kernels to time: flex,flex-fold,sdpa "
                                                      "(default flex,sdpa; sdpa on a CPU)")
-    gpu.add_argument("--graphs", default=None, help="cuda | compile | none (default: cuda on CUDA, else none)")
+    gpu.add_argument("--graphs", default=None, help="cuda | none (default: cuda on CUDA, else none)")
     gpu.add_argument("--steps", type=int, default=16, help="timed AR steps per context (default: %(default)s)")
     gpu.add_argument("--reps", type=int, default=8,
                      help="timed draft/verify passes per context and shape (default: %(default)s)")
@@ -321,19 +321,20 @@ def open_model(args: argparse.Namespace) -> LoadedModel:
     return lm
 
 
-def apply_fast_args(args: argparse.Namespace, lm: LoadedModel) -> None:
-    """--fast / --adaptive: set on the loaded model, so every engine built on it uses them."""
-    if args.fast:
-        from .fastpath import FastOptions, enable
+def engine_options(args: argparse.Namespace, lm: LoadedModel):
+    """--fast / --adaptive as the EngineOptions every engine of this command runs with."""
+    from .fastpath import FastOptions
+    from .options import EngineOptions
 
+    fast = None
+    if args.fast:
         if lm.config.sliding_window is not None:
             raise CliError("fast: sliding-window models are not supported by the fast path")
         try:
-            enable(lm, FastOptions(attention=args.attention))
+            fast = FastOptions(attention=args.attention)
         except ValueError as error:
             raise CliError(str(error)) from None
-    if args.adaptive:
-        lm.extras["adaptive"] = True
+    return EngineOptions(fast=fast, adaptive=args.adaptive)
 
 
 def check_lengths(lm: LoadedModel, settings: Settings, prompt_ids: list[int]) -> None:
@@ -371,13 +372,13 @@ def cmd_generate(args: argparse.Namespace) -> int:
     from .prompting import prompt_ids as make_prompt
 
     lm = open_model(args)
-    apply_fast_args(args, lm)
+    options = engine_options(args, lm)
     try:
         prompt_ids = make_prompt(lm, text, settings.prompt_format)
     except SettingsError as error:
         raise CliError(str(error)) from None
     check_lengths(lm, settings, prompt_ids)
-    gen = Generator(lm, settings, prompt_ids)
+    gen = Generator(lm, settings, prompt_ids, options=options)
     streamed, finish = stream(gen, lm.tokenizer, prompt_ids)
     metrics = gen.metrics().to_dict()
     write_json(args.json_out, {
@@ -441,12 +442,13 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from .bench import compare, leading_tokens
 
     lm = open_model(args)
-    apply_fast_args(args, lm)
+    options = engine_options(args, lm)
     prompt_ids = leading_tokens(lm, text, args.prompt_tokens) if args.prompt_book else lm.encode(text)
     check_lengths(lm, settings, prompt_ids)
     if lm.heads is None:
         note("note: no draft heads: TokenSwift drafts with the base head and n-grams only")
-    result = compare(lm, prompt_ids, settings, warmup_tokens=args.warmup_tokens, slice_tokens=args.slice_tokens)
+    result = compare(lm, prompt_ids, settings, warmup_tokens=args.warmup_tokens, slice_tokens=args.slice_tokens,
+                     options=options)
     print_bench(result)
     write_json(args.json_out, result)
     return 0
@@ -460,7 +462,7 @@ def cmd_bench_shift(args: argparse.Namespace) -> int:
     from .context_window import pinned_ids
 
     lm = open_model(args)
-    apply_fast_args(args, lm)
+    options = engine_options(args, lm)
     prompt_ids = leading_tokens(lm, text, args.prompt_tokens) if args.prompt_book else lm.encode(text)
     pinned = pinned_ids(lm, args.memory, args.authors_note)
     try:
@@ -469,7 +471,7 @@ def cmd_bench_shift(args: argparse.Namespace) -> int:
         validate(lm, settings, prompt_ids, [], pinned)
     except SettingsError as error:
         raise CliError(str(error)) from None
-    result = bench_shift(lm, prompt_ids, settings, pinned, warmup_tokens=args.warmup_tokens)
+    result = bench_shift(lm, prompt_ids, settings, pinned, warmup_tokens=args.warmup_tokens, options=options)
     print_bench_shift(result)
     write_json(args.json_out, result)
     return 0
@@ -543,8 +545,9 @@ def print_bench_ar(r: dict) -> None:
 def cmd_bench_gpu(args: argparse.Namespace) -> int:
     import torch
 
+    from .attention import ATTENTION
     from .bench_gpu import CONTEXTS, TINY_CONTEXTS, GpuBench, run, summary_rows, table
-    from .fastpath import ATTENTION, GRAPHS
+    from .fastpath import GRAPHS
     from .loading import resolve_device, resolve_dtype
     from .presets import PRESETS, preset, random_model
 
@@ -598,7 +601,7 @@ def checkpoint_for_bench(args: argparse.Namespace) -> LoadedModel:
     lm = open_model(args)
     if lm.heads is None:
         lm.heads = random_heads(lm.config, lm.device, lm.dtype)
-        lm.extras["random_heads"] = True
+        lm.random_heads = True
     return lm
 
 

@@ -71,12 +71,16 @@ def best_per_depth(logits: torch.Tensor, sampler: Sampler, window: torch.Tensor 
 
 class HeadsDrafter:
     """TokenSwift's drafter (design §1–§2, §4): one pass of the target over the partial cache, then the
-    base LM head and the chained draft heads give depth 1..gamma+1 distributions."""
+    base LM head and the chained draft heads give depth 1..gamma+1 distributions.
+
+    The pass runs eagerly, or, given the fast path's passes (fastpath.FastPasses), as its captured draft pass;
+    both compute the same rows (heads that read the next token get the token the target would draw from the
+    base row)."""
 
     uses_hidden = False
 
-    def __init__(self, lm: LoadedModel, settings: Settings, sampler: Sampler, budget: int):
-        self.lm, self.sampler = lm, sampler
+    def __init__(self, lm: LoadedModel, settings: Settings, sampler: Sampler, budget: int, passes=None):
+        self.lm, self.sampler, self.passes = lm, sampler, passes
         gamma = min(settings.gamma, lm.heads.gamma) if lm.heads is not None else 0
         self.widths = list(settings.tree[: gamma + 1])
         self.partial = PartialCache(lm.config, budget, settings.sinks, lm.device, lm.dtype)
@@ -96,21 +100,27 @@ class HeadsDrafter:
 
     def propose(self, root: int, position: int, window: torch.Tensor | None, depth: int,
                 key: int) -> list[list[int]]:
+        widths, partial = self.widths[:depth], self.partial
+        if self.passes is not None:  # one captured pass for every depth (static shapes): a smaller shape cuts
+            logits = self.passes.draft(partial.cache, root, position, partial.n, len(self.widths))
+        else:
+            logits = self._draft_logits(root, position, window, len(widths), key)
+        return best_per_depth(logits, self.sampler, window, widths, key)
+
+    def _draft_logits(self, root: int, position: int, window: torch.Tensor | None, rows: int,
+                      key: int) -> torch.Tensor:
         lm, partial = self.lm, self.partial
-        widths = self.widths[:depth]
         tokens = torch.tensor([root], device=lm.device)
         pos = torch.tensor([position], device=lm.device)
         out = lm.model(tokens, pos, partial.cache, partial.n, logits="all")
-        if len(widths) == 1:
-            return best_per_depth(out.logits, self.sampler, window, widths, key)
-        # Heads that read the next token get the base head's best guess, the depth-1 candidate they extend.
-        first = best_per_depth(out.logits, self.sampler, window, widths[:1], key)
-        after = lm.model.model.embed_tokens(torch.tensor(first[0][:1], device=lm.device)) \
+        if rows == 1:
+            return out.logits
+        # Heads that read the next token get the depth-1 candidate they extend: the base row's best guess, the
+        # token the target would draw from it (best_per_depth's first pick there).
+        after = lm.model.model.embed_tokens(self.sampler.sample(out.logits, window, [key])) \
             if lm.heads.next_token else None
-        states = lm.heads(out.hidden, after)[: len(widths) - 1]
-        rest = best_per_depth(torch.cat([lm.model.head(s) for s in states]), self.sampler, window, widths[1:],
-                              key + 1)
-        return first + rest
+        states = lm.heads(out.hidden, after)[: rows - 1]
+        return torch.cat([out.logits, *(lm.model.head(s) for s in states)])
 
     def commit(self, full: KVCache, start: int, end: int, queries: list[torch.Tensor] | None) -> None:
         self.partial.extend(full, start, end, queries)

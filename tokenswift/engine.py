@@ -18,19 +18,21 @@ import torch
 from .adaptive import CandidatePolicy, ladder
 from .context_window import ContextUse, PinnedText, WindowPlan, leading_bos, window_plan
 from .drafting import Drafter, HeadsDrafter
-from .fastpath import FastOptions, FastPasses, options_of, padded_capacity
+from .fastpath import FastPasses, padded_capacity
 from .fused_drafter import FusedDrafter
 from .kv_cache import KVCache
 from .loading import LoadedModel
 from .metrics import RunMetrics
 from .model import COLUMN_ROWS, causal_mask, column_product, with_prefix
 from .ngram import NgramTable
+from .options import EngineOptions
 from .sampling import Sampler
 from .settings import Settings
 from .trie import build_trie, max_nodes, verify_inputs, walk
 
 PREFILL_CHUNK = 1024
 NGRAM_LEN = 4
+CAPACITY_SPARE = 8  # cache slots beyond the longest text and one verify batch
 # How often TokenSwift re-measures an AR step at the current context. The probe's output is thrown away, so it
 # is pure cost (a plain step every 2 s was 2-3% of a CPU run), while the step time it tracks grows by a few
 # percent per thousand tokens of context.
@@ -55,11 +57,10 @@ class StepResult:
 
 class Engine:
     def __init__(self, lm: LoadedModel, settings: Settings, ids: list[int], prompt_len: int,
-                 pad_verify: bool | None = None, fast: FastOptions | None = None, adaptive: bool | None = None,
-                 plan: WindowPlan | None = None, pinned_source: Callable[[], PinnedText] | None = None):
-        """ids: prompt + tokens generated so far (at least the prompt). fast: the opt-in static-shape / CUDA
-        graph passes (fastpath.py); adaptive: pick the candidate batch per iteration (adaptive.py). Both
-        default to what fastpath.enable / lm.extras["adaptive"] set on the model; neither changes the text.
+                 options: EngineOptions | None = None, plan: WindowPlan | None = None,
+                 pinned_source: Callable[[], PinnedText] | None = None):
+        """ids: prompt + tokens generated so far (at least the prompt). options: the fast path, the adaptive
+        batch, padding (options.py); none of them changes the text.
         plan: the context windows (context_window.py); None: the model's context, no Memory or note.
         pinned_source: the draft's current Memory and note, asked for at each shift (an edit applies there)."""
         self.lm, self.s, self.prompt_len = lm, settings, prompt_len
@@ -71,17 +72,18 @@ class Engine:
         self.plan, self.offset, self.next_boundary, self.shifts = plan, 0, 0, 0
         self.pinned_source = pinned_source
         self.ts = settings.mode == "tokenswift"
-        self.pad_verify = lm.device.type == "cuda" if pad_verify is None else pad_verify
+        options = options or EngineOptions()
+        self.pad_verify = lm.device.type == "cuda" if options.pad_verify is None else options.pad_verify
         self.depth = len(settings.tree)  # gamma + 1: alpha's denominator, as the paper's Eq. 4
         # The most tokens one iteration can commit: the root plus the deepest tree or n-gram path.
         self.max_commit = 1 + max(self.depth, NGRAM_LEN if settings.ngram_topk else 0)
         self.verify_slots = max_nodes(settings.tree, settings.ngram_topk, NGRAM_LEN) if self.ts else 1
         longest = min(plan.size, len(plan.window(ids, prompt_len)) + settings.max_new_tokens)
-        capacity = longest + self.verify_slots + 8
-        fast = fast if fast is not None else options_of(lm)
+        capacity = longest + self.verify_slots + CAPACITY_SPARE
+        lm.check_positions(capacity)
+        fast = options.fast
         if fast is not None:
             capacity = padded_capacity(capacity)  # compiled kernels specialise on it: keep to a few sizes
-        lm.ensure_positions(capacity)
         cfg = lm.config
         self.cache = KVCache(cfg.n_layers, cfg.n_kv_heads, capacity, cfg.head_dim, lm.device, lm.dtype)
         self.ids = list(ids)
@@ -96,7 +98,7 @@ class Engine:
         self.fast = FastPasses(lm, self.cache, fast, self.sampler, self.buf) if fast is not None else None
         self.pad_verify = self.pad_verify or self.fast is not None  # graphs need fixed shapes
         self.shared_head_rows = shared_head_rows(lm)
-        self.adaptive = bool(lm.extras.get("adaptive", False)) if adaptive is None else adaptive
+        self.adaptive = options.adaptive
         self.policy: CandidatePolicy | None = None
 
     # -- setup --------------------------------------------------------------------------------------
@@ -126,12 +128,10 @@ class Engine:
         return emitted
 
     def _make_drafter(self) -> Drafter:
-        # The fast path's static-shape passes exist for the paper's draft pass only (issue: one forward for
-        # eager and graphs), so there the fused drafter is not available yet.
-        if self.s.drafter == "fused" and self.fast is None:
+        # The fused drafter reads the states the passes already computed (eager or captured): no pass of its own.
+        if self.s.drafter == "fused":
             return FusedDrafter(self.lm, self.s, self.sampler)
-        drafter = HeadsDrafter(self.lm, self.s, self.sampler, default_budget(self.s, self.prompt_len))
-        return self.fast.wrap_drafter(drafter) if self.fast is not None else drafter
+        return HeadsDrafter(self.lm, self.s, self.sampler, default_budget(self.s, self.prompt_len), self.fast)
 
     def _observe(self, hidden: torch.Tensor | None) -> None:
         if hidden is not None and self.drafter.uses_hidden:
@@ -205,7 +205,11 @@ class Engine:
         return tail[None]
 
     def _sync(self) -> None:
-        if self.lm.device.type == "cuda":
+        """Wait for the device before reading the clock (eager CUDA). On the fast path every phase already ends
+        in the one host read it needs (the drafts' top-k, the targets, a sampled token), which waits for the
+        work before it; a synchronize more would only stall the launches queued behind it. There the commit's
+        few kernels are timed with the next iteration's draft."""
+        if self.lm.device.type == "cuda" and self.fast is None:
             torch.cuda.synchronize(self.lm.device)
 
     def _advance_ngrams(self) -> None:
@@ -233,12 +237,11 @@ class Engine:
 
     def _ar_token(self, n: int) -> tuple[int, torch.Tensor | None]:
         """Run the token in slot n (writing its K/V; it attends to slots [0, n]), sample position n + 1.
-        Also returns the token's last-layer state (None on the fast path)."""
+        Also returns the token's last-layer state."""
         if self.fast is not None and self.fast.sampler is not None:
-            return self.fast.ar_token(n), None  # forward and sampling in one graph: one host sync per token
-        hidden = None
+            return self.fast.ar_token(n)  # forward and sampling in one graph: one host sync per token
         if self.fast is not None:
-            logits = self.fast.ar(self.buf[n:n + 1], n)
+            logits, hidden = self.fast.ar(self.buf[n:n + 1], n)
         else:
             pos = torch.tensor([n], device=self.lm.device)
             window = self.lm.config.sliding_window
@@ -279,11 +282,10 @@ class Engine:
         levels, paths = levels[:room], [p[:room] for p in paths]
         trie = build_trie(root, levels, paths)
         pad = slots if self.pad_verify else len(trie.tokens)
-        inputs = [t.to(dev) for t in verify_inputs(trie, L, pad)]
         capture = self.drafter.wants_queries(self.max_commit)
         t2 = time.perf_counter()
         # 3. Verify: the target over the full cache with every candidate at once, under the tree mask.
-        rows, all_queries, targets, hidden = self._verify(inputs, trie, L, capture)
+        rows, all_queries, targets, hidden = self._verify(trie, L, pad, capture)
         self._sync()
         t3 = time.perf_counter()
         # 4. Accept: walk the trie with the target's own position-keyed samples.
@@ -328,18 +330,18 @@ class Engine:
         self._last_probe = time.perf_counter()  # this step measured AR at the current context
         return StepResult([token])
 
-    def _verify(self, inputs: list[torch.Tensor], trie, L: int, capture: bool):
+    def _verify(self, trie, L: int, pad: int, capture: bool):
         """rows(node) -> that candidate row's logits [1, vocab]; each layer's queries [T, heads, dim] when
         capture is set; the target's token after every trie node when the fast path sampled them (else
-        None); every row's last-layer state (None on the fast path).
+        None); every row's last-layer state.
 
         Off the fast path the LM head runs only on the rows the walk visits (the accepted path and one
         more), not on every candidate; a small batch takes one product for all its rows where that costs about
         what one row does (16-bit weights; a CPU's float32 column product up to COLUMN_ROWS rows)."""
-        tokens, positions, tree_mask = inputs
         if self.fast is not None:
-            logits, queries, targets = self.fast.verify(tokens, positions, tree_mask, L, trie)
-            return (lambda node: logits[node:node + 1]), queries, targets, None
+            logits, queries, targets, hidden = self.fast.verify(trie, L, pad)
+            return (lambda node: logits[node:node + 1]), queries, targets, hidden
+        tokens, positions, tree_mask = (t.to(self.lm.device) for t in verify_inputs(trie, L, pad))
         mask = with_prefix(tree_mask, L, positions, self.lm.config.sliding_window)
         out = self.lm.model(tokens, positions, self.cache, L, mask, logits="none", capture_queries=capture)
         if len(trie.tokens) <= self.shared_head_rows:

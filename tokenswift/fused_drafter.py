@@ -51,7 +51,7 @@ class FusedDrafter:
 
     def observe(self, hidden: torch.Tensor) -> None:
         """The last-layer state of the last committed token (the one the root was sampled after)."""
-        self.hidden = hidden.reshape(1, -1)
+        self.hidden = hidden.reshape(1, -1).clone()  # on the fast path a pass buffer, rewritten by its next replay
 
     def ngram_prefix(self, root: int, levels: list[list[int]]) -> list[int]:
         return []  # the root is certain: n-gram continuations hang from it

@@ -16,10 +16,12 @@ from dataclasses import dataclass
 
 from .context_window import ContextUse, PinnedText, WindowPlan, leading_bos, window_plan
 from .detok import IncrementalDetokenizer
-from .engine import Engine
-from .loading import LoadedModel
+from .engine import CAPACITY_SPARE, NGRAM_LEN, Engine
+from .loading import ROPE_SLACK, LoadedModel
 from .metrics import RunMetrics
+from .options import EngineOptions
 from .settings import Settings, SettingsError
+from .trie import max_nodes
 
 
 @dataclass
@@ -45,6 +47,10 @@ def validate(lm: LoadedModel, settings: Settings, prompt_ids: Sequence[int], gen
             f"prompt ({len(prompt_ids)} tokens) + max_new_tokens ({settings.max_new_tokens}){extra} = "
             f"{total + pinned_extra} exceeds the model's context of {plan.size} tokens (context shifting is off)",
         )
+    rows = max_nodes(settings.tree, settings.ngram_topk, NGRAM_LEN) + CAPACITY_SPARE
+    if settings.mode == "tokenswift" and rows > ROPE_SLACK:
+        raise SettingsError("tree", f"the tree and {settings.ngram_topk} n-gram paths make up to {rows} candidate "
+                                    f"rows an iteration; at most {ROPE_SLACK} fit: use fewer or narrower levels")
     if len(generated) > settings.max_new_tokens:
         raise SettingsError("max_new_tokens", f"{len(generated)} tokens were already generated")
     vocab = lm.config.vocab_size
@@ -55,16 +61,17 @@ def validate(lm: LoadedModel, settings: Settings, prompt_ids: Sequence[int], gen
 
 class Generator:
     def __init__(self, lm: LoadedModel, settings: Settings, prompt_ids: Sequence[int],
-                 generated_ids: Sequence[int] = (), pad_verify: bool | None = None,
+                 generated_ids: Sequence[int] = (), options: EngineOptions | None = None,
                  pinned: PinnedText | None = None, pinned_source: Callable[[], PinnedText] | None = None):
-        """pinned: the draft's Memory and Author's Note, as ids (context_window.pinned_ids); pinned_source:
-        where to read them again at each context shift, so an edit made meanwhile applies from there."""
+        """options: how the engine runs (options.py; speed only). pinned: the draft's Memory and Author's Note, as
+        ids (context_window.pinned_ids); pinned_source: where to read them again at each context shift, so an
+        edit made meanwhile applies from there."""
         self.plan = validate(lm, settings, prompt_ids, generated_ids, pinned)
         self.lm, self.s = lm, settings
         self.prompt_ids = list(prompt_ids)
         self.produced: list[int] = list(generated_ids)
         self.eos = set(lm.eos_ids)
-        self._pad_verify = pad_verify
+        self.options = options or EngineOptions()
         self._pinned_source = pinned_source
         self._engine: Engine | None = None
         self._stop_text = ""
@@ -75,7 +82,7 @@ class Generator:
             yield StepEvent([], True, reason)
             return
         engine = self._engine = Engine(self.lm, self.s, self.prompt_ids + self.produced, len(self.prompt_ids),
-                                       self._pad_verify, plan=self.plan, pinned_source=self._pinned_source)
+                                       self.options, plan=self.plan, pinned_source=self._pinned_source)
         detok = self._stop_detokenizer()
         emitted = engine.start()
         step = engine.ts_step if self.s.mode == "tokenswift" else engine.ar_step

@@ -17,14 +17,6 @@ class KVCache:
         self.v = torch.zeros(shape, device=device, dtype=dtype)
         self.capacity = capacity
 
-    def write(self, layer: int, start: int, k: torch.Tensor, v: torch.Tensor) -> None:
-        """k, v: [kv_heads, T, head_dim] written at slots start..start+T-1."""
-        end = start + k.shape[1]
-        if end > self.capacity:
-            raise RuntimeError(f"KV cache full: need {end} slots, have {self.capacity}")
-        self.k[layer, :, start:end] = k
-        self.v[layer, :, start:end] = v
-
     def view(self, layer: int, length: int) -> tuple[torch.Tensor, torch.Tensor]:
         return self.k[layer, :, :length], self.v[layer, :, :length]
 

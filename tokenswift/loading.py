@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -28,6 +28,9 @@ from .rope import rope_table
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16, "float16": torch.float16,
           "q4": torch.bfloat16}
 HEADS_SUBDIR = "heads"
+# Positions past the context a verify batch may use: its candidate rows sit at the last token's position + depth
+# (generate.validate refuses trees and n-gram counts with more rows than this).
+ROPE_SLACK = 1024
 
 
 @dataclass
@@ -40,7 +43,7 @@ class LoadedModel:
     heads: DraftHeads | None
     device: torch.device
     dtype: torch.dtype
-    extras: dict = field(default_factory=dict)
+    random_heads: bool = False  # the draft heads are random (benchmarks of pass costs), not trained
     weights: str = "float"  # "q4": every layer's projections are the GGUF file's 4-bit blocks
 
     @property
@@ -56,10 +59,13 @@ class LoadedModel:
     def max_context(self) -> int:
         return context_limit(self.hf_config)
 
-    def ensure_positions(self, length: int) -> None:
-        """Grow the RoPE table to cover positions [0, length)."""
-        if self.model.rope_cos is None or self.model.rope_cos.shape[0] < length:
-            self.model.set_rope(*rope_table(self.hf_config, length, self.device, self.dtype))
+    def check_positions(self, length: int) -> None:
+        """Positions [0, length) must lie in the RoPE table, allocated once at load (rope_positions): captured
+        graphs read it, so it is never swapped for a longer one."""
+        table = self.model.rope_cos.shape[0]
+        if length > table:
+            raise ValueError(f"positions up to {length - 1} lie beyond the RoPE table ({table} positions: the "
+                             f"model's context of {self.max_context} + {ROPE_SLACK} for candidate rows)")
 
     @property
     def eos_ids(self) -> tuple[int, ...]:
@@ -184,6 +190,11 @@ def build_model(cfg: ModelConfig, state: dict[str, torch.Tensor], device, dtype)
     return model.eval().requires_grad_(False)
 
 
+def rope_positions(hf) -> int:
+    """The RoPE table's length: the model's context plus room for one iteration's candidate rows past it."""
+    return context_limit(hf) + ROPE_SLACK
+
+
 def context_limit(hf) -> int:
     """Positions the model was trained or scaled for: rope scaling factors extend the original window."""
     params = getattr(hf, "rope_parameters", None) or {}
@@ -218,7 +229,7 @@ def load_model(model: str, *, device: str = "cpu", dtype: str = "float32", heads
     net = build_model(cfg, state, dev, dt)
     if dtype == "q4":
         use_q4_weights(net, Path(model), state)
-    net.set_rope(*rope_table(hf, 4096, dev, dt))
+    net.set_rope(*rope_table(hf, rope_positions(hf), dev, dt))
     try:
         tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
     except Exception as error:  # noqa: BLE001

@@ -78,20 +78,37 @@ class Attention(nn.Module):
         self.v_proj = Linear(cfg.dim, cfg.n_kv_heads * cfg.head_dim, bias=cfg.qkv_bias)
         self.o_proj = Linear(cfg.n_heads * cfg.head_dim, cfg.dim, bias=False)
 
-    def forward(self, x, cos, sin, cache: KVCache, layer: int, start: int, mask) -> tuple[torch.Tensor, ...]:
+    def forward(self, x, cos, sin, keys, values, slots, attend) -> tuple[torch.Tensor, torch.Tensor]:
+        """keys, values: this layer's whole cache [kv_heads, capacity, head_dim]; slots: [T] device tensor of the
+        slots the new K/V go to (no host value: one captured graph serves every length)."""
         cfg, t = self.cfg, x.shape[0]
         q = apply_rope(self.q_proj(x).view(t, cfg.n_heads, cfg.head_dim), cos, sin)
         k = apply_rope(self.k_proj(x).view(t, cfg.n_kv_heads, cfg.head_dim), cos, sin)
         v = self.v_proj(x).view(t, cfg.n_kv_heads, cfg.head_dim)
-        cache.write(layer, start, k.transpose(0, 1), v.transpose(0, 1))
-        keys, values = cache.view(layer, start + t)
-        # GQA without repeating K/V: fold each KV head's group of query heads into the query axis.
-        g = cfg.group
-        qg = q.transpose(0, 1).reshape(cfg.n_kv_heads, g * t, cfg.head_dim)
-        # 4-D inputs: fused CUDA kernels take [batch, heads, tokens, dim]; 3-D would fall back to math.
-        out = F.scaled_dot_product_attention(qg[None], keys[None], values[None], attn_mask=mask)[0]
-        out = out.view(cfg.n_kv_heads * g, t, cfg.head_dim).transpose(0, 1).reshape(t, -1)
-        return self.o_proj(out), q
+        keys.index_copy_(1, slots, k.transpose(0, 1))
+        values.index_copy_(1, slots, v.transpose(0, 1))
+        return self.o_proj(attend(q, keys, values)), q
+
+
+def sdpa_folded(cfg: ModelConfig, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask) -> torch.Tensor:
+    """SDPA of q [T, heads, dim] over keys/values [kv_heads, S, dim] -> [T, heads * dim]. GQA without repeating
+    K/V: each KV head's group of query heads is folded into the query axis (rows j*T + t of the mask)."""
+    t = q.shape[0]
+    qg = q.transpose(0, 1).reshape(cfg.n_kv_heads, cfg.group * t, cfg.head_dim)
+    # 4-D inputs: fused CUDA kernels take [batch, heads, tokens, dim]; 3-D would fall back to math.
+    out = F.scaled_dot_product_attention(qg[None], keys[None], values[None], attn_mask=mask)[0]
+    return out.view(cfg.n_heads, t, cfg.head_dim).transpose(0, 1).reshape(t, -1)
+
+
+class SpanAttention:
+    """The eager attention: the slots [0, span) under a mask (additive, [group*T, span]) or, for one token
+    that sees the whole filled cache, none. The fast path's kernels (attention.py) take the same call."""
+
+    def __init__(self, cfg: ModelConfig, span: int, mask: torch.Tensor | None):
+        self.cfg, self.span, self.mask = cfg, span, mask
+
+    def __call__(self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+        return sdpa_folded(self.cfg, q, keys[:, :self.span], values[:, :self.span], self.mask)
 
 
 class MLP(nn.Module):
@@ -113,8 +130,8 @@ class Block(nn.Module):
         self.input_layernorm = RMSNorm(cfg.dim, cfg.norm_eps)
         self.post_attention_layernorm = RMSNorm(cfg.dim, cfg.norm_eps)
 
-    def forward(self, x, cos, sin, cache, layer, start, mask):
-        attn, q = self.self_attn(self.input_layernorm(x), cos, sin, cache, layer, start, mask)
+    def forward(self, x, cos, sin, keys, values, slots, attend):
+        attn, q = self.self_attn(self.input_layernorm(x), cos, sin, keys, values, slots, attend)
         x = x + attn
         return x + self.mlp(self.post_attention_layernorm(x)), q
 
@@ -170,25 +187,37 @@ class Transformer(nn.Module):
         logits: str = "all",
         capture_queries: bool = False,
     ) -> ForwardOut:
-        """tokens, positions: [T]. mask: [T, start+T] bool (True = may attend) or None for a single token
-        that sees the whole filled cache. logits: "all", "last" or "none"."""
-        if positions.numel() and int(positions[-1]) >= self.rope_cos.shape[0]:
-            raise ValueError(f"position {int(positions[-1])} beyond the RoPE table ({self.rope_cos.shape[0]})")
-        cos, sin = self.rope_cos[positions], self.rope_sin[positions]
-        x = self.model.embed_tokens(tokens)
-        if mask is not None:
-            mask = attention_bias(mask, self.cfg.group, x.dtype)
+        """The eager call. tokens, positions: [T]. mask: [T, start+T] bool (True = may attend) or None for a
+        single token that sees the whole filled cache. logits: "all", "last" or "none"."""
+        t = tokens.shape[0]
+        if start + t > cache.capacity:
+            raise RuntimeError(f"KV cache full: need {start + t} slots, have {cache.capacity}")
+        # Checked where it costs nothing: on a GPU it would be a host sync in every forward, and the engine
+        # keeps its positions inside the table (loading.rope_positions).
+        if positions.device.type == "cpu" and t and int(positions.max()) >= self.rope_cos.shape[0]:
+            raise ValueError(f"position {int(positions.max())} beyond the RoPE table ({self.rope_cos.shape[0]})")
+        bias = attention_bias(mask, self.cfg.group, self.model.embed_tokens.weight.dtype) if mask is not None else None
+        slots = torch.arange(start, start + t, device=tokens.device)
         queries = [] if capture_queries else None
-        for i, layer in enumerate(self.model.layers):
-            x, q = layer(x, cos, sin, cache, i, start, mask)
-            if capture_queries:
-                queries.append(q)
+        x = self.run(tokens, positions, cache, slots, SpanAttention(self.cfg, start + t, bias), queries)
         out = None
         if logits == "all":
             out = self.logits_of(x)
         elif logits == "last":
             out = self.logits_of(x[-1:])
         return ForwardOut(out, x, queries)
+
+    def run(self, tokens, positions, cache: KVCache, slots, attend, queries: list | None = None) -> torch.Tensor:
+        """The one decoder forward, eager or captured: tokens at `positions` write their K/V at `slots` and
+        attend through `attend` (SpanAttention, or a fast-path kernel). Returns the last layer's output
+        (before the final norm); appends each layer's post-RoPE queries to `queries` when given."""
+        cos, sin = self.rope_cos[positions], self.rope_sin[positions]
+        x = self.model.embed_tokens(tokens)
+        for i, layer in enumerate(self.model.layers):
+            x, q = layer(x, cos, sin, cache.k[i], cache.v[i], slots, attend)
+            if queries is not None:
+                queries.append(q)
+        return x
 
 
 def attention_bias(mask: torch.Tensor, group: int, dtype: torch.dtype) -> torch.Tensor:

@@ -16,7 +16,7 @@ import torch
 
 from .config import ModelConfig
 from .heads import DraftHeads, new_heads
-from .loading import LoadedModel
+from .loading import LoadedModel, rope_positions
 from .model import Transformer
 from .rope import rope_table
 
@@ -89,10 +89,9 @@ def random_model(name: str, config: ModelConfig, hf, device, dtype, gamma: int =
     generator = torch.Generator(device=device).manual_seed(seed)
     for pname, p in net.named_parameters():
         _fill(pname, p, generator)
-    net.set_rope(*rope_table(hf, 4096, device, dtype))
+    net.set_rope(*rope_table(hf, rope_positions(hf), device, dtype))
     heads = random_heads(config, device, dtype, gamma, seed + 1)
-    return LoadedModel(name, Path(name), net, None, hf, heads, torch.device(device), dtype,
-                       extras={"random_heads": True})
+    return LoadedModel(name, Path(name), net, None, hf, heads, torch.device(device), dtype, random_heads=True)
 
 
 @torch.no_grad()

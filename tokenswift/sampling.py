@@ -51,10 +51,16 @@ class Noise:
         ids = torch.arange(vocab_size, dtype=torch.int64, device=device)
         self.token_mix = mix32((ids * 0x9E3779B1 + 0x7F4A7C15) & M32)
 
-    def gumbel(self, positions: list[int], ids: torch.Tensor | None = None) -> torch.Tensor:
-        """[R, V] noise, or [R, len(ids)] for the token ids `ids` only (each value as in the full row)."""
-        keys = torch.tensor([position_key(self.seed, p) for p in positions], dtype=torch.int64,
-                            device=self.token_mix.device)[:, None]
+    def gumbel(self, positions: list[int] | torch.Tensor, ids: torch.Tensor | None = None) -> torch.Tensor:
+        """[R, V] noise, or [R, len(ids)] for the token ids `ids` only (each value as in the full row).
+
+        positions: host ints, or an int64 device tensor (inside a captured graph): position_key and mix32 give
+        the same integers for both."""
+        if isinstance(positions, torch.Tensor):
+            keys = position_key(self.seed, positions)[:, None]
+        else:
+            keys = torch.tensor([position_key(self.seed, p) for p in positions], dtype=torch.int64,
+                                device=self.token_mix.device)[:, None]
         mix = self.token_mix if ids is None else self.token_mix[ids]
         h = mix32(mix[None, :] ^ keys)
         h = mix32((h + keys) & M32)
@@ -159,11 +165,14 @@ class Sampler:
             z = eta_filter(z, s.eta, s.min_keep)
         return z
 
-    def choose(self, scores: torch.Tensor, positions: list[int]) -> torch.Tensor:
-        """Tokens for rows of processed scores; positions[r] = absolute position of the token chosen."""
+    def choose(self, scores: torch.Tensor, positions: list[int] | torch.Tensor) -> torch.Tensor:
+        """Tokens for rows of processed scores; positions[r] = absolute position of the token chosen.
+
+        Positions as a device tensor keep every operation on the device with static shapes (no host sync): what
+        a captured graph needs. One row with host positions draws noise for its finite scores only."""
         if self.noise is None:
             return scores.argmax(dim=-1)
-        if scores.shape[0] != 1:
+        if scores.shape[0] != 1 or isinstance(positions, torch.Tensor):
             return (scores.double() + self.noise.gumbel(positions)).argmax(dim=-1)
         ids, noisy = self.noisy(scores[0], positions[0])
         if len(ids) == 0:
@@ -178,5 +187,6 @@ class Sampler:
         ids = torch.isfinite(row).nonzero().squeeze(1)
         return ids, row[ids].double() + self.noise.gumbel([position], ids)[0]
 
-    def sample(self, logits: torch.Tensor, windows: torch.Tensor | None, positions: list[int]) -> torch.Tensor:
+    def sample(self, logits: torch.Tensor, windows: torch.Tensor | None,
+               positions: list[int] | torch.Tensor) -> torch.Tensor:
         return self.choose(self.process(logits, windows), positions)

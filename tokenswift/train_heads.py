@@ -147,7 +147,7 @@ def base_hidden(lm: LoadedModel, tokens: torch.Tensor) -> torch.Tensor:
     no_grad rather than inference_mode: inference tensors could not be saved for the heads' backward."""
     cfg, dev = lm.config, lm.device
     t = tokens.shape[1]
-    lm.ensure_positions(t)
+    lm.check_positions(t)
     cache = KVCache(cfg.n_layers, cfg.n_kv_heads, t, cfg.head_dim, dev, lm.dtype)  # rows overwrite it
     rows = []
     for row in tokens.to(dev):

@@ -25,6 +25,9 @@ def parse_args(argv: list[str] | None = None) -> WorkerConfig:
     p.add_argument("--fixed-batch", action="store_true",
                    help="verify the configured candidate batch every iteration (the paper's loop) instead of "
                         "adapting it to the measured costs; the text is the same either way")
+    p.add_argument("--no-fast", action="store_true",
+                   help="on a CUDA device, run the eager passes instead of the fast path's CUDA graphs "
+                        "(default: graphs; the text is the same)")
     p.add_argument("--poll-s", type=float, default=defaults.poll_s, help="idle wait between queue looks")
     p.add_argument("--lease-s", type=float, default=defaults.lease_s,
                    help="requeue a job whose worker on another host is silent this long")
@@ -35,7 +38,7 @@ def parse_args(argv: list[str] | None = None) -> WorkerConfig:
     return WorkerConfig(
         db=args.db, model=args.model, heads=args.heads, device=args.device, dtype=args.dtype,
         worker_id=args.worker_id, once=args.once, threads=args.threads, adaptive=not args.fixed_batch,
-        poll_s=args.poll_s,
+        fast=not args.no_fast, poll_s=args.poll_s,
         lease_s=args.lease_s, flush_s=args.flush_s, flush_tokens=args.flush_tokens,
     )
 

@@ -16,6 +16,7 @@ class WorkerConfig:
     once: bool = False  # exit when the queue is empty instead of waiting for more jobs
     threads: int | None = None  # torch CPU threads; None = torch's default
     adaptive: bool = True  # TokenSwift adapts its candidate batch, down to plain steps (same text, faster)
+    fast: bool = True  # on a CUDA device, the fast path: static shapes captured as CUDA graphs (same text)
     poll_s: float = 0.25  # idle wait between looks at the queue
     heartbeat_s: float = 2.0
     lease_s: float = 60.0  # a job whose worker (on another host) is silent this long is requeued

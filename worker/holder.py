@@ -16,10 +16,13 @@ class ModelUnavailable(RuntimeError):
 
 
 class ModelHolder:
-    def __init__(self, store: Store, worker_id: str, threads: int | None = None, adaptive: bool = True):
+    def __init__(self, store: Store, worker_id: str, threads: int | None = None, adaptive: bool = True,
+                 fast: bool = True):
         self.store, self.worker_id = store, worker_id
         self.threads = threads  # torch CPU threads asked for; None = the engine's advice per model
         self.adaptive = adaptive  # tokenswift.adaptive: the candidate batch per iteration, or plain steps
+        self.fast = fast  # the CUDA fast path where the model and device have it
+        self.options = None  # tokenswift.options.EngineOptions for the loaded model
         self.spec: ModelSpec | None = None
         self.model = None  # tokenswift.loading.LoadedModel
         self.failed: tuple[ModelSpec, str] | None = None  # last spec that failed, with its error
@@ -50,6 +53,7 @@ class ModelHolder:
 
     def _load(self, spec: ModelSpec):
         from tokenswift.loading import cpu_threads, load_model
+        from tokenswift.options import device_defaults
 
         self.store.report_model(self.worker_id, spec, "loading")
         log.info("loading %s (heads=%s) on %s/%s", spec.model, spec.heads, spec.device, spec.dtype)
@@ -65,7 +69,7 @@ class ModelHolder:
             import torch
 
             torch.set_num_threads(threads)
-        model.extras["adaptive"] = self.adaptive
+        self.options = device_defaults(model, self.adaptive, self.fast)
         self.model, self.spec, self.failed = model, spec, None
         self.store.report_model(self.worker_id, spec, "ready", memory_bytes=model.memory_bytes(),
                                 max_context=model.max_context, param_count=param_count(model),

@@ -54,8 +54,10 @@ def disk_fault(error: StoreError) -> bool:
 
 class JobRun:
     def __init__(self, store: Store, owner: Owner, job: Job, lm, spec: ModelSpec, policy: FlushPolicy,
-                 stopping: Callable[[], bool], wait: Callable[[float], object] = time.sleep):
+                 stopping: Callable[[], bool], wait: Callable[[float], object] = time.sleep, options=None):
+        """options: tokenswift.options.EngineOptions (the holder's for this model; None = the defaults)."""
         self.store, self.owner, self.job, self.lm, self.spec = store, owner, job, lm, spec
+        self.options = options
         self.policy, self.stopping, self.wait = policy, stopping, wait
         self.pending = Pending()
         self.gen = None
@@ -121,7 +123,7 @@ class JobRun:
         # Memory and Author's Note as the writer left them: an edit made since the last run applies from here,
         # and one made while this run goes on applies from its next context shift.
         pinned = pinned_ids(self.lm, self.job.memory, self.job.authors_note)
-        gen = Generator(self.lm, settings, prompt_ids, generated_ids=done_ids, pinned=pinned,
+        gen = Generator(self.lm, settings, prompt_ids, generated_ids=done_ids, options=self.options, pinned=pinned,
                         pinned_source=lambda: pinned_ids(self.lm, *self.store.context_text(self.job.id)))
         detok = IncrementalDetokenizer(self.lm.tokenizer, list(prompt_ids))
         if done_ids:

@@ -30,7 +30,7 @@ class Worker:
     def __init__(self, store: Store, config: WorkerConfig):
         self.store, self.config = store, config
         self.owner = Owner.here(config.worker_id or f"{socket.gethostname()}:{os.getpid()}")
-        self.holder = ModelHolder(store, self.owner.worker_id, config.threads, config.adaptive)
+        self.holder = ModelHolder(store, self.owner.worker_id, config.threads, config.adaptive, config.fast)
         self.stop_requested = threading.Event()
         self.policy = FlushPolicy(config.flush_s, config.flush_tokens)
         self._last_sweep = float("-inf")  # sweep at start-up: resume what a crash left running
@@ -82,7 +82,7 @@ class Worker:
             return
         log.info("job %s: start (%d tokens already)", job.id, job.produced_tokens)
         run = JobRun(self.store, self.owner, job, lm, self.holder.spec, self.policy, self.stopping,
-                     wait=self.stop_requested.wait)
+                     wait=self.stop_requested.wait, options=self.holder.options)
         outcome = run.run()
         log.info("job %s: %s", job.id, outcome)
         with contextlib.suppress(StoreError):
