@@ -6,7 +6,7 @@ For each model (a preset shape with random weights, or a real checkpoint) and ea
   sampling (the paper's Llama settings: min-p 0.1, penalty 1.2 over 1024 tokens) and the host sync for
   the token; the forward alone is reported beside it;
 - draft and verify pass times for each candidate-batch shape of the adaptive ladder;
-- each attention kernel of the fast path (fastpath.ATTENTION) and the eager path, so the kernel is chosen
+- each attention kernel of the fast path (attention.ATTENTION) and the eager path, so the kernel is chosen
   by measurement; the best per pass feeds the projection.
 The KV cache is filled with random values instead of a prefill: attention time does not depend on them.
 Then: peak memory, whether a 100K context with full + partial caches fits, and projected minutes for 100K
