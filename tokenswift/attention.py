@@ -22,7 +22,7 @@ from collections.abc import Callable
 
 import torch
 
-from .model import Transformer, sdpa_folded
+from .model import Transformer, fold_groups, merge_heads, sdpa_folded
 
 BLOCK = 128  # FlexAttention's KV block: the filled length is read in steps of this many slots
 MIN_FLEX_HEAD_DIM = 16
@@ -132,15 +132,14 @@ class FlexAttention:
         self.kv_idx.copy_(partial.expand_as(self.kv_idx))
 
     def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        cfg, t = self.cfg, q.shape[0]
+        cfg = self.cfg
         k, v = k[:, :self.span], v[:, :self.span]
         if self.fold:
-            qg = q.transpose(0, 1).reshape(cfg.n_kv_heads, cfg.group * t, cfg.head_dim)
-            out = self.kernel(qg[None], k[None], v[None], block_mask=self.block_mask)
+            out = self.kernel(fold_groups(cfg, q)[None], k[None], v[None], block_mask=self.block_mask)
         else:
             out = self.kernel(q.transpose(0, 1)[None], k[None], v[None], block_mask=self.block_mask,
                               enable_gqa=cfg.group > 1, kernel_options=self.kernel_options)
-        return out.view(cfg.n_heads, t, cfg.head_dim).transpose(0, 1).reshape(t, -1)
+        return merge_heads(cfg, out[0], q.shape[0])
 
 
 def power_of_two(n: int) -> bool:

@@ -25,7 +25,7 @@ import torch
 
 from .adaptive import Shape, ladder
 from .bench import copy_bandwidth, kv_bytes_per_token, weight_bytes
-from .device_sampling import MAX_DEPTH, pack_verify_inputs
+from .device_sampling import pack_verify_inputs, packed_size
 from .fastpath import FastOptions, FastPasses, padded_capacity
 from .kv_cache import KVCache
 from .loading import LoadedModel
@@ -268,7 +268,7 @@ def iteration_overhead(lm: LoadedModel, shape: Shape, reps: int) -> float:
     dev, vocab = lm.device, lm.config.vocab_size
     cache = KVCache(lm.config.n_layers, lm.config.n_kv_heads, 2048, lm.config.head_dim, dev, lm.dtype)
     g = torch.Generator().manual_seed(0)
-    size = 1 + 2 * shape.slots + shape.slots**2 + shape.slots * MAX_DEPTH  # as a packed verify pass's inputs
+    size = packed_size(shape.slots, True)
     host = torch.empty(size, dtype=torch.long, pin_memory=dev.type == "cuda")
     staged = torch.empty(size, dtype=torch.long, device=dev)
 

@@ -15,6 +15,11 @@ from .trie import Trie, verify_inputs
 MAX_DEPTH = 16  # deepest trie path a verify batch may hold (gamma + 1 <= 9 levels; n-grams 4)
 
 
+def packed_size(t: int, paths: bool) -> int:
+    """Elements of a packed verify pass's inputs for t rows: [start | tokens | positions | tree mask | paths]."""
+    return 1 + 2 * t + t * t + (t * MAX_DEPTH if paths else 0)
+
+
 def pack_verify_inputs(trie: Trie, start: int, t: int, paths: bool, out: torch.Tensor) -> torch.Tensor:
     """A packed verify pass's inputs, [start | tokens | positions | tree mask | paths], written into `out`."""
     tokens, positions, tree = verify_inputs(trie, start, t)

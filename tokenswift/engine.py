@@ -73,7 +73,6 @@ class Engine:
         self.pinned_source = pinned_source
         self.ts = settings.mode == "tokenswift"
         options = options or EngineOptions()
-        self.pad_verify = lm.device.type == "cuda" if options.pad_verify is None else options.pad_verify
         self.depth = len(settings.tree)  # gamma + 1: alpha's denominator, as the paper's Eq. 4
         # The most tokens one iteration can commit: the root plus the deepest tree or n-gram path.
         self.max_commit = 1 + max(self.depth, NGRAM_LEN if settings.ngram_topk else 0)
@@ -95,8 +94,13 @@ class Engine:
         self.length = 0
         self._last_probe = 0.0
         self._ar_times: deque[float] = deque(maxlen=AR_SAMPLES)
-        self.fast = FastPasses(lm, self.cache, fast, self.sampler, self.buf) if fast is not None else None
-        self.pad_verify = self.pad_verify or self.fast is not None  # graphs need fixed shapes
+        self.fast = None
+        if fast is not None:  # only the paper drafter's partial cache reads the verify pass's queries
+            self.fast = FastPasses(lm, self.cache, fast, self.sampler, self.buf,
+                                   queries=self.ts and settings.drafter == "paper")
+        # Graphs need fixed shapes; a GPU pads by default (one kernel configuration per batch size).
+        pad = lm.device.type == "cuda" if options.pad_verify is None else options.pad_verify
+        self.pad_verify = self.fast is not None or pad
         self.shared_head_rows = shared_head_rows(lm)
         self.adaptive = options.adaptive
         self.policy: CandidatePolicy | None = None

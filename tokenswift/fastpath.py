@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import torch
 
 from .attention import ATTENTION, Visible, effective_kind, make_attention
-from .device_sampling import MAX_DEPTH, DeviceSampler, pack_verify_inputs
+from .device_sampling import MAX_DEPTH, DeviceSampler, pack_verify_inputs, packed_size
 from .kv_cache import KVCache
 from .loading import LoadedModel
 from .model import Transformer
@@ -82,8 +82,8 @@ class Pass:
         self.sampler = sampler
         self.inputs = self.tree_in = self.paths = start = None
         if packed:
-            paths = t * MAX_DEPTH if sampler else 0
-            self.inputs = torch.zeros(1 + 2 * t + t * t + paths, dtype=torch.long, device=dev)
+            self.inputs = torch.zeros(packed_size(t, sampler is not None), dtype=torch.long, device=dev)
+            paths = self.inputs.numel() - (1 + 2 * t + t * t)
             start, self.tokens, self.positions, tree, rest = self.inputs.split([1, t, t, t * t, paths])
             start, self.tree_in = start.view(()), tree.view(t, t)
             self.paths = rest.view(t, MAX_DEPTH) if sampler else None
@@ -168,8 +168,9 @@ class FastPasses:
     """AR, draft and verify passes over one full KV cache, each created (and captured) on first use."""
 
     def __init__(self, lm: LoadedModel, cache: KVCache, options: FastOptions | None = None,
-                 sampler: Sampler | None = None, ids: torch.Tensor | None = None):
-        """sampler and ids (the engine's token buffer, slot = position): sample inside the graphs."""
+                 sampler: Sampler | None = None, ids: torch.Tensor | None = None, queries: bool = True):
+        """sampler and ids (the engine's token buffer, slot = position): sample inside the graphs. queries: the
+        verify pass keeps every layer's queries (the paper drafter's partial cache selects with them)."""
         options = options or FastOptions()
         if lm.config.sliding_window is not None:
             raise ValueError("the fast path does not implement sliding-window attention; run without it")
@@ -181,7 +182,7 @@ class FastPasses:
         self.passes: dict[tuple, Pass] = {}
         self.draw = DeviceSampler(sampler, ids) if sampler is not None and ids is not None else None
         self.sampler = self.draw if options.sample_in_graph else None  # the AR and verify passes sample too
-        self.ids = ids
+        self.ids, self.queries = ids, queries
 
     def set_key_offset(self, offset: int) -> None:
         """Story index minus slot for the tokens sampled next (a context shift moved the window)."""
@@ -241,17 +242,18 @@ class FastPasses:
         return p.logits
 
     def verify(self, trie: Trie, start: int, t: int
-               ) -> tuple[torch.Tensor, torch.Tensor, list[int] | None, torch.Tensor]:
+               ) -> tuple[torch.Tensor, torch.Tensor | None, list[int] | None, torch.Tensor]:
         """The trie's candidates, padded to t rows, after `start` committed tokens: logits [t, V], per-layer
-        queries [layers, t, heads, head_dim], the target's token after each trie node when the pass samples
-        (its `tolist` is the one host sync), and last-layer states [t, dim].
+        queries [layers, t, heads, head_dim] (None unless FastPasses keeps them), the target's token after each
+        trie node when the pass samples (its `tolist` is the one host sync), and last-layer states [t, dim].
 
         Every input (start, tokens, positions, tree mask, each node's path) is built on the host into one
         pinned buffer and reaches the device in one asynchronous copy."""
         _check_room(self.cache, start, t)
         kind = self.options.verify_attention or self.options.attention
         name = "verify" if self.sampler is None else "verify+sample"
-        p = self._get(name, self.cache, t, kind, start + t, queries=True, sampler=self.sampler, packed=True)
+        p = self._get(name, self.cache, t, kind, start + t, queries=self.queries, sampler=self.sampler,
+                      packed=True)
         # Rewriting the host buffer is safe: the previous copy from it finished before its targets were read.
         pack_verify_inputs(trie, start, t, self.sampler is not None, p.host_inputs)
         p.inputs.copy_(p.host_inputs, non_blocking=True)

@@ -90,14 +90,23 @@ class Attention(nn.Module):
         return self.o_proj(attend(q, keys, values)), q
 
 
+def fold_groups(cfg: ModelConfig, q: torch.Tensor) -> torch.Tensor:
+    """q [T, heads, dim] -> [kv_heads, group * T, dim]: GQA without repeating K/V, each KV head's group of query
+    heads folded into the query axis (row j*T + t is query head j of the group at token t)."""
+    return q.transpose(0, 1).reshape(cfg.n_kv_heads, cfg.group * q.shape[0], cfg.head_dim)
+
+
+def merge_heads(cfg: ModelConfig, out: torch.Tensor, t: int) -> torch.Tensor:
+    """Attention output per head, [heads, T, dim] (or folded, [kv_heads, group * T, dim]) -> [T, heads * dim]."""
+    return out.reshape(cfg.n_heads, t, cfg.head_dim).transpose(0, 1).reshape(t, -1)
+
+
 def sdpa_folded(cfg: ModelConfig, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask) -> torch.Tensor:
-    """SDPA of q [T, heads, dim] over keys/values [kv_heads, S, dim] -> [T, heads * dim]. GQA without repeating
-    K/V: each KV head's group of query heads is folded into the query axis (rows j*T + t of the mask)."""
-    t = q.shape[0]
-    qg = q.transpose(0, 1).reshape(cfg.n_kv_heads, cfg.group * t, cfg.head_dim)
+    """SDPA of q [T, heads, dim] over keys/values [kv_heads, S, dim] -> [T, heads * dim], queries folded
+    (fold_groups: rows j*T + t of the mask)."""
     # 4-D inputs: fused CUDA kernels take [batch, heads, tokens, dim]; 3-D would fall back to math.
-    out = F.scaled_dot_product_attention(qg[None], keys[None], values[None], attn_mask=mask)[0]
-    return out.view(cfg.n_heads, t, cfg.head_dim).transpose(0, 1).reshape(t, -1)
+    out = F.scaled_dot_product_attention(fold_groups(cfg, q)[None], keys[None], values[None], attn_mask=mask)[0]
+    return merge_heads(cfg, out, q.shape[0])
 
 
 class SpanAttention:
