@@ -204,6 +204,20 @@ def test_bench_prompt_book(capsys, stories_path, tmp_path):
     assert_usage_error(code, err, "prompt-book", "99")
 
 
+def test_bench_bound(capsys, stories_path, tmp_path):
+    out = tmp_path / "bound.json"
+    code = cli.main(["bench-bound", "--model", str(stories_path), "--device", "cpu", "--prompt", "Once upon a time",
+                     "--max-new-tokens", "40", "--temperature", "0", "--ngram-topk", "4", "--contexts", "16,48",
+                     "--repeats", "1", "--json", str(out)])
+    assert code == 0, capsys.readouterr().err
+    data = json.loads(out.read_text())
+    assert [c["context"] for c in data["contexts"]] == [16, 48] and data["acceptance"]["new_tokens"] >= 40
+    assert "upper bound on the speed-up" in capsys.readouterr().out
+    code, err = run_main(capsys, "bench-bound", "--model", str(stories_path), "--prompt", "Once", "--max-new-tokens",
+                         "8", "--contexts", "32700")
+    assert_usage_error(code, err, "contexts", "32768")
+
+
 def test_bench_ar(capsys, stories_path, tmp_path):
     out = tmp_path / "ar.json"
     code = cli.main(["bench-ar", "--model", str(stories_path), "--device", "cpu", "--contexts", "16,64,40000",

@@ -194,6 +194,18 @@ def build_parser() -> argparse.ArgumentParser:
     ar.add_argument("--warmup", type=int, default=4, help="untimed steps first (default: %(default)s)")
     ar.set_defaults(func=cmd_bench_ar)
 
+    bound = sub.add_parser("bench-bound", help="the most TokenSwift can gain here: each candidate shape's accepted "
+                                               "tokens times its verify pass's cost in plain steps")
+    add_model_args(bound)
+    add_prompt_args(bound, books=True)
+    add_sampler_args(bound)
+    bound.add_argument("--contexts", type=int_list_arg, default=None,
+                       help="contexts at which to time the passes (default: the prompt's length and the length "
+                            "after max-new-tokens)")
+    bound.add_argument("--repeats", type=int, default=15,
+                       help="timed rounds per context; the median is kept (default: %(default)s)")
+    bound.set_defaults(func=cmd_bench_bound)
+
     shift = sub.add_parser("bench-shift", help="a draft past the model's context: AR versus TokenSwift with "
                                               "context shifting, and the time spent on shifts")
     add_model_args(shift)
@@ -450,6 +462,30 @@ def cmd_bench(args: argparse.Namespace) -> int:
     result = compare(lm, prompt_ids, settings, warmup_tokens=args.warmup_tokens, slice_tokens=args.slice_tokens,
                      options=options)
     print_bench(result)
+    write_json(args.json_out, result)
+    return 0
+
+
+def cmd_bench_bound(args: argparse.Namespace) -> int:
+    settings = settings_from(args, ignore_eos=True)
+    text = bench_prompt_text(args)
+    if args.repeats < 1:
+        raise CliError("repeats: must be >= 1")
+    from .bench import leading_tokens
+    from .bench_bound import bench_bound, print_bench_bound
+    from .engine import NGRAM_LEN
+    from .trie import max_nodes
+
+    lm = open_model(args)
+    prompt_ids = leading_tokens(lm, text, args.prompt_tokens) if args.prompt_book else lm.encode(text)
+    check_lengths(lm, settings, prompt_ids)
+    contexts = args.contexts or [len(prompt_ids), len(prompt_ids) + settings.max_new_tokens]
+    rows = max_nodes(settings.tree, settings.ngram_topk, NGRAM_LEN) + 1
+    if any(c < 1 or c + rows > lm.max_context for c in contexts):
+        raise CliError(f"contexts: each must be >= 1 and leave {rows} candidate rows within the model's context "
+                       f"of {lm.max_context} tokens, got {contexts}")
+    result = bench_bound(lm, prompt_ids, settings, contexts, repeats=args.repeats)
+    print_bench_bound(result)
     write_json(args.json_out, result)
     return 0
 
