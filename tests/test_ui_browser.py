@@ -33,12 +33,15 @@ WRAPPED = (  # hard-wrapped the way Gutenberg books (and models trained on them)
 )
 
 
+# Earlier steps' toasts would cover the view. Hidden for the picture only: closing them raced their own timeouts
+# (a toast that dismissed itself left the next click waiting for an element that was gone).
+NO_TOASTS = ".toast-wrap { display: none !important; }"
+
+
 def shot(page, name: str) -> None:
-    for close in page.locator(".toast-close").all():  # earlier tests' toasts would cover the view
-        close.click()
-    page.screenshot(path=SHOTS / name, full_page=True)
+    page.screenshot(path=SHOTS / name, full_page=True, style=NO_TOASTS)
     if NOTES.is_dir():
-        page.screenshot(path=NOTES / f"issue14-{name}", full_page=True)
+        page.screenshot(path=NOTES / f"issue14-{name}", full_page=True, style=NO_TOASTS)
 
 
 def settled(page, elem: str) -> None:
