@@ -37,8 +37,6 @@ from dataclasses import dataclass
 
 from .trie import max_nodes
 
-NGRAM_LEN = 4
-
 
 @dataclass(frozen=True)
 class Shape:
@@ -48,7 +46,7 @@ class Shape:
     @property
     def slots(self) -> int:
         """Rows of the padded verify batch: fixed per shape, so each shape is one captured graph."""
-        return max_nodes(self.widths, self.k, NGRAM_LEN)
+        return max_nodes(self.widths, self.k)
 
     def cut(self, levels: Sequence[Sequence[int]]) -> list[list[int]]:
         """This shape's share of the drafter's proposals (each level sorted best first)."""

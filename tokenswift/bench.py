@@ -78,7 +78,8 @@ def filler_ids(lm: LoadedModel, n: int) -> list[int]:
 # -- bench-ar ------------------------------------------------------------------------------------------
 
 
-def _sync(device: torch.device) -> None:
+def sync_device(device: torch.device) -> None:
+    """Wait for the device's queued work, so that a host clock times it (a no-op on a CPU)."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
 
@@ -88,11 +89,11 @@ def copy_bandwidth(device: torch.device, nbytes: int = COPY_BYTES, repeats: int 
     src = torch.empty(nbytes, dtype=torch.uint8, device=device)
     dst = torch.empty_like(src)
     dst.copy_(src)  # warm-up
-    _sync(device)
+    sync_device(device)
     t0 = time.perf_counter()
     for _ in range(repeats):
         dst.copy_(src)
-    _sync(device)
+    sync_device(device)
     return 2 * nbytes * repeats / (time.perf_counter() - t0)
 
 
@@ -119,11 +120,11 @@ def ar_at_context(lm: LoadedModel, context: int, steps: int, warmup: int = 4) ->
     engine.start()
     for _ in range(warmup):
         engine.ar_step()
-    _sync(lm.device)
+    sync_device(lm.device)
     t0 = time.perf_counter()
     for _ in range(steps):
         engine.ar_step()
-    _sync(lm.device)
+    sync_device(lm.device)
     elapsed = time.perf_counter() - t0
     return {"context": context, "steps": steps, "elapsed_s": elapsed, "tokens_per_s": steps / elapsed,
             "step_ms": 1e3 * elapsed / steps, "prefill_s": engine.metrics.prefill_s,
@@ -171,11 +172,11 @@ def first_divergence(a: Sequence[int], b: Sequence[int]) -> int | None:
 
 def _timed(engine: Engine, out: list[int], goal: int, step) -> float:
     """Step `engine` until `out` holds `goal` tokens (a TokenSwift iteration may overshoot); seconds taken."""
-    _sync(engine.lm.device)
+    sync_device(engine.lm.device)
     t0 = time.perf_counter()
     while len(out) < goal:
         out += step().tokens
-    _sync(engine.lm.device)
+    sync_device(engine.lm.device)
     return time.perf_counter() - t0
 
 

@@ -28,9 +28,9 @@ from collections.abc import Sequence
 import torch
 
 from .adaptive import CandidatePolicy, Shape, accepted_under
-from .bench import filler_ids
+from .bench import filler_ids, sync_device
+from .bench_gpu import random_cache
 from .engine import CAPACITY_SPARE, Engine
-from .kv_cache import KVCache
 from .loading import LoadedModel
 from .model import causal_mask
 from .options import EngineOptions
@@ -73,35 +73,27 @@ def pass_times(lm: LoadedModel, context: int, rows: Sequence[int], repeats: int 
     """Median seconds of a forward over each row count after `context` cached tokens, with one row's logits
     (rows = 1: a plain step's forward). Row counts take turns within every repeat, so load drift hits all."""
     most = max(rows)
-    cfg, model = lm.config, lm.model
     lm.check_positions(context + most + CAPACITY_SPARE)
-    cache = KVCache(cfg.n_layers, cfg.n_kv_heads, context + most + CAPACITY_SPARE, cfg.head_dim, lm.device, lm.dtype)
-    ids = torch.tensor(filler_ids(lm, context + most), device=lm.device)
-    positions = torch.arange(context + most, device=lm.device)
-    model(ids[:context], positions[:context], cache, 0, causal_mask(0, context, positions[:context], None,
-                                                                      lm.device), logits="none")
+    # A pass's cost does not depend on what the cache holds: random K/V stand for the `context` tokens before it
+    cache = random_cache(lm, context + most + CAPACITY_SPARE)
+    ids = torch.tensor(filler_ids(lm, most), device=lm.device)
+    positions = torch.arange(context, context + most, device=lm.device)
     inputs = {}
     for t in rows:
-        pos = positions[context:context + t]
-        mask = None if t == 1 else causal_mask(context, t, pos, cfg.sliding_window, lm.device)
-        inputs[t] = (ids[context:context + t], pos, mask)
+        mask = None if t == 1 else causal_mask(context, t, positions[:t], lm.config.sliding_window, lm.device)
+        inputs[t] = (ids[:t], positions[:t], mask)
     times: dict[int, list[float]] = {t: [] for t in rows}
     for repeat in range(repeats + 1):
         for t in rows:
             tokens, pos, mask = inputs[t]
-            _sync(lm.device)
+            sync_device(lm.device)
             t0 = time.perf_counter()
-            out = model(tokens, pos, cache, context, mask, logits="none")
-            model.logits_of(out.hidden[:1])
-            _sync(lm.device)
+            out = lm.model(tokens, pos, cache, context, mask, logits="none")
+            lm.model.logits_of(out.hidden[:1])
+            sync_device(lm.device)
             if repeat:  # the first round warms kernels and allocator up
                 times[t].append(time.perf_counter() - t0)
     return {t: statistics.median(v) for t, v in times.items()}
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def bound(accepted: dict, costs: dict[int, dict[int, float]]) -> dict:

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import torch
 
 from .adaptive import Shape, ladder
-from .bench import copy_bandwidth, kv_bytes_per_token, weight_bytes
+from .bench import copy_bandwidth, kv_bytes_per_token, sync_device, weight_bytes
 from .device_sampling import pack_verify_inputs, packed_size
 from .fastpath import FastOptions, FastPasses, padded_capacity
 from .kv_cache import KVCache
@@ -68,21 +68,16 @@ class GpuBench:
 # -- timing ---------------------------------------------------------------------------------------------
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def timed(fn: Callable[[], object], reps: int, device: torch.device, warmup: int = 2) -> float:
     """Mean seconds per call, host work included (what the decoding loop pays), after warm-up calls
     (the first ones capture graphs and compile kernels)."""
     for _ in range(warmup):
         fn()
-    _sync(device)
+    sync_device(device)
     t0 = time.perf_counter()
     for _ in range(reps):
         fn()
-    _sync(device)
+    sync_device(device)
     return (time.perf_counter() - t0) / reps
 
 

@@ -446,16 +446,23 @@ def bench_prompt_text(args: argparse.Namespace) -> str:
     return text
 
 
+def bench_prompt_ids(args: argparse.Namespace, lm: LoadedModel, text: str) -> list[int]:
+    """A book's opening cut to --prompt-tokens (bench_prompt_text read it), or the given prompt whole."""
+    from .bench import leading_tokens
+
+    return leading_tokens(lm, text, args.prompt_tokens) if args.prompt_book else lm.encode(text)
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     settings = settings_from(args, ignore_eos=True)
     text = bench_prompt_text(args)  # a bad prompt fails before the model loads
     if args.slice_tokens < 1:
         raise CliError("slice-tokens: must be >= 1")
-    from .bench import compare, leading_tokens
+    from .bench import compare
 
     lm = open_model(args)
     options = engine_options(args, lm)
-    prompt_ids = leading_tokens(lm, text, args.prompt_tokens) if args.prompt_book else lm.encode(text)
+    prompt_ids = bench_prompt_ids(args, lm, text)
     check_lengths(lm, settings, prompt_ids)
     if lm.heads is None:
         note("note: no draft heads: TokenSwift drafts with the base head and n-grams only")
@@ -471,16 +478,14 @@ def cmd_bench_bound(args: argparse.Namespace) -> int:
     text = bench_prompt_text(args)
     if args.repeats < 1:
         raise CliError("repeats: must be >= 1")
-    from .bench import leading_tokens
     from .bench_bound import bench_bound, print_bench_bound
-    from .engine import NGRAM_LEN
     from .trie import max_nodes
 
     lm = open_model(args)
-    prompt_ids = leading_tokens(lm, text, args.prompt_tokens) if args.prompt_book else lm.encode(text)
+    prompt_ids = bench_prompt_ids(args, lm, text)
     check_lengths(lm, settings, prompt_ids)
     contexts = args.contexts or [len(prompt_ids), len(prompt_ids) + settings.max_new_tokens]
-    rows = max_nodes(settings.tree, settings.ngram_topk, NGRAM_LEN) + 1
+    rows = max_nodes(settings.tree, settings.ngram_topk)
     if any(c < 1 or c + rows > lm.max_context for c in contexts):
         raise CliError(f"contexts: each must be >= 1 and leave {rows} candidate rows within the model's context "
                        f"of {lm.max_context} tokens, got {contexts}")
@@ -493,13 +498,12 @@ def cmd_bench_bound(args: argparse.Namespace) -> int:
 def cmd_bench_shift(args: argparse.Namespace) -> int:
     settings = settings_from(args, ignore_eos=True, context_shift=True)
     text = bench_prompt_text(args)
-    from .bench import leading_tokens
     from .bench_shift import bench_shift, print_bench_shift
     from .context_window import pinned_ids
 
     lm = open_model(args)
     options = engine_options(args, lm)
-    prompt_ids = leading_tokens(lm, text, args.prompt_tokens) if args.prompt_book else lm.encode(text)
+    prompt_ids = bench_prompt_ids(args, lm, text)
     pinned = pinned_ids(lm, args.memory, args.authors_note)
     try:
         from .generate import validate

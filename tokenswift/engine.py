@@ -28,10 +28,9 @@ from .ngram import NgramTable
 from .options import EngineOptions
 from .sampling import Sampler
 from .settings import Settings
-from .trie import build_trie, max_nodes, verify_inputs, walk
+from .trie import NGRAM_LEN, build_trie, max_nodes, verify_inputs, walk
 
 PREFILL_CHUNK = 1024
-NGRAM_LEN = 4
 CAPACITY_SPARE = 8  # cache slots beyond the longest text and one verify batch
 # How often TokenSwift re-measures an AR step at the current context. The probe's output is thrown away, so it
 # is pure cost (a plain step every 2 s was 2-3% of a CPU run), while the step time it tracks grows by a few
@@ -76,7 +75,7 @@ class Engine:
         self.depth = len(settings.tree)  # gamma + 1: alpha's denominator, as the paper's Eq. 4
         # The most tokens one iteration can commit: the root plus the deepest tree or n-gram path.
         self.max_commit = 1 + max(self.depth, NGRAM_LEN if settings.ngram_topk else 0)
-        self.verify_slots = max_nodes(settings.tree, settings.ngram_topk, NGRAM_LEN) if self.ts else 1
+        self.verify_slots = max_nodes(settings.tree, settings.ngram_topk) if self.ts else 1
         longest = min(plan.size, len(plan.window(ids, prompt_len)) + settings.max_new_tokens)
         capacity = longest + self.verify_slots + CAPACITY_SPARE
         lm.check_positions(capacity)

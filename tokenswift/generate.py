@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from .context_window import ContextUse, PinnedText, WindowPlan, leading_bos, window_plan
 from .detok import IncrementalDetokenizer
-from .engine import CAPACITY_SPARE, NGRAM_LEN, Engine
+from .engine import CAPACITY_SPARE, Engine
 from .loading import ROPE_SLACK, LoadedModel
 from .metrics import RunMetrics
 from .options import EngineOptions
@@ -47,7 +47,7 @@ def validate(lm: LoadedModel, settings: Settings, prompt_ids: Sequence[int], gen
             f"prompt ({len(prompt_ids)} tokens) + max_new_tokens ({settings.max_new_tokens}){extra} = "
             f"{total + pinned_extra} exceeds the model's context of {plan.size} tokens (context shifting is off)",
         )
-    rows = max_nodes(settings.tree, settings.ngram_topk, NGRAM_LEN) + CAPACITY_SPARE
+    rows = max_nodes(settings.tree, settings.ngram_topk) + CAPACITY_SPARE
     if settings.mode == "tokenswift" and rows > ROPE_SLACK:
         raise SettingsError("tree", f"the tree and {settings.ngram_topk} n-gram paths make up to {rows} candidate "
                                     f"rows an iteration; at most {ROPE_SLACK} fit: use fewer or narrower levels")

@@ -73,7 +73,11 @@ def build_trie(
     return trie
 
 
-def max_nodes(widths: Sequence[int], ngram_topk: int, ngram_len: int = 4) -> int:
+# Tokens an n-gram path proposes; every drafter, the engine and the adaptive ladder size their batches by it
+NGRAM_LEN = 4
+
+
+def max_nodes(widths: Sequence[int], ngram_topk: int, ngram_len: int = NGRAM_LEN) -> int:
     """Upper bound on the node count for tree `widths` plus `ngram_topk` paths of <= `ngram_len` tokens.
 
     A path may differ from the tree already at depth 1, so it can add all of its `ngram_len` tokens.
