@@ -257,6 +257,20 @@ def add_heads_commands(sub) -> None:
     imp = sub.add_parser("import-heads", help="import the heads of an official TokenSwift checkpoint")
     train_heads.add_import_arguments(imp)
     imp.set_defaults(func=lambda args: heads_command(train_heads.run_import, args))
+    add_draft_commands(sub)
+
+
+def add_draft_commands(sub) -> None:
+    """draft-data and train-draft: the draft layer's teacher data and its training."""
+    from . import draft_data, train_draft
+
+    data = sub.add_parser("draft-data", help="run the model over book text once and store its states and "
+                                             "next-token distributions for draft-layer training (resumable)")
+    draft_data.add_arguments(data)
+    data.set_defaults(func=lambda args: heads_command(draft_data.run, args))
+    train = sub.add_parser("train-draft", help="train the draft layer on draft-data by distillation (resumable)")
+    train_draft.add_arguments(train)
+    train.set_defaults(func=lambda args: heads_command(train_draft.run, args))
 
 
 def heads_command(run, args: argparse.Namespace) -> int:

@@ -31,7 +31,16 @@ def default_model_path() -> Path:
 
 def shipped_heads(sha256: str) -> Path | None:
     """The shipped heads directory trained for the GGUF file with this content hash, if any."""
-    for config in sorted(SHIPPED.glob("*/heads/heads_config.json")):
+    return _shipped(sha256, "heads/heads_config.json")
+
+
+def shipped_draft(sha256: str) -> Path | None:
+    """The shipped draft layer directory trained for the GGUF file with this content hash, if any."""
+    return _shipped(sha256, "draft/draft_config.json")
+
+
+def _shipped(sha256: str, config_path: str) -> Path | None:
+    for config in sorted(SHIPPED.glob(f"*/{config_path}")):
         try:
             record = json.loads(config.read_text()).get("record", {})
         except (OSError, ValueError):

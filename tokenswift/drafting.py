@@ -38,8 +38,9 @@ class Drafter(Protocol):
     def wants_queries(self, count: int) -> bool:
         """Whether the next commit of up to `count` tokens needs the last token's queries."""
 
-    def observe(self, hidden: torch.Tensor) -> None:
-        """The last committed token's last-layer state (called only when uses_hidden)."""
+    def observe(self, hidden: torch.Tensor, following: list[int], first: int) -> None:
+        """The last-layer states [n, dim] of the tokens just committed at slots first.., and the token that
+        follows each (the last one: the new root). Called only when uses_hidden."""
 
     def ngram_prefix(self, root: int, levels: list[list[int]]) -> list[int]:
         """The proposed tokens below the root that n-gram continuations hang from (their first is the key)."""
@@ -92,7 +93,7 @@ class HeadsDrafter:
     def wants_queries(self, count: int) -> bool:
         return self.partial.needs_selection(count)
 
-    def observe(self, hidden: torch.Tensor) -> None:
+    def observe(self, hidden: torch.Tensor, following: list[int], first: int) -> None:
         pass  # the draft pass computes its own state
 
     def ngram_prefix(self, root: int, levels: list[list[int]]) -> list[int]:

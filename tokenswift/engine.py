@@ -21,6 +21,7 @@ from .drafting import Drafter, HeadsDrafter
 from .fastpath import FastPasses, padded_capacity
 from .fused_drafter import FusedDrafter
 from .kv_cache import KVCache
+from .layer_drafter import LayerDrafter
 from .loading import LoadedModel
 from .metrics import RunMetrics
 from .model import COLUMN_ROWS, causal_mask, column_product, with_prefix
@@ -123,7 +124,7 @@ class Engine:
             if self.adaptive:
                 self.policy = CandidatePolicy(ladder(self.drafter.widths, self.s.ngram_topk))
             self.drafter.start(self.cache, self.length, queries)
-            self._observe(hidden)
+            self._observe_window(hidden)
             self.ngrams = NgramTable(NGRAM_LEN)
             self._advance_ngrams()
         self._sync()
@@ -134,11 +135,19 @@ class Engine:
         # The fused drafter reads the states the passes already computed (eager or captured): no pass of its own.
         if self.s.drafter == "fused":
             return FusedDrafter(self.lm, self.s, self.sampler)
+        if self.s.drafter == "layer":
+            return LayerDrafter(self.lm, self.s, self.sampler, self.cache.capacity)
         return HeadsDrafter(self.lm, self.s, self.sampler, default_budget(self.s, self.prompt_len), self.fast)
 
-    def _observe(self, hidden: torch.Tensor | None) -> None:
+    def _observe(self, hidden: torch.Tensor | None, following: list[int], first: int) -> None:
+        """The last-layer states [n, dim] of the tokens just committed at slots first.., and the token after each."""
         if hidden is not None and self.drafter.uses_hidden:
-            self.drafter.observe(hidden)
+            self.drafter.observe(hidden, following, first)
+
+    def _observe_window(self, hidden: torch.Tensor) -> None:
+        """After a prefill: the states of the window's last rows, up to the root."""
+        n = hidden.shape[0]
+        self._observe(hidden, self.buf[self.length - n + 1:self.length + 1].tolist(), self.length - n)
 
     def _load_window(self, fresh: bool) -> tuple[torch.Tensor, list[torch.Tensor], torch.Tensor]:
         """Fill the cache with window(b) + story[b:t] for the next token t and its boundary b: all of it on a
@@ -165,7 +174,7 @@ class Engine:
         _, queries, hidden = self._load_window(fresh=False)
         if self.drafter is not None:
             self.drafter.start(self.cache, self.length, queries)  # the partial cache is reselected
-            self._observe(hidden)  # the fused drafter reads the new window's state
+            self._observe_window(hidden)  # the fused and layer drafters read the new window's states
         self._sync()
         self.shifts += 1
         self.metrics.add_shift(time.perf_counter() - t0)
@@ -176,15 +185,20 @@ class Engine:
 
     @torch.inference_mode()
     def _prefill(self, upto: int) -> tuple[torch.Tensor, list[torch.Tensor], torch.Tensor]:
+        """Returns the last token's logits and queries, and the last-layer states of the last rows a drafter
+        reads (the layer drafter: its window; the others: one)."""
         model, dev, window = self.lm.model, self.lm.device, self.lm.config.sliding_window
-        out = None
+        out, states = None, []
+        keep = self.lm.draft_layer.window if self.ts and self.s.drafter == "layer" else 1
         for start in range(0, upto, PREFILL_CHUNK):
             end = min(start + PREFILL_CHUNK, upto)
             pos = torch.arange(start, end, device=dev)
             mask = causal_mask(start, end - start, pos, window, dev)
             out = model(self.buf[start:end], pos, self.cache, start, mask, logits="last",
                         capture_queries=end == upto)
-        return out.logits, [q[-1] for q in out.queries], out.hidden[-1]
+            if end > upto - keep:
+                states.append(out.hidden[max(0, upto - keep - start):])
+        return out.logits, [q[-1] for q in out.queries], torch.cat(states)
 
     # -- shared helpers -----------------------------------------------------------------------------
 
@@ -301,7 +315,7 @@ class Engine:
         self.length = L + len(accepted)
         queries = [q[accepted[-1]] for q in all_queries] if capture else None
         self.drafter.commit(self.cache, L, self.length, queries)
-        self._observe(hidden[accepted[-1]] if hidden is not None else None)
+        self._observe(hidden[accepted] if hidden is not None else None, emitted, L)
         self._append(emitted)
         self._advance_ngrams()
         self._sync()
@@ -323,7 +337,7 @@ class Engine:
         L = self.length
         token, hidden = self._ar_forward_and_sample()
         self.drafter.commit(self.cache, L, self.length, None)
-        self._observe(hidden)
+        self._observe(hidden, [token], L)
         self._advance_ngrams()
         self._sync()
         dt = time.perf_counter() - t0

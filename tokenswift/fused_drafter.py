@@ -49,9 +49,10 @@ class FusedDrafter:
     def wants_queries(self, count: int) -> bool:
         return False
 
-    def observe(self, hidden: torch.Tensor) -> None:
-        """The last-layer state of the last committed token (the one the root was sampled after)."""
-        self.hidden = hidden.reshape(1, -1).clone()  # on the fast path a pass buffer, rewritten by its next replay
+    def observe(self, hidden: torch.Tensor, following: list[int], first: int) -> None:
+        """The last-layer states of the tokens just committed; the heads read the last one's (the root was
+        sampled after it)."""
+        self.hidden = hidden.reshape(len(following), -1)[-1:].clone()  # on the fast path a pass buffer
 
     def ngram_prefix(self, root: int, levels: list[list[int]]) -> list[int]:
         return []  # the root is certain: n-gram continuations hang from it

@@ -51,6 +51,9 @@ def validate(lm: LoadedModel, settings: Settings, prompt_ids: Sequence[int], gen
     if settings.mode == "tokenswift" and rows > ROPE_SLACK:
         raise SettingsError("tree", f"the tree and {settings.ngram_topk} n-gram paths make up to {rows} candidate "
                                     f"rows an iteration; at most {ROPE_SLACK} fit: use fewer or narrower levels")
+    if settings.mode == "tokenswift" and settings.drafter == "layer" and lm.draft_layer is None:
+        raise SettingsError("drafter", "this model has no draft layer (train one with `tokenswift train-draft`, "
+                                       "or choose the fused or paper drafter)")
     if len(generated) > settings.max_new_tokens:
         raise SettingsError("max_new_tokens", f"{len(generated)} tokens were already generated")
     vocab = lm.config.vocab_size

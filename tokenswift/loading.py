@@ -17,7 +17,8 @@ import torch
 
 from . import gguf_checkpoint
 from .config import ModelConfig, UnsupportedModelError
-from .default_model import shipped_heads
+from .default_model import shipped_draft, shipped_heads
+from .draft_layer import DraftLayer, load_layer
 from .errors import ModelLoadError
 from .heads import DraftHeads, heads_from_state_dict, load_heads
 from .int4 import use_q4_weights
@@ -28,6 +29,7 @@ from .rope import rope_table
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16, "float16": torch.float16,
           "q4": torch.bfloat16}
 HEADS_SUBDIR = "heads"
+DRAFT_SUBDIR = "draft"
 # Positions past the context a verify batch may use: its candidate rows sit at the last token's position + depth
 # (generate.validate refuses trees and n-gram counts with more rows than this).
 ROPE_SLACK = 1024
@@ -45,6 +47,7 @@ class LoadedModel:
     dtype: torch.dtype
     random_heads: bool = False  # the draft heads are random (benchmarks of pass costs), not trained
     weights: str = "float"  # "q4": every layer's projections are the GGUF file's 4-bit blocks
+    draft_layer: DraftLayer | None = None  # the autoregressive drafter's layer (draft_layer.py)
 
     @property
     def precision(self) -> str:
@@ -205,10 +208,12 @@ def context_limit(hf) -> int:
     return limit
 
 
-def load_model(model: str, *, device: str = "cpu", dtype: str = "float32", heads: str | None = None) -> LoadedModel:
+def load_model(model: str, *, device: str = "cpu", dtype: str = "float32", heads: str | None = None,
+               draft: str | None = None) -> LoadedModel:
     """model: a checkpoint directory, a hub id in the local cache, or a .gguf file (converted once, cached).
     heads: a heads directory; None looks for `<model>/heads`, heads inside an official checkpoint, or shipped
-    heads trained for this GGUF file; "none" disables them."""
+    heads trained for this GGUF file; "none" disables them. draft: a draft layer directory, the same way
+    (`<model>/draft`, or the one shipped for this GGUF file)."""
     from transformers import AutoConfig, AutoTokenizer
 
     dev, dt = resolve_device(device), resolve_dtype(dtype)
@@ -234,8 +239,22 @@ def load_model(model: str, *, device: str = "cpu", dtype: str = "float32", heads
         tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
     except Exception as error:  # noqa: BLE001
         raise ModelLoadError(f"cannot load the tokenizer from {path}: {error}") from error
-    draft = _pick_heads(path, heads, state, cfg, dev, dt)
-    return LoadedModel(model, path, net, tokenizer, hf, draft, dev, dt, weights="q4" if dtype == "q4" else "float")
+    draft_heads = _pick_heads(path, heads, state, cfg, dev, dt)
+    layer = _pick_draft(path, draft, net, dev, dt)
+    weights = "q4" if dtype == "q4" else "float"
+    return LoadedModel(model, path, net, tokenizer, hf, draft_heads, dev, dt, weights=weights, draft_layer=layer)
+
+
+def _pick_draft(path: Path, draft: str | None, net: Transformer, device, dtype) -> DraftLayer | None:
+    if draft == "none":
+        return None
+    if draft is not None:
+        return load_layer(Path(draft), net.cfg, net.head_weight, device, dtype)
+    found = path / DRAFT_SUBDIR if (path / DRAFT_SUBDIR / "draft_config.json").exists() else None
+    source = gguf_checkpoint.source_record(path)
+    if found is None and source:
+        found = shipped_draft(source["sha256"])
+    return load_layer(found, net.cfg, net.head_weight, device, dtype) if found else None
 
 
 def _pick_heads(path: Path, heads: str | None, state, cfg: ModelConfig, device, dtype) -> DraftHeads | None:

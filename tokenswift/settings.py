@@ -12,7 +12,8 @@ import math
 from dataclasses import dataclass, field
 
 MODES = ("tokenswift", "ar")
-DRAFTERS = ("fused", "paper")  # the one-pass drafter (fused_drafter.py) or the paper's two passes (drafting.py)
+# The one-pass drafter (fused_drafter.py), the paper's two passes (drafting.py), the draft layer (layer_drafter.py)
+DRAFTERS = ("fused", "paper", "layer")
 PROMPT_FORMATS = ("continue", "instruction")  # an opening to continue, or an instruction (the chat template)
 INT64_MAX = 2**63 - 1  # the noise is keyed by 64 bits of the seed; the app's store keeps seed and target as int64
 

@@ -1,0 +1,171 @@
+"""The draft layer (draft_layer.py, layer_drafter.py): trained here on stories260k's own text by the real
+commands (draft-data, train-draft), then TokenSwift with it emits exactly the tokens of plain decoding in
+float64 with every sampler, n-grams, the adaptive batch, context shifts with Memory and Author's Note, and a
+resume; training killed mid-run resumes to the very weights of an uninterrupted run; bad files are refused
+with the file named."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from test_context_shift import MEMORY, NOTE, WINDOW, first_difference
+from test_exactness import PROMPT, SAMPLERS
+
+from tokenswift.cli import main
+from tokenswift.context_window import pinned_ids
+from tokenswift.draft_layer import CONFIG_NAME, WEIGHTS_NAME, DraftLayerError, load_layer, save_layer
+from tokenswift.generate import Generator
+from tokenswift.options import EngineOptions
+from tokenswift.settings import Settings, SettingsError
+
+REPO = Path(__file__).resolve().parents[1]
+N = 600
+TRAIN = ["--seq-len", "128", "--batch", "4", "--draft-vocab", "256", "--warmup", "5", "--lr", "1e-2",
+         "--eval-every", "8192", "--unroll", "2", "--threads", "1", "--no-progress"]
+
+
+def teacher(stories_path: Path, text: Path, out: Path, seed: int) -> None:
+    assert main(["draft-data", "--model", str(stories_path), "--data", str(text), "--out", str(out),
+                 "--tokens", "100000", "--seq-len", "128", "--shard-seqs", "4", "--dtype", "float32",
+                 "--seed", str(seed), "--threads", "1", "--no-progress"]) == 0
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory, stories_path, stories32):
+    """A draft layer trained on 3,000 tokens that stories260k wrote itself (what it will be asked to draft)."""
+    root = tmp_path_factory.mktemp("draft")
+    prompt = stories32.encode("Once upon a time")
+    text = []
+    for seed in range(3):
+        ids = Generator(stories32, Settings(mode="ar", max_new_tokens=1000, seed=seed, temperature=1.0, min_p=0.05,
+                                            ignore_eos=True), prompt).run()
+        text.append(stories32.decode(ids))
+    (root / "text.txt").write_text("\n\n".join(text))
+    teacher(stories_path, root / "text.txt", root / "teacher", 0)
+    teacher(stories_path, root / "text.txt", root / "held", 1)
+    args = ["train-draft", "--model", str(stories_path), "--teacher", str(root / "teacher"), "--eval-teacher",
+            str(root / "held"), "--out", str(root / "layer"), "--state", str(root / "state.pt"), "--tokens", "32768"]
+    assert main(args + TRAIN) == 0
+    return root
+
+
+@pytest.fixture(scope="module")
+def lm64(stories64, trained):
+    layer = load_layer(trained / "layer", stories64.config, stories64.model.head_weight, "cpu", torch.float64)
+    return dataclasses.replace(stories64, draft_layer=layer)
+
+
+def test_training_learns_and_writes_its_curve(trained):
+    curve = json.loads((trained / "layer" / "curve.json").read_text())
+    assert [p["tokens"] for p in curve] == [0, 8192, 16384, 24576, 32768]
+    assert curve[-1]["greedy"][0] > curve[0]["greedy"][0] + 0.2  # it learned what the model writes
+    assert curve[-1]["tokens_per_step_greedy"] > 1.5
+    record = json.loads((trained / "layer" / CONFIG_NAME).read_text())["record"]
+    assert record["tokens_seen"] == 32768
+
+
+CASES = [("greedy", 0, False), ("greedy", 20, True), ("minp-penalty", 20, False), ("minp-penalty", 0, True),
+         ("top-p", 20, True), ("eta", 5, False)]
+
+
+@pytest.mark.parametrize(("sampler", "k", "adaptive"), CASES)
+def test_layer_drafter_equals_ar(lm64, sampler, k, adaptive):
+    prompt = lm64.encode(PROMPT)
+    s = Settings(max_new_tokens=N, seed=3, ignore_eos=True, ngram_topk=k, drafter="layer", **SAMPLERS[sampler])
+    expected = Generator(lm64, s.replace(mode="ar"), prompt).run()
+    gen = Generator(lm64, s, prompt, options=EngineOptions(adaptive=adaptive))
+    assert first_difference(gen.run(), expected) is None
+    if not adaptive:  # (the adaptive policy may prefer plain steps on this tiny model)
+        assert gen.metrics().accepted > N // 4  # the chain drafts what the model writes
+
+
+def test_layer_drafter_across_shifts_with_memory_and_resume(lm64):
+    prompt, pinned = lm64.encode(PROMPT), pinned_ids(lm64, MEMORY, NOTE)
+    s = Settings(max_new_tokens=1500, seed=5, ignore_eos=True, context_window=WINDOW, note_depth=100,
+                 drafter="layer", **SAMPLERS["minp-penalty"])
+    expected = Generator(lm64, s.replace(mode="ar"), prompt, pinned=pinned).run()
+    gen = Generator(lm64, s, prompt, pinned=pinned)
+    assert first_difference(gen.run(), expected) is None
+    assert gen.metrics().shifts >= 5
+    resumed = Generator(lm64, s, prompt, generated_ids=expected[:700], pinned=pinned)
+    assert first_difference(resumed.run(), expected) is None
+
+
+def test_a_model_without_a_draft_layer_is_refused_by_name(stories64):
+    with pytest.raises(SettingsError, match="drafter: this model has no draft layer"):
+        Generator(stories64, Settings(drafter="layer"), stories64.encode(PROMPT))
+
+
+def state_tokens(path: Path) -> int:
+    try:
+        return torch.load(path, map_location="cpu", weights_only=False)["tokens"]
+    except Exception:  # noqa: BLE001 - mid-write by the other process: not there yet
+        return 0
+
+
+def test_training_killed_midway_resumes_to_the_same_weights(trained, stories_path, tmp_path):
+    args = ["train-draft", "--model", str(stories_path), "--teacher", str(trained / "teacher"),
+            "--eval-teacher", str(trained / "held"), "--tokens", "8192", "--save-every-s", "0", *TRAIN]
+    whole = [*args, "--out", str(tmp_path / "a"), "--state", str(tmp_path / "a.pt")]
+    assert main(whole) == 0
+    piece = [*args, "--out", str(tmp_path / "b"), "--state", str(tmp_path / "b.pt")]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.Popen([sys.executable, "-m", "tokenswift", *piece], env=env, cwd=REPO,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while state_tokens(tmp_path / "b.pt") < 2048 and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert 0 < state_tokens(tmp_path / "b.pt") < 8192  # it really stopped midway
+    assert main(piece) == 0
+    a = torch.load(tmp_path / "a.pt", weights_only=False)
+    b = torch.load(tmp_path / "b.pt", weights_only=False)
+    assert a["tokens"] == b["tokens"] == 8192 and a["position"] == b["position"]
+    for name, tensor in a["layer"].items():
+        assert torch.equal(tensor, b["layer"][name]), name
+    assert json.loads((tmp_path / "a" / "curve.json").read_text()) == json.loads(
+        (tmp_path / "b" / "curve.json").read_text())
+
+
+def test_training_without_its_state_goes_on_from_the_committed_weights(trained, stories_path, tmp_path):
+    out = tmp_path / "layer"
+    out.mkdir()
+    for name in (CONFIG_NAME, WEIGHTS_NAME, "curve.json"):
+        (out / name).write_bytes((trained / "layer" / name).read_bytes())
+    args = ["train-draft", "--model", str(stories_path), "--teacher", str(trained / "teacher"), "--eval-teacher",
+            str(trained / "held"), "--out", str(out), "--state", str(tmp_path / "fresh.pt"), "--tokens", "40960"]
+    assert main(args + TRAIN) == 0
+    curve = json.loads((out / "curve.json").read_text())
+    assert [p["tokens"] for p in curve][-2:] == [32768, 40960]
+
+
+def test_bad_draft_files_are_refused_with_the_file_named(trained, stories64, tmp_path):
+    cfg, head = stories64.config, stories64.model.head_weight
+    with pytest.raises(DraftLayerError, match="no draft layer in"):
+        load_layer(tmp_path / "missing", cfg, head, "cpu", torch.float64)
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / CONFIG_NAME).write_text((trained / "layer" / CONFIG_NAME).read_text())
+    (broken / WEIGHTS_NAME).write_bytes((trained / "layer" / WEIGHTS_NAME).read_bytes()[:1000])
+    with pytest.raises(DraftLayerError, match=f"corrupt draft layer file in {broken}"):
+        load_layer(broken, cfg, head, "cpu", torch.float64)
+    other = dataclasses.replace(cfg, vocab_size=cfg.vocab_size + 1)
+    with pytest.raises(DraftLayerError, match="draft layer for another model .vocab_size"):
+        load_layer(trained / "layer", other, head, "cpu", torch.float64)
+    with pytest.raises(DraftLayerError, match="trained for another model"):
+        load_layer(trained / "layer", cfg, torch.randn_like(head), "cpu", torch.float64)
+    layer = load_layer(trained / "layer", cfg, head, "cpu", torch.float32)
+    layer.vocab[0] = cfg.vocab_size + 5
+    save_layer(layer, tmp_path / "vocab")
+    with pytest.raises(DraftLayerError, match="draft vocabulary must be token ids below"):
+        load_layer(tmp_path / "vocab", cfg, head, "cpu", torch.float64)
