@@ -169,3 +169,45 @@ def test_bad_draft_files_are_refused_with_the_file_named(trained, stories64, tmp
     save_layer(layer, tmp_path / "vocab")
     with pytest.raises(DraftLayerError, match="draft vocabulary must be token ids below"):
         load_layer(tmp_path / "vocab", cfg, head, "cpu", torch.float64)
+
+
+def model_copy(stories_path: Path, root: Path) -> Path:
+    """stories260k in a folder of its own, to put a draft layer beside it."""
+    folder = root / "model"
+    folder.mkdir()
+    for item in stories_path.iterdir():
+        if item.is_file():
+            (folder / item.name).symlink_to(item)
+    return folder
+
+
+def test_a_draft_layer_beside_the_model_is_found_and_a_broken_one_falls_back(trained, stories_path, tmp_path):
+    from tokenswift.loading import load_model
+    from worker.holder import heads_info
+
+    folder = model_copy(stories_path, tmp_path)
+    (folder / "draft").mkdir()
+    for name in (CONFIG_NAME, WEIGHTS_NAME):
+        (folder / "draft" / name).write_bytes((trained / "layer" / name).read_bytes())
+    lm = load_model(str(folder), dtype="float64")
+    assert lm.draft_layer is not None and lm.draft_error is None
+    assert "a draft layer (256-token draft vocabulary)" in heads_info(lm, type("Spec", (), {"heads": None})())
+    (folder / "draft" / WEIGHTS_NAME).write_bytes(b"not a safetensors file")
+    lm = load_model(str(folder), dtype="float64")  # the model still loads: drafts fall back to the heads
+    assert lm.draft_layer is None and str(folder / "draft") in lm.draft_error
+    assert "the draft layer is unusable" in heads_info(lm, type("Spec", (), {"heads": None})())
+
+
+def test_cli_names_a_broken_draft_file_and_exits_2(trained, stories_path, tmp_path, capsys):
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / CONFIG_NAME).write_text((trained / "layer" / CONFIG_NAME).read_text())
+    (broken / WEIGHTS_NAME).write_bytes(b"\x00" * 10)
+    code = main(["generate", "--model", str(stories_path), "--draft", str(broken), "--drafter", "layer",
+                 "--prompt", PROMPT, "--max-new-tokens", "5"])
+    assert code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: corrupt draft layer file in") and str(broken) in err[0]
+    code = main(["generate", "--model", str(stories_path), "--draft", "none", "--drafter", "layer",
+                 "--prompt", PROMPT, "--max-new-tokens", "5"])
+    assert code == 2 and "drafter: this model has no draft layer" in capsys.readouterr().err

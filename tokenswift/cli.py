@@ -48,6 +48,11 @@ def tree_arg(text: str) -> tuple[int, ...]:
     return widths
 
 
+def escaped_arg(text: str) -> str:
+    """A breaker string with \\n, \\t and \\\\ written as escapes (a newline is hard to type as an argument)."""
+    return text.replace("\\\\", "\0").replace("\\n", "\n").replace("\\t", "\t").replace("\0", "\\")
+
+
 def int_list_arg(text: str) -> list[int]:
     try:
         values = [int(x) for x in text.split(",")]
@@ -69,6 +74,9 @@ def add_model_args(p: argparse.ArgumentParser, heads: bool = True) -> None:
         p.add_argument("--heads", default=None,
                        help="draft heads directory; default <model>/heads, heads inside the checkpoint, or the "
                             "heads shipped for a .gguf file; 'none' disables them")
+        p.add_argument("--draft", default=None,
+                       help="draft layer directory (--drafter layer); default <model>/draft or the draft layer "
+                            "shipped for a .gguf file; 'none' disables it")
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
     p.add_argument("--dtype", default=None,
                    help="float32 | bfloat16 | float16 | float64 | q4 (a GGUF file's own 4-bit weights on the CPU, "
@@ -95,9 +103,9 @@ def add_sampler_args(p: argparse.ArgumentParser) -> None:
                    help="drop tokens less likely than this fraction of the likeliest one; 0 = off "
                         "(default: %(default)s)")
     p.add_argument("--drafter", choices=DRAFTERS, default=d.drafter,
-                   help="how TokenSwift drafts: fused (from the verify pass's own states, one pass per step) or "
-                        "paper (a draft pass over the partial cache, then verification); never changes the text "
-                        "(default: %(default)s)")
+                   help="how TokenSwift drafts: fused (from the verify pass's own states, one pass per step), "
+                        "paper (a draft pass over the partial cache, then verification) or layer (a draft layer "
+                        "guessing one token at a time); never changes the text (default: %(default)s)")
     p.add_argument("--eta", type=float, default=d.eta,
                    help="eta sampling: drop tokens below an entropy-scaled threshold; 0 = off (default: %(default)s)")
     p.add_argument("--penalty", type=float, default=d.penalty,
@@ -105,6 +113,23 @@ def add_sampler_args(p: argparse.ArgumentParser) -> None:
                         "(default: %(default)s)")
     p.add_argument("--penalty-window", type=int, default=d.penalty_length,
                    help="W: how many recent tokens the penalty looks back over; 0 = off (default: %(default)s)")
+    g = p.add_argument_group("DRY and XTC (writers' repetition and cliché controls; off by default)")
+    g.add_argument("--dry-multiplier", type=float, default=d.dry_multiplier,
+                   help="DRY: how hard to push against extending a repeat of earlier text; 0 = off, 0.8 is usual "
+                        "(default: %(default)s)")
+    g.add_argument("--dry-base", type=float, default=d.dry_base,
+                   help="DRY: how fast the push grows with the repeat's length (default: %(default)s)")
+    g.add_argument("--dry-allowed-length", type=int, default=d.dry_allowed_length,
+                   help="DRY: repeats up to this many tokens are free (default: %(default)s)")
+    g.add_argument("--dry-range", type=int, default=d.dry_range,
+                   help="DRY: how many recent tokens are searched for repeats (default: %(default)s)")
+    g.add_argument("--dry-breakers", nargs="*", type=escaped_arg, default=list(d.dry_breakers), metavar="TEXT",
+                   help="DRY: a repeat never runs across these; \\n for a newline (default: \\n : \" *)")
+    g.add_argument("--xtc-threshold", type=float, default=d.xtc_threshold,
+                   help="XTC: tokens at least this likely count as top choices (default: %(default)s)")
+    g.add_argument("--xtc-probability", type=float, default=d.xtc_probability,
+                   help="XTC: how often all top choices but the least likely are set aside; 0 = off "
+                        "(default: %(default)s)")
     p.add_argument("--ngram-topk", type=int, default=d.ngram_topk,
                    help="k: how many phrases from the text so far are tried as guesses each step; speed "
                         "only, never the text (default: %(default)s)")
@@ -292,7 +317,10 @@ def settings_from(args: argparse.Namespace, **extra) -> Settings:
                         top_p=args.top_p, min_p=args.min_p, eta=args.eta, penalty=args.penalty,
                         penalty_length=args.penalty_window, ngram_topk=args.ngram_topk, tree=args.tree,
                         budget=args.budget, sinks=args.sinks, drafter=args.drafter, context_window=args.context_window,
-                        shift_step=args.shift_step, **{"context_shift": args.context_shift, **extra})
+                        shift_step=args.shift_step, dry_multiplier=args.dry_multiplier, dry_base=args.dry_base,
+                        dry_allowed_length=args.dry_allowed_length, dry_range=args.dry_range,
+                        dry_breakers=tuple(args.dry_breakers), xtc_threshold=args.xtc_threshold,
+                        xtc_probability=args.xtc_probability, **{"context_shift": args.context_shift, **extra})
     except SettingsError as error:
         raise CliError(str(error)) from error
 
@@ -339,7 +367,8 @@ def open_model(args: argparse.Namespace) -> LoadedModel:
     except ValueError as error:
         raise CliError(str(error)) from None
     try:
-        lm = load_model(args.model, device=device, dtype=dtype, heads=args.heads)
+        lm = load_model(args.model, device=device, dtype=dtype, heads=getattr(args, "heads", None),
+                        draft=getattr(args, "draft", None))
     except (ModelLoadError, HeadsError) as error:
         raise CliError(str(error)) from None
     if args.threads is None and (threads := cpu_threads(lm)):

@@ -57,7 +57,7 @@ class DeviceSampler:
     def __init__(self, sampler: Sampler, ids: torch.Tensor):
         s = sampler.s
         self.sampler, self.ids = sampler, ids
-        self.w = s.penalty_length if s.penalty != 1.0 and s.penalty_length > 0 else 0
+        self.w = s.history_length
         self.offsets = torch.arange(self.w, device=ids.device)
         # The noise is keyed by story index, which a context shift moves away from the slot (design §3).
         self.key_offset = torch.zeros((), dtype=torch.int64, device=ids.device)

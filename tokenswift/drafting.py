@@ -47,9 +47,10 @@ class Drafter(Protocol):
 
 
 def best_per_depth(logits: torch.Tensor, sampler: Sampler, window: torch.Tensor | None,
-                   widths: list[int], key: int) -> list[list[int]]:
+                   widths: list[int], key: int, vocab: torch.Tensor | None = None) -> list[list[int]]:
     """The top widths[d] tokens of draft row d (every drafter's last step); row d guesses the token sampled
-    with the noise of position key + d.
+    with the noise of position key + d. vocab: the token ids of the columns when the rows score a draft
+    vocabulary only (then penalty and filters apply within it).
 
     Greedy: the penalty is the only processing that changes which tokens lead. Sampling: the target's token at
     a position is argmax(processed scores + that position's Gumbel noise) (sampling.py), and the noise is known
@@ -59,13 +60,14 @@ def best_per_depth(logits: torch.Tensor, sampler: Sampler, window: torch.Tensor 
     which a sample at T=1 takes only as often as its probability. Only the proposals change, never the text."""
     windows = window.expand(logits.shape[0], -1) if window is not None else None
     if sampler.noise is None:
-        scores = sampler.penalize(logits, windows)
-        best = torch.topk(scores, max(widths), dim=-1).indices.tolist()
+        scores = sampler.penalize(logits, windows, vocab)
+        best = torch.topk(scores, max(widths), dim=-1).indices
+        best = (best if vocab is None else vocab[best]).tolist()
         return [best[d][:w] for d, w in enumerate(widths)]
-    scores = sampler.process(logits, windows)
+    scores = sampler.process(logits, windows, vocab, [key + d for d in range(logits.shape[0])])
     levels = []
     for d, w in enumerate(widths):
-        ids, noisy = sampler.noisy(scores[d], key + d)
+        ids, noisy = sampler.noisy(scores[d], key + d, vocab)
         levels.append(ids[torch.topk(noisy, min(w, len(ids))).indices].tolist())
     return levels
 

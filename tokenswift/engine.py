@@ -18,6 +18,7 @@ import torch
 from .adaptive import CandidatePolicy, ladder
 from .context_window import ContextUse, PinnedText, WindowPlan, leading_bos, window_plan
 from .drafting import Drafter, HeadsDrafter
+from .dry_xtc import breaker_ids
 from .fastpath import FastPasses, padded_capacity
 from .fused_drafter import FusedDrafter
 from .kv_cache import KVCache
@@ -87,7 +88,8 @@ class Engine:
         self.cache = KVCache(cfg.n_layers, cfg.n_kv_heads, capacity, cfg.head_dim, lm.device, lm.dtype)
         self.ids = list(ids)
         self.buf = torch.zeros(capacity, dtype=torch.int64, device=lm.device)
-        self.sampler = Sampler(settings, cfg.vocab_size, lm.device, lm.eos_ids)
+        breakers = breaker_ids(lm.tokenizer, settings.dry_breakers, cfg.vocab_size) if settings.dry_multiplier else None
+        self.sampler = Sampler(settings, cfg.vocab_size, lm.device, lm.eos_ids, breakers)
         self.metrics = RunMetrics(settings.mode, depth=self.depth)
         self.drafter: Drafter | None = None
         self.ngrams: NgramTable | None = None
@@ -212,9 +214,9 @@ class Engine:
         self.ids.extend(tokens)
 
     def _window(self, end: int, path: list[int]) -> torch.Tensor | None:
-        """The penalty window (last W tokens) of the history ids[:end] + path, as a [1, <=W] row."""
-        w = self.s.penalty_length
-        if w == 0 or self.s.penalty == 1.0:
+        """The sampling history (the penalty's last W tokens, DRY's range) of ids[:end] + path, as a [1, <=W] row."""
+        w = self.s.history_length
+        if w == 0:
             return None
         tail = torch.tensor(path[-w:], dtype=torch.int64, device=self.lm.device)
         if w > len(path):

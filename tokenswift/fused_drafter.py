@@ -15,8 +15,6 @@ change: verification decides what is emitted, so the text is the same as plain d
 
 from __future__ import annotations
 
-import math
-
 import torch
 
 from .drafting import best_per_depth
@@ -66,12 +64,9 @@ class FusedDrafter:
             if lm.heads.next_token else None
         states = torch.cat(lm.heads(self.hidden, after)[: len(widths)])
         if self.vocab is None:
-            logits = lm.model.head(states)
-        else:  # scores outside the draft vocabulary stay -inf: never proposed
-            logits = torch.full((len(states), lm.config.vocab_size), -math.inf, dtype=states.dtype,
-                                device=states.device)
-            logits[:, self.vocab] = project(states, self.weight)
-        return best_per_depth(logits, self.sampler, window, widths, key)
+            return best_per_depth(lm.model.head(states), self.sampler, window, widths, key)
+        # Scored over the draft vocabulary only: tokens outside it are never proposed.
+        return best_per_depth(project(states, self.weight), self.sampler, window, widths, key, self.vocab)
 
     def commit(self, full: KVCache, start: int, end: int, queries: list[torch.Tensor] | None) -> None:
         pass  # the next observe() brings all the drafter keeps

@@ -15,8 +15,6 @@ Exactness does not depend on any of this: the chain is only a proposal; verifica
 
 from __future__ import annotations
 
-import math
-
 import torch
 
 from .drafting import best_per_depth
@@ -57,8 +55,9 @@ class LayerDrafter:
         self.lm, self.layer, self.sampler, self.cfg = lm, lm.draft_layer, sampler, lm.config
         self.window = self.layer.window
         self.widths = [1] * (len(settings.tree) - 1)  # a chain as deep as the tree
-        self.head_rows = lm.model.head_weight[self.layer.vocab].to(lm.dtype)
-        cache = KVCache(1, self.cfg.n_kv_heads, capacity, self.cfg.head_dim, lm.device, lm.dtype)
+        self.dtype = self.layer.norm.weight.dtype  # may be narrower than the model's (loading._pick_draft)
+        self.head_rows = lm.model.head_weight[self.layer.vocab].to(self.dtype)
+        cache = KVCache(1, self.cfg.n_kv_heads, capacity, self.cfg.head_dim, lm.device, self.dtype)
         self.keys, self.values = cache.k[0], cache.v[0]
         self.filled = self.valid_from = 0  # rows [valid_from, filled) hold committed states
         self.pending: list[tuple[torch.Tensor, list[int]]] = []  # committed, not yet run: (states, following tokens)
@@ -96,9 +95,8 @@ class LayerDrafter:
             return []
         levels, state = [], self.state
         for d in range(len(self.widths[:depth])):
-            scores = torch.full((1, self.cfg.vocab_size), -math.inf, dtype=state.dtype, device=state.device)
-            scores[:, self.layer.vocab] = self.layer.logits(state, self.head_rows)
-            levels.append(best_per_depth(scores, self.sampler, window, [1], key + d)[0])
+            scores = self.layer.logits(state, self.head_rows)  # over the draft vocabulary
+            levels.append(best_per_depth(scores, self.sampler, window, [1], key + d, self.layer.vocab)[0])
             if d + 1 < len(self.widths[:depth]):
                 state = self._run(state, levels[-1], position + d)
         return levels
@@ -116,6 +114,6 @@ class LayerDrafter:
     def _run(self, states: torch.Tensor, tokens: list[int], first: int) -> torch.Tensor:
         model, dev = self.lm.model, self.lm.device
         pos = torch.arange(first, first + len(tokens), device=dev)
-        embedded = model.model.embed_tokens(torch.tensor(tokens, device=dev))
-        attend = CacheAttention(self, first, len(tokens))
-        return self.layer.step(states.to(self.lm.dtype), embedded, model.rope_cos[pos], model.rope_sin[pos], attend)
+        embedded = model.model.embed_tokens(torch.tensor(tokens, device=dev)).to(self.dtype)
+        cos, sin = model.rope_cos[pos].to(self.dtype), model.rope_sin[pos].to(self.dtype)
+        return self.layer.step(states.to(self.dtype), embedded, cos, sin, CacheAttention(self, first, len(tokens)))

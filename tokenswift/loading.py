@@ -18,7 +18,7 @@ import torch
 from . import gguf_checkpoint
 from .config import ModelConfig, UnsupportedModelError
 from .default_model import shipped_draft, shipped_heads
-from .draft_layer import DraftLayer, load_layer
+from .draft_layer import DraftLayer, DraftLayerError, load_layer
 from .errors import ModelLoadError
 from .heads import DraftHeads, heads_from_state_dict, load_heads
 from .int4 import use_q4_weights
@@ -48,6 +48,7 @@ class LoadedModel:
     random_heads: bool = False  # the draft heads are random (benchmarks of pass costs), not trained
     weights: str = "float"  # "q4": every layer's projections are the GGUF file's 4-bit blocks
     draft_layer: DraftLayer | None = None  # the autoregressive drafter's layer (draft_layer.py)
+    draft_error: str | None = None  # why a draft layer found beside the model could not be used
 
     @property
     def precision(self) -> str:
@@ -240,21 +241,10 @@ def load_model(model: str, *, device: str = "cpu", dtype: str = "float32", heads
     except Exception as error:  # noqa: BLE001
         raise ModelLoadError(f"cannot load the tokenizer from {path}: {error}") from error
     draft_heads = _pick_heads(path, heads, state, cfg, dev, dt)
-    layer = _pick_draft(path, draft, net, dev, dt)
+    layer, draft_error = _pick_draft(path, draft, net, dev, dt)
     weights = "q4" if dtype == "q4" else "float"
-    return LoadedModel(model, path, net, tokenizer, hf, draft_heads, dev, dt, weights=weights, draft_layer=layer)
-
-
-def _pick_draft(path: Path, draft: str | None, net: Transformer, device, dtype) -> DraftLayer | None:
-    if draft == "none":
-        return None
-    if draft is not None:
-        return load_layer(Path(draft), net.cfg, net.head_weight, device, dtype)
-    found = path / DRAFT_SUBDIR if (path / DRAFT_SUBDIR / "draft_config.json").exists() else None
-    source = gguf_checkpoint.source_record(path)
-    if found is None and source:
-        found = shipped_draft(source["sha256"])
-    return load_layer(found, net.cfg, net.head_weight, device, dtype) if found else None
+    return LoadedModel(model, path, net, tokenizer, hf, draft_heads, dev, dt, weights=weights, draft_layer=layer,
+                       draft_error=draft_error)
 
 
 def _pick_heads(path: Path, heads: str | None, state, cfg: ModelConfig, device, dtype) -> DraftHeads | None:
@@ -269,3 +259,27 @@ def _pick_heads(path: Path, heads: str | None, state, cfg: ModelConfig, device, 
         return load_heads(shipped, cfg, device, dtype)
     embedded = heads_from_state_dict(state, cfg)
     return embedded.to(device=device, dtype=dtype) if embedded is not None else None
+
+
+def _pick_draft(path: Path, draft: str | None, net: Transformer, device, dtype) -> tuple[DraftLayer | None, str | None]:
+    """The draft layer and, when one found beside the model is unusable, why (the model still loads: the app
+    drafts with the heads instead and says so). One asked for by path must load, or the error is raised.
+
+    A float32 model on a CPU drafts in bfloat16: a draft step reads its weights from memory, half as many bytes
+    take half the time, and drafts only propose (verification decides the text)."""
+    if draft == "none":
+        return None, None
+    if device.type == "cpu" and dtype == torch.float32:
+        dtype = torch.bfloat16
+    if draft is not None:
+        return load_layer(Path(draft), net.cfg, net.head_weight, device, dtype), None
+    found = path / DRAFT_SUBDIR if (path / DRAFT_SUBDIR / "draft_config.json").exists() else None
+    source = gguf_checkpoint.source_record(path)
+    if found is None and source:
+        found = shipped_draft(source["sha256"])
+    if found is None:
+        return None, None
+    try:
+        return load_layer(found, net.cfg, net.head_weight, device, dtype), None
+    except DraftLayerError as error:
+        return None, str(error)

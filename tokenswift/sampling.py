@@ -21,26 +21,9 @@ import math
 
 import torch
 
+from .dry_xtc import dry_penalties, xtc_draws, xtc_filter
+from .keys import M32, mix32, position_key
 from .settings import Settings
-
-M32 = 0xFFFFFFFF
-
-
-def mix32(x):
-    """A 32-bit integer mixer (Wellons' lowbias32) that gives identical results for Python ints and int64
-    tensors: products of two 32-bit numbers may wrap in int64, but their low 32 bits stay exact."""
-    x = x ^ (x >> 16)
-    x = (x * 0x7FEB352D) & M32
-    x = x ^ (x >> 15)
-    x = (x * 0x846CA68B) & M32
-    return x ^ (x >> 16)
-
-
-def position_key(seed: int, position: int) -> int:
-    """A 32-bit key for (seed, absolute position)."""
-    k = mix32((seed & M32) ^ mix32((seed >> 32) & M32 ^ 0x5BD1E995))
-    k = mix32(k ^ (position & M32))
-    return mix32(k ^ mix32((position >> 32) & M32 ^ 0x27D4EB2F))
 
 
 class Noise:
@@ -128,8 +111,13 @@ def _keep_best(scores: torch.Tensor, remove: torch.Tensor, min_keep: int) -> tor
 class Sampler:
     """Turns raw logits into tokens under one Settings, with the noise of each row's position."""
 
-    def __init__(self, settings: Settings, vocab_size: int, device, eos_ids: tuple[int, ...] = ()):
+    def __init__(self, settings: Settings, vocab_size: int, device, eos_ids: tuple[int, ...] = (),
+                 breakers: torch.Tensor | None = None):
+        """breakers: [vocab] bool, DRY's sequence breakers (dry_xtc.breaker_ids); needed when DRY is on."""
         self.s = settings
+        self.breakers = breakers.to(device) if breakers is not None else None
+        if settings.dry_multiplier > 0 and self.breakers is None:
+            raise ValueError("DRY is on: the sampler needs the sequence breakers' token ids")
         self.vocab_size = vocab_size
         self.noise = Noise(settings.seed, vocab_size, device) if settings.temperature > 0 else None
         # Banning end-of-text is part of the sampling rule, so plain decoding and every trie node obey it alike.
@@ -138,20 +126,31 @@ class Sampler:
             self.banned = torch.zeros(vocab_size, dtype=torch.bool, device=device)
             self.banned[list(eos_ids)] = True
 
-    def penalize(self, logits: torch.Tensor, windows: torch.Tensor | None) -> torch.Tensor:
-        """The penalty (and the end-of-text ban): the scores every later filter starts from."""
+    def penalize(self, logits: torch.Tensor, windows: torch.Tensor | None,
+                 vocab: torch.Tensor | None = None) -> torch.Tensor:
+        """The penalty (and the end-of-text ban): the scores every later filter starts from.
+
+        vocab: the token ids of the columns when `logits` covers part of the vocabulary (a drafter's draft
+        vocabulary: proposals only, where filtering within it is close enough and much cheaper)."""
         s = self.s
         z = logits.float() if logits.dtype in (torch.bfloat16, torch.float16) else logits
         if self.banned is not None:
-            z = z.masked_fill(self.banned, -math.inf)
+            z = z.masked_fill(self.banned if vocab is None else self.banned[vocab], -math.inf)
         if windows is not None and s.penalty != 1.0 and s.penalty_length > 0:
-            z = apply_penalty(z, penalty_mask(windows, self.vocab_size), s.penalty)
+            mask = penalty_mask(windows[:, -s.penalty_length:], self.vocab_size)
+            z = apply_penalty(z, mask if vocab is None else mask[:, vocab], s.penalty)
+        if windows is not None and s.dry_multiplier > 0:
+            dry = dry_penalties(windows[:, -s.dry_range:], self.breakers, s.dry_multiplier, s.dry_base,
+                                s.dry_allowed_length, self.vocab_size)
+            z = z - (dry if vocab is None else dry[:, vocab]).to(z.dtype)
         return z
 
-    def process(self, logits: torch.Tensor, windows: torch.Tensor | None) -> torch.Tensor:
-        """Penalty, temperature and filters: [R, V] scores, -inf where a token may not be chosen."""
+    def process(self, logits: torch.Tensor, windows: torch.Tensor | None, vocab: torch.Tensor | None = None,
+                positions: list[int] | torch.Tensor | None = None) -> torch.Tensor:
+        """Penalty, DRY, temperature, filters and XTC: [R, V] scores, -inf where a token may not be chosen.
+        positions: each row's absolute position (XTC's draw is keyed by it)."""
         s = self.s
-        z = self.penalize(logits, windows)
+        z = self.penalize(logits, windows, vocab)
         if s.temperature == 0:
             return z
         z = z / s.temperature
@@ -163,6 +162,8 @@ class Sampler:
             z = min_p_filter(z, s.min_p, s.min_keep)
         if s.eta > 0:
             z = eta_filter(z, s.eta, s.min_keep)
+        if s.xtc_probability > 0 and positions is not None:
+            z = xtc_filter(z, s.xtc_threshold, xtc_draws(s.seed, positions, z.device) < s.xtc_probability)
         return z
 
     def choose(self, scores: torch.Tensor, positions: list[int] | torch.Tensor) -> torch.Tensor:
@@ -179,14 +180,16 @@ class Sampler:
             return scores.argmax(dim=-1)
         return ids[noisy.argmax()].view(1)
 
-    def noisy(self, row: torch.Tensor, position: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def noisy(self, row: torch.Tensor, position: int,
+              vocab: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """The tokens one processed row leaves finite, and their scores plus the noise of `position` (float64).
 
         A filtered row leaves a few finite scores: noise is drawn for those tokens only. Candidates keep their
-        vocabulary order, so the first of equal maxima wins as in the full row."""
-        ids = torch.isfinite(row).nonzero().squeeze(1)
-        return ids, row[ids].double() + self.noise.gumbel([position], ids)[0]
+        vocabulary order, so the first of equal maxima wins as in the full row. vocab: the columns' token ids."""
+        columns = torch.isfinite(row).nonzero().squeeze(1)
+        ids = columns if vocab is None else vocab[columns]
+        return ids, row[columns].double() + self.noise.gumbel([position], ids)[0]
 
     def sample(self, logits: torch.Tensor, windows: torch.Tensor | None,
                positions: list[int] | torch.Tensor) -> torch.Tensor:
-        return self.choose(self.process(logits, windows), positions)
+        return self.choose(self.process(logits, windows, positions=positions), positions)

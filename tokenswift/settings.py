@@ -55,11 +55,20 @@ class Settings:
     context_window: int | None = None  # tokens in one window; None = the model's trained context (the ceiling)
     shift_step: int | None = None  # story tokens dropped per shift; None = a quarter of the window
     note_depth: int = 256  # the Author's Note goes this many tokens before the end of the window
+    # DRY and XTC (dry_xtc.py): writers' repetition and cliché controls, off by default.
+    dry_multiplier: float = 0.0  # 0 = off; 0.8 is the usual setting
+    dry_base: float = 1.75
+    dry_allowed_length: int = 2  # repeats up to this many tokens go unpenalised
+    dry_range: int = 320  # how far back repeats are looked for, in tokens
+    dry_breakers: tuple[str, ...] = ("\n", ":", '"', "*")  # a repeat never runs across one of these
+    xtc_threshold: float = 0.1
+    xtc_probability: float = 0.0  # 0 = off
 
     def __post_init__(self) -> None:
         # Values may come from JSON (lists, ints for floats): normalise before checking.
         object.__setattr__(self, "tree", tuple(int(x) for x in self.tree))
         object.__setattr__(self, "stop", tuple(str(s) for s in self.stop))
+        object.__setattr__(self, "dry_breakers", tuple(str(s) for s in self.dry_breakers))
         self._check()
 
     def _check(self) -> None:
@@ -92,6 +101,16 @@ class Settings:
         need(self.context_window is None or self.context_window >= 16, "context_window", "must be >= 16 tokens")
         need(self.shift_step is None or self.shift_step >= 1, "shift_step", "must be >= 1")
         need(0 <= self.note_depth <= 100_000, "note_depth", "must be in 0..100000")
+        need(_finite(self.dry_multiplier) and 0 <= self.dry_multiplier <= 100, "dry_multiplier", "must be in 0..100")
+        need(_finite(self.dry_base) and 1 < self.dry_base <= 10, "dry_base", "must be in (1, 10]")
+        need(isinstance(self.dry_allowed_length, int) and 1 <= self.dry_allowed_length <= 100,
+             "dry_allowed_length", "must be in 1..100")
+        need(isinstance(self.dry_range, int) and 2 <= self.dry_range <= 4096, "dry_range", "must be in 2..4096")
+        need(len(self.dry_breakers) <= 32 and all(0 < len(b) <= 16 for b in self.dry_breakers), "dry_breakers",
+             "at most 32 breakers of 1 to 16 characters")
+        need(_finite(self.xtc_threshold) and 0 <= self.xtc_threshold <= 0.5, "xtc_threshold", "must be in 0..0.5")
+        need(_finite(self.xtc_probability) and 0 <= self.xtc_probability <= 1, "xtc_probability",
+             "must be in 0..1")
         need(self.prompt_format in PROMPT_FORMATS, "prompt_format",
              f"must be one of {', '.join(PROMPT_FORMATS)}, got {self.prompt_format!r}")
 
@@ -103,6 +122,12 @@ class Settings:
         if self.ngram_lag is not None:
             return self.ngram_lag
         return self.penalty_length if self.penalty != 1.0 else 0
+
+    @property
+    def history_length(self) -> int:
+        """Tokens of a position's history its sampling reads: the penalty's window and DRY's range (0: none)."""
+        penalty = self.penalty_length if self.penalty != 1.0 else 0
+        return max(penalty, self.dry_range if self.dry_multiplier > 0 else 0)
 
     def replace(self, **changes) -> Settings:
         unknown = set(changes) - {f.name for f in dataclasses.fields(self)}

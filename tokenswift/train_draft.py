@@ -184,7 +184,9 @@ def train_draft(cfg: TrainDraftConfig, lm, progress: bool = True) -> list[dict]:
     tokens, curve = saved.get("tokens", 0), saved.get("curve", [])
     batches = Batches(store, cfg, saved.get("position"))
     eval_rows = all_rows(held, cfg.seq_len)
-    record = {"model": store.meta["model"], "teacher": store.meta["plan"],
+    # base_sha256: a GGUF file's draft layer is found by the file's hash wherever the file lies (default_model.py)
+    record = {"model": store.meta["model"], "base_sha256": store.meta["model"].removeprefix("gguf:"),
+              "teacher": store.meta["plan"],
               "eval_rows": int(eval_rows["tokens"].shape[0])}
     step_tokens = cfg.batch * cfg.seq_len
     next_eval = (tokens // cfg.eval_every + 1) * cfg.eval_every

@@ -33,7 +33,8 @@ PRESETS = [
     {"theta": 1.2, "window": 1024, "k": 20, "sampler": "min-p", "value": 0.05, "drafter": "fused"},
 ]
 DRAFTER_HELP = ("fused: drafts from the verification pass's own states (one pass per step); paper: a draft pass "
-                "over the partial cache first. Speed only: the text is the same.")
+                "over the partial cache first; layer: a small draft layer guesses one token at a time, each knowing "
+                "the one before. Speed only: the text is the same.")
 FIELDS = 6  # form values per column
 HEADERS = ["Run", "Same text as AR twin", "Status", "Tokens", "α", "β", "Tokens/step", "Tokens/s", "Speed-up vs AR",
            "Distinct-1", "Distinct-2", "Distinct-3", "Distinct-4", "Settings"]

@@ -83,8 +83,14 @@ def param_count(model) -> int:
 
 
 def heads_info(model, spec: ModelSpec) -> str | None:
-    """Which draft heads are loaded, in a line the model notice shows; None when there are none."""
-    if model.heads is None:
-        return None
-    where = spec.heads or "the model's folder"
-    return f"{model.heads.gamma} draft heads from {where}"
+    """Which drafters' weights are loaded (heads, draft layer), in a line the model notice shows; None when
+    there are none. A draft layer that could not be used is named with why: its drafts fall back to the heads."""
+    parts = []
+    if model.heads is not None:
+        parts.append(f"{model.heads.gamma} draft heads from {spec.heads or 'the model folder'}")
+    if model.draft_layer is not None:
+        parts.append(f"a draft layer ({len(model.draft_layer.vocab):,}-token draft vocabulary)")
+    elif model.draft_error:
+        parts.append(f"the draft layer is unusable ({model.draft_error}); the layer drafter falls back to the "
+                     "heads")
+    return "; ".join(parts) or None

@@ -123,6 +123,11 @@ class JobRun:
         # Memory and Author's Note as the writer left them: an edit made since the last run applies from here,
         # and one made while this run goes on applies from its next context shift.
         pinned = pinned_ids(self.lm, self.job.memory, self.job.authors_note)
+        if settings.drafter == "layer" and self.lm.draft_layer is None:
+            # Drafts change speed only: the heads' drafts write the very same text (the model notice says why).
+            log.warning("job %s: no usable draft layer (%s); drafting with the heads", self.job.id,
+                        self.lm.draft_error or "none loaded")
+            settings = settings.replace(drafter="fused")
         gen = Generator(self.lm, settings, prompt_ids, generated_ids=done_ids, options=self.options, pinned=pinned,
                         pinned_source=lambda: pinned_ids(self.lm, *self.store.context_text(self.job.id)))
         detok = IncrementalDetokenizer(self.lm.tokenizer, list(prompt_ids))
