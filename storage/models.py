@@ -32,7 +32,6 @@ NAMING = {
     "pk": "pk_%(table_name)s",
 }
 
-STATUSES = ("queued", "running", "paused", "done", "cancelled", "failed")
 FINISHED = ("done", "cancelled", "failed")
 
 

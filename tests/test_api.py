@@ -92,6 +92,12 @@ INVALID = [
     (with_settings(budget=3), "settings.budget"),
     (with_settings(drafter="medusa"), "settings.drafter"),
     (with_settings(penalty_length=5), "settings.penalty_length"),
+    (with_settings(dry_multiplier=-0.5), "settings.dry_multiplier"),
+    (with_settings(dry_base=1.0), "settings.dry_base"),
+    (with_settings(dry_range=10**6), "settings.dry_range"),
+    (with_settings(dry_breakers=[""]), "settings.dry_breakers"),
+    (with_settings(xtc_threshold=0.9), "settings.xtc_threshold"),
+    (with_settings(xtc_probability=2.0), "settings.xtc_probability"),
     ({**GOOD, "session_id": 999}, "session_id"),
     ({"max_new_tokens": 10, "continue_from": 999}, "continue_from"),
     ({**GOOD, "continue_from": 1}, "prompt"),
@@ -111,6 +117,17 @@ def test_every_validation_error_names_its_field(client, payload, field):
 def test_settings_messages_match_the_engine_settings(client):
     detail = client.post("/api/generations", json=with_settings(penalty=0.5)).json()["detail"]
     assert detail[0]["msg"] == "settings.penalty: theta must be >= 1"
+
+def test_dry_and_xtc_go_through_the_api_by_their_settings_names(client, store):
+    body = {**GOOD, "settings": {**GOOD["settings"], "drafter": "layer", "dry_multiplier": 0.8, "dry_base": 2.0,
+                                 "dry_allowed_length": 3, "dry_range": 128, "dry_breakers": ["\n", "."],
+                                 "xtc_threshold": 0.2, "xtc_probability": 0.5}}
+    created = client.post("/api/generations", json=body)
+    assert created.status_code == 201
+    settings = json.loads(store.get_generation(created.json()["id"]).settings_json)
+    assert {k: settings[k] for k in body["settings"] if k.startswith(("dry", "xtc", "drafter"))} == {
+        "drafter": "layer", "dry_multiplier": 0.8, "dry_base": 2.0, "dry_allowed_length": 3, "dry_range": 128,
+        "dry_breakers": ["\n", "."], "xtc_threshold": 0.2, "xtc_probability": 0.5}
 
 
 def test_targets_beyond_the_workers_context_are_rejected_with_shifting_off(client, store):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import random
 
 import pytest
@@ -80,7 +79,10 @@ def test_max_nodes_bound_random(seed: int) -> None:
     trie = build_trie(rng.randrange(vocab), levels, paths)
     assert_well_formed(trie)
     assert len(trie.tokens) <= max_nodes(widths, k, m)
-    assert max_nodes(widths, k, m) == 1 + sum(math.prod(widths[: i + 1]) for i in range(len(widths))) + k * m
+    # The bound is reached when nothing merges: distinct tokens per level, paths of m tokens sharing none.
+    levels = [[10 * (d + 1) + j for j in range(w)] for d, w in enumerate(widths)]
+    paths = [[1000 + 10 * i + j for j in range(m)] for i in range(k)]
+    assert len(build_trie(0, levels, paths).tokens) == max_nodes(widths, k, m)
 
 
 def test_max_nodes_is_tight_for_disjoint_paths() -> None:

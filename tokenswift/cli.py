@@ -251,7 +251,8 @@ def build_parser() -> argparse.ArgumentParser:
                           "three, or none when --model is given")
     gpu.add_argument("--tiny", action="store_true",
                      help="shrink the presets so the run takes seconds (CPU; default: off)")
-    gpu.add_argument("--contexts", type=int_list_arg, default=None, help="default 4096,32768,65536,100000")
+    gpu.add_argument("--contexts", type=int_list_arg, default=None,
+                     help="contexts to time (default: 4096,32768,65536,100000)")
     gpu.add_argument("--kernels", default=None, help="fast-path kernels to time: flex,flex-fold,sdpa "
                                                      "(default flex,sdpa; sdpa on a CPU)")
     gpu.add_argument("--graphs", default=None, help="cuda | none (default: cuda on CUDA, else none)")

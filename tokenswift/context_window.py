@@ -102,10 +102,6 @@ class WindowPlan:
         cut = max(0, len(kept) - self.note_depth)
         return self.head + kept[:cut] + list(self.pinned.note) + kept[cut:]
 
-    def overflows(self, total: int) -> bool:
-        """Whether a run to `total` story tokens (prompt + target) needs a shift."""
-        return total - 1 >= self.b1
-
 
 def window_plan(settings: Settings, prompt: Sequence[int], lead: int, pinned: PinnedText,
                 model_context: int) -> WindowPlan:

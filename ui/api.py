@@ -83,6 +83,13 @@ class SamplingIn(BaseModel):
     context_window: Int | None = None  # tokens in one window (default and ceiling: the model's context)
     shift_step: Int | None = None  # tokens dropped per shift (default: a quarter of the window)
     note_depth: Int | None = None  # the Author's Note goes this many tokens before the end of the window
+    dry_multiplier: float | None = None  # DRY: push against extending a repeat (0 = off)
+    dry_base: float | None = None
+    dry_allowed_length: Int | None = None
+    dry_range: Int | None = None
+    dry_breakers: list[str] | None = None  # a repeat never runs across these
+    xtc_threshold: float | None = None  # XTC: tokens this likely count as top choices
+    xtc_probability: float | None = None  # XTC: how often all top choices but the least likely are set aside
 
 
 class GenerationIn(BaseModel):
