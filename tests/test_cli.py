@@ -230,3 +230,19 @@ def test_bench_ar(capsys, stories_path, tmp_path):
         assert rows[context]["tokens_per_s"] > 0 and rows[context]["steps"] == 4
     assert "skipped" in rows[40000] and "32768" in rows[40000]["skipped"]
     assert "skipped" in capsys.readouterr().out
+
+
+def test_the_readme_generate_example_writes_what_it_says(tmp_path, stories_path):
+    """The README's first example, run as printed (its output file moved to tmp): all its tokens, no early end."""
+    import re
+    import shlex
+
+    text = (REPO / "README.md").read_text()
+    command = re.search(r"^\.venv/bin/python -m tokenswift (generate .*?)(?<!\\)$", text, re.S | re.M).group(1)
+    args = shlex.split(command.replace("\\\n", " "))
+    args[args.index("--json") + 1] = str(tmp_path / "out.json")
+    args[args.index("--model") + 1] = str(stories_path)
+    assert cli.main(args) == 0
+    out = json.loads((tmp_path / "out.json").read_text())
+    wanted = int(args[args.index("--max-new-tokens") + 1])
+    assert len(out["tokens"]) == wanted and out["finish_reason"] == "length"

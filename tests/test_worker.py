@@ -413,3 +413,33 @@ def test_a_full_disk_in_a_real_worker_is_transient(small_disk, workers, stories6
     workers.wait_until(lambda: store.get_generation(gen_id, with_text=False).status == "done", 120, proc)
     assert store.get_tokens(gen_id).generated_ids == reference_ids(stories64, settings)
     store.close()
+
+
+def test_a_finished_job_frees_its_engine_without_waiting_for_a_garbage_collection(tmp_path, stories64, stories_path):
+    """Reference counting alone must free a finished job's generator and KV cache (no cycle keeps them)."""
+    import gc
+    import weakref
+
+    from worker.job import FlushPolicy, JobRun
+
+    store = open_store(f"sqlite:///{tmp_path / 'studio.db'}")
+    store.enqueue_generation(PROMPT, SHORT.replace(max_new_tokens=60))
+    owner = Owner.here("w")
+    refs = []
+
+    def stopping() -> bool:  # asked every iteration: note the live engine's cache once
+        if not refs:
+            refs.append(weakref.ref(run.gen._engine.cache))
+        return False
+
+    gc.collect()
+    gc.disable()
+    try:
+        with one_torch_thread():
+            run = JobRun(store, owner, store.claim_next(owner), stories64,
+                         ModelSpec(str(stories_path), None, "cpu", "float64"), FlushPolicy(0.0, 8), stopping)
+            assert run.run() == "done"
+        assert refs and refs[0]() is None
+    finally:
+        gc.enable()
+        store.close()

@@ -78,6 +78,10 @@ class JobRun:
             return self._pause_for_fault(error)  # full disk, read-only file: the job must stay resumable
         except Exception as error:  # noqa: BLE001 - any other failure ends this job, never the worker
             return self._fail(error)
+        finally:
+            # The generator's Memory-and-note source refers back to this run: without this the engine's KV cache
+            # (gigabytes on a GPU) would live until a garbage collection, while the next job is already running.
+            self.gen = None
 
     def _pause_for_fault(self, error: StoreError) -> str:
         """Stop as paused with the reason shown. What was not saved yet is dropped: the resumed run decodes
