@@ -293,6 +293,23 @@ def test_adaptive_batch_keeps_the_text(stories64):
     assert Generator(lm, s.replace(max_new_tokens=120), prompt, options=both).run() == expected[:120]
 
 
+def test_fast_passes_are_bounded_least_recently_used_first(stories64):
+    """Many spans and batch shapes (adaptive, a 32-slot bucket) through a bound of 4 passes: never more are kept,
+    and evicted passes built again give the same text."""
+    prompt = stories64.encode(PROMPT)
+    s = Settings(max_new_tokens=300, seed=2, ignore_eos=True, ngram_topk=20, budget=48, **MINP)
+    expected = ar_tokens(stories64, s, prompt)
+    opts = EngineOptions(fast=FastOptions(attention="sdpa", bucket=32, max_passes=4), adaptive=True)
+    gen = Generator(with_heads(stories64), s, prompt, options=opts)
+    kept = []
+    for _ in gen.steps():
+        kept.append(len(gen._engine.fast.passes))
+    assert gen.produced == expected
+    assert max(kept) == 4 and len(set(gen.metrics().verify_batches)) > 4  # more shapes ran than were kept
+    with pytest.raises(ValueError, match="max_passes"):
+        FastOptions(max_passes=0)
+
+
 class PlainWhenever(CandidatePolicy):
     """The real policy with its timing comparison fixed to "plain is faster", so the seams between plain
     steps and verify passes fall at the same places on any machine."""

@@ -19,6 +19,7 @@ the rest is graphs.) The engine's loop, the trie, the n-gram table and the walk 
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -44,6 +45,9 @@ class FastOptions:
     graphs: str | None = None  # "cuda" | "none"; None = "cuda" on a CUDA device, else "none"
     bucket: int = 2048  # sdpa: KV span granularity in slots (one graph per span and pass)
     sample_in_graph: bool = True  # sample inside the AR and verify graphs: one host sync per step
+    # Passes kept (the least recently used goes first): each holds its buffers and, on a GPU, a captured graph,
+    # and a long run meets a new span every few thousand tokens for each batch shape.
+    max_passes: int = 48
 
     def __post_init__(self) -> None:
         for name in ("attention", "verify_attention"):
@@ -54,6 +58,8 @@ class FastOptions:
             raise ValueError(f"graphs: unknown mode {self.graphs!r}; use one of {', '.join(GRAPHS)}")
         if self.bucket < 1:
             raise ValueError("bucket: must be >= 1")
+        if self.max_passes < 1:
+            raise ValueError("max_passes: must be >= 1")
 
 
 def padded_capacity(slots: int) -> int:
@@ -179,7 +185,7 @@ class FastPasses:
         if self.graphs != "none" and lm.device.type != "cuda":
             raise ValueError(f"graphs={self.graphs!r} needs a CUDA device")
         self.pool = torch.cuda.graph_pool_handle() if self.graphs == "cuda" else None
-        self.passes: dict[tuple, Pass] = {}
+        self.passes: OrderedDict[tuple, Pass] = OrderedDict()  # least recently used first
         self.draw = DeviceSampler(sampler, ids) if sampler is not None and ids is not None else None
         self.sampler = self.draw if options.sample_in_graph else None  # the AR and verify passes sample too
         self.ids, self.queries = ids, queries
@@ -201,8 +207,12 @@ class FastPasses:
     def _get(self, name: str, cache: KVCache, t: int, kind: str, end: int, **kw) -> Pass:
         span = self._span(kind, cache, end)
         key = (name, id(cache), t, kind, span)
-        if key not in self.passes:
-            self.passes[key] = Pass(self.lm.model, cache, t, kind, span, self.graphs, pool=self.pool, **kw)
+        if key in self.passes:
+            self.passes.move_to_end(key)
+            return self.passes[key]
+        while len(self.passes) >= self.options.max_passes:
+            self.passes.popitem(last=False)
+        self.passes[key] = Pass(self.lm.model, cache, t, kind, span, self.graphs, pool=self.pool, **kw)
         return self.passes[key]
 
     def ar(self, token: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor]:
