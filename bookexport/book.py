@@ -41,6 +41,9 @@ class Book:
     # A stable unique id such as "urn:uuid:...". E-readers treat a new id as a new book, so callers that
     # re-export a revised draft should pass the id they stored; the fallback changes whenever the text does.
     identifier: str | None = None
+    # True: the text may be hard-wrapped (a Gutenberg opening), so single line breaks are reflowed. False: the
+    # model wrote it all (an instruction draft), and each line break it wrote ends a paragraph.
+    wrapped: bool = True
 
 
 def export_book(
@@ -72,6 +75,8 @@ def _normalized(book: Book) -> Book:
     title = " ".join(book.title.split()) or DEFAULT_TITLE
     author = " ".join(book.author.split())
     text = _normalize_newlines(book.text)
+    if not book.wrapped:  # every line a paragraph, one blank line between them, as every format reads it
+        text = "\n\n".join(line.strip() for line in text.split("\n") if line.strip())
     identifier = (book.identifier or "").strip() or _default_identifier(title, author, text)
     language = book.language.strip() or DEFAULT_LANGUAGE
     return replace(book, title=title, author=author, text=text, identifier=identifier, language=language)

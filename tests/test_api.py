@@ -271,6 +271,28 @@ def test_exports_parse_in_every_format(client, store):
     assert bad.status_code == 422 and bad.json()["detail"][0]["msg"].startswith("format: ")
 
 
+def test_an_instruction_draft_exports_as_its_story_with_its_paragraphs(client, store):
+    """The book starts with the story, not the instruction; the model's single line breaks stay paragraph breaks
+    in every format (the reflow for hard-wrapped openings would join these short lines into one)."""
+    import docx
+
+    book = store.create_session("The Keeper", "")
+    body = {**GOOD, "prompt": "Write a story about a lighthouse keeper.", "prompt_format": "instruction",
+            "session_id": book.id}
+    gen_id = client.post("/api/generations", json=body).json()["id"]
+    story = "The keeper climbed.\nThe lamp was cold.\nHe lit it and waited for the ships to come home."
+    written(store, gen_id, [([5, 6], story)])
+    base = f"/api/generations/{gen_id}/export"
+    md = client.get(f"{base}?format=md").text
+    assert "lighthouse keeper." not in md and "Write a story" not in md
+    assert "The keeper climbed.\n\nThe lamp was cold.\n\nHe lit it" in md
+    paragraphs = [p.text for p in docx.Document(io.BytesIO(client.get(f"{base}?format=docx").content)).paragraphs]
+    assert paragraphs[-3:] == story.split("\n")
+    epub = zipfile.ZipFile(io.BytesIO(client.get(f"{base}?format=epub").content))
+    pages = "".join(epub.read(n).decode() for n in epub.namelist() if n.endswith(".xhtml"))
+    assert "<p>The keeper climbed.</p>" in pages and "<p>The lamp was cold.</p>" in pages
+
+
 def check_epub(data: bytes, title: str) -> None:
     archive = zipfile.ZipFile(io.BytesIO(data))
     first = archive.infolist()[0]

@@ -37,7 +37,6 @@ from __future__ import annotations
 import json
 import math
 import time
-import uuid
 from collections.abc import Sequence
 from typing import Annotated, Any
 from urllib.parse import quote
@@ -46,11 +45,12 @@ from fastapi import APIRouter, Body, Depends, FastAPI, HTTPException, Path, Quer
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.concurrency import run_in_threadpool
 
-from bookexport import FORMATS, Book, export_book
+from bookexport import FORMATS, export_book
 from storage import Conflict, NotFound, Store, StoreError
 from storage.health import store_problem
 from storage.records import SQL_INT_MAX, GenerationRecord
 from tokenswift.settings import Settings, SettingsError
+from ui.exports import draft_book
 from ui.follow import MAX_WAIT_S, Commits
 from ui.forms import ban_eos
 from ui.guard import Guard
@@ -351,12 +351,9 @@ def add_generation_routes(router: APIRouter, store: Store, tokens: PromptTokens,
                                               "msg": f"format: must be one of {', '.join(FORMATS)}"}])
         gen = found(store.get_generation, gen_id)
         book = store.get_session(gen.session_id)
-        # One identifier per book, so e-readers see a re-export as a new version, not a new book.
-        identifier = f"urn:uuid:{uuid.uuid5(uuid.NAMESPACE_URL, f'tokenswift-studio:session:{book.id}')}"
         title = book.title if title is None else title
         author = book.author if author is None else author
-        draft = Book(title, author, gen.prompt_text + (gen.text or ""), identifier=identifier)
-        data, media_type, filename = export_book(draft, format)
+        data, media_type, filename = export_book(draft_book(gen, book, title, author), format)
         disposition = f"attachment; filename=\"{quote(filename)}\"; filename*=UTF-8''{quote(filename)}"
         return Response(data, media_type=media_type, headers={"Content-Disposition": disposition})
 

@@ -4,17 +4,16 @@ confirmation), continue, and export TXT/MD/EPUB/DOCX with a title and author."""
 from __future__ import annotations
 
 import json
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
 import gradio as gr
 
-from bookexport import Book, export_book
+from bookexport import export_book
 from storage import Conflict, NotFound, Store, StoreError
 from tokenswift.settings import Settings
 from ui import views, write_view
-from ui.exports import Exports
+from ui.exports import Exports, draft_book
 from ui.forms import PROMPT_FORMATS, FormError, settings_from
 from ui.write_parts import WriteParts
 
@@ -148,9 +147,8 @@ def export_file(store: Store, exports: Exports, gen_id: int, fmt: str, title: st
     """Write the export into the app's exports folder (Gradio serves it from there as a download)."""
     gen = store.get_generation(gen_id)
     book = store.get_session(gen.session_id)
-    identifier = f"urn:uuid:{uuid.uuid5(uuid.NAMESPACE_URL, f'tokenswift-studio:session:{book.id}')}"  # as ui/api
-    draft = Book(title.strip() or book.title, author.strip(), gen.prompt_text + (gen.text or ""), identifier=identifier)
-    data, _, filename = export_book(draft, FORMAT_LABELS[fmt])
+    data, _, filename = export_book(draft_book(gen, book, title.strip() or book.title, author.strip()),
+                                    FORMAT_LABELS[fmt])
     return exports.write(filename, data)
 
 
