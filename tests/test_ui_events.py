@@ -22,6 +22,7 @@ import pytest
 from conftest import REPO, need_shared
 
 from ui import views
+from ui.forms import DEFAULTS, SAMPLERS
 
 FORM = ["TokenSwift", 200, 1.2, 1024, 20, "top-p", 0.9, 1.0, 3, 0]  # mode target θ W k sampler value T seed budget
 
@@ -185,7 +186,8 @@ def test_start_rejects_bad_input_readably(ui, change, message):
 
 def test_write_pause_resume_stop_continue(ui):
     assert ui("/write_quick_length", "25K")["Target length (new tokens)"] == 25_000
-    assert value(ui("/write_sampler", "min-p")["p (top-p, 1 = off)"]) == 0.05
+    label = SAMPLERS[DEFAULTS["sampler"]][2]  # the box as first built: the writing defaults' sampler
+    assert value(ui("/write_sampler", "top-p")[label]) == 0.9
     assert "no draft is open" in ui("/write_pause")["Write status"]
 
     out = ui("/write_start", "Pause test", "Once upon a time", "TokenSwift", 3000, *FORM[2:], "Continue my text",

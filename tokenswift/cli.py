@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .settings import DRAFTERS, Settings, SettingsError
+from .settings import DRAFTERS, Settings, SettingsError, writing_settings
 
 if TYPE_CHECKING:
     from .loading import LoadedModel
@@ -88,7 +88,7 @@ def add_model_args(p: argparse.ArgumentParser, heads: bool = True) -> None:
 
 
 def add_sampler_args(p: argparse.ArgumentParser) -> None:
-    d = Settings()
+    d = writing_settings()
     p.add_argument("--max-new-tokens", type=int, required=True,
                    help="how many tokens to write (required; 1,000 tokens are about 750 words)")
     p.add_argument("--seed", type=int, default=d.seed,

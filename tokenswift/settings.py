@@ -150,5 +150,17 @@ class Settings:
         return cls.from_dict(json.loads(text))
 
 
+# What a writer gets without choosing anything: the app's Write tab, the API's unset fields and the command
+# line's flags all start from these (Settings' own defaults are the neutral sampler the algorithm is described
+# with). Chosen by measurement on the default model: scripts/prose_quality.py, the README's table.
+WRITING_DEFAULTS = {"temperature": 1.0, "top_p": 1.0, "min_p": 0.1, "penalty": 1.2, "penalty_length": 1024,
+                    "dry_multiplier": 0.0}
+
+
+def writing_settings(**changes) -> Settings:
+    """The writing defaults, with `changes` on top."""
+    return Settings(**{**WRITING_DEFAULTS, **changes})
+
+
 def _finite(x: float) -> bool:
     return isinstance(x, (int, float)) and math.isfinite(x)

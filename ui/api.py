@@ -49,7 +49,7 @@ from bookexport import FORMATS, export_book
 from storage import Conflict, NotFound, Store, StoreError
 from storage.health import store_problem
 from storage.records import SQL_INT_MAX, GenerationRecord
-from tokenswift.settings import Settings, SettingsError
+from tokenswift.settings import WRITING_DEFAULTS, Settings, SettingsError
 from ui.exports import draft_book
 from ui.follow import MAX_WAIT_S, Commits
 from ui.forms import ban_eos
@@ -177,7 +177,8 @@ def parse_request(payload: dict[str, Any]) -> tuple[GenerationIn, Settings]:
 
 def to_settings(request: GenerationIn) -> Settings:
     chosen = request.settings.model_dump(exclude_unset=True)
-    values = {SETTING_NAMES.get(k, k): v for k, v in chosen.items() if v is not None or k == "budget"}
+    values = {**WRITING_DEFAULTS, **{SETTING_NAMES.get(k, k): v for k, v in chosen.items()
+                                     if v is not None or k == "budget"}}
     values.update(max_new_tokens=request.max_new_tokens, mode=request.mode, seed=request.seed,
                   prompt_format=request.prompt_format)
     values.setdefault("ban_eos", ban_eos("Auto", request.max_new_tokens))  # long drafts keep writing

@@ -16,7 +16,7 @@ from storage.changes import Changes
 from tokenswift.metrics import distinct
 from tokenswift.settings import DRAFTERS, Settings
 from ui import charts, views
-from ui.forms import SAMPLERS, FormError, SettingsForm, ar_twin
+from ui.forms import DEFAULTS, SAMPLERS, FormError, SettingsForm, ar_twin
 from ui.live import Watch
 from ui.tokens import PromptTokens
 from ui.write_view import prompt_budget
@@ -24,14 +24,12 @@ from ui.write_view import prompt_budget
 LETTERS = "ABCD"
 TICK_S = 1.0
 TEXT_CHARS = 4_000
-# Column defaults: B differs from A only in k and the drafter (same text, other speed); C turns the penalty off;
-# D uses min-p.
-PRESETS = [
-    {"theta": 1.2, "window": 1024, "k": 20, "sampler": "top-p", "value": 0.9, "drafter": "fused"},
-    {"theta": 1.2, "window": 1024, "k": 4, "sampler": "top-p", "value": 0.9, "drafter": "paper"},
-    {"theta": 1.0, "window": 1024, "k": 20, "sampler": "top-p", "value": 0.9, "drafter": "fused"},
-    {"theta": 1.2, "window": 1024, "k": 20, "sampler": "min-p", "value": 0.05, "drafter": "fused"},
-]
+# Column defaults: A is the Write tab's defaults; B differs from A only in the drafter (same text, other speed);
+# C turns the penalty off; D is top-p 0.9 (what the app used to start with).
+_A = {"theta": DEFAULTS["theta"], "window": DEFAULTS["window"], "k": DEFAULTS["k"], "sampler": DEFAULTS["sampler"],
+      "value": SAMPLERS[DEFAULTS["sampler"]][1], "drafter": "fused"}
+PRESETS = [_A, {**_A, "drafter": "layer"}, {**_A, "theta": 1.0},
+           {"theta": 1.2, "window": 1024, "k": 20, "sampler": "top-p", "value": 0.9, "drafter": "fused"}]
 DRAFTER_HELP = ("fused: drafts from the verification pass's own states (one pass per step); paper: a draft pass "
                 "over the partial cache first; layer: a small draft layer guesses one token at a time, each knowing "
                 "the one before. Speed only: the text is the same.")

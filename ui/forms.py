@@ -8,13 +8,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tokenswift.settings import DRAFTERS, Settings, SettingsError
+from tokenswift.settings import DRAFTERS, WRITING_DEFAULTS, Settings, SettingsError
 
 MODES = {"TokenSwift": "tokenswift", "AR": "ar"}
 # Sampler choice -> (Settings field, default value, value label).
 SAMPLERS = {
     "top-p": ("top_p", 0.9, "p (top-p, 1 = off)"),
-    "min-p": ("min_p", 0.05, "min-p (0 = off)"),
+    "min-p": ("min_p", WRITING_DEFAULTS["min_p"] or 0.05, "min-p (0 = off)"),
     "η": ("eta", 0.0009, "η (eta-sampling ε, 0 = off)"),
 }
 PROMPT_FORMATS = {"Continue my text": "continue", "Follow my instruction": "instruction"}
@@ -28,7 +28,11 @@ LABELS = {
     "top_p": "top-p", "min_p": "min-p", "eta": "η", "penalty": "θ (penalty)", "penalty_length": "W (penalty window)",
     "ngram_topk": "k (n-gram top-k)", "budget": "Partial-cache budget", "sinks": "Sinks", "drafter": "Drafter",
 }
-DEFAULTS = {"theta": 1.2, "window": 1024, "k": 20, "sampler": "top-p", "temperature": 1.0, "seed": 0, "budget": 0}
+# The panel's first values: the writing defaults (tokenswift.settings), shown as the panel shows them.
+DEFAULTS = {"theta": WRITING_DEFAULTS["penalty"], "window": WRITING_DEFAULTS["penalty_length"], "k": 20,
+            "sampler": "min-p" if WRITING_DEFAULTS["min_p"] else "top-p",
+            "temperature": WRITING_DEFAULTS["temperature"], "seed": 0, "budget": 0}
+UNSHOWN = {k: v for k, v in WRITING_DEFAULTS.items() if k.startswith(("dry_", "xtc_"))}  # not in the panel yet
 
 
 class FormError(ValueError):
@@ -45,7 +49,7 @@ class SettingsForm:
     window: float | None = DEFAULTS["window"]
     k: float | None = DEFAULTS["k"]
     sampler: str = DEFAULTS["sampler"]
-    sampler_value: float | None = SAMPLERS["top-p"][1]
+    sampler_value: float | None = SAMPLERS[DEFAULTS["sampler"]][1]
     temperature: float | None = DEFAULTS["temperature"]
     seed: float | None = DEFAULTS["seed"]
     budget: float | None = DEFAULTS["budget"]
@@ -64,6 +68,7 @@ class SettingsForm:
             raise FormError(f"Sampler: choose one of {', '.join(SAMPLERS)}")
         field_name, _, _ = SAMPLERS[self.sampler]
         values = {
+            **UNSHOWN,
             "mode": MODES[self.mode],
             "max_new_tokens": _whole(self.target, "max_new_tokens"),
             "seed": _whole(self.seed, "seed"),
