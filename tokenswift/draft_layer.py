@@ -29,11 +29,11 @@ import json
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 from torch import nn
 
 from .config import ModelConfig
-from .errors import ModelLoadError
+from .errors import ModelLoadError, read_config_and_weights
 from .model import Block, Linear, RMSNorm, project
 from .rope import apply_rope
 
@@ -123,13 +123,7 @@ def save_layer(layer: DraftLayer, directory: Path, record: dict | None = None, h
 def load_layer(directory: Path, cfg: ModelConfig, head_weight: torch.Tensor, device, dtype) -> DraftLayer:
     """The draft layer in `directory`, checked against the model it will draft for."""
     config_file, weights_file = directory / CONFIG_NAME, directory / WEIGHTS_NAME
-    if not config_file.is_file() or not weights_file.is_file():
-        raise DraftLayerError(f"no draft layer in {directory}: expected {CONFIG_NAME} and {WEIGHTS_NAME}")
-    try:
-        meta = json.loads(config_file.read_text())
-        state = load_file(str(weights_file))
-    except Exception as error:  # noqa: BLE001 - a corrupt or truncated file must name itself
-        raise DraftLayerError(f"corrupt draft layer file in {directory}: {error}") from error
+    meta, state = read_config_and_weights(directory, CONFIG_NAME, WEIGHTS_NAME, DraftLayerError, "draft layer")
     if meta.get("format") != FORMAT:
         raise DraftLayerError(f"{config_file} is not a draft layer config (format {meta.get('format')!r})")
     for key, want in (("dim", cfg.dim), ("n_heads", cfg.n_heads), ("n_kv_heads", cfg.n_kv_heads),

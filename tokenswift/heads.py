@@ -28,11 +28,11 @@ import json
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 from torch import nn
 
 from .config import ModelConfig
-from .errors import ModelLoadError
+from .errors import ModelLoadError, read_config_and_weights
 from .model import Linear, RMSNorm
 
 CONFIG_NAME = "heads_config.json"
@@ -98,14 +98,7 @@ def save_heads(heads: DraftHeads, directory: Path, record: dict | None = None) -
 
 
 def load_heads(directory: Path, cfg: ModelConfig, device, dtype) -> DraftHeads:
-    config_file, weights_file = directory / CONFIG_NAME, directory / WEIGHTS_NAME
-    if not config_file.exists() or not weights_file.exists():
-        raise HeadsError(f"no draft heads in {directory}: expected {CONFIG_NAME} and {WEIGHTS_NAME}")
-    try:
-        meta = json.loads(config_file.read_text())
-        state = load_file(str(weights_file))
-    except Exception as error:  # noqa: BLE001 - a corrupt file must name itself
-        raise HeadsError(f"corrupt draft heads in {directory}: {error}") from error
+    meta, state = read_config_and_weights(directory, CONFIG_NAME, WEIGHTS_NAME, HeadsError, "draft heads")
     if meta.get("dim") != cfg.dim:
         raise HeadsError(f"heads in {directory} are for hidden size {meta.get('dim')}, the model has {cfg.dim}")
     return _build(state, meta["dim"], meta["gamma"], meta.get("eps", cfg.norm_eps), str(directory)).to(device, dtype)
