@@ -51,6 +51,10 @@ def test_dry_penalties_follow_the_rule():
         got = dry_penalties(torch.tensor([history]), breakers, 0.8, 1.75, 2, vocab)[0].tolist()
         want = reference_dry(history, {3, 7}, 0.8, 1.75, 2, vocab)
         assert got == pytest.approx(want)
+    loop = [1, 2, 4, 5] * 30  # a match of 119 tokens: past the cap, the same capped penalty as the rule's
+    got = dry_penalties(torch.tensor([loop]), breakers, 0.8, 1.75, 2, vocab)[0].tolist()
+    want = reference_dry(loop, {3, 7}, 0.8, 1.75, 2, vocab)
+    assert max(want) > 0.8 * 1.75 ** 40 and got == pytest.approx([min(w, 0.8 * 1.75 ** 40) for w in want])
     padded = dry_penalties(torch.tensor([[-1, -1, 1, 2, 5, 1, 2]]), breakers, 1.0, 2.0, 2, vocab)[0]
     assert padded[5] == 1.0 and padded.sum() == 1.0  # "1 2" repeats: 5 would extend it; padding matches nothing
 

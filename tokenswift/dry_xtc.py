@@ -50,12 +50,14 @@ def dry_penalties(windows: torch.Tensor, breakers: torch.Tensor, multiplier: flo
         return torch.zeros(rows, vocab_size, dtype=torch.float64, device=windows.device)
     rev = windows.flip(1)
     ok = (rev >= 0) & ~breakers[rev.clamp_min(0)]
-    k = torch.arange(n, device=windows.device)
+    # A match longer than allowed + MAX_EXPONENT gets the same (capped) penalty: only that many of its tokens need
+    # comparing, so the cost grows with the range, not with its square.
+    k = torch.arange(min(n, allowed + MAX_EXPONENT + 1), device=windows.device)
     s = torch.arange(1, n, device=windows.device)
-    idx = k[None, :] + s[:, None]  # [n-1, n]
+    idx = k[None, :] + s[:, None]  # [n-1, K]
     inside = idx < n
-    shifted = rev[:, idx.clamp(max=n - 1)]  # [R, n-1, n]
-    match = (rev[:, None, :] == shifted) & inside[None] & ok[:, None, :]
+    shifted = rev[:, idx.clamp(max=n - 1)]  # [R, n-1, K]
+    match = (rev[:, None, :len(k)] == shifted) & inside[None] & ok[:, None, :len(k)]
     length = match.to(torch.int64).cumprod(-1).sum(-1)  # [R, n-1]
     follower = rev[:, s - 1]
     exponent = (length - allowed).clamp(max=MAX_EXPONENT).to(torch.float64)
