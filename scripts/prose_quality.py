@@ -41,6 +41,9 @@ CANDIDATES = {
     "T0.8 min-p0.1 DRY0.8": dict(temperature=0.8, min_p=0.1, dry_multiplier=0.8),
     "T1 min-p0.1 DRY0.8": dict(temperature=1.0, min_p=0.1, dry_multiplier=0.8),
     "T1 min-p0.1 DRY0.8/2048": dict(temperature=1.0, min_p=0.1, dry_multiplier=0.8, dry_range=2048),
+    "T1 min-p0.1 θ1.1/256": dict(temperature=1.0, min_p=0.1, penalty=1.1, penalty_length=256),
+    "T1 min-p0.1 θ1.1/256 DRY0.8": dict(temperature=1.0, min_p=0.1, penalty=1.1, penalty_length=256,
+                                         dry_multiplier=0.8),
     "T1 min-p0.1 θ1.1/256 DRY0.8/2048": dict(temperature=1.0, min_p=0.1, penalty=1.1, penalty_length=256,
                                               dry_multiplier=0.8, dry_range=2048),
 }

@@ -153,8 +153,8 @@ class Settings:
 # What a writer gets without choosing anything: the app's Write tab, the API's unset fields and the command
 # line's flags all start from these (Settings' own defaults are the neutral sampler the algorithm is described
 # with). Chosen by measurement on the default model: scripts/prose_quality.py, the README's table.
-WRITING_DEFAULTS = {"temperature": 1.0, "top_p": 1.0, "min_p": 0.1, "penalty": 1.2, "penalty_length": 1024,
-                    "dry_multiplier": 0.0}
+WRITING_DEFAULTS = {"temperature": 1.0, "top_p": 1.0, "min_p": 0.1, "penalty": 1.1, "penalty_length": 256,
+                    "dry_multiplier": 0.8}
 
 
 def writing_settings(**changes) -> Settings:
