@@ -1,18 +1,12 @@
 """Training the draft layer by distillation from the model itself (draft_layer.py, draft_data.py).
 
-The target is what the model would write, not what the book says: at every position the loss is the
-cross-entropy of the draft's distribution (over the draft vocabulary) against the model's own next-token
-distribution (its top-k, stored once by `draft-data`). Verification accepts what the model writes, so this is
-the quantity that acceptance follows.
-
-Drafting feeds the layer its own predicted states from the second depth on; training does the same
-("training-time test", as EAGLE-3): `unroll` steps per position, step s reading step s-1's output states, each
-row attending to the true rows up to its chain's start and to its own chain's earlier rows (unroll_mask).
+The objective (draft_loss.py): the draft's distribution against the model's own, with chain steps unrolled as
+drafting runs them. The learning curve's points: eval_draft.py.
 
 Training stops and resumes at will: the layer, the optimizer and the data position are saved to a state file
-(outside the repository) every few minutes and at each evaluation, and the latest weights (float16) and the
-learning curve go to the output folder. Without a state file, training starts from the output folder's weights
-when there are some, so committed weights carry on where the state was lost.
+(outside the repository) every few minutes and at each evaluation, and the latest weights (int8 rows,
+draft_layer.save_layer) and the learning curve go to the output folder. Without a state file, training starts from
+the output folder's weights when there are some, so committed weights carry on where the state was lost.
 """
 
 from __future__ import annotations
