@@ -26,16 +26,9 @@ MAX_EXPONENT = 40  # base^(L - allowed) beyond this is a ban anyway; capped so t
 XTC_SALT = 0x3C6EF372
 
 
-def breaker_ids(tokenizer, breakers: tuple[str, ...], vocab_size: int) -> torch.Tensor:
-    """[vocab_size] bool: tokens whose text contains a sequence breaker."""
-    mask = torch.zeros(vocab_size, dtype=torch.bool)
-    if not breakers:
-        return mask
-    texts = tokenizer.batch_decode([[i] for i in range(vocab_size)])
-    for i, text in enumerate(texts):
-        if any(b in text for b in breakers):
-            mask[i] = True
-    return mask
+def breaker_ids(token_texts: tuple[str, ...], breakers: tuple[str, ...]) -> torch.Tensor:
+    """[vocab] bool: tokens whose text contains a sequence breaker (token_texts: LoadedModel.token_texts)."""
+    return torch.tensor([any(b in text for b in breakers) for text in token_texts], dtype=torch.bool)
 
 
 def dry_penalties(windows: torch.Tensor, breakers: torch.Tensor, multiplier: float, base: float,

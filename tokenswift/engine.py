@@ -88,7 +88,7 @@ class Engine:
         self.cache = KVCache(cfg.n_layers, cfg.n_kv_heads, capacity, cfg.head_dim, lm.device, lm.dtype)
         self.ids = list(ids)
         self.buf = torch.zeros(capacity, dtype=torch.int64, device=lm.device)
-        breakers = breaker_ids(lm.tokenizer, settings.dry_breakers, cfg.vocab_size) if settings.dry_multiplier else None
+        breakers = breaker_ids(lm.token_texts, settings.dry_breakers) if settings.dry_multiplier else None
         self.sampler = Sampler(settings, cfg.vocab_size, lm.device, lm.eos_ids, breakers)
         self.metrics = RunMetrics(settings.mode, depth=self.depth)
         self.drafter: Drafter | None = None

@@ -8,6 +8,7 @@ for and why it failed. Official TokenSwift checkpoints carry their draft heads i
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from dataclasses import dataclass
@@ -80,6 +81,11 @@ class LoadedModel:
         if "<|endoftext|>" in special:
             ids.add(special["<|endoftext|>"])
         return tuple(sorted(ids))
+
+    @functools.cached_property
+    def token_texts(self) -> tuple[str, ...]:
+        """Each token id's text, decoded once per loaded model (DRY's sequence breakers are found in them)."""
+        return tuple(self.tokenizer.batch_decode([[i] for i in range(self.config.vocab_size)]))
 
     def encode(self, text: str) -> list[int]:
         return list(self.tokenizer(text).input_ids)

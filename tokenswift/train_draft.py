@@ -171,7 +171,7 @@ def train_draft(cfg: TrainDraftConfig, lm, progress: bool = True) -> list[dict]:
     head_rows = model.head_weight[layer.vocab].float()
     to_draft = torch.full((lm.config.vocab_size,), -1, dtype=torch.int64)
     to_draft[layer.vocab] = torch.arange(len(layer.vocab))
-    params = [p for n, p in layer.named_parameters()]
+    params = list(layer.parameters())
     optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.95))
     if saved.get("optimizer"):
         optimizer.load_state_dict(saved["optimizer"])
