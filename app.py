@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import multiprocessing
 import os
 import signal
@@ -17,6 +18,9 @@ import webbrowser
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 SERVER_NICE = 5  # added to this process's nice value once the worker (at the old one) is started
+# The app serves its page from this machine, and the writer's browser usually runs here too: the worker's model
+# leaves them a core (watching the Write tab with the worker on every core halved its speed on 2 cores).
+SPARE_CORES = 1
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -43,8 +47,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--dtype", default="float32",
                    help="number precision: float32, bfloat16 (GPUs), float16, float64 (default: %(default)s)")
     p.add_argument("--threads", type=int,
-                   help="CPU threads the model may use (default: 1 for small models, where more only wait; "
-                        "else all)")
+                   help="CPU threads the model may use (default: 1 for models under 100M parameters, where more "
+                        "only wait; else every core but one, which the page and your browser need)")
     p.add_argument("--fixed-batch", action="store_true",
                    help="never adapt TokenSwift's guess batch to this machine (default: adapt; the text is the same)")
     p.add_argument("--no-fast", action="store_true",
@@ -88,21 +92,13 @@ def spawn_worker(args: argparse.Namespace) -> multiprocessing.Process:
     from worker import WorkerConfig, run_worker
 
     config = WorkerConfig(db=args.db, model=args.model, heads=args.heads, device=args.device, dtype=args.dtype,
-                          threads=args.threads, adaptive=not args.fixed_batch, fast=not args.no_fast,
+                          threads=args.threads, spare_cores=SPARE_CORES, adaptive=not args.fixed_batch,
+                          fast=not args.no_fast,
                           parent_pid=os.getpid())
     # spawn, not fork: CUDA cannot start in a forked child, and the store's engine must not cross processes.
     process = multiprocessing.get_context("spawn").Process(target=run_worker, args=(config,), name="worker")
     process.start()
     return process
-
-
-def stop_worker(process: multiprocessing.Process | None) -> None:
-    if process is None:
-        return
-    process.terminate()  # SIGTERM: the worker saves, hands its draft back to the queue, and exits
-    process.join(30)
-    if process.is_alive():
-        process.kill()
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -113,10 +109,12 @@ def main(argv: list[str] | None = None) -> None:
     from ui.exports import Exports
     from ui.limits import Limits
     from ui.server import create_app, share_link
+    from worker.supervisor import Supervisor
 
     store = open_store(args.db)
     exports = Exports()
-    worker = None if args.no_worker else spawn_worker(args)
+    # A worker that dies (kill -9, a sticky CUDA error) is replaced; the new one resumes its job.
+    worker = None if args.no_worker else Supervisor(functools.partial(spawn_worker, args))
     if worker is not None:
         # The writer first: on a machine with few cores, pages and pollers must not take the worker's CPU. The
         # server only reads the store and waits on clients; a few ms more per poll is the price.
@@ -138,7 +136,8 @@ def main(argv: list[str] | None = None) -> None:
             threading.Timer(2.0, webbrowser.open, [url]).start()
         uvicorn.run(app, host=host, port=args.port, log_level="warning", timeout_graceful_shutdown=1)
     finally:
-        stop_worker(worker)
+        if worker is not None:
+            worker.stop()
         store.close()
         exports.remove()
 

@@ -58,7 +58,8 @@ EOF
 
 run_tests() {
     say "CUDA tests"
-    "$PY" -m pytest -m cuda tests/test_fastpath.py tests/test_bench_gpu.py -q -rs -p no:cacheprovider 2>&1 \
+    "$PY" -m pytest -m cuda tests/test_fastpath.py tests/test_selftest.py tests/test_bench_gpu.py -q -rs \
+        -p no:cacheprovider 2>&1 \
         | tee -a "$LOG"
 }
 
@@ -134,6 +135,7 @@ if real.exists():
         same = "yes" if r["identical"] else f"no, first divergence at {r['first_divergence']}"
         print(f"{name:<34}{r['ar_tokens_per_s']:>10.1f}{r['ts_tokens_per_s']:>10.1f}{r['speedup']:>8.2f}x"
               f"{r['tokens_per_step']:>6.2f}  {same}")
+        print(f"{'':<34}path: {r.get('path')}, capture {r.get('capture_s', 0):.1f} s")
 EOF
 }
 

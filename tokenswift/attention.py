@@ -62,6 +62,10 @@ class SdpaAttention:
 
 
 _compiled_flex: Callable | None = None
+# Each pass shape (AR, draft, every verify batch, per model, per span) is one specialisation: dynamo's default
+# limit (8) would be reached within a job. Past the limit dynamo runs flex_attention uncompiled, materialising
+# every score, without a word: fail instead, so the fast path's fallback (selftest.py) takes SDPA and says why.
+FLEX_COMPILE = {"recompile_limit": 512, "accumulated_recompile_limit": 4096, "fail_on_recompile_limit_hit": True}
 
 
 def flex_kernel(device: torch.device) -> Callable:
@@ -72,12 +76,13 @@ def flex_kernel(device: torch.device) -> Callable:
     if device.type != "cuda":
         return flex_attention
     if _compiled_flex is None:
-        # Each pass shape (AR, draft, every verify batch, per model) is one specialisation: the default
-        # recompile limit (8) would silently fall back to the unfused kernel after a few.
-        for name in ("recompile_limit", "cache_size_limit", "accumulated_recompile_limit"):
-            if hasattr(torch._dynamo.config, name):
-                setattr(torch._dynamo.config, name, max(getattr(torch._dynamo.config, name), 512))
-        _compiled_flex = torch.compile(flex_attention, dynamic=False)
+        compiled = torch.compile(flex_attention, dynamic=False)
+
+        def kernel(*args, **kwargs):
+            with torch._dynamo.config.patch(FLEX_COMPILE):  # for these calls only, not the whole process
+                return compiled(*args, **kwargs)
+
+        _compiled_flex = kernel
     return _compiled_flex
 
 
@@ -88,7 +93,9 @@ class FlexAttention:
     prefix are "full" (no mask evaluated), the one or two blocks holding the new slots are "partial", the
     rest are never read. The decoding kernel sizes its split-KV tiles by the KV length it is given, so that
     length is the span (a power of two above the filled length, fastpath.FastPasses), not the capacity: at 4K
-    filled in a 100K cache, a capacity-sized split would leave 30 of 32 splits idle."""
+    filled in a 100K cache, a capacity-sized split would leave 30 of 32 splits idle. On the engine's slot-major
+    cache (kv_cache.KVCache) the span's strides do not depend on the capacity either, so the compiled kernel
+    of a span serves every job."""
 
     def __init__(self, model: Transformer, visible: Visible, fold: bool, span: int | None = None):
         from torch.nn.attention.flex_attention import BlockMask

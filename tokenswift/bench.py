@@ -238,7 +238,8 @@ def compare(lm: LoadedModel, prompt_ids: list[int], settings: Settings, warmup_t
     dist = distinct(ts_tokens)
     ar_rate, ts_rate = ar_n / ar_s if ar_s else 0.0, ts_n / ts_s if ts_s else 0.0
     return {
-        "model": lm.name, "device": str(lm.device), "dtype": lm.precision,
+        "model": lm.name, "device": str(lm.device), "dtype": lm.precision, "path": ts["path"],
+        "capture_s": ts["capture_s"],
         "heads": lm.heads.gamma if lm.heads is not None else 0,
         "drafter": type(engine.drafter).__name__, "adaptive": engine.policy is not None,
         "prompt_tokens": len(prompt_ids), "new_tokens": len(ts_tokens),

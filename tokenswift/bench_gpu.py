@@ -91,7 +91,7 @@ def attempt(fn: Callable[[], float]) -> float | str:
 
 def random_cache(lm: LoadedModel, capacity: int, seed: int = 0) -> KVCache:
     cfg = lm.config
-    cache = KVCache(cfg.n_layers, cfg.n_kv_heads, capacity, cfg.head_dim, lm.device, lm.dtype)
+    cache = KVCache(cfg.n_layers, cfg.n_kv_heads, capacity, cfg.head_dim, lm.device, lm.dtype, slot_major=True)
     generator = torch.Generator(device=lm.device).manual_seed(seed)
     for buf in (cache.k, cache.v):
         buf.normal_(0.0, 1.0, generator=generator)  # in place: no temporary the size of the cache

@@ -85,12 +85,15 @@ class Engine:
         if fast is not None:
             capacity = padded_capacity(capacity)  # compiled kernels specialise on it: keep to a few sizes
         cfg = lm.config
-        self.cache = KVCache(cfg.n_layers, cfg.n_kv_heads, capacity, cfg.head_dim, lm.device, lm.dtype)
+        self.cache = KVCache(cfg.n_layers, cfg.n_kv_heads, capacity, cfg.head_dim, lm.device, lm.dtype,
+                             slot_major=fast is not None)
         self.ids = list(ids)
         self.buf = torch.zeros(capacity, dtype=torch.int64, device=lm.device)
+        # Rows for _to_device: the tokens an iteration emits, the slots its commit moves.
+        self._staged = torch.empty(2, self.max_commit, dtype=torch.int64, pin_memory=lm.device.type == "cuda")
         breakers = breaker_ids(lm.token_texts, settings.dry_breakers) if settings.dry_multiplier else None
         self.sampler = Sampler(settings, cfg.vocab_size, lm.device, lm.eos_ids, breakers)
-        self.metrics = RunMetrics(settings.mode, depth=self.depth)
+        self.metrics = RunMetrics(settings.mode, depth=self.depth, path=options.path(cfg).describe())
         self.drafter: Drafter | None = None
         self.ngrams: NgramTable | None = None
         self.length = 0
@@ -210,14 +213,24 @@ class Engine:
 
     def _append(self, tokens: list[int]) -> None:
         n = len(self.ids) - self.offset
-        self.buf[n:n + len(tokens)] = torch.tensor(tokens, dtype=torch.int64)
+        self.buf[n:n + len(tokens)] = self._to_device(tokens, 0)
         self.ids.extend(tokens)
+
+    def _to_device(self, values: list[int], row: int) -> torch.Tensor:
+        """Host ints on the device without a stream sync (a copy from pageable memory waits for all queued work):
+        through row `row` of a pinned buffer, copied asynchronously. Each row is rewritten once per iteration,
+        and every iteration ends in a host read that waits for the copies queued before it."""
+        staged = self._staged[row, :len(values)]
+        staged.copy_(torch.tensor(values, dtype=torch.int64))
+        return staged.to(self.lm.device, non_blocking=True, copy=True)
 
     def _window(self, end: int, path: list[int]) -> torch.Tensor | None:
         """The sampling history (the penalty's last W tokens, DRY's range) of ids[:end] + path, as a [1, <=W] row."""
         w = self.s.history_length
         if w == 0:
             return None
+        if not path:
+            return self.buf[max(0, end - w):end][None]
         tail = torch.tensor(path[-w:], dtype=torch.int64, device=self.lm.device)
         if w > len(path):
             tail = torch.cat((self.buf[max(0, end - (w - len(path))):end], tail))
@@ -231,6 +244,16 @@ class Engine:
         if self.lm.device.type == "cuda" and self.fast is None:
             torch.cuda.synchronize(self.lm.device)
 
+    def _built(self) -> float:
+        return self.fast.build_s if self.fast is not None else 0.0
+
+    def _less_builds(self, seconds: float, before: float) -> float:
+        """`seconds` less the pass building (capture, compilation) done since _built() read `before`: that goes to
+        metrics.capture_s, a one-off cost that neither time saved nor the adaptive policy may count."""
+        built = self._built() - before
+        self.metrics.capture_s += built
+        return seconds - built
+
     def _advance_ngrams(self) -> None:
         self.ngrams.advance(self.ids, max(self.prompt_len, len(self.ids) - self.s.lag))
 
@@ -239,10 +262,10 @@ class Engine:
     @torch.inference_mode()
     def ar_step(self) -> StepResult:
         self._shift_if_due()
-        t0 = time.perf_counter()
+        b0, t0 = self._built(), time.perf_counter()
         token, _ = self._ar_forward_and_sample()
         self._sync()
-        dt = time.perf_counter() - t0
+        dt = self._less_builds(time.perf_counter() - t0, b0)
         self.metrics.add_step(1, 0, 0, False, 0.0, dt, 0.0)
         self.metrics.ar_latency_s = dt
         return StepResult([token])
@@ -282,13 +305,14 @@ class Engine:
             shape = self.policy.choose(plain_ok=not self.drafter.wants_queries(1))
             if shape is None:
                 return self._plain_step()
-        L, root, dev = self.length, self.root, self.lm.device
-        t0 = time.perf_counter()
+        L, root = self.length, self.root
+        b0, t0 = self._built(), time.perf_counter()
         # 1. Draft: each depth's candidates, as deep as the shape (the drafter: drafting.py, fused_drafter.py).
         depth = len(shape.widths) if shape is not None else len(self.drafter.widths)
         levels = self.drafter.propose(root, L, self._window(L + 1, []), depth, L + 1 + self.offset)
         self._sync()
         t1 = time.perf_counter()
+        draft_s = self._less_builds(t1 - t0, b0)
         # 2. Candidates: the tree plus the k most frequent 4-gram continuations of the drafter's n-gram key.
         k, slots = self.s.ngram_topk, self.verify_slots
         if shape is not None:  # the adaptive policy's share of the proposals
@@ -302,18 +326,19 @@ class Engine:
         trie = build_trie(root, levels, paths)
         pad = slots if self.pad_verify else len(trie.tokens)
         capture = self.drafter.wants_queries(self.max_commit)
-        t2 = time.perf_counter()
+        b2, t2 = self._built(), time.perf_counter()
         # 3. Verify: the target over the full cache with every candidate at once, under the tree mask.
         rows, all_queries, targets, hidden = self._verify(trie, L, pad, capture)
         self._sync()
         t3 = time.perf_counter()
+        verify_s = self._less_builds(t3 - t2, b2)
         # 4. Accept: walk the trie with the target's own position-keyed samples.
         if targets is not None:  # the fast path sampled every node inside the verify graph
             accepted, emitted = walk(trie, targets)
         else:
             accepted, emitted = walk(trie, lambda node: self._target_token(rows(node), trie, node, L))
         # 5. Commit: compact the accepted path's K/V behind the prefix, extend the partial cache and n-grams.
-        self.cache.commit(torch.tensor([L + i for i in accepted], device=dev), L)
+        self.cache.commit(self._to_device([L + i for i in accepted], 1), L)
         self.length = L + len(accepted)
         queries = [q[accepted[-1]] for q in all_queries] if capture else None
         self.drafter.commit(self.cache, L, self.length, queries)
@@ -324,25 +349,26 @@ class Engine:
         t4 = time.perf_counter()
         ngram_accepted = sum(trie.from_ngram[i] for i in accepted)
         ngram_hit = any(trie.from_ngram[i] and not trie.from_tree[i] for i in accepted)
-        self.metrics.add_step(len(emitted), len(emitted) - 1, ngram_accepted, ngram_hit,
-                              t1 - t0, t3 - t2, (t2 - t1) + (t4 - t3))
+        overhead_s = (t2 - t1) + (t4 - t3)
+        self.metrics.add_step(len(emitted), len(emitted) - 1, ngram_accepted, ngram_hit, draft_s, verify_s,
+                              overhead_s)
         self.metrics.verify_batch = slots
         self.metrics.verify_batches[str(slots)] = self.metrics.verify_batches.get(str(slots), 0) + 1
         if self.policy is not None:
-            self.policy.observe(levels, paths, emitted[:-1], t4 - t0)
+            self.policy.observe(levels, paths, emitted[:-1], draft_s + verify_s + overhead_s)
         return StepResult(emitted)
 
     def _plain_step(self) -> StepResult:
         """One AR step inside a TokenSwift run (the adaptive policy's plain gear): the root's K/V and the
         target's sample at the next position, then the same bookkeeping as an accepted root alone."""
-        t0 = time.perf_counter()
+        b0, t0 = self._built(), time.perf_counter()
         L = self.length
         token, hidden = self._ar_forward_and_sample()
         self.drafter.commit(self.cache, L, self.length, None)
         self._observe(hidden, [token], L)
         self._advance_ngrams()
         self._sync()
-        dt = time.perf_counter() - t0
+        dt = self._less_builds(time.perf_counter() - t0, b0)
         self._observe_ar(dt)
         self.metrics.add_plain_step(dt)
         self.policy.observe_plain(dt)
@@ -390,10 +416,10 @@ class Engine:
             return
         n = self.length
         self._sync()
-        t0 = time.perf_counter()
+        b0, t0 = self._built(), time.perf_counter()
         self._ar_token(n)
         self._sync()
-        dt = time.perf_counter() - t0
+        dt = self._less_builds(time.perf_counter() - t0, b0)
         self._observe_ar(dt)
         if self.policy is not None:
             self.policy.observe_plain(dt)

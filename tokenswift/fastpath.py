@@ -15,12 +15,17 @@ as a CUDA graph ("cuda", the default on CUDA) or run eagerly ("none": CPU, where
 the eager model). (torch.compile's "reduce-overhead" mode was a third way; it compiled one code object for
 every pass shape and ran into dynamo's recompile limit, so it is gone: flex kernels are compiled on their own,
 the rest is graphs.) The engine's loop, the trie, the n-gram table and the walk stay on the host.
+
+No path is trusted unrun: the worker and the CLI use one only after selftest.py compared it with the eager
+passes, and a pass that raises (FastPathError) sends the job back to the queue for the next path down.
 """
 
 from __future__ import annotations
 
+import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 
 import torch
@@ -36,6 +41,8 @@ from .trie import Trie
 CAPACITY_STEP = 4096  # fast-path caches are allocated in these steps, so runs share compiled kernels
 FLEX_MIN_SPAN = 4096  # the shortest KV length a flex pass is built for
 GRAPHS = ("cuda", "none")
+# The dtypes the fast path was tested in (against the eager passes, selftest.TOLERANCE); no other may run on it.
+DTYPES = (torch.float64, torch.float32, torch.float16, torch.bfloat16)
 
 
 @dataclass(frozen=True)
@@ -48,6 +55,9 @@ class FastOptions:
     # Passes kept (the least recently used goes first): each holds its buffers and, on a GPU, a captured graph,
     # and a long run meets a new span every few thousand tokens for each batch shape.
     max_passes: int = 48
+    # Builds a pass's attention, (kind, model, visible, span) -> kernel; None: attention.make_attention. Tests
+    # inject a kernel that fails or lies here, to see the self-test and the fallback catch it (selftest.py).
+    attention_factory: Callable | None = None
 
     def __post_init__(self) -> None:
         for name in ("attention", "verify_attention"):
@@ -60,6 +70,14 @@ class FastOptions:
             raise ValueError("bucket: must be >= 1")
         if self.max_passes < 1:
             raise ValueError("max_passes: must be >= 1")
+
+
+class FastPathError(RuntimeError):
+    """A fast-path pass raised: the job can go on from its saved tokens on the next path down (selftest.py)."""
+
+    def __init__(self, kind: str, error: BaseException):
+        super().__init__(f"the fast path's {kind} attention failed: {type(error).__name__}: {error}")
+        self.kind = kind
 
 
 def padded_capacity(slots: int) -> int:
@@ -80,7 +98,7 @@ class Pass:
 
     def __init__(self, model: Transformer, cache: KVCache, t: int, kind: str, span: int, graphs: str,
                  heads=None, draft_rows: int = 1, queries: bool = False, pool=None,
-                 sampler: DeviceSampler | None = None, packed: bool = False):
+                 sampler: DeviceSampler | None = None, packed: bool = False, factory: Callable | None = None):
         cfg, dev = model.cfg, model.rope_cos.device
         self.model, self.cache, self.heads, self.draft_rows = model, cache, heads, draft_rows
         # With a sampler, the pass also draws the target's token after every row (row i: position
@@ -98,7 +116,7 @@ class Pass:
             self.tokens = torch.zeros(t, dtype=torch.long, device=dev)
             self.positions = torch.zeros(t, dtype=torch.long, device=dev)
         self.visible = Visible(t, cache.capacity, dev, start)
-        self.attention = make_attention(kind, model, self.visible, span)
+        self.attention = (factory or make_attention)(effective_kind(kind, cfg), model, self.visible, span)
         rows = draft_rows if draft_rows > 1 else t
         self.logits = torch.empty(rows, cfg.vocab_size, dtype=model.rope_cos.dtype, device=dev)
         self.hidden = torch.empty(t, cfg.dim, dtype=self.logits.dtype, device=dev)  # what the fused drafter reads
@@ -107,6 +125,7 @@ class Pass:
         self.sampled = torch.zeros(t, dtype=torch.long, device=dev) if sampler else None
         self.graphs, self.pool = graphs, pool
         self.graph: torch.cuda.CUDAGraph | None = None
+        self.built = False  # called once: captured, compiled, warmed up
 
     @torch.inference_mode()
     def __call__(self) -> None:
@@ -162,7 +181,9 @@ def capture(fn: Callable[[], None], pool) -> torch.cuda.CUDAGraph:
             fn()
     torch.cuda.current_stream().wait_stream(stream)
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph, pool=pool):
+    # Captured on this stream, not torch.cuda.graph's default one: that is created once per process, on whichever
+    # device was current then (cuda:N needs its own device's stream; the caller made it current).
+    with torch.cuda.graph(graph, pool=pool, stream=stream):
         fn()
     return graph
 
@@ -180,6 +201,8 @@ class FastPasses:
         options = options or FastOptions()
         if lm.config.sliding_window is not None:
             raise ValueError("the fast path does not implement sliding-window attention; run without it")
+        if lm.dtype not in DTYPES:
+            raise ValueError(f"the fast path was never tested in {lm.dtype}; run without it")
         self.lm, self.cache, self.options = lm, cache, options
         self.graphs = options.graphs or ("cuda" if lm.device.type == "cuda" else "none")
         if self.graphs != "none" and lm.device.type != "cuda":
@@ -189,6 +212,9 @@ class FastPasses:
         self.draw = DeviceSampler(sampler, ids) if sampler is not None and ids is not None else None
         self.sampler = self.draw if options.sample_in_graph else None  # the AR and verify passes sample too
         self.ids, self.queries = ids, queries
+        # Seconds spent in passes' first calls (capture, kernel compilation, warm-up): one-off costs the engine
+        # books apart from decoding, so neither the adaptive policy nor time saved counts them.
+        self.build_s = 0.0
 
     def set_key_offset(self, offset: int) -> None:
         """Story index minus slot for the tokens sampled next (a context shift moved the window)."""
@@ -212,13 +238,43 @@ class FastPasses:
             return self.passes[key]
         while len(self.passes) >= self.options.max_passes:
             self.passes.popitem(last=False)
-        self.passes[key] = Pass(self.lm.model, cache, t, kind, span, self.graphs, pool=self.pool, **kw)
+        self.passes[key] = Pass(self.lm.model, cache, t, kind, span, self.graphs, pool=self.pool,
+                                factory=self.options.attention_factory, **kw)
         return self.passes[key]
+
+    def _run(self, p: Pass) -> None:
+        dev = self.lm.device
+        # cuda:N: the capture's side stream, the graph, its pool and each replay's stream must be device N's,
+        # not the current device's (0 unless set): tensors name their device, streams and graphs do not.
+        with torch.cuda.device(dev) if dev.type == "cuda" else nullcontext():
+            if p.built:
+                p()
+                return
+            t0 = time.perf_counter()
+            p()
+            if dev.type == "cuda":
+                torch.cuda.synchronize(dev)  # once per pass: its capture is timed whole
+        p.built = True
+        self.build_s += time.perf_counter() - t0
+
+    @contextmanager
+    def _guard(self, kind: str) -> Iterator[None]:
+        """A pass, up to the host read of its results (where an asynchronous device error surfaces), that raises
+        becomes a FastPathError naming its kernel. A full cache (checked before) and running out of memory
+        are no fault of the path: they stay what they are."""
+        try:
+            yield
+        except torch.OutOfMemoryError:
+            raise
+        except Exception as error:  # noqa: BLE001 - whatever the kernel raised, the next path down may not
+            raise FastPathError(effective_kind(kind, self.lm.config), error) from error
 
     def ar(self, token: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Logits [1, V] and last-layer state [1, dim] after `token` (a device tensor [1]) at slot and position n;
         K/V written at n. Both are the pass's buffers, overwritten by its next replay."""
-        p = self._ar(token, n, None)
+        _check_room(self.cache, n, 1)
+        with self._guard(self.options.attention):
+            p = self._ar(token, n, None)
         return p.logits, p.hidden
 
     def ar_token(self, n: int) -> tuple[int, torch.Tensor]:
@@ -226,29 +282,33 @@ class FastPasses:
         token for position n + 1 (its `int` is the step's only host sync), and the state [1, dim]."""
         if self.sampler is None:
             raise RuntimeError("ar_token needs FastPasses(..., sampler=, ids=) with sample_in_graph")
-        p = self._ar(self.ids[n:n + 1], n, self.sampler)
-        return int(p.sampled[0]), p.hidden
+        _check_room(self.cache, n, 1)
+        with self._guard(self.options.attention):
+            p = self._ar(self.ids[n:n + 1], n, self.sampler)
+            return int(p.sampled[0]), p.hidden
 
     def _ar(self, token: torch.Tensor, n: int, sampler: DeviceSampler | None) -> Pass:
-        _check_room(self.cache, n, 1)
         name = "ar" if sampler is None else "ar+sample"
         p = self._get(name, self.cache, 1, self.options.attention, n + 1, sampler=sampler)
         p.tokens.copy_(token)
         p.positions.fill_(n)
         p.visible.start.fill_(n)
-        p()
+        self._run(p)
         return p
 
     def draft(self, cache: KVCache, root: int, position: int, start: int, rows: int) -> torch.Tensor:
         """Draft logits [rows, V] for the root at `position`, written at slot `start` of the partial cache:
         row 0 from the base head, rows 1.. from the chained draft heads (drafting.HeadsDrafter)."""
         _check_room(cache, start, 1)
-        p = self._get("draft", cache, 1, self.options.attention, start + 1, heads=self.lm.heads,
-                      draft_rows=rows, sampler=self.draw)
-        p.tokens.fill_(root)
-        p.positions.fill_(position)
-        p.visible.start.fill_(start)
-        p()
+        with self._guard(self.options.attention):
+            # The pass samples only for heads that read the next token (their depth-1 guess); else nothing reads it.
+            sampler = self.draw if rows > 1 and self.lm.heads.next_token else None
+            p = self._get("draft", cache, 1, self.options.attention, start + 1, heads=self.lm.heads,
+                          draft_rows=rows, sampler=sampler)
+            p.tokens.fill_(root)
+            p.positions.fill_(position)
+            p.visible.start.fill_(start)
+            self._run(p)
         return p.logits
 
     def verify(self, trie: Trie, start: int, t: int
@@ -262,13 +322,14 @@ class FastPasses:
         _check_room(self.cache, start, t)
         kind = self.options.verify_attention or self.options.attention
         name = "verify" if self.sampler is None else "verify+sample"
-        p = self._get(name, self.cache, t, kind, start + t, queries=self.queries, sampler=self.sampler,
-                      packed=True)
-        # Rewriting the host buffer is safe: the previous copy from it finished before its targets were read.
-        pack_verify_inputs(trie, start, t, self.sampler is not None, p.host_inputs)
-        p.inputs.copy_(p.host_inputs, non_blocking=True)
-        p()
-        targets = p.sampled[: len(trie.tokens)].tolist() if self.sampler is not None else None
+        with self._guard(kind):
+            p = self._get(name, self.cache, t, kind, start + t, queries=self.queries, sampler=self.sampler,
+                          packed=True)
+            # Rewriting the host buffer is safe: the previous copy from it finished before its targets were read.
+            pack_verify_inputs(trie, start, t, self.sampler is not None, p.host_inputs)
+            p.inputs.copy_(p.host_inputs, non_blocking=True)
+            self._run(p)
+            targets = p.sampled[: len(trie.tokens)].tolist() if self.sampler is not None else None
         return p.logits, p.queries, targets, p.hidden
 
 

@@ -11,10 +11,16 @@ import torch
 
 
 class KVCache:
-    def __init__(self, n_layers: int, n_kv_heads: int, capacity: int, head_dim: int, device, dtype):
-        shape = (n_layers, n_kv_heads, capacity, head_dim)
+    def __init__(self, n_layers: int, n_kv_heads: int, capacity: int, head_dim: int, device, dtype,
+                 slot_major: bool = False):
+        """slot_major: stored as [layers, capacity, kv_heads, head_dim] (k and v are still indexed [layer, head,
+        slot]), so a layer's first n slots have the same strides whatever the capacity. The fast path's compiled
+        kernels specialise on strides: with this layout one compilation serves caches of every capacity."""
+        shape = (n_layers, capacity, n_kv_heads, head_dim) if slot_major else (n_layers, n_kv_heads, capacity, head_dim)
         self.k = torch.zeros(shape, device=device, dtype=dtype)
         self.v = torch.zeros(shape, device=device, dtype=dtype)
+        if slot_major:
+            self.k, self.v = self.k.transpose(1, 2), self.v.transpose(1, 2)
         self.capacity = capacity
 
     def view(self, layer: int, length: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -101,14 +101,20 @@ class LoadedModel:
 SMALL_MODEL_PARAMS = 100_000_000
 
 
-def cpu_threads(lm: LoadedModel) -> int | None:
-    """The intra-op thread count to use when none was asked for: 1 for small models on a CPU, else torch's.
+def cpu_threads(lm: LoadedModel, spare_cores: int = 0) -> int | None:
+    """The intra-op thread count to use when none was asked for (None off a CPU): 1 for small models, else the
+    cores this process may run on less `spare_cores`, the ones other work on this machine needs (the app's page
+    server and the writer's browser).
 
     A small model's step is thousands of tiny ops; with two threads each op waits for the second one, and on
     a busy machine that thread is often descheduled: measured here, 400 tokens took 3m44s with 2 threads and
-    13 s with 1. Large matrix products still gain from every core."""
-    params = sum(p.numel() for p in lm.model.parameters())
-    return 1 if lm.device.type == "cpu" and params < SMALL_MODEL_PARAMS else None
+    13 s with 1. Larger products gain from more cores, but only from cores nothing else wants: a thread that
+    shares its core with a browser redrawing the page stalls every op of the step on the other threads."""
+    if lm.device.type != "cpu":
+        return None
+    if sum(p.numel() for p in lm.model.parameters()) < SMALL_MODEL_PARAMS:
+        return 1
+    return max(1, len(os.sched_getaffinity(0)) - spare_cores)
 
 
 def resolve_device(device: str) -> torch.device:

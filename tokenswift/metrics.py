@@ -33,6 +33,10 @@ class RunMetrics:
     verify_batches: dict[str, int] = field(default_factory=dict)  # iterations per verify batch size
     shifts: int = 0  # context shifts (context_window.py): windows rebuilt past the model's context
     shift_s: float = 0.0  # seconds spent rebuilding them (part of the elapsed time; AR pays them too)
+    # First calls of the fast path's passes (CUDA-graph capture, kernel compilation, warm-up): one-off costs, kept
+    # out of the decoding times above, so out of time saved and of what the adaptive policy weighs.
+    capture_s: float = 0.0
+    path: str = "eager passes"  # which path ran the passes and why (options.PathChoice.describe)
 
     @property
     def elapsed_s(self) -> float:
@@ -86,3 +90,18 @@ def distinct_n(ids: list[int], n: int) -> float:
 
 def distinct(ids: list[int]) -> list[float]:
     return [distinct_n(ids, n) for n in (1, 2, 3, 4)]
+
+
+# Where TokenSwift's text is not promised to equal plain decoding's token for token (design §3): the two compute
+# a position's logits in differently shaped passes, and where rounding exceeds the gap between the two best
+# noisy scores the sampled token flips and the texts part: often in 16-bit numbers, rarely in float32 (about once
+# in 10^4-10^5 tokens, design §3), practically never in float64.
+NOT_TOKEN_EXACT = {"bfloat16": "bfloat16", "float16": "float16", "q4": "4-bit weights (bfloat16 numbers)"}
+
+
+def same_text_caveat(precision: str | None) -> str | None:
+    """What limits the "same text as plain decoding" promise at this --dtype; None in 32 and 64 bits."""
+    if precision not in NOT_TOKEN_EXACT:
+        return None
+    return (f"in {NOT_TOKEN_EXACT[precision]} TokenSwift's text can part from plain decoding's at a near tie: as "
+            "good a text, not the same one (Compare shows where they part)")

@@ -7,6 +7,7 @@ import logging
 
 from storage import Store
 from storage.records import ModelSpec
+from worker.job import sticky_text
 
 log = logging.getLogger(__name__)
 
@@ -17,9 +18,10 @@ class ModelUnavailable(RuntimeError):
 
 class ModelHolder:
     def __init__(self, store: Store, worker_id: str, threads: int | None = None, adaptive: bool = True,
-                 fast: bool = True):
+                 fast: bool = True, spare_cores: int = 0):
         self.store, self.worker_id = store, worker_id
         self.threads = threads  # torch CPU threads asked for; None = the engine's advice per model
+        self.spare_cores = spare_cores  # cores that advice leaves to other work on this machine
         self.adaptive = adaptive  # tokenswift.adaptive: the candidate batch per iteration, or plain steps
         self.fast = fast  # the CUDA fast path where the model and device have it
         self.options = None  # tokenswift.options.EngineOptions for the loaded model
@@ -51,30 +53,57 @@ class ModelHolder:
 
             torch.cuda.empty_cache()
 
+    def forget(self) -> None:
+        """Drop the model without asking the device to free anything: after a sticky CUDA error every call into the
+        device context raises, and the process is about to exit, which frees it all."""
+        self.model, self.spec = None, None
+
     def _load(self, spec: ModelSpec):
         from tokenswift.loading import cpu_threads, load_model
-        from tokenswift.options import device_defaults
+        from tokenswift.selftest import device_defaults
 
         self.store.report_model(self.worker_id, spec, "loading")
         log.info("loading %s (heads=%s) on %s/%s", spec.model, spec.heads, spec.device, spec.dtype)
         try:
             model = load_model(spec.model, device=spec.device, dtype=spec.dtype, heads=spec.heads)
         except Exception as error:  # noqa: BLE001 - bad path, bad checkpoint, OOM: all reported the same way
-            message = f"cannot load model {spec.model!r}: {type(error).__name__}: {error}"
-            self.failed = (spec, message)
-            self.store.report_model(self.worker_id, spec, "failed", load_error=message)
-            log.error("%s", message)
-            raise ModelUnavailable(message) from error
-        if self.threads is None and (threads := cpu_threads(model)):
+            raise self._failed(spec, f"{type(error).__name__}: {error}") from error
+        if self.threads is None and (threads := cpu_threads(model, self.spare_cores)):
             import torch
 
             torch.set_num_threads(threads)
-        self.options = device_defaults(model, self.adaptive, self.fast)
+        options = device_defaults(model, self.adaptive, self.fast)  # self-tests the fast path on CUDA
+        broke = next((why for why in options.choice.dropped if sticky_text(why)), None) if options.choice else None
+        if broke is not None:  # every later call on the device would fail: a new process must start with --no-fast
+            raise self._failed(spec, f"the fast path's self-test left the device unusable ({broke}); start the "
+                                     "worker with --no-fast")
+        self.options = options
+        log.info("decoding path: %s", options.path(model.config).describe())
         self.model, self.spec, self.failed = model, spec, None
-        self.store.report_model(self.worker_id, spec, "ready", memory_bytes=model.memory_bytes(),
-                                max_context=model.max_context, param_count=param_count(model),
-                                heads_info=heads_info(model, spec))
+        self._report_ready()
         return model
+
+    def _failed(self, spec: ModelSpec, why: str) -> ModelUnavailable:
+        message = f"cannot load model {spec.model!r}: {why}"
+        self.failed = (spec, message)
+        self.store.report_model(self.worker_id, spec, "failed", load_error=message)
+        log.error("%s", message)
+        return ModelUnavailable(message)
+
+    def fall_back(self, failure: str) -> None:
+        """The fast path failed mid-job: the next path down (self-tested) runs the requeued job and the rest."""
+        from tokenswift.selftest import fall_back
+
+        self.options = fall_back(self.model, self.options, failure)
+        log.warning("fast path failed (%s); decoding path now: %s", failure,
+                    self.options.path(self.model.config).describe())
+        self._report_ready()
+
+    def _report_ready(self) -> None:
+        model = self.model
+        self.store.report_model(self.worker_id, self.spec, "ready", memory_bytes=model.memory_bytes(),
+                                max_context=model.max_context, param_count=param_count(model),
+                                heads_info=heads_info(model, self.spec, self.options))
 
 
 def param_count(model) -> int:
@@ -82,9 +111,10 @@ def param_count(model) -> int:
     return sum(t.numel() for t in model.model.parameters())
 
 
-def heads_info(model, spec: ModelSpec) -> str | None:
-    """Which drafters' weights are loaded (heads, draft layer), in a line the model notice shows; None when
-    there are none. A draft layer that could not be used is named with why: its drafts fall back to the heads."""
+def heads_info(model, spec: ModelSpec, options=None) -> str | None:
+    """The model notice's line (the workers table's heads_info): which drafters' weights are loaded (heads, draft
+    layer) and, on a GPU, which path runs the passes and why no faster one does. A draft layer that could not be
+    used is named with why: its drafts fall back to the heads. None when there is nothing to say."""
     parts = []
     if model.heads is not None:
         parts.append(f"{model.heads.gamma} draft heads from {spec.heads or 'the model folder'}")
@@ -93,4 +123,6 @@ def heads_info(model, spec: ModelSpec) -> str | None:
     elif model.draft_error:
         parts.append(f"the draft layer is unusable ({model.draft_error}); the layer drafter falls back to the "
                      "heads")
+    if options is not None and model.device.type == "cuda":
+        parts.append(f"decoding path: {options.path(model.config).describe()}")
     return "; ".join(parts) or None

@@ -24,16 +24,19 @@ from worker.liveness import pid_alive
 
 log = logging.getLogger(__name__)
 STORE_RETRY_S = 5.0
+DEVICE_LOST_EXIT = 75  # the exit status of a worker whose device a sticky error left unusable
 
 
 class Worker:
     def __init__(self, store: Store, config: WorkerConfig):
         self.store, self.config = store, config
         self.owner = Owner.here(config.worker_id or f"{socket.gethostname()}:{os.getpid()}")
-        self.holder = ModelHolder(store, self.owner.worker_id, config.threads, config.adaptive, config.fast)
+        self.holder = ModelHolder(store, self.owner.worker_id, config.threads, config.adaptive, config.fast,
+                                  config.spare_cores)
         self.stop_requested = threading.Event()
         self.policy = FlushPolicy(config.flush_s, config.flush_tokens)
         self._last_sweep = float("-inf")  # sweep at start-up: resume what a crash left running
+        self.device_lost: str | None = None  # set when a sticky device error ended this worker
 
     def serve(self) -> None:
         self.store.register_worker(self.owner)
@@ -85,6 +88,15 @@ class Worker:
                      wait=self.stop_requested.wait, options=self.holder.options)
         outcome = run.run()
         log.info("job %s: %s", job.id, outcome)
+        if run.fast_failure is not None:
+            self.holder.fall_back(run.fast_failure)  # before the requeued job is claimed again
+        if run.device_lost is not None:
+            log.error("the device is unusable (%s): this worker stops; a new process can use it again",
+                      run.device_lost)
+            self.device_lost = run.device_lost
+            self.holder.forget()
+            self.stop_requested.set()
+            return
         with contextlib.suppress(StoreError):
             self.store.checkpoint()  # the WAL back into the file while nothing is being written
         if outcome == "failed" and lm.device.type == "cuda":
@@ -140,3 +152,5 @@ def run_worker(config: WorkerConfig) -> None:
         worker.serve()
     finally:
         worker.store.close()
+    if worker.device_lost is not None:
+        raise SystemExit(DEVICE_LOST_EXIT)  # the app's supervisor starts a new worker
