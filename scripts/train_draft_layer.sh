@@ -13,10 +13,13 @@ export PYTHONPATH=$PWD
 # Held-out teacher data (eval split only; 32 sequences of 1,024 tokens).
 $PY -m tokenswift draft-data --data $BOOKS/eval.jsonl.xz --out "$CACHE/eval" --tokens 32768 --seed 1 --no-progress
 # Training teacher data: the model's states and top-32 next tokens over shuffled sequences of the train splits.
-nohup $PY -m tokenswift draft-data --data $BOOKS/train.jsonl.xz $BOOKS/train-large.jsonl.xz --out "$CACHE/train" \
-    --tokens "${TEACHER_TOKENS:-12000000}" --threads "${TEACHER_THREADS:-2}" >> "$CACHE/extract.log" 2>&1 &
+# A piece that lost the cache draws its sequences in another order (TEACHER_SEED), so the resumed layer mostly
+# meets text it has not seen.
+nohup nice -n 19 $PY -m tokenswift draft-data --data $BOOKS/train.jsonl.xz $BOOKS/train-large.jsonl.xz --out "$CACHE/train" \
+    --tokens "${TEACHER_TOKENS:-12000000}" --threads "${TEACHER_THREADS:-2}" --seed "${TEACHER_SEED:-0}" \
+    --no-progress >> "$CACHE/extract.log" 2>&1 &
 until [ -f "$CACHE/train/shard-00000/top_logp.npy" ]; do sleep 30; done
-nohup nice -n 5 $PY -m tokenswift train-draft --teacher "$CACHE/train" --eval-teacher "$CACHE/eval" \
+nohup nice -n 19 $PY -m tokenswift train-draft --teacher "$CACHE/train" --eval-teacher "$CACHE/eval" \
     --out models/smollm2-135m-instruct/draft --state "$CACHE/state.pt" --tokens "${TRAIN_TOKENS:-10000000}" \
     --threads "${TRAIN_THREADS:-1}" >> "$CACHE/train.log" 2>&1 &
 echo "teacher data and training running in the background; logs in $CACHE"

@@ -52,7 +52,9 @@ class TrainDraftConfig:
     eval_every: int = 250_000  # training tokens between evaluations (points of the learning curve)
     save_every_s: float = 300.0
     seed: int = 0
-    bf16: bool = True  # bfloat16 autocast for the products (AVX-512 bf16 here), float32 weights and optimizer
+    # bfloat16 autocast for the products: off, because torch's CPU dispatch here (AVX2) has no bfloat16 kernels and
+    # a bf16 product of these shapes runs ~4x slower than float32's; worth it on a GPU or an AMX CPU
+    bf16: bool = False
 
 
 # -- data -------------------------------------------------------------------------------------------------
@@ -132,20 +134,21 @@ def all_rows(store: TeacherStore, length: int) -> dict[str, torch.Tensor]:
 # -- the loop ------------------------------------------------------------------------------------------------
 
 
-def lr_at(cfg: TrainDraftConfig, tokens: int) -> float:
+def lr_at(cfg: TrainDraftConfig, tokens: int, fresh_from: int = 0) -> float:
+    """Cosine from lr to min_lr over cfg.tokens, with a linear warm-up over the first steps of a fresh optimizer
+    (`fresh_from`: the token count where it started; a resume from weights alone starts one mid-schedule)."""
     step_tokens = cfg.batch * cfg.seq_len
-    step = tokens // step_tokens
-    if step < cfg.warmup:
-        return cfg.lr * (step + 1) / cfg.warmup
+    fresh_steps = (tokens - fresh_from) // step_tokens
     progress = min(1.0, tokens / cfg.tokens)
-    return cfg.min_lr + 0.5 * (cfg.lr - cfg.min_lr) * (1 + math.cos(math.pi * progress))
+    cosine = cfg.min_lr + 0.5 * (cfg.lr - cfg.min_lr) * (1 + math.cos(math.pi * progress))
+    return cosine * min(1.0, (fresh_steps + 1) / cfg.warmup)
 
 
-def save_state(path: Path, layer, optimizer, position: dict, tokens: int, curve: list) -> None:
+def save_state(path: Path, layer, optimizer, position: dict, tokens: int, curve: list, fresh_from: int) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     torch.save({"layer": layer.state_dict(), "optimizer": optimizer.state_dict(), "position": position,
-                "tokens": tokens, "curve": curve}, tmp)
+                "tokens": tokens, "curve": curve, "fresh_from": fresh_from}, tmp)
     os.replace(tmp, path)
 
 
@@ -173,9 +176,11 @@ def train_draft(cfg: TrainDraftConfig, lm, progress: bool = True) -> list[dict]:
     to_draft[layer.vocab] = torch.arange(len(layer.vocab))
     params = list(layer.parameters())
     optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.95))
+    tokens, curve = saved.get("tokens", 0), saved.get("curve", [])
+    fresh_from = tokens
     if saved.get("optimizer"):
         optimizer.load_state_dict(saved["optimizer"])
-    tokens, curve = saved.get("tokens", 0), saved.get("curve", [])
+        fresh_from = saved.get("fresh_from", 0)
     batches = Batches(store, cfg, saved.get("position"))
     eval_rows = all_rows(held, cfg.seq_len)
     # base_sha256: a GGUF file's draft layer is found by the file's hash wherever the file lies (default_model.py)
@@ -190,11 +195,11 @@ def train_draft(cfg: TrainDraftConfig, lm, progress: bool = True) -> list[dict]:
     last_save = time.monotonic()
     bar = tqdm(total=cfg.tokens, initial=tokens, unit="tok", unit_scale=True, desc="draft layer",
                disable=not progress, smoothing=0.05)
-    autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.bf16 and lm.device.type == "cpu")
+    autocast = torch.autocast(lm.device.type, dtype=torch.bfloat16, enabled=cfg.bf16)
     while tokens < cfg.tokens:
         batch = batches.next()
         for group in optimizer.param_groups:
-            group["lr"] = lr_at(cfg, tokens)
+            group["lr"] = lr_at(cfg, tokens, fresh_from)
         with autocast:
             noise = torch.Generator().manual_seed(cfg.seed * 1_000_003 + tokens)
             states = unrolled_states(layer, embed, batch, rope, cfg.unroll, cfg.noise, noise)
@@ -213,14 +218,14 @@ def train_draft(cfg: TrainDraftConfig, lm, progress: bool = True) -> list[dict]:
             curve.append(_curve_point(layer, embed, head_rows, eval_rows, rope, to_draft, tokens, batches))
             bar.write(point_line(curve[-1]))
             write_out(layer, out, cfg, tokens, curve, record)
-            save_state(state_path, layer, optimizer, batches.position, tokens, curve)
+            save_state(state_path, layer, optimizer, batches.position, tokens, curve, fresh_from)
             last_save = time.monotonic()
         elif time.monotonic() - last_save > cfg.save_every_s:
-            save_state(state_path, layer, optimizer, batches.position, tokens, curve)
+            save_state(state_path, layer, optimizer, batches.position, tokens, curve, fresh_from)
             last_save = time.monotonic()
     bar.close()
     write_out(layer, out, cfg, tokens, curve, record)
-    save_state(state_path, layer, optimizer, batches.position, tokens, curve)
+    save_state(state_path, layer, optimizer, batches.position, tokens, curve, fresh_from)
     return curve
 
 
@@ -265,7 +270,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     for name in ("lr", "min_lr", "weight_decay", "grad_clip", "noise", "save_every_s"):
         parser.add_argument("--" + name.replace("_", "-"), type=float, default=d[name].default,
                             help=f"(default: {d[name].default})")
-    parser.add_argument("--no-bf16", action="store_true", help="float32 products (default: bfloat16 autocast)")
+    parser.add_argument("--bf16", action="store_true", help="bfloat16 autocast for the products (default: float32)")
     parser.add_argument("--threads", type=int, help="intra-op threads (default: torch's)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar (default: shown)")
 
@@ -282,7 +287,7 @@ def run(args: argparse.Namespace) -> int:
     if args.threads is not None:
         torch.set_num_threads(max(1, args.threads))
     names = [f for f in TrainDraftConfig.__dataclass_fields__ if f not in ("model", "bf16")]
-    cfg = TrainDraftConfig(model=args.model, bf16=not args.no_bf16, **{n: getattr(args, n) for n in names})
+    cfg = TrainDraftConfig(model=args.model, bf16=args.bf16, **{n: getattr(args, n) for n in names})
     lm = load_model(cfg.model or str(default_model_path()), dtype="float32", heads="none", draft="none")
     curve = train_draft(cfg, lm, not args.no_progress)
     print_curve(curve)
