@@ -6,7 +6,9 @@ GET /api/generations/{id}: each sends its next request as soon as the previous a
 Retry-After when the server's per-address limit answers 429 (as a well-behaved client does). `since` pollers
 pass ?since= (a client that keeps up), `wait` pollers long-poll with ?since=N&wait=10 (a client that follows
 the draft), `full` pollers ask for the whole text every time. Each poller sends from its own loopback address
-(127.0.0.2, 127.0.0.3, ...), so the server sees N clients, each with its own budget, not one.
+(127.0.0.2, 127.0.0.3, ...), so the server sees N clients, each with its own budget, not one. `browser` runs
+open N pages of the app in a headless Debian Chromium instead: each page's Write tab follows the running draft, as
+a writer watching it would (the page's charts and text redraw on this machine, beside the worker).
 
 It prints a table and writes JSON: the worker's tokens/s (from the draft's own decoding time) per run;
 per polled run the answered polls and their latencies (p50/p95/p99), the 429s, and the server process's CPU
@@ -16,6 +18,8 @@ for the worker's next commit, by design: for `wait` runs the table's latencies s
     .venv/bin/python scripts/poll_load.py --model ../shared/models/stories260k --pollers 20 --tokens 6000 \
         --json poll_load.json
     .venv/bin/python scripts/poll_load.py --kinds none,since,wait,none --status-reads-per-s 0   # no limit
+    .venv/bin/python scripts/poll_load.py --model DEFAULT --threads 0 --pollers 1 --tokens 1000 --max-s 600 \
+        --kinds none,browser,none --repeat 2   # the cost of watching: the default model, the app's threads
 
 Bounded: at most 64 pollers and --max-s seconds per run (the draft is cancelled then); the scratch store is
 deleted at the end. Target (issue 15): 20 `since` pollers -> p95 < 100 ms and tokens/s within 10% of the
@@ -46,7 +50,8 @@ PROMPT = "Once upon a time, there was a little dog named Max. He liked to run in
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--model", default=str(REPO.parent / "shared" / "models" / "stories260k"))
+    p.add_argument("--model", default=str(REPO.parent / "shared" / "models" / "stories260k"),
+                   help="a model path, or DEFAULT for the app's default model")
     p.add_argument("--pollers", type=int, default=20)
     p.add_argument("--tokens", type=int, default=6000, help="draft length of each run")
     p.add_argument("--mode", default="tokenswift", choices=("tokenswift", "ar"))
@@ -55,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeat", type=int, default=1,
                    help="run the --kinds sequence this many times (e.g. none,since,none x3 on a busy machine)")
     p.add_argument("--max-s", type=float, default=120.0, help="cancel a run after this long")
-    p.add_argument("--threads", type=int, default=1, help="the worker's torch threads")
+    p.add_argument("--threads", type=int, default=1, help="the worker's torch threads (0: the app's own choice)")
     p.add_argument("--poller-nice", type=int, default=0,
                    help="nice value added to this (the pollers') process once the app is up, to tell the harness's "
                         "own CPU from the server's on a machine with few cores")
@@ -83,8 +88,11 @@ class Servers:
     def __enter__(self) -> Servers:
         db = f"sqlite:///{self.tmp / 'studio.db'}"
         env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "TOKENSWIFT_HOME": str(self.tmp)}
-        app = [sys.executable, "app.py", "--db", db, "--host", "127.0.0.1", "--port", str(self.port), "--model",
-               self.args.model, "--threads", str(self.args.threads)]
+        app = [sys.executable, "app.py", "--db", db, "--host", "127.0.0.1", "--port", str(self.port)]
+        if self.args.model != "DEFAULT":
+            app += ["--model", self.args.model]
+        if self.args.threads:
+            app += ["--threads", str(self.args.threads)]
         if self.args.status_reads_per_s is not None:
             app += ["--status-reads-per-s", str(self.args.status_reads_per_s)]
         with open(self.tmp / "app.log", "wb") as out:
@@ -146,7 +154,10 @@ def run(servers: Servers, args, kind: str) -> dict:
         gen_id = client.post("/api/generations", json=body).raise_for_status().json()["id"]
         started = time.monotonic()
         stop = threading.Event()
-        tallies = [Tally() for _ in range(args.pollers if kind != "none" else 0)]
+        watching = contextlib.ExitStack()
+        if kind == "browser":
+            watching.enter_context(browser_pages(url, args.pollers))
+        tallies = [Tally() for _ in range(args.pollers if kind not in ("none", "browser") else 0)]
         pollers = [threading.Thread(target=poll, args=(url, gen_id, kind, stop, tally, f"127.0.0.{2 + i}"))
                    for i, tally in enumerate(tallies)]
         for t in pollers:
@@ -158,6 +169,7 @@ def run(servers: Servers, args, kind: str) -> dict:
                 client.post(f"/api/generations/{gen_id}/cancel")
             time.sleep(0.5)  # well within the per-address limit (this client is 127.0.0.1)
         stop.set()
+        watching.close()
         wall = time.monotonic() - started
         for t in pollers:
             t.join()
@@ -178,6 +190,23 @@ def run(servers: Servers, args, kind: str) -> dict:
         "server_cpu_ms_per_request": (1000 * server_cpu / (len(all_ms) + len(refused_ms))
                                       if server_cpu is not None and all_ms else None),
     }
+
+
+@contextlib.contextmanager
+def browser_pages(url: str, count: int):
+    """`count` pages of the app in a headless Debian Chromium, each on the Write tab (which follows the draft
+    being written); the pages keep redrawing on their own while this process waits."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path="/usr/bin/chromium",
+                                             args=["--no-sandbox", "--disable-gpu", "--no-first-run"])
+        try:
+            for _ in range(count):
+                browser.new_page(viewport={"width": 1280, "height": 900}).goto(url)
+            yield
+        finally:
+            browser.close()
 
 
 class Tally:

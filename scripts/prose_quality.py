@@ -46,6 +46,14 @@ CANDIDATES = {
                                          dry_multiplier=0.8),
     "T1 min-p0.1 θ1.1/256 DRY0.8/2048": dict(temperature=1.0, min_p=0.1, penalty=1.1, penalty_length=256,
                                               dry_multiplier=0.8, dry_range=2048),
+    "T0.8 min-p0.1 θ1.1/256 DRY0.8": dict(temperature=0.8, min_p=0.1, penalty=1.1, penalty_length=256,
+                                          dry_multiplier=0.8),
+    "T0.9 min-p0.1 θ1.1/256 DRY0.8": dict(temperature=0.9, min_p=0.1, penalty=1.1, penalty_length=256,
+                                          dry_multiplier=0.8),
+    "T1 min-p0.15 θ1.1/256 DRY0.8": dict(temperature=1.0, min_p=0.15, penalty=1.1, penalty_length=256,
+                                         dry_multiplier=0.8),
+    "T1 min-p0.2 θ1.1/256 DRY0.8": dict(temperature=1.0, min_p=0.2, penalty=1.1, penalty_length=256,
+                                        dry_multiplier=0.8),
 }
 
 

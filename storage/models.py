@@ -33,6 +33,8 @@ NAMING = {
 }
 
 FINISHED = ("done", "cancelled", "failed")
+# A session is a writer's book, or the Compare tab's runs of one comparison (kept out of the Library).
+BOOK, COMPARISON = "book", "comparison"
 
 
 class Base(DeclarativeBase):
@@ -46,6 +48,7 @@ class SessionRow(Base):
     id: Mapped[int] = mapped_column(primary_key=True)
     title: Mapped[str] = mapped_column(String(500))
     author: Mapped[str] = mapped_column(String(500), default="")
+    kind: Mapped[str] = mapped_column(String(20), default=BOOK, server_default=BOOK)
     created_at: Mapped[datetime] = mapped_column(DateTime)
     updated_at: Mapped[datetime] = mapped_column(DateTime)
 

@@ -14,7 +14,9 @@ import re
 
 OPENING, MODEL, EDIT = "opening", "ai", "edit"
 Spans = list[tuple[str, int]]
-WORD = re.compile(r"\s+|\S+")
+# Words, spaces and each punctuation mark apart: a word changed is marked alone, never with the comma after it
+# or the words around it.
+WORD = re.compile(r"\s+|\w+|[^\w\s]")
 
 
 def parse(stored: str | None, prompt_text: str) -> Spans:

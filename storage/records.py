@@ -67,6 +67,7 @@ class SessionRecord:
     author: str
     created_at: datetime
     updated_at: datetime
+    kind: str = "book"  # storage.models.BOOK or COMPARISON
 
 
 @dataclass(frozen=True)
@@ -113,6 +114,7 @@ class Job:
     elapsed_s: float
     memory: str = ""
     authors_note: str = ""
+    instruction: str | None = None  # an instruction draft's: prompt_text starts with it, its story so far follows
 
 
 @dataclass(frozen=True)

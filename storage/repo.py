@@ -19,9 +19,9 @@ from sqlalchemy.orm import Session
 
 from storage import provenance
 from storage.clock import lease_now
-from storage.drafts import DraftVerbs
+from storage.drafts import DraftVerbs, instruction_of
 from storage.errors import Conflict, NotFound, StoreError
-from storage.models import FINISHED, ChunkRow, GenerationRow, MetricRow, SessionRow
+from storage.models import BOOK, FINISHED, ChunkRow, GenerationRow, MetricRow, SessionRow
 from storage.records import (
     ChunkRecord,
     GenerationRecord,
@@ -88,9 +88,9 @@ class Store(DraftVerbs, WorkerVerbs):
 
     # --- books ---------------------------------------------------------------------------------------
 
-    def create_session(self, title: str = "Untitled", author: str = "") -> SessionRecord:
+    def create_session(self, title: str = "Untitled", author: str = "", kind: str = BOOK) -> SessionRecord:
         with self._write() as s:
-            row = SessionRow(title=title, author=author, created_at=utcnow(), updated_at=utcnow())
+            row = SessionRow(title=title, author=author, kind=kind, created_at=utcnow(), updated_at=utcnow())
             s.add(row)
             s.flush()
             return from_row(SessionRecord, row)
@@ -114,9 +114,10 @@ class Store(DraftVerbs, WorkerVerbs):
         with self._read() as s:
             return from_row(SessionRecord, _get(s, SessionRow, session_id, "session"))
 
-    def list_sessions(self) -> list[SessionRecord]:
+    def list_sessions(self, kind: str = BOOK) -> list[SessionRecord]:
+        query = select(SessionRow).where(SessionRow.kind == kind)
         with self._read() as s:
-            rows = s.scalars(select(SessionRow).order_by(SessionRow.updated_at.desc(), SessionRow.id.desc()))
+            rows = s.scalars(query.order_by(SessionRow.updated_at.desc(), SessionRow.id.desc()))
             return [from_row(SessionRecord, r) for r in rows]
 
     def draft_counts(self) -> dict[int, int]:
@@ -203,7 +204,7 @@ class Store(DraftVerbs, WorkerVerbs):
             row.owner, row.owner_host, row.owner_pid = owner.token, owner.host, owner.pid
             row.started_at = row.started_at or utcnow()
             ids = unpack_ids(row.prompt_ids) if row.prompt_ids is not None else None
-            return from_row(Job, row, prompt_ids=ids)
+            return from_row(Job, row, prompt_ids=ids, instruction=instruction_of(row))
 
     def queue_length(self) -> int:
         with self._read() as s:

@@ -321,10 +321,12 @@ def check_docx(data: bytes, title: str, author: str) -> None:
 def test_health_reports_the_worker_and_queue(client, store):
     assert client.get("/api/health").json()["load_status"] == "no worker"
     store.register_worker(Owner.here("gpu0"))
-    store.report_model("gpu0", ModelSpec("stories", None, "cuda", "bfloat16"), "ready", max_context=4096)
+    store.report_model("gpu0", ModelSpec("stories", None, "cuda", "bfloat16"), "ready", max_context=4096,
+                       heads_info="decoding path: sdpa (passed its self-test); not flex: RuntimeError: boom")
     client.post("/api/generations", json=GOOD)
     health = client.get("/api/health").json()
     assert (health["model"], health["device"], health["queue_length"]) == ("stories", "cuda", 1)
+    assert health["model_info"].startswith("decoding path: sdpa (passed its self-test); not flex")
     assert 0 <= health["worker_heartbeat_age_s"] < 5
 
 
@@ -467,10 +469,10 @@ def test_prompt_format_and_end_of_text_ban_reach_the_stored_settings(client, sto
         return Settings.from_json(store.get_generation(response.json()["id"], with_text=False).settings_json)
 
     short = stored(GOOD)
-    assert short.prompt_format == "continue" and not short.ban_eos
+    assert short.prompt_format == "continue" and short.ban_eos  # the one rule: a draft reaches its length
     long = stored({**GOOD, "max_new_tokens": 5000, "prompt_format": "instruction"})
-    assert long.prompt_format == "instruction" and long.ban_eos  # long drafts keep writing unless told
-    told = stored({**GOOD, "max_new_tokens": 5000, "settings": {"ban_eos": False}})
+    assert long.prompt_format == "instruction" and long.ban_eos
+    told = stored({**GOOD, "settings": {"ban_eos": False}})
     assert not told.ban_eos
     response = client.post("/api/generations", json={**GOOD, "prompt_format": "sonnet"})
     assert response.status_code == 422 and response.json()["detail"][0]["msg"].startswith("prompt_format: ")
@@ -482,11 +484,42 @@ def test_write_form_maps_prompt_format_and_end_of_text_both_ways():
     settings = SettingsForm(target=5000, prompt_format="Follow my instruction").to_settings()
     assert settings.prompt_format == "instruction" and settings.ban_eos
     assert not SettingsForm(target=5000, past_eos="Stop there").to_settings().ban_eos
-    assert SettingsForm(target=500, past_eos="Keep writing").to_settings().ban_eos
     for form in (SettingsForm(target=5000, prompt_format="Follow my instruction"),
                  SettingsForm(target=500, past_eos="Keep writing"), SettingsForm(target=5000, past_eos="Stop there")):
         back = form_from_settings(form.to_settings())
         assert (back.prompt_format, back.past_eos) == (form.prompt_format, form.past_eos)
+
+
+def test_one_end_of_text_rule_whatever_the_length_for_write_compare_api_and_cli():
+    """It used to ban end-of-text only above 3,000 tokens: a 500-token comparison stopped where the model
+    ended the text while a 5,000-token draft went on, and the command line never banned it."""
+    from tokenswift.cli import build_parser
+    from ui.api import GenerationIn, to_settings
+    from ui.compare import queue_runs
+    from ui.forms import DEFAULTS, SAMPLERS, SettingsForm
+
+    write = [SettingsForm(target=n).to_settings().ban_eos for n in (100, 500, 3000, 3001, 50_000)]
+    api = [to_settings(GenerationIn(prompt="x", max_new_tokens=n)).ban_eos for n in (100, 5000)]
+    cli = build_parser().parse_args(["generate", "--prompt", "x", "--max-new-tokens", "100"]).ban_eos
+    assert set(write) == set(api) == {cli} == {True}
+    assert not build_parser().parse_args(["generate", "--prompt", "x", "--max-new-tokens", "9", "--no-ban-eos"]).ban_eos
+
+    class Queue:  # records what Compare would queue
+        def __init__(self):
+            self.settings = []
+
+        def create_session(self, *args, **kwargs):
+            return type("Book", (), {"id": 1})()
+
+        def enqueue_generation(self, prompt, settings, **kwargs):
+            self.settings.append(settings)
+            return type("Gen", (), {"id": len(self.settings)})()
+
+    queue = Queue()
+    column = [DEFAULTS["theta"], DEFAULTS["window"], DEFAULTS["k"], DEFAULTS["sampler"],
+              SAMPLERS[DEFAULTS["sampler"]][1], "fused"]
+    queue_runs(queue, "x", 0, 500, 1.0, 1, column)
+    assert [s.ban_eos for s in queue.settings] == [True, True]  # the column and its AR twin
 
 
 def running(client, store) -> tuple[int, Owner]:

@@ -181,6 +181,7 @@ def test_bench(capsys, stories_path, tmp_path):
     assert len(data["distinct"]) == 4 and data["settings"]["ignore_eos"] is True
     assert data["settings"]["penalty"] == 1.2 and data["settings"]["ngram_topk"] == 8
     assert (data["dtype"], data["new_tokens"]) == ("float64", 96)
+    assert data["path"] == "eager passes" and data["capture_s"] == 0.0  # no --fast: no passes to capture
     assert "speed-up" in capsys.readouterr().out
     code, err = run_main(capsys, "bench", "--model", str(stories_path), "--prompt", "Once", "--max-new-tokens", "8",
                          "--slice-tokens", "0")

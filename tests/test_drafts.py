@@ -40,8 +40,25 @@ def test_an_edit_is_a_new_revision_and_the_original_stays(store):
     pieces = store.text_sources(revision.id)
     assert "".join(text for _, text in pieces) == edited
     assert pieces[0] == ("opening", OPENING)
-    assert ("edit", "old harbour.") in pieces and ("edit", "\nThen it rained.") in pieces
-    assert ("ai", " He ran to the ") in pieces and ("ai", " The sun was hot.") in pieces
+    assert ("edit", "old harbour") in pieces and ("edit", "\nThen it rained.") in pieces
+    assert ("ai", " He ran to the ") in pieces and ("ai", ". The sun was hot.") in pieces
+
+
+def test_only_the_changed_words_of_a_paragraph_are_marked():
+    """One word changed in a long paragraph marks that word: not the paragraph, nor the punctuation or the
+    unchanged word that a changed word ran into."""
+    from storage import provenance
+
+    paragraph = " ".join(f"The boat number {i} came home, late, to the quiet harbour." for i in range(60))
+    old = f"{OPENING}\n{paragraph}\nThe end."
+    spans = [(provenance.OPENING, len(OPENING)), (provenance.MODEL, len(old) - len(OPENING))]
+
+    def marked(new: str) -> list[str]:
+        return [t for s, t in provenance.pieces(new, provenance.after_edit(old, spans, new)) if s == provenance.EDIT]
+
+    assert marked(old.replace("number 30 came home,", "number 30 sailed home,")) == ["sailed"]
+    assert marked(old.replace("number 7 came home, late,", "number 7 came home, very late,")) == [" very"]
+    assert marked(old.replace("The end.", "The end and the rain.")) == [" and the rain"]
 
 
 def test_edits_are_refused_while_writing_and_when_empty_or_unchanged(store):
@@ -74,6 +91,23 @@ def test_the_draft_to_offer_and_the_book_last_worked_on(store):
     assert store.last_worked_book() == harbour.id
     queued = store.enqueue_generation(OPENING, Settings(max_new_tokens=5), session_id=harbour.id)
     assert store.resumable().id == queued.id  # one being written (or next in line) comes first
+
+
+def test_comparison_runs_stay_out_of_the_writers_books(store):
+    """After a comparison the Library opened on its session and a Title/Author edit landed on it; a page load
+    offered its running run to the Write tab."""
+    from storage.models import COMPARISON
+
+    harbour = store.create_session("The Harbour")
+    stopped(store, " text", "done", book=harbour.id)
+    compare = store.create_session("Compare: The storm…", kind=COMPARISON)
+    stopped(store, " run", "done", book=compare.id)
+    running = store.enqueue_generation(OPENING, Settings(max_new_tokens=5), session_id=compare.id)
+    assert [b.id for b in store.list_sessions()] == [harbour.id]
+    assert [b.id for b in store.list_sessions(COMPARISON)] == [compare.id]
+    assert store.last_worked_book() == harbour.id
+    assert store.resumable() is None  # a comparison's queued run is not the writer's draft
+    assert store.get_generation(running.id, with_text=False).session_id == compare.id
 
 
 def test_tokenswift_after_an_edit_equals_plain_decoding_from_the_edited_text(store, stories64):

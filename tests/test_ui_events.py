@@ -177,7 +177,7 @@ def test_one_login_guards_ui_and_api(app):
 ])
 def test_start_rejects_bad_input_readably(ui, change, message):
     # + prompt format, past end-of-text, past the context, Memory, Author's Note
-    args = ["Title", "Once upon a time", *FORM, "Continue my text", "Auto", "Shift", "", ""]
+    args = ["Title", "Once upon a time", *FORM, "Continue my text", "Keep writing", "Shift", "", ""]
     for index, new in change.items():
         args[index] = new
     status = ui("/write_start", *args)["Write status"]
@@ -191,7 +191,7 @@ def test_write_pause_resume_stop_continue(ui):
     assert "no draft is open" in ui("/write_pause")["Write status"]
 
     out = ui("/write_start", "Pause test", "Once upon a time", "TokenSwift", 3000, *FORM[2:], "Continue my text",
-             "Auto", "Shift", "Max is a dog.", "Rain.")
+             "Keep writing", "Shift", "Max is a dog.", "Rain.")
     assert "Queued" in out["Write status"] or "Writing" in out["Write status"]
     out = ui.until("/write_tick", lambda o: value(o["Draft (live: last 6,000 characters)"]))
     out = ui.settle(ui("/write_pause"), lambda o: "Paused" in (o["Write status"] or ""))
@@ -216,7 +216,7 @@ def test_write_pause_resume_stop_continue(ui):
     assert "Draft #" in out["Write status"]
     out = ui.until("/write_tick", lambda o: "Done" in (o["Write status"] or ""))
     assert "200 / 200 tokens" in out["Write status"]
-    refused = ui("/write_continue", "TokenSwift", 40_000, *FORM[2:], "Continue my text", "Auto", "Refuse")
+    refused = ui("/write_continue", "TokenSwift", 40_000, *FORM[2:], "Continue my text", "Keep writing", "Refuse")
     assert refused["Write status"].count("context") == 1  # context shifting off: the old refusal
 
     fresh = ui("/write_new_book")
@@ -285,6 +285,43 @@ def test_edit_and_continue(ui):
     assert "not an edit" in ui("/write_restore")["Write status"]
 
 
+def test_what_the_model_sees(ui):
+    """The context of the next token, with Memory, Author's Note and the text shifted out of view marked."""
+    assert "Open a draft first" in ui("/write_seen")["What the model sees"]
+    ui("/write_start", "Seen", "Once upon a time", "TokenSwift", 700, *FORM[2:], "Continue my text", "Keep writing",
+       "Shift", "Max is a dog.", "Rain falls.")
+    ui.until("/write_tick", lambda o: "Done" in (o["Write status"] or ""), 120)
+    seen = ui("/write_seen")["What the model sees"]
+    assert re.search(r'<span class="ts-seen-memory"[^>]*> ?Max is a dog\.', seen)  # SentencePiece's space
+    assert re.search(r'<span class="ts-seen-note"[^>]*>\s*\[Author&#x27;s note: Rain falls\.\]', seen)
+    assert "0 earlier tokens shifted out" in seen and "ts-seen-shifted" not in seen  # 700 of 32,768 tokens
+    assert ui("/write_new_book")["What the model sees"] == ""  # another draft: the view does not linger
+
+
+def test_what_the_model_sees_marks_the_text_shifted_out(tmp_path):
+    from storage import open_store
+    from storage.records import ModelSpec, Owner, Progress
+    from tokenswift.settings import Settings
+    from ui import seen
+    from ui.tokens import PromptTokens
+
+    model = str(need_shared())
+    store = open_store(f"sqlite:///{tmp_path / 'studio.db'}")
+    store.set_desired_model(ModelSpec(model, None, "cpu", "float32"))
+    settings = Settings(max_new_tokens=300, context_window=64, shift_step=16, note_depth=8)
+    gen = store.enqueue_generation("Once upon a time", settings, memory="Max is a dog.", authors_note="Rain.")
+    owner = Owner.here("w")
+    store.claim_next(owner)
+    store.record_start(gen.id, owner, [1, 400, 401], model, None)
+    store.append_progress(gen.id, owner, Progress(list(range(300, 500)), "", 1.0), finish="paused")
+    view = seen.context_html(store, PromptTokens(store), gen.id)
+    shifted = re.search(r'<span class="ts-seen-shifted"[^>]*>([^<]*)</span>', view).group(1)
+    assert shifted.startswith("[") and "tokens no longer in view, ending:] …" in shifted
+    in_view = int(re.search(r"<b>([\d,]+) tokens in view", view).group(1).replace(",", ""))
+    assert 48 <= in_view <= 64 and "ts-seen-memory" in view and "Author&#x27;s note: Rain." in view
+    store.close()
+
+
 def test_compare_two_columns(ui, app):
     columns = [1.2, 1024, 20, "top-p", 0.9, "fused", 1.2, 1024, 4, "top-p", 0.9, "paper",
                1.0, 1024, 20, "top-p", 0.9, "fused", 1.2, 1024, 20, "min-p", 0.05, "fused"]
@@ -301,19 +338,26 @@ def test_compare_two_columns(ui, app):
     # A, B and one shared AR twin (they differ only in k and the drafter)
     assert "0 of 3 runs done" in out["Compare status"]
     out = ui.until("/compare_tick", lambda o: "3 of 3 runs done" in (o["Compare status"] or ""), 90)
-    table = out["Results (α, β and speed from the worker's metrics; Distinct-n over token ids)"]
+    table = out["Results (speed from the worker's measurements; variety over the tokens written)"]
+    assert not any(symbol in " ".join(table["headers"]) for symbol in ("α", "β", "Distinct"))  # plain words
     rows = {row[0]: row for row in table["data"]}
     assert rows["A"][1].startswith("✔ identical") and rows["B"][1].startswith("✔ identical")
-    assert "AR twin of A, B" in rows
-    assert all(0 < float(rows["A"][i]) <= 1 for i in range(9, 13))  # Distinct-1..4
+    assert "Plain decoding of A, B" in rows
+    assert rows["A"][2] == "done" and rows["A"][3] == 150  # one end-of-text rule: every run reaches its length
+    assert all(0 < float(rows["A"][i]) <= 1 for i in range(9, 13))  # variety of 1..4-grams
     a, b = out["Column A"], out["Column B"]
-    assert a["label"].startswith("A · θ 1.2 · W 1024 · k 20") and b["label"].startswith("B · θ 1.2 · W 1024 · k 4")
+    assert a["label"].startswith("A · penalty 1.2 · window 1024 · 20 phrase guesses")
+    assert b["label"].startswith("B · penalty 1.2 · window 1024 · 4 phrase guesses")
     assert a["label"].endswith("fused drafter") and b["label"].endswith("paper drafter")
     assert value(a) and value(a) == value(b)  # k and the drafter change the speed, never the text
 
     remembered = next(v for v in out.values() if isinstance(v, dict) and "ts_ids" in v)  # the BrowserState
     restored = UI(app, auth=AUTH)("/compare_restore", remembered)  # a reopened tab
     assert "3 of 3 runs done" in restored["Compare status"] and value(restored["Column A"]) == value(a)
+    # The comparison's runs stay with it: the Library opens on (and renames) the writer's book, not on them.
+    library = ui("/library_refresh", None)
+    assert library["Title"] and not library["Title"].startswith("Compare:")
+    assert not any("Compare:" in label for label, _ in library["Book"]["choices"])
 
 
 def test_library(ui):
@@ -345,7 +389,7 @@ def test_library(ui):
     assert f"Draft #{gen_id}" in opened["Write status"] and opened["Book title"] == "The Archive"
     cont = ui("/library_continue", gen_id, 100)
     assert "Draft #" in cont["Write status"] and f"Draft #{gen_id}" not in cont["Write status"]
-    assert "Continue by" in ui("/library_continue", gen_id, 0)["Library status"]
+    assert "Target length" in ui("/library_continue", gen_id, 0)["Library status"]  # as the Write tab names it
     ui.until("/write_tick", lambda o: "Done" in (o["Write status"] or ""))
 
     assert "choose a draft first" in ui("/library_ask_delete_draft", book_id, None)["Library status"]
@@ -379,11 +423,12 @@ def test_model_tab(ui, tmp_path):
     filled = ui("/model_refresh")
     assert filled["Model directory or hub id"].endswith("stories260k") and filled["Device"] == "cpu"
     msg = ui("/model_apply", str(tmp_path / "nope"), "", "cpu", "float32")["Model message"]
-    assert "no directory" in msg
-    msg = ui("/model_apply", "someone/not-cached-model", "", "cpu", "float32")["Model message"]
-    assert "not in the local Hugging Face cache" in msg and "HF_HUB_OFFLINE=1" in msg
+    assert "there is no folder or .gguf file" in msg
+    refused = ui("/model_apply", "someone/not-cached-model", "", "cpu", "float32")
+    assert "is not downloaded on this computer" in refused["Model message"]
+    assert "ready" in refused["Model details"] and "Saved choice" not in refused["Model details"]  # kept
     assert "Device" in ui("/model_apply", str(need_shared()), "", "gpu", "float32")["Model message"]
-    assert "config.json" in ui("/model_apply", str(tmp_path), "", "cpu", "float32")["Model message"]
+    assert "has no config.json" in ui("/model_apply", str(tmp_path), "", "cpu", "float32")["Model message"]
     assert "q4 runs a .gguf file" in ui("/model_apply", str(need_shared()), "", "cpu", "q4")["Model message"]
     ok = ui("/model_apply", str(need_shared()), "", "cpu", "float32")
     assert "the worker loads it" in ok["Model message"] and "stories260k" in ok["Model details"]
@@ -403,7 +448,7 @@ def test_no_worker_yet_the_model_is_saved_and_prompts_are_checked(tmp_path):
         assert "No books yet" in ui("/library_refresh", None)["Library hint"]
 
         too_long = ui("/write_start", "Later", "Once upon a time", "TokenSwift", 32_765, *FORM[2:],
-                      "Continue my text", "Auto", "Refuse")["Write status"]
+                      "Continue my text", "Keep writing", "Refuse")["Write status"]
         assert "prompt (5 tokens) + max_new_tokens (32,765) exceed the model's context of 32,768" in too_long
         queued = ui("/write_start", "Later", "Once upon a time", *FORM)["Write status"]
         assert "Queued" in queued and "no worker is running" in queued
@@ -465,25 +510,76 @@ def test_context_shift_choice_and_the_context_line():
     assert "context: memory 180 + last 7,800 tokens" in views.progress_line(record, 40, point)
 
 
-def test_speed_in_plain_words():
+def _record(**changes):
     from dataclasses import replace
 
-    from storage.records import GenerationRecord, MetricPoint
+    from storage.records import GenerationRecord
 
     record = GenerationRecord(1, 1, None, "Once", None, None, "tokenswift", 0, "{}", 100, "running", None, 50,
                               None, None, None, 0.0, None, None, None, None)
-    faster = MetricPoint(tokens=4000, elapsed_s=400.0, alpha=0.4, time_saved_s=180.0, plain_share=0.1)
-    assert views.speed_words(record, faster) == ("TokenSwift: **1.4×** plain decoding on this draft, "
-                                                 "**3 min saved**.")
-    plain_gear = replace(faster, time_saved_s=-2.0, plain_share=0.9)
-    assert "plain steps are faster for this model, so the engine is taking them" in views.speed_words(
-        record, plain_gear)
-    behind = replace(faster, time_saved_s=-30.0, alpha=0.05, plain_share=0.0)
-    line = views.speed_words(record, behind)
-    assert "0.93× plain decoding so far, 30 s behind" in line and "α 5%" in line
-    assert "measuring" in views.speed_words(record, None)
-    assert views.speed_words(replace(record, status="done"), None) == ""  # e.g. a writer's edit: nothing timed
-    assert "AR mode" in views.speed_words(replace(record, mode="ar"), faster)
+    return replace(record, **changes)
+
+
+def test_speed_line_is_final_when_finished_and_claims_nothing_untimed():
+    """It said "so far" on a finished draft, changed its whole sentence from one update to the next, and
+    counted time saved before any plain step had been timed in the run."""
+    from dataclasses import replace
+
+    from storage.records import MetricPoint
+
+    record = _record()
+    faster = MetricPoint(tokens=4000, elapsed_s=400.0, alpha=0.4, time_saved_s=180.0, plain_share=0.1,
+                         ar_latency_s=0.145)
+    assert views.speed_words(record, [faster]) == "TokenSwift so far: **1.45×** plain decoding, **3 min saved**."
+    done = views.speed_words(replace(record, status="done"), [faster])
+    assert done == ("TokenSwift on this draft (4,000 tokens in 6 min): **1.45×** plain decoding, **3 min saved**.")
+    assert "so far" not in done
+    assert "up to the pause" in views.speed_words(replace(record, status="paused"), [faster])
+    untimed = replace(faster, ar_latency_s=0.0, time_saved_s=0.0)  # a fresh run: no plain step timed yet
+    assert "timing plain decoding" in views.speed_words(record, [untimed])
+    # A resumed run before its first plain step keeps the figures measured so far (the line does not flicker).
+    assert views.speed_words(record, [faster, replace(untimed, tokens=4100)]) == views.speed_words(record, [faster])
+    lines = [views.speed_words(record, [replace(faster, time_saved_s=s)]) for s in (-30.0, -2.0, 0.0, 30.0, 180.0)]
+    assert all(line.startswith("TokenSwift so far: **") and "×** plain decoding, " in line for line in lines)
+    behind = views.speed_words(record, [replace(faster, time_saved_s=-30.0, alpha=0.05)])
+    assert "0.93×" in behind and "30 s behind" in behind and "5% of its guesses" in behind and "α" not in behind
+    plain_gear = views.speed_words(record, [replace(faster, time_saved_s=-2.0, plain_share=0.9)])
+    assert "plain steps are faster for this model here" in plain_gear.lower()
+    assert views.speed_words(replace(record, status="done"), []) == ""  # e.g. a writer's edit: nothing timed
+    assert "AR mode" in views.speed_words(replace(record, mode="ar"), [faster])
+
+
+def test_why_a_run_ended_early():
+    assert views.why_ended(_record(status="done", finish_reason="eos", produced_tokens=164, target_tokens=500)) == (
+        "the model ended the text at 164 tokens")
+    assert views.why_ended(_record(status="done", finish_reason="length", produced_tokens=500,
+                                   target_tokens=500)) == ""
+    assert views.why_ended(_record(status="cancelled", produced_tokens=12)) == "stopped by you at 12 tokens"
+    assert views.why_ended(_record(status="running")) == ""
+    line = views.progress_line(_record(status="done", finish_reason="eos", produced_tokens=164, target_tokens=500),
+                               120, None)
+    assert "Done** (the model ended the text at 164 tokens)" in line
+
+
+def test_compare_and_charts_name_each_side_in_plain_words():
+    from storage.records import MetricPoint
+    from ui import charts, compare
+    from ui.live import Watch
+
+    assert not any(symbol in " ".join(compare.HEADERS) for symbol in ("α", "β", "Distinct"))
+    assert all(header in compare.TIPS for header in compare.HEADERS[4:13] if header != "Tokens/s")
+    assert compare.TIPS["Guesses accepted"].startswith("α") and compare.TIPS["Reused from the text"].startswith("β")
+    points = [MetricPoint(tokens=t, elapsed_s=1.0, alpha=0.3, beta=0.1, ngram_hits=t, tokens_per_s=9.0)
+              for t in (100, 200)]
+    for chart in (charts.alpha_chart, charts.ngram_chart, charts.speed_chart):
+        figure = chart([("A TokenSwift", points), ("A, B plain", points)]).to_dict()["layout"]
+        assert not any(symbol in figure["title"]["text"] for symbol in ("α", "β"))
+        # The legend sits under the plot: above it, the legend of several runs ran into the title.
+        assert figure["legend"]["y"] < 0 and figure["legend"]["yanchor"] == "top"
+    watches = {gid: Watch(gid, None, points=points) for gid in (1, 2, 3)}
+    ts, plain = compare.chart_series(compare.Runs(["A", "B"], ["", ""], [1, 2], [3, 3], watches))
+    speed = charts.speed_chart(ts + plain).to_dict()["data"]
+    assert [t["name"] for t in speed] == ["A TokenSwift", "B TokenSwift", "A, B plain"]  # it said "AR" for each
 
 
 def test_banner_without_worker_says_what_to_do():
@@ -496,3 +592,57 @@ def test_banner_without_worker_says_what_to_do():
     assert "--no-worker" in saved and "it loads **stories260k** (saved in the Model tab)" in saved
     details = views.model_details([], ModelSpec("org/name", None, "cuda", "bfloat16"), 2)
     assert "Saved choice: `org/name` (cuda/bfloat16)" in details and "2 drafts waiting" in details
+
+
+def test_a_failed_load_is_told_plainly_and_points_at_the_default_model():
+    """The banner showed the loader's exception in red and advised the 260K-parameter test model."""
+    from storage.records import ModelSpec, WorkerStatus, utcnow
+
+    error = "ModelLoadError: model 'org/name' not found: OSError(2, 'No such file')"
+    worker = WorkerStatus("w", "host", 1, utcnow(), utcnow(), "org/name", None, "cpu", "float32", "failed", error,
+                          None, None, None)
+    banner = views.model_banner([worker], ModelSpec("org/name"), "")
+    assert "org/name could not be loaded" in banner and "Default model" in banner
+    assert "OSError" not in banner and "stories260k" not in banner and "260K" not in banner
+    assert "not found: OSError" in views.model_details([worker], ModelSpec("org/name"), 0)  # the reason: Model tab
+
+
+def test_a_model_that_cannot_load_is_refused_before_anything_changes(tmp_path, monkeypatch):
+    """A hub id that was not downloaded used to be saved (the worker unloaded the working model and failed, and
+    the banner advised the 260K test model). Now it is refused here, offline, with one sentence on how to get
+    it, and Default model is offered."""
+    import gradio as gr
+    import huggingface_hub.constants
+
+    from storage import open_store
+    from storage.records import ModelSpec
+    from tokenswift.default_model import default_model_path
+    from ui import model
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hub"))  # an empty cache
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)  # online: it used to say "the worker will download it"
+    store = open_store(f"sqlite:///{tmp_path / 'studio.db'}")
+    working = ModelSpec(str(need_shared()), None, "cpu", "float32")
+    store.set_desired_model(working)
+    with gr.Blocks() as blocks, gr.Tab("Model") as tab:
+        parts = model.build()
+        model.wire(parts, store, tab)
+    handler = {f.api_name: f.fn for f in blocks.fns.values()}
+    parts_of = {parts.message: "message", parts.model: "model"}
+
+    def call(name, *args):
+        return {parts_of[k]: v for k, v in handler[name](*args).items() if k in parts_of}
+
+    refused = call("model_apply", "someone/not-downloaded", "", "cpu", "float32")["message"]
+    assert "is not downloaded on this computer" in refused
+    assert "huggingface-cli download someone/not-downloaded" in refused
+    (tmp_path / "half").mkdir()
+    (tmp_path / "half" / "config.json").write_text("{}")
+    assert "has no weights and no tokenizer files" in call("model_apply", str(tmp_path / "half"), "", "cpu",
+                                                           "float32")["message"]
+    assert store.desired_model() == working  # nothing saved: the worker keeps the model it has
+    chosen = call("model_default", "cpu", "bfloat16")
+    assert chosen["model"] == str(default_model_path()) == store.desired_model().model
+    for text in (model.HELP, views.HOW_TO_POINT, parts.model.placeholder, refused, chosen["message"]):
+        assert "stories260k" not in text and "260K" not in text
+    store.close()

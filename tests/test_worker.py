@@ -443,3 +443,107 @@ def test_a_finished_job_frees_its_engine_without_waiting_for_a_garbage_collectio
     finally:
         gc.enable()
         store.close()
+
+
+class FailsAfter:
+    """FastOptions.attention_factory: the real kernels, raising once `calls` passes have been prepared."""
+
+    def __init__(self, calls: int, message: str = "injected kernel failure"):
+        self.left, self.message = calls, message
+
+    def __call__(self, kind, model, visible, span):
+        from tokenswift.attention import make_attention
+
+        inner, faults = make_attention(kind, model, visible, span), self
+
+        class Kernel:
+            def prepare(self):
+                faults.left -= 1
+                if faults.left < 0:
+                    raise RuntimeError(faults.message)
+                inner.prepare()
+
+            def __call__(self, q, k, v):
+                return inner(q, k, v)
+
+        return Kernel()
+
+
+def test_a_fast_path_failing_mid_job_requeues_it_on_the_next_path_down(tmp_path, stories64, stories_path):
+    """The job is handed back from its last saved token, the worker falls back (stories260k: SDPA, then the eager
+    passes) and says so in its model notice, and the next run finishes the job with the uninterrupted run's ids."""
+    from tokenswift.fastpath import FastOptions
+    from tokenswift.options import EngineOptions, PathChoice
+    from worker.loop import Worker
+
+    url = f"sqlite:///{tmp_path / 'studio.db'}"
+    store = open_store(url)
+    settings = SHORT.replace(max_new_tokens=60)
+    gen_id = store.enqueue_generation(PROMPT, settings).id
+    worker = Worker(store, WorkerConfig(db=url, device="cpu", dtype="float64", flush_s=0.0, flush_tokens=8))
+    store.register_worker(worker.owner)
+    spec = ModelSpec(str(stories_path), None, "cpu", "float64")
+    worker.holder.ensure(spec)
+    failing = FastOptions(attention="sdpa", attention_factory=FailsAfter(30))
+    worker.holder.options = EngineOptions(fast=failing, choice=PathChoice("sdpa"))
+    try:
+        with one_torch_thread():
+            worker._run(store.claim_next(worker.owner))
+            job = store.get_generation(gen_id, with_text=False)
+            assert job.status == "queued" and 0 < job.produced_tokens < 60
+            assert worker.holder.options.fast is None
+            assert worker.holder.options.choice.describe() == ("eager passes; not sdpa: failed mid-job (the fast "
+                                                               "path's sdpa attention failed: RuntimeError: "
+                                                               "injected kernel failure)")
+            worker._run(store.claim_next(worker.owner))
+        assert store.get_generation(gen_id, with_text=False).status == "done"
+        assert store.get_tokens(gen_id).generated_ids == reference_ids(stories64, settings)
+    finally:
+        store.close()
+
+
+def test_a_sticky_device_error_hands_the_job_back_and_ends_the_worker(tmp_path, stories_path):
+    """After a CUDA error that leaves the device unusable (raised here by an injected kernel), the worker hands the
+    job back from its saved tokens, touches the device no more, and stops: a new process (the app's supervisor
+    starts one) resumes the job."""
+    from tokenswift.fastpath import FastOptions
+    from tokenswift.options import EngineOptions
+    from worker.loop import Worker
+
+    url = f"sqlite:///{tmp_path / 'studio.db'}"
+    store = open_store(url)
+    gen_id = store.enqueue_generation(PROMPT, SHORT.replace(max_new_tokens=60)).id
+    worker = Worker(store, WorkerConfig(db=url, device="cpu", dtype="float64", flush_s=0.0, flush_tokens=8))
+    worker.holder.ensure(ModelSpec(str(stories_path), None, "cpu", "float64"))
+    sticky = FailsAfter(30, "CUDA error: an illegal memory access was encountered")
+    worker.holder.options = options = EngineOptions(fast=FastOptions(attention="sdpa", attention_factory=sticky))
+    try:
+        with one_torch_thread():
+            worker._run(store.claim_next(worker.owner))
+        job = store.get_generation(gen_id, with_text=False)
+        assert job.status == "queued" and 0 < job.produced_tokens < 60 and job.error is None
+        assert worker.stopping() and "illegal memory access" in worker.device_lost
+        assert worker.holder.model is None and worker.holder.options is options  # no fallback: a new process
+    finally:
+        store.close()
+
+
+def test_the_app_respawns_a_killed_worker_and_the_job_finishes_exactly(store, workers, straight, stories_path):
+    """app.py's supervisor over a real spawned worker: kill -9 it mid-job, a new one starts and finishes the job
+    with the ids and text of one uninterrupted run."""
+    from worker.supervisor import Supervisor
+
+    config = WorkerConfig(db=workers.db, model=str(stories_path), device="cpu", dtype="float64", threads=1,
+                          poll_s=0.05, flush_s=0.2, flush_tokens=FLUSH_TOKENS, parent_pid=os.getpid())
+    gen_id = store.enqueue_generation(PROMPT, SETTINGS).id
+    supervisor = Supervisor(lambda: workers.spawn(config), poll_s=0.1)
+    try:
+        first = supervisor.process
+        workers.wait_until(lambda: len(store.chunks(gen_id)) >= 2, 90)
+        kept = raw_chunks(workers, gen_id)
+        os.kill(first.pid, signal.SIGKILL)
+        workers.wait_until(lambda: store.get_generation(gen_id, with_text=False).status == "done", 180)
+        assert supervisor.restarts == 1 and supervisor.process.pid != first.pid and supervisor.process.is_alive()
+        assert_complete_and_exact(store, workers, gen_id, straight, kept)
+    finally:
+        supervisor.stop()

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from .settings import DRAFTERS, Settings, SettingsError, writing_settings
 
 if TYPE_CHECKING:
+    from .context_window import PinnedText
     from .loading import LoadedModel
 
 # torch and the engine are imported inside the commands: importing them takes seconds, and `--help` or
@@ -176,6 +177,13 @@ def add_prompt_args(p: argparse.ArgumentParser, books: bool = False) -> None:
                        help="with --prompt-book: prompt length in tokens, BOS included (default: %(default)s)")
 
 
+def add_instruction_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--instruction", dest="prompt_format", action="store_const", const="instruction",
+                   default="continue",
+                   help="the prompt is an instruction to follow (wrapped in the model's chat template, whose turns "
+                        "stay in view through every context shift), not an opening to continue (default: an opening)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="python -m tokenswift", description="TokenSwift: lossless speculative decoding")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
@@ -191,11 +199,10 @@ def build_parser() -> argparse.ArgumentParser:
                      help="keep writing when the model ends the story (default: stop there)")
     gen.add_argument("--stop", action="append", default=[],
                      help="stop when this text appears; repeat for several (default: none)")
-    gen.add_argument("--ban-eos", action="store_true",
-                     help="never let the model end the text, so a long draft reaches its length (default: off)")
-    gen.add_argument("--instruction", action="store_true",
-                     help="the prompt is an instruction to follow (wrapped in the model's chat template), "
-                          "not an opening to continue (default: an opening)")
+    gen.add_argument("--ban-eos", action=argparse.BooleanOptionalAction, default=writing_settings().ban_eos,
+                     help="never let the model end the text, so the draft reaches its length; --no-ban-eos stops "
+                          "where the model ends it (default: on, as in the app)")
+    add_instruction_arg(gen)
     add_fast_args(gen)
     gen.set_defaults(func=cmd_generate)
 
@@ -239,6 +246,7 @@ def build_parser() -> argparse.ArgumentParser:
     shift.add_argument("--memory", default="", help="Memory text pinned at the top of every window (default: none)")
     shift.add_argument("--authors-note", default="",
                        help="Author's Note inserted near the end of every window (default: none)")
+    add_instruction_arg(shift)
     shift.add_argument("--warmup-tokens", type=int, default=16,
                        help="short run of each mode before timing (default: %(default)s)")
     add_fast_args(shift)
@@ -390,15 +398,33 @@ def engine_options(args: argparse.Namespace, lm: LoadedModel):
             fast = FastOptions(attention=args.attention)
         except ValueError as error:
             raise CliError(str(error)) from None
+    if fast is not None and lm.device.type == "cuda":  # as the worker: only a path that passed its self-test
+        from .selftest import choose_path
+
+        fast, choice = choose_path(lm, fast)
+        return EngineOptions(fast=fast, adaptive=args.adaptive, choice=choice)
     return EngineOptions(fast=fast, adaptive=args.adaptive)
 
 
-def check_lengths(lm: LoadedModel, settings: Settings, prompt_ids: list[int]) -> None:
-    """The engine's own checks (prompt not empty, prompt + N within the context, ids in the vocabulary)."""
+def cli_draft_context(lm: LoadedModel, text: str, form: str, memory: str = "",
+                      note: str = "") -> tuple[list[int], PinnedText]:
+    """context_window.draft_context, its errors (a model without a chat template) as usage errors."""
+    from .context_window import draft_context
+
+    try:
+        return draft_context(lm, text, form, memory, note)
+    except SettingsError as error:
+        raise CliError(str(error)) from None
+
+
+def check_lengths(lm: LoadedModel, settings: Settings, prompt_ids: list[int],
+                  pinned: PinnedText | None = None) -> None:
+    """The engine's own checks (prompt not empty, prompt + N within the context, ids in the vocabulary; pinned:
+    the window's Memory, note and chat turns fit in it)."""
     from .generate import validate
 
     try:
-        validate(lm, settings, prompt_ids, [])
+        validate(lm, settings, prompt_ids, [], pinned)
     except SettingsError as error:
         raise CliError(str(error)) from None
 
@@ -422,19 +448,15 @@ def note(message: str) -> None:
 def cmd_generate(args: argparse.Namespace) -> int:
     # Check everything cheap before importing torch and loading a model that may take minutes.
     settings = settings_from(args, mode=args.mode, ignore_eos=args.ignore_eos, ban_eos=args.ban_eos,
-                             stop=tuple(args.stop), prompt_format="instruction" if args.instruction else "continue")
+                             stop=tuple(args.stop), prompt_format=args.prompt_format)
     text = read_prompt(args)
     from .generate import Generator
-    from .prompting import prompt_ids as make_prompt
 
     lm = open_model(args)
     options = engine_options(args, lm)
-    try:
-        prompt_ids = make_prompt(lm, text, settings.prompt_format)
-    except SettingsError as error:
-        raise CliError(str(error)) from None
-    check_lengths(lm, settings, prompt_ids)
-    gen = Generator(lm, settings, prompt_ids, options=options)
+    prompt_ids, pinned = cli_draft_context(lm, text, settings.prompt_format)
+    check_lengths(lm, settings, prompt_ids, pinned)
+    gen = Generator(lm, settings, prompt_ids, options=options, pinned=pinned)
     streamed, finish = stream(gen, lm.tokenizer, prompt_ids)
     metrics = gen.metrics().to_dict()
     write_json(args.json_out, {
@@ -540,21 +562,20 @@ def cmd_bench_bound(args: argparse.Namespace) -> int:
 
 
 def cmd_bench_shift(args: argparse.Namespace) -> int:
-    settings = settings_from(args, ignore_eos=True, context_shift=True)
+    settings = settings_from(args, ignore_eos=True, context_shift=True, prompt_format=args.prompt_format)
     text = bench_prompt_text(args)
+    if args.prompt_format == "instruction" and args.prompt_book:
+        raise CliError("instruction: give the instruction with --prompt or --prompt-file, not a book")
     from .bench_shift import bench_shift, print_bench_shift
     from .context_window import pinned_ids
 
     lm = open_model(args)
     options = engine_options(args, lm)
-    prompt_ids = bench_prompt_ids(args, lm, text)
-    pinned = pinned_ids(lm, args.memory, args.authors_note)
-    try:
-        from .generate import validate
-
-        validate(lm, settings, prompt_ids, [], pinned)
-    except SettingsError as error:
-        raise CliError(str(error)) from None
+    if args.prompt_book:
+        prompt_ids, pinned = bench_prompt_ids(args, lm, text), pinned_ids(lm, args.memory, args.authors_note)
+    else:
+        prompt_ids, pinned = cli_draft_context(lm, text, settings.prompt_format, args.memory, args.authors_note)
+    check_lengths(lm, settings, prompt_ids, pinned)
     result = bench_shift(lm, prompt_ids, settings, pinned, warmup_tokens=args.warmup_tokens, options=options)
     print_bench_shift(result)
     write_json(args.json_out, result)

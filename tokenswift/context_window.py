@@ -3,9 +3,12 @@ Author's Note (KoboldCpp's ContextShift, NovelAI's Memory / Author's Note).
 
 The model sees a *window*: the prompt's leading BOS (an attention sink, when the tokenizer adds one), then
 the Memory, then the most recent story tokens (the prompt's text and the generated text) with the Author's
-Note inserted `note_depth` tokens before their end. When the next token would not fit in the window, the
-oldest story tokens are dropped, `step` at a time (a quarter of the window by default), so the cost of
-rebuilding is paid once per `step` tokens, not per token.
+Note inserted `note_depth` tokens before their end. An instruction draft keeps its chat format instead
+(PinnedText.frame): the Memory inside the system turn, the instruction's turn, then the story as the
+assistant's open turn; the note is a user turn of its own near the end (WindowPlan.layout says why).
+
+When the next token would not fit in the window, the oldest story tokens are dropped, `step` at a time (a
+quarter of the window by default), so the cost of rebuilding is paid once per `step` tokens, not per token.
 
 Exactness (design §3): the window used to predict the token at story index t is a pure function of t,
 the token ids, the Memory, the note and these options. Windows change only at *boundaries*:
@@ -28,15 +31,18 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from .prompting import ChatFrame, chat_frame, chat_turn, prompt_ids
 from .settings import Settings, SettingsError
 
 
 @dataclass(frozen=True)
 class PinnedText:
-    """The draft's Memory and Author's Note as token ids (tokenized by the caller, without special tokens)."""
+    """The draft's Memory and Author's Note as token ids, as they sit in the window (pinned_ids); frame: an
+    instruction draft's chat turns, which then take the place of the prompt's first ids."""
 
     memory: tuple[int, ...] = ()
     note: tuple[int, ...] = ()
+    frame: ChatFrame | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "memory", tuple(int(t) for t in self.memory))
@@ -57,12 +63,22 @@ class WindowPlan:
 
     def __init__(self, prompt: Sequence[int], lead: int, pinned: PinnedText, size: int, step: int,
                  note_depth: int):
-        """prompt: the prompt ids; lead: how many of its first ids (0 or 1: a BOS) stay pinned at the top;
-        size: tokens in one window (the root's position is at most size - 1); step: tokens dropped per shift."""
+        """prompt: the prompt ids; lead: how many of its first ids (0 or 1: a BOS) stay pinned at the top (a
+        chat frame's turns instead, when pinned has one); size: tokens in one window (the root's position is at
+        most size - 1); step: tokens dropped per shift."""
+        frame = pinned.frame
+        if frame is not None:
+            if tuple(prompt[:len(frame.prompt)]) != frame.prompt:
+                raise SettingsError("prompt", "does not start with its instruction's chat turns")
+            lead = len(frame.prompt)
         self.prompt, self.prompt_len, self.lead, self.pinned = list(prompt), len(prompt), lead, pinned
-        self.head = list(prompt[:lead]) + list(pinned.memory)
+        # (before, after, opener, close): the pinned ids around the Memory, and the assistant turn's markers.
+        self.turns = ((frame.before, frame.after, frame.opener, frame.close) if frame is not None
+                      else (tuple(prompt[:lead]), (), (), ()))
+        before, after, opener, close = self.turns
+        self.head = [*before, *pinned.memory, *after, *opener]
         self.size, self.step, self.note_depth = size, step, note_depth
-        self.fixed = len(self.head) + len(pinned.note)
+        self.fixed = len(self.head) + (len(close) + len(pinned.note) + len(opener) if pinned.note else 0)
         # Story tokens kept right after a shift: the window then has room for exactly `step` more.
         self.keep = size - step - self.fixed
         if self.keep < 1:
@@ -98,9 +114,31 @@ class WindowPlan:
 
     def window(self, ids: Sequence[int], b: int) -> list[int]:
         """The window of boundary b: pinned head, kept story with the note `note_depth` tokens before its end."""
+        return [t for _, piece in self.layout(ids, b) for t in piece]
+
+    def layout(self, ids: Sequence[int], b: int) -> list[tuple[str, list[int]]]:
+        """window(b) in labelled pieces: "frame" (BOS, chat turns), "memory", "story" and "note".
+
+        In a chat draft the note is a user turn: the story before it is a closed assistant turn, and the last
+        `note_depth` tokens reopen the assistant's turn after it. Written inside the open turn, the note would
+        read as the model's own story (it would go on from it, or echo it); in the system or instruction turn
+        it would sit a whole window away from the end. As the turn just before the one being written, it is
+        where chat models are trained to take direction, and the reopened turn's story keeps the join."""
         kept = list(ids[self.kept_start(b):b])
+        before, after, opener, close = (list(part) for part in self.turns)
+        pieces = [("frame", before), ("memory", list(self.pinned.memory)), ("frame", after)]
+        if not self.pinned.note:
+            return [*pieces, ("frame", opener), ("story", kept)]
         cut = max(0, len(kept) - self.note_depth)
-        return self.head + kept[:cut] + list(self.pinned.note) + kept[cut:]
+        if cut:  # else the note follows the instruction's turn (no empty assistant turn before it)
+            pieces += [("frame", opener), ("story", kept[:cut]), ("frame", close)]
+        return [*pieces, ("note", list(self.pinned.note)), ("frame", opener), ("story", kept[cut:])]
+
+    def seen(self, ids: Sequence[int]) -> list[tuple[str, list[int]]]:
+        """What predicts the token after ids, labelled as layout, after the story no longer in view
+        ("shifted") and with the story written since the window was built."""
+        b = self.boundary(len(ids))
+        return [("shifted", list(ids[self.lead:self.kept_start(b)])), *self.layout(ids, b), ("story", list(ids[b:]))]
 
 
 def window_plan(settings: Settings, prompt: Sequence[int], lead: int, pinned: PinnedText,
@@ -126,12 +164,25 @@ def leading_bos(lm, prompt: Sequence[int]) -> int:
     return 1 if lm.encode("x")[:1] == [bos] else 0
 
 
-def pinned_ids(lm, memory: str, note: str) -> PinnedText:
-    """Tokenize the writer's Memory and Author's Note (no special tokens: they sit inside the window). The
-    note is framed as Kobold Lite frames it, so the model reads it as an aside rather than story text."""
+def pinned_ids(lm, memory: str, note: str, instruction: str | None = None) -> PinnedText:
+    """Tokenize the writer's Memory and Author's Note (no special tokens: they sit inside the window). In an
+    opening the note is framed as Kobold Lite frames it, so the model reads it as an aside rather than story
+    text. instruction: an instruction draft's, whose chat turns frame the window (the Memory is then the
+    system turn's text, and the note a user turn)."""
     def encode(text: str) -> tuple[int, ...]:
         return tuple(lm.tokenizer(text, add_special_tokens=False).input_ids) if text else ()
 
     memory, note = memory.strip(), note.strip()
-    return PinnedText(encode(memory + "\n") if memory else (),
-                      encode(f"\n[Author's note: {note}]\n") if note else ())
+    if instruction is None:
+        return PinnedText(encode(memory + "\n") if memory else (),
+                          encode(f"\n[Author's note: {note}]\n") if note else ())
+    asked = f"Go on with the story from where it stops. Author's note for what comes next: {note}"
+    return PinnedText(encode(memory), tuple(chat_turn(lm, "user", asked)) if note else (),
+                      chat_frame(lm, instruction, memory))
+
+
+def draft_context(lm, text: str, form: str, memory: str = "", note: str = "") -> tuple[list[int], PinnedText]:
+    """A new draft's prompt ids and pinned ids, from its text: an opening, or (form "instruction") the instruction,
+    whose chat turns then stay at the top of every window, as the app's worker keeps an instruction draft's
+    (worker/job.py). Without them in the pinned ids a shift would drop the turns with the oldest story."""
+    return prompt_ids(lm, text, form), pinned_ids(lm, memory, note, text if form == "instruction" else None)

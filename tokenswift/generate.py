@@ -39,7 +39,7 @@ def validate(lm: LoadedModel, settings: Settings, prompt_ids: Sequence[int], gen
     pinned = pinned or PinnedText()
     plan = window_plan(settings, prompt_ids, leading_bos(lm, prompt_ids), pinned, lm.max_context)
     total = len(prompt_ids) + settings.max_new_tokens
-    pinned_extra = len(pinned.memory) + len(pinned.note)
+    pinned_extra = plan.fixed - plan.lead  # Memory and Author's Note with their chat turns' markers, if any
     if settings.context_shift is False and total + pinned_extra > plan.size:
         extra = f" + Memory and Author's Note ({pinned_extra})" if pinned_extra else ""
         raise SettingsError(

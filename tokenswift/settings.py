@@ -153,8 +153,10 @@ class Settings:
 # What a writer gets without choosing anything: the app's Write tab, the API's unset fields and the command
 # line's flags all start from these (Settings' own defaults are the neutral sampler the algorithm is described
 # with). Chosen by measurement on the default model: scripts/prose_quality.py, the README's table.
-WRITING_DEFAULTS = {"temperature": 1.0, "top_p": 1.0, "min_p": 0.1, "penalty": 1.1, "penalty_length": 256,
-                    "dry_multiplier": 0.8}
+# End of text: the one rule for the app, the API and the command line, whatever the length: a draft is written
+# to the length asked for (the model's end-of-text token is banned), unless the writer chooses to stop there.
+WRITING_DEFAULTS = {"temperature": 0.9, "top_p": 1.0, "min_p": 0.1, "penalty": 1.1, "penalty_length": 256,
+                    "dry_multiplier": 0.8, "ban_eos": True}
 
 
 def writing_settings(**changes) -> Settings:

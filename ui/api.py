@@ -52,7 +52,6 @@ from storage.records import SQL_INT_MAX, GenerationRecord
 from tokenswift.settings import WRITING_DEFAULTS, Settings, SettingsError
 from ui.exports import draft_book
 from ui.follow import MAX_WAIT_S, Commits
-from ui.forms import ban_eos
 from ui.guard import Guard
 from ui.limits import Limits, context_text_problem, printable, unicode_problem
 from ui.texts import DraftTexts
@@ -77,7 +76,7 @@ class SamplingIn(BaseModel):
     ngram_topk: Int | None = None  # k
     tree: list[Int] | None = None
     budget: Int | None = None
-    ban_eos: bool | None = None  # keep writing past the end-of-text token (default: on for long drafts)
+    ban_eos: bool | None = None  # keep writing past the end-of-text token (default: on, as everywhere)
     drafter: str | None = None  # "fused", "paper" or "layer": how TokenSwift drafts (speed only)
     context_shift: bool | None = None  # shift past the model's context (default on); false: refuse such targets
     context_window: Int | None = None  # tokens in one window (default and ceiling: the model's context)
@@ -181,7 +180,6 @@ def to_settings(request: GenerationIn) -> Settings:
                                      if v is not None or k == "budget"}}
     values.update(max_new_tokens=request.max_new_tokens, mode=request.mode, seed=request.seed,
                   prompt_format=request.prompt_format)
-    values.setdefault("ban_eos", ban_eos("Auto", request.max_new_tokens))  # long drafts keep writing
     try:
         return Settings.from_dict(values)
     except SettingsError as error:
@@ -271,6 +269,7 @@ def create_router(store: Store, tokens: PromptTokens | None = None, texts: Draft
             "model": w.model if w else None, "device": w.device if w else None,
             "dtype": w.dtype if w else None, "load_status": w.load_status if w else "no worker",
             "load_error": w.load_error if w else None, "max_context": w.max_context if w else None,
+            "model_info": w.heads_info if w else None,  # its drafters and, on a GPU, the decoding path and why
             "queue_length": store.queue_length(),
             "worker_heartbeat_age_s": round(w.heartbeat_age_s, 3) if w else None,
         }
@@ -313,10 +312,12 @@ def add_generation_routes(router: APIRouter, store: Store, tokens: PromptTokens,
 
     @router.post("/generations/{gen_id}/edit", status_code=201)
     def edit_generation(gen_id: GenId, payload: Annotated[dict[str, Any], Body()]) -> dict:
-        """The writer's version of a stopped draft, saved as a new draft; the original stays as it was."""
+        """The writer's version of a stopped draft, saved as a new draft; the original stays as it was. `text` is the
+        whole edited draft; for an instruction draft, its whole story alone (the instruction stays as it was)."""
         text = payload.get("text")
         if set(payload) != {"text"} or not isinstance(text, str):
-            raise invalid("text", 'send {"text": "<the whole edited draft>"} and nothing else')
+            raise invalid("text", 'send {"text": "<the whole edited draft (an instruction draft: its story, without '
+                                  'the instruction)>"} and nothing else')
         if reason := unicode_problem(text):
             raise invalid("text", reason)
         try:
@@ -354,7 +355,8 @@ def add_generation_routes(router: APIRouter, store: Store, tokens: PromptTokens,
         book = store.get_session(gen.session_id)
         title = book.title if title is None else title
         author = book.author if author is None else author
-        data, media_type, filename = export_book(draft_book(gen, book, title, author), format)
+        data, media_type, filename = export_book(draft_book(gen, book, title, author, store.instruction(gen_id)),
+                                                 format)
         disposition = f"attachment; filename=\"{quote(filename)}\"; filename*=UTF-8''{quote(filename)}"
         return Response(data, media_type=media_type, headers={"Content-Disposition": disposition})
 

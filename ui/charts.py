@@ -13,6 +13,7 @@ import plotly.graph_objects as go
 from storage.records import MetricPoint
 
 MAX_POINTS = 400
+LEGEND_PX = 40  # room under the plot for the legend
 COLORS = ("#4f46e5", "#d97706", "#059669", "#db2777", "#6b7280", "#0891b2")
 GRID = "#e5e7eb"
 Series = list[tuple[str, list[MetricPoint]]]
@@ -33,10 +34,12 @@ def _axis(title: str, **extra) -> dict:
 def _figure(title: str, y_title: str, traces: list[dict], *, legend: bool = False, **layout) -> go.Figure:
     empty = not any(len(t["x"]) for t in traces)
     base = {
-        "title": {"text": title, "font": {"size": 14}, "x": 0.02}, "height": 250, "uirevision": "keep",
-        "margin": {"l": 55, "r": 20, "t": 40, "b": 40}, "hovermode": "x unified", "showlegend": legend and not empty,
+        "title": {"text": title, "font": {"size": 14}, "x": 0.02}, "height": 250 + LEGEND_PX * legend,
+        "uirevision": "keep", "margin": {"l": 55, "r": 20, "t": 40, "b": 40 + LEGEND_PX * legend},
+        "hovermode": "x unified", "showlegend": legend and not empty,
         "paper_bgcolor": "white", "plot_bgcolor": "white", "font": {"family": "sans-serif", "color": "#374151"},
-        "legend": {"orientation": "h", "y": 1.02, "yanchor": "bottom", "x": 1, "xanchor": "right"},
+        # Below the axis title: above the plot, a legend of several runs ran into the chart's title.
+        "legend": {"orientation": "h", "y": -0.3, "yanchor": "top", "x": 0, "xanchor": "left"},
         "xaxis": _axis("generated tokens"), "yaxis": _axis(y_title),
         **layout,
     }
@@ -65,8 +68,8 @@ def _series(series: Series, field: str, *, hover: str, **style) -> list[dict]:
 
 
 # Hover text says what each value means, for a reader who has not read the paper.
-ALPHA_HOVER = "α %{y:.0%} of guessed tokens accepted<extra>after %{x:,} tokens</extra>"
-BETA_HOVER = "β %{y:.0%} of guesses kept came from phrases already in the text<extra>after %{x:,} tokens</extra>"
+ALPHA_HOVER = "%{y:.0%} of guessed tokens accepted (α)<extra>after %{x:,} tokens</extra>"
+BETA_HOVER = "%{y:.0%} of guesses kept came from phrases already in the text (β)<extra>after %{x:,} tokens</extra>"
 HITS_HOVER = "%{y:.0f} of every 1,000 tokens were guessed from earlier text<extra>after %{x:,} tokens</extra>"
 SPEED_HOVER = "%{y:.1f} tokens/s<extra>after %{x:,} tokens</extra>"
 SAVED_HOVER = ("%{y:.1f} s saved against plain decoding (below 0: TokenSwift cost time)"
@@ -74,7 +77,7 @@ SAVED_HOVER = ("%{y:.1f} s saved against plain decoding (below 0: TokenSwift cos
 
 
 def alpha_chart(series: Series) -> go.Figure:
-    return _figure("Guesses accepted (α)", "share accepted", _series(series, "alpha", hover=ALPHA_HOVER),
+    return _figure("Guesses accepted", "share accepted", _series(series, "alpha", hover=ALPHA_HOVER),
                    legend=len(series) > 1, yaxis=_axis("share accepted", rangemode="tozero", tickformat=".0%"))
 
 
@@ -82,12 +85,13 @@ def ngram_chart(series: Series) -> go.Figure:
     """β (share of accepted guesses that came from n-grams of the text so far) and such tokens per 1K."""
     traces = _series(series, "beta", hover=BETA_HOVER)
     for i, (label, points) in enumerate(series):
-        traces[i]["name"] = f"β {label}".strip()
+        traces[i]["name"] = f"share of guesses {label}".strip()
         xs, rates = hits_per_1k(thin(points))
-        traces.append({**_line(i, f"per 1K {label}".strip(), xs, rates, dash="dot", width=1.5), "yaxis": "y2",
-                       "hovertemplate": HITS_HOVER})
-    return _figure("Reused from the text so far (β, n-grams)", "β", traces, legend=True,
-                   margin={"l": 55, "r": 55, "t": 40, "b": 40}, yaxis=_axis("β", rangemode="tozero", tickformat=".0%"),
+        traces.append({**_line(i, f"per 1K tokens {label}".strip(), xs, rates, dash="dot", width=1.5),
+                       "yaxis": "y2", "hovertemplate": HITS_HOVER})
+    return _figure("Reused from the text so far", "share of guesses", traces, legend=True,
+                   margin={"l": 55, "r": 55, "t": 40, "b": 40 + LEGEND_PX},
+                   yaxis=_axis("share of guesses", rangemode="tozero", tickformat=".0%"),
                    yaxis2=_axis("tokens per 1K", overlaying="y", side="right", rangemode="tozero", showgrid=False))
 
 

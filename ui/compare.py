@@ -13,6 +13,8 @@ import gradio as gr
 
 from storage import NotFound, Store, StoreError
 from storage.changes import Changes
+from storage.models import COMPARISON
+from storage.records import GenerationRecord
 from tokenswift.metrics import distinct
 from tokenswift.settings import DRAFTERS, Settings
 from ui import charts, views
@@ -34,8 +36,24 @@ DRAFTER_HELP = ("fused: drafts from the verification pass's own states (one pass
                 "over the partial cache first; layer: a small draft layer guesses one token at a time, each knowing "
                 "the one before. Speed only: the text is the same.")
 FIELDS = 6  # form values per column
-HEADERS = ["Run", "Same text as AR twin", "Status", "Tokens", "α", "β", "Tokens/step", "Tokens/s", "Speed-up vs AR",
-           "Distinct-1", "Distinct-2", "Distinct-3", "Distinct-4", "Settings"]
+# Plain words on first sight; the paper's symbol and what a number means in a tooltip (ui/page.py sets them).
+TIPS = {
+    "Same text as plain decoding": "TokenSwift is lossless: its text must equal the plain (AR) run's, token for token",
+    "Guesses accepted": "α: the share of drafted tokens the model accepted",
+    "Reused from the text": "β: the share of drafted tokens accepted that came from phrases already in the text",
+    "Tokens per step": "tokens written per model pass (1 for plain decoding)",
+    "Speed-up vs plain": "tokens/s against the plain (AR) run of the same settings, on this machine",
+    "Word variety": "distinct-1: different tokens / all tokens (1 = no token repeats)",
+    "Pair variety": "distinct-2: different token pairs / all pairs",
+    "3-gram variety": "distinct-3: different runs of 3 tokens / all of them",
+    "4-gram variety": "distinct-4: different runs of 4 tokens / all of them (low = loops)",
+    "Repetition penalty": "θ: how strongly tokens already in the window are pushed down (1 = off)",
+    "Penalty window": "W: how many recent tokens the penalty looks at",
+    "Phrase guesses": "k: how many phrases from the text so far are tried as guesses (speed only)",
+}
+HEADERS = ["Run", "Same text as plain decoding", "Status", "Tokens", "Guesses accepted", "Reused from the text",
+           "Tokens per step", "Tokens/s", "Speed-up vs plain", "Word variety", "Pair variety", "3-gram variety",
+           "4-gram variety", "Settings"]
 
 
 @dataclass
@@ -105,26 +123,27 @@ class Runs:
 
 def build() -> CompareParts:
     gr.Markdown("Same prompt and seed, different settings. Each distinct sampling setting also runs once with "
-                "plain AR decoding: a lossless decoder must produce exactly the AR text, whatever θ/W/k cost "
-                "in speed.")
+                "plain decoding: TokenSwift must write exactly the plain text, whatever its settings cost in "
+                "speed. Hover over a name for its symbol and meaning.")
     with gr.Row():
         prompt = gr.Textbox(label="Prompt", lines=3, scale=3, elem_id="compare-prompt",
                             placeholder="The storm had been building over the harbour for three days…")
         with gr.Column(scale=1, min_width=220):
             seed = gr.Number(0, label="Seed", precision=0, elem_id="compare-seed")
             target = gr.Number(500, label="Tokens per run", precision=0, elem_id="compare-target")
-            temperature = gr.Slider(0, 2, value=1.0, step=0.05, label="Temperature", elem_id="compare-temperature")
+            temperature = gr.Slider(0, 2, value=DEFAULTS["temperature"], step=0.05, label="Temperature",
+                                    elem_id="compare-temperature")
     count = gr.Radio(["2", "3", "4"], value="2", label="Columns", elem_id="compare-count")
     columns, texts = [], []
     with gr.Row():
         for i, preset in enumerate(PRESETS):
             with gr.Column(visible=i < 2, min_width=200, elem_classes="ts-column") as box:
                 gr.Markdown(f"**Column {LETTERS[i]}**")
-                theta = gr.Number(preset["theta"], label="θ (penalty)", step=0.05,
+                theta = gr.Number(preset["theta"], label="Repetition penalty", step=0.05,
                                   elem_id=f"compare-theta-{i}")
-                window = gr.Number(preset["window"], label="W (penalty window)", precision=0,
+                window = gr.Number(preset["window"], label="Penalty window", precision=0,
                                    elem_id=f"compare-w-{i}")
-                k = gr.Number(preset["k"], label="k (n-gram top-k)", precision=0,
+                k = gr.Number(preset["k"], label="Phrase guesses", precision=0,
                               elem_id=f"compare-k-{i}")
                 sampler = gr.Radio(list(SAMPLERS), value=preset["sampler"], label="Sampler",
                                    elem_id=f"compare-sampler-{i}")
@@ -138,12 +157,12 @@ def build() -> CompareParts:
         for i in range(len(PRESETS)):
             texts.append(gr.Textbox(label=f"Column {LETTERS[i]}", lines=12, max_lines=12, interactive=False,
                                     visible=i < 2, elem_id=f"compare-text-{i}", elem_classes=["ts-draft", "ts-follow"]))
-    widths = ["120px", "190px", "80px", "75px", "65px", "65px", "95px", "85px", "95px", *["90px"] * 4, "330px"]
+    widths = ["120px", "190px", "110px", "75px", "95px", "95px", "95px", "85px", "95px", *["90px"] * 4, "330px"]
     table = gr.Dataframe(headers=HEADERS, value=[], interactive=False, wrap=True, elem_id="compare-table",
                          column_widths=widths,
-                         label="Results (α, β and speed from the worker's metrics; Distinct-n over token ids)")
+                         label="Results (speed from the worker's measurements; variety over the tokens written)")
     with gr.Row():
-        alpha = gr.Plot(charts.alpha_chart([]), label="α overlay", show_label=False, elem_id="compare-alpha")
+        alpha = gr.Plot(charts.alpha_chart([]), label="guesses overlay", show_label=False, elem_id="compare-alpha")
         speed = gr.Plot(charts.speed_chart([]), label="speed overlay", show_label=False, elem_id="compare-speed")
     remembered = gr.BrowserState(None, storage_key="tokenswift-compare")
     return CompareParts(gr.State(None), remembered, prompt, seed, target, temperature, count, columns, run, status,
@@ -154,7 +173,8 @@ def describe(s: Settings) -> str:
     sampler = next((f"{name} {getattr(s, f):g}" for name, (f, _, _) in SAMPLERS.items()
                     if getattr(s, f) != getattr(Settings, f)), "no filter")
     drafter = f" · {s.drafter} drafter" if s.mode == "tokenswift" else ""
-    return f"θ {s.penalty:g} · W {s.penalty_length} · k {s.ngram_topk} · {sampler} · T {s.temperature:g}{drafter}"
+    return (f"penalty {s.penalty:g} · window {s.penalty_length} · {s.ngram_topk} phrase guesses · {sampler} · "
+            f"temperature {s.temperature:g}{drafter}")
 
 
 def queue_runs(store: Store, prompt: str, seed, target, temperature, count: int, values: list,
@@ -173,7 +193,7 @@ def queue_runs(store: Store, prompt: str, seed, target, temperature, count: int,
             settings.append(form.to_settings(limit=limit, prompt_tokens=prompt_tokens))
         except FormError as error:
             raise FormError(f"Column {LETTERS[i]} — {error}") from None
-    book = store.create_session(f"Compare: {' '.join(prompt.split()[:6])}…", "")
+    book = store.create_session(f"Compare: {' '.join(prompt.split()[:6])}…", "", kind=COMPARISON)
     ts_ids = [store.enqueue_generation(prompt, s, session_id=book.id).id for s in settings]
     twins: dict[Settings, int] = {}
     for s in settings:
@@ -193,17 +213,27 @@ def results(store: Store, runs: Runs) -> list[list]:
         m = w.latest
         speed, base = _speed(w), ar_speed.get(twin)
         speedup = f"{speed / base:.2f}×" if speed and base else "…"
-        rows.append([label, _same(store, runs, gid, twin), w.record.status, w.record.produced_tokens,
+        rows.append([label, _same(store, runs, gid, twin), _status(w.record), w.record.produced_tokens,
                      _f(m and m.alpha), _f(m and m.beta), _f(m and m.tokens_per_step), _f(speed, 1), speedup,
                      *_distinct(store, runs, gid), desc])
     for gid in runs.ar_ids:
-        w = runs.watches[gid]
-        of = ", ".join(label for label, twin in zip(runs.labels, runs.twin_ids, strict=True) if twin == gid)
-        rows.append([f"AR twin of {of}", "–", w.record.status, w.record.produced_tokens, "–", "–",
+        w, of = runs.watches[gid], _twin_of(runs, gid)
+        rows.append([f"Plain decoding of {of}", "–", _status(w.record), w.record.produced_tokens, "–", "–",
                      _f(w.latest and w.latest.tokens_per_step), _f(ar_speed[gid], 1),
                      "1.00×" if ar_speed[gid] else "…", *_distinct(store, runs, gid),
                      describe(Settings.from_json(w.record.settings_json))])
     return rows
+
+
+def _status(record: GenerationRecord) -> str:
+    """The run's status, and why it ended where it did when that was before its target."""
+    ended = views.why_ended(record)
+    return f"{record.status}: {ended}" if ended else record.status
+
+
+def _twin_of(runs: Runs, gid: int) -> str:
+    """The columns a plain run is the twin of: "A" or "A, B"."""
+    return ", ".join(label for label, twin in zip(runs.labels, runs.twin_ids, strict=True) if twin == gid)
 
 
 def _speed(w: Watch) -> float | None:
@@ -237,17 +267,24 @@ def _same(store: Store, runs: Runs, gid: int, twin: int) -> str:
     return f"✘ differs from token {first:,}"
 
 
+def chart_series(runs: Runs) -> tuple[charts.Series, charts.Series]:
+    """(TokenSwift runs, plain runs), each named for the legend: "A TokenSwift", "A, B plain"."""
+    ts = [(f"{label} TokenSwift", runs.watches[gid].points) for label, gid in zip(runs.labels, runs.ts_ids,
+                                                                                  strict=True)]
+    return ts, [(f"{_twin_of(runs, gid)} plain", runs.watches[gid].points) for gid in runs.ar_ids]
+
+
 def render(p: CompareParts, store: Store, runs: Runs) -> dict:
     out = {p.runs: runs, p.remembered: runs.key(), p.table: results(store, runs), p.timer: gr.Timer(active=runs.active)}
     for i, text in enumerate(p.texts):
         if i < len(runs.ts_ids):
             w = runs.watches[runs.ts_ids[i]]
-            out[text] = gr.Textbox(value=w.generated_tail[-TEXT_CHARS:],
-                                   label=f"{runs.labels[i]} · {runs.settings[i]}", visible=True)
+            ended = views.why_ended(w.record)
+            out[text] = gr.Textbox(value=w.generated_tail[-TEXT_CHARS:], visible=True,
+                                   label=f"{runs.labels[i]} · {runs.settings[i]}" + (f" · {ended}" if ended else ""))
         else:
             out[text] = gr.Textbox(visible=False)
-    ts = [(runs.labels[i], runs.watches[gid].points) for i, gid in enumerate(runs.ts_ids)]
-    ar = [("AR", runs.watches[gid].points) for gid in runs.ar_ids]
+    ts, ar = chart_series(runs)
     out[p.alpha] = charts.alpha_chart(ts)
     out[p.speed] = charts.speed_chart(ts + ar)
     done = sum(w.record.status == "done" for w in runs.watches.values())

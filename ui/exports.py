@@ -10,7 +10,7 @@ import uuid
 from pathlib import Path
 
 from bookexport import Book
-from tokenswift.settings import Settings
+from storage.drafts import prompt_parts
 
 KEEP_S = 3600.0  # Gradio copies the file into its own cache when it sends it; ours is only the source
 
@@ -36,12 +36,14 @@ class Exports:
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
-def draft_book(gen, session, title: str, author: str) -> Book:
+def draft_book(gen, session, title: str, author: str, instruction: str | None) -> Book:
     """The book a draft exports as. A continuation is the writer's opening and what followed; an instruction
-    draft is the story alone (the instruction stays with the draft's details), its line breaks paragraphs.
+    draft (instruction: Store.instruction) is its whole story, every run and edit of it, without the instruction
+    (it stays with the draft's details), its line breaks paragraphs. gen.text is only the last run's text: an
+    edit's is empty and a continuation's its new part, the story before it is in its prompt.
     One identifier per Library book, so e-readers see a re-export as a new version, not a new book."""
     identifier = f"urn:uuid:{uuid.uuid5(uuid.NAMESPACE_URL, f'tokenswift-studio:session:{session.id}')}"
-    instruction = Settings.from_json(gen.settings_json).prompt_format == "instruction" if gen.settings_json else False
-    if instruction:
-        return Book(title, author, (gen.text or "").lstrip(), identifier=identifier, wrapped=False)
-    return Book(title, author, gen.prompt_text + (gen.text or ""), identifier=identifier)
+    text, story = prompt_parts(gen.prompt_text, instruction)
+    if instruction is not None:
+        return Book(title, author, (story + (gen.text or "")).lstrip(), identifier=identifier, wrapped=False)
+    return Book(title, author, text + (gen.text or ""), identifier=identifier)

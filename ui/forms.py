@@ -18,10 +18,11 @@ SAMPLERS = {
     "η": ("eta", 0.0009, "η (eta-sampling ε, 0 = off)"),
 }
 PROMPT_FORMATS = {"Continue my text": "continue", "Follow my instruction": "instruction"}
-PAST_EOS = ("Auto", "Keep writing", "Stop there")  # at the model's end-of-text token
+# At the model's end-of-text token: ban it (the draft reaches its length) or stop (tokenswift.settings' one rule).
+PAST_EOS = {"Keep writing": True, "Stop there": False}
 # Past the model's context: shift it (drop the oldest text, keep the Memory), or refuse such targets.
 CONTEXT_SHIFT = {"Shift": None, "Refuse": False}
-LONG_DRAFT = 3000  # tokens: longer targets ban end-of-text on "Auto", so a long draft reaches its length
+TARGET_LABEL = "Target length (new tokens)"  # one name wherever a draft's length is asked for (Write, Library)
 QUICK_LENGTHS = {"1K": 1_000, "5K": 5_000, "10K": 10_000, "25K": 25_000, "50K": 50_000, "100K": 100_000}
 LABELS = {
     "max_new_tokens": "Target length", "mode": "Mode", "seed": "Seed", "temperature": "Temperature",
@@ -54,7 +55,7 @@ class SettingsForm:
     seed: float | None = DEFAULTS["seed"]
     budget: float | None = DEFAULTS["budget"]
     prompt_format: str = "Continue my text"
-    past_eos: str = "Auto"
+    past_eos: str = next(label for label, ban in PAST_EOS.items() if ban == WRITING_DEFAULTS["ban_eos"])
     shift: str = "Shift"
     drafter: str = Settings.drafter  # not in the Write tab's panel (which passes the fields above in order)
 
@@ -86,7 +87,7 @@ class SettingsForm:
             raise FormError(f"Drafter: choose one of {', '.join(DRAFTERS)}")
         values["drafter"] = self.drafter
         values["prompt_format"] = PROMPT_FORMATS[self.prompt_format]
-        values["ban_eos"] = ban_eos(self.past_eos, values["max_new_tokens"])
+        values["ban_eos"] = PAST_EOS[self.past_eos]
         if self.shift not in CONTEXT_SHIFT:
             raise FormError(f"Past the context: choose one of {', '.join(CONTEXT_SHIFT)}")
         values["context_shift"] = CONTEXT_SHIFT[self.shift]
@@ -122,15 +123,9 @@ def form_from_settings(settings: Settings) -> SettingsForm:
         k=settings.ngram_topk, sampler=sampler, sampler_value=getattr(settings, SAMPLERS[sampler][0]),
         temperature=settings.temperature, seed=settings.seed, budget=settings.budget or 0, drafter=settings.drafter,
         prompt_format=next(label for label, value in PROMPT_FORMATS.items() if value == settings.prompt_format),
-        past_eos="Auto" if settings.ban_eos == ban_eos("Auto", settings.max_new_tokens)
-        else "Keep writing" if settings.ban_eos else "Stop there",
+        past_eos=next(label for label, ban in PAST_EOS.items() if ban == settings.ban_eos),
         shift="Refuse" if settings.context_shift is False else "Shift",
     )
-
-
-def ban_eos(choice: str, target: int) -> bool:
-    """Whether a draft bans end-of-text: asked for, or on "Auto" when it is long."""
-    return choice == "Keep writing" or (choice == "Auto" and target > LONG_DRAFT)
 
 
 def parse_target(text: str | float | None) -> int | None:

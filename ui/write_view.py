@@ -50,7 +50,7 @@ def render(p: WriteParts, store: Store, watch: Watch | None, *, text=True, chart
         return {p.watch: None, p.status: "No draft open.", p.bar: views.progress_bar(None), p.speed_line: "",
                 p.timer: gr.Timer(active=False), **_buttons(p, None), **empty, **_closed(p), **editing(p, None, "")}
     out = {p.watch: watch, p.status: _status(store, watch), p.bar: views.progress_bar(watch.record),
-           p.speed_line: views.speed_words(watch.record, watch.latest), p.timer: gr.Timer(active=watch.active),
+           p.speed_line: views.speed_words(watch.record, watch.points), p.timer: gr.Timer(active=watch.active),
            **_buttons(p, watch.record)}
     if text:
         out[p.text] = watch.tail
@@ -71,11 +71,12 @@ def editing(p: WriteParts, text: str | None, live: str | None = None) -> dict:
 
 
 def _closed(p: WriteParts) -> dict:
-    return {p.full: gr.HTML(visible=False, value=""), p.full_shown: False, p.show_all: "Show whole text"}
+    """The whole text closed, and what the model saw of the draft shown before cleared."""
+    return {p.full: gr.HTML(visible=False, value=""), p.full_shown: False, p.show_all: "Show whole text", p.seen: ""}
 
 
 def whole(store: Store, gen_id: int, reflow: bool) -> str:
-    return wholetext.render(store.text_sources(gen_id), reflow=reflow)
+    return wholetext.render(store.text_sources(gen_id), reflow=reflow, instruction=store.instruction(gen_id))
 
 
 def show_generation(p: WriteParts, store: Store, gen_id: int, *, fill_form: bool = True) -> dict:

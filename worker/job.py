@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from storage import Store, StoreError
+from storage.drafts import prompt_parts
 from storage.records import Job, MetricPoint, ModelSpec, Owner, Progress
 
 log = logging.getLogger(__name__)
@@ -63,9 +64,12 @@ class JobRun:
         self.gen = None
         self.started = time.monotonic()
         self.saved_base = 0.0  # time saved by earlier runs of this job
+        self.fast_failure: str | None = None  # why the fast path failed, when it did (the worker falls back)
+        self.device_lost: str | None = None  # a sticky device error: only a new worker process can go on
 
     def run(self) -> str:
-        """done | paused | cancelled | released (worker stopping) | lost (job taken away) | failed.
+        """done | paused | cancelled | released (worker stopping, or the fast path failed) | lost (job taken
+        away) | failed.
 
         A StoreError goes up to the worker loop: the store is unreachable (a database restart, a lost
         connection), not the job at fault. The job stays ours in the store; the loop tries again, requeues it
@@ -77,11 +81,31 @@ class JobRun:
                 raise  # the store is unreachable (a restart, a lost connection): the worker loop retries and resumes
             return self._pause_for_fault(error)  # full disk, read-only file: the job must stay resumable
         except Exception as error:  # noqa: BLE001 - any other failure ends this job, never the worker
-            return self._fail(error)
+            return self._after_error(error)
         finally:
             # The generator's Memory-and-note source refers back to this run: without this the engine's KV cache
             # (gigabytes on a GPU) would live until a garbage collection, while the next job is already running.
             self.gen = None
+
+    def _after_error(self, error: Exception) -> str:
+        """A fast path that failed, or a device left unusable (a sticky CUDA error), is no fault of the job: it goes
+        back to the queue, for the next path down or a new worker process. Anything else fails the job."""
+        from tokenswift.fastpath import FastPathError
+
+        if sticky_device_error(error):
+            self.device_lost = str(error)
+            return self._hand_back(error, "for a new worker process (this one's device is unusable)")
+        if isinstance(error, FastPathError):
+            self.fast_failure = str(error)
+            return self._hand_back(error, "to run on the next path down")
+        return self._fail(error)
+
+    def _hand_back(self, error: Exception, where: str) -> str:
+        """Requeue the job from its last saved token. The tokens not saved yet are dropped: the next run decodes the
+        very same ones from the saved ones (same seed, same positions)."""
+        log.error("job %s: %s; handing it back %s", self.job.id, error, where)
+        self.pending.take()
+        return "released" if self.store.release(self.job.id, self.owner) else "lost"
 
     def _pause_for_fault(self, error: StoreError) -> str:
         """Stop as paused with the reason shown. What was not saved yet is dropped: the resumed run decodes
@@ -107,7 +131,9 @@ class JobRun:
         settings = Settings.from_json(self.job.settings_json)
         prompt_ids = self.job.prompt_ids
         if prompt_ids is None:  # the API has no tokenizer: the first run tokenizes and records the ids
-            prompt_ids = make_prompt(self.lm, self.job.prompt_text, settings.prompt_format)
+            # An instruction draft's story so far (a writer's edit) goes on inside the assistant's turn.
+            text, story = prompt_parts(self.job.prompt_text, self.job.instruction)
+            prompt_ids = make_prompt(self.lm, text, settings.prompt_format, story)
         if not self.store.record_start(self.job.id, self.owner, prompt_ids, self.spec.model, self.spec.heads):
             return "lost"
         done_ids = self.store.get_tokens(self.job.id).generated_ids
@@ -126,14 +152,16 @@ class JobRun:
 
         # Memory and Author's Note as the writer left them: an edit made since the last run applies from here,
         # and one made while this run goes on applies from its next context shift.
-        pinned = pinned_ids(self.lm, self.job.memory, self.job.authors_note)
+        # An instruction draft keeps its chat turns in every window, the Memory inside the system turn.
+        instruction = self.job.instruction
+        pinned = pinned_ids(self.lm, self.job.memory, self.job.authors_note, instruction)
         if settings.drafter == "layer" and self.lm.draft_layer is None:
             # Drafts change speed only: the heads' drafts write the very same text (the model notice says why).
             log.warning("job %s: no usable draft layer (%s); drafting with the heads", self.job.id,
                         self.lm.draft_error or "none loaded")
             settings = settings.replace(drafter="fused")
         gen = Generator(self.lm, settings, prompt_ids, generated_ids=done_ids, options=self.options, pinned=pinned,
-                        pinned_source=lambda: pinned_ids(self.lm, *self.store.context_text(self.job.id)))
+                        pinned_source=lambda: pinned_ids(self.lm, *self.store.context_text(self.job.id), instruction))
         detok = IncrementalDetokenizer(self.lm.tokenizer, list(prompt_ids))
         if done_ids:
             # Replay what is already stored (its text too) so the next piece joins it exactly: a
@@ -204,6 +232,20 @@ class JobRun:
         except Exception as second:  # noqa: BLE001 - e.g. a full disk; the job is requeued (lease)
             log.error("could not record the failure of job %s: %s", self.job.id, describe(second))
             return "failed"
+
+
+def sticky_device_error(error: BaseException | None) -> bool:
+    """A CUDA error that leaves the process's device context unusable (an illegal address, a device-side assert),
+    here or behind the error that wraps it: only a new process can use the device again."""
+    while error is not None:
+        if type(error).__name__ == "AcceleratorError" or sticky_text(str(error)):
+            return True
+        error = error.__cause__
+    return False
+
+
+def sticky_text(text: str) -> bool:
+    return "CUDA error" in text or "device-side assert" in text
 
 
 def describe(error: BaseException) -> str:
