@@ -88,12 +88,13 @@ def default_model() -> str | None:
         return None
 
 
-def spawn_worker(args: argparse.Namespace) -> multiprocessing.Process:
+def spawn_worker(args: argparse.Namespace, fast: bool = True) -> multiprocessing.Process:
+    """fast=False: without the CUDA fast path, whatever --no-fast says (the supervisor's choice after a lost device)."""
     from worker import WorkerConfig, run_worker
 
     config = WorkerConfig(db=args.db, model=args.model, heads=args.heads, device=args.device, dtype=args.dtype,
                           threads=args.threads, spare_cores=SPARE_CORES, adaptive=not args.fixed_batch,
-                          fast=not args.no_fast,
+                          fast=fast and not args.no_fast,
                           parent_pid=os.getpid())
     # spawn, not fork: CUDA cannot start in a forked child, and the store's engine must not cross processes.
     process = multiprocessing.get_context("spawn").Process(target=run_worker, args=(config,), name="worker")

@@ -109,6 +109,14 @@ def prompt_parts(prompt_text: str, instruction: str | None) -> tuple[str, str]:
     return (prompt_text, "") if instruction is None else (instruction, prompt_text[len(instruction):])
 
 
+def parents_format(parent: GenerationRow, settings_json: str) -> str:
+    """A continuation's settings with its parent's prompt_format: the draft's text was made in that format
+    (an instruction draft's chat turns), whatever the continuation was asked with."""
+    values = json.loads(settings_json)
+    values["prompt_format"] = json.loads(parent.settings_json).get("prompt_format", "continue")
+    return json.dumps(values, sort_keys=True)
+
+
 def instruction_of(row: GenerationRow) -> str | None:
     """The writer's opening span an instruction draft's prompt starts with: its instruction. A continuation
     appends the model's spans and an edit keeps it apart (save_edit), so it is never merged with the story."""

@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session
 
 from storage import provenance
 from storage.clock import lease_now
-from storage.drafts import DraftVerbs, instruction_of
+from storage.drafts import DraftVerbs, instruction_of, parents_format
 from storage.errors import Conflict, NotFound, StoreError
 from storage.models import BOOK, FINISHED, ChunkRow, GenerationRow, MetricRow, SessionRow
 from storage.records import (
@@ -168,6 +168,7 @@ class Store(DraftVerbs, WorkerVerbs):
             spans = provenance.parse(parent.prompt_sources, parent.prompt_text)
             row.prompt_sources = provenance.dump(provenance.append(spans, provenance.MODEL, len(generated)))
             row.parent_id, row.origin = parent_id, "continue"
+            row.settings_json = parents_format(parent, row.settings_json)  # its text's format, not the request's
             if parent.prompt_ids is not None:
                 row.prompt_ids = pack_ids(unpack_ids(parent.prompt_ids) + _generated_ids(s, parent_id))
             s.add(row)

@@ -8,29 +8,32 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import shutil
 import zipfile
+from types import SimpleNamespace
 
 import docx
 import pytest
 from fastapi.testclient import TestClient
-from test_instruction_drafts import CHATML, INSTRUCTION
+from test_instruction_drafts import CHATML, INSTRUCTION, MEMORY
 
 from bookexport import FORMATS, export_book
 from storage import open_store
 from storage.records import Owner, Progress
 from tokenswift import cli
-from tokenswift.context_window import draft_context
+from tokenswift.context_window import WindowPlan, draft_context, pinned_ids
 from tokenswift.generate import Generator
 from tokenswift.loading import load_model
-from tokenswift.settings import Settings
+from tokenswift.prompting import chat_frame, prompt_ids
+from tokenswift.settings import Settings, SettingsError
 from ui.api import create_app
 from ui.exports import draft_book
 from ui.live import Watch, whole_text
 
 FIRST = "\nMax ran to the park.\nHe was happy."
 MORE = " Lily came with a ball.\nThey played all day."
-EDITED = "Max ran to the big park.\nHe was happy. Lily came with a ball.\nThey played all day."
+EDITED = "Max ran to the big park.\nHe was happy.\nLily came with a ball.\nThey played all day."
 INSTRUCT = Settings(prompt_format="instruction", max_new_tokens=40)
 
 
@@ -104,7 +107,8 @@ def test_the_write_tab_shows_the_story_and_the_instruction_apart(store):
         instruction, body = view.split('<div class="ts-whole">')
         assert f"Instruction (not part of the story): {INSTRUCTION}" in instruction
         assert INSTRUCTION not in body and "Max ran to the" in body
-        assert "happy.\nLily" in body or "happy. Lily" in body  # its lines are not joined (not reflowed)
+        # Its lines are not joined (not reflowed): the edit's "happy.\nLily" stays apart, not "happy. Lily".
+        assert story.strip() in re.sub(r"<[^>]+>", "", body)
     opening = store.enqueue_generation("Once upon a time", Settings(max_new_tokens=40))
     assert Watch.open(store, opening.id).tail == "Once upon a time"
 
@@ -119,6 +123,75 @@ def test_the_api_says_an_instruction_drafts_edit_takes_its_story(store):
     story = "Max sat down by the sea."
     edit = client.post(f"/api/generations/{gen_id}/edit", json={"text": story})
     assert edit.status_code == 201 and store.get_generation(edit.json()["id"]).prompt_text == INSTRUCTION + story
+
+
+
+def test_the_api_refuses_an_edit_that_sends_the_instruction_again(store):
+    """A client sending instruction + story, as the edit took before, got the instruction copied into the story."""
+    client = TestClient(create_app(store))
+    gen_id = drafts(store)["first"]
+    before = len(store.list_generations())
+    resent = client.post(f"/api/generations/{gen_id}/edit", json={"text": INSTRUCTION + "Max sat down by the sea."})
+    assert resent.status_code == 422, resent.text
+    (error,) = resent.json()["detail"]
+    assert error["loc"] == ["body", "text"] and "instruction" in error["msg"]
+    assert len(store.list_generations()) == before
+
+
+def test_a_continuation_keeps_its_drafts_prompt_format(store):
+    """The API's continue defaults prompt_format to "continue" (the Write tab's radio can flip it): an instruction
+    draft's continuation lost its chat turns at a shift. The draft's text decides its format, not the request."""
+    client = TestClient(create_app(store))
+    first = store.enqueue_generation(INSTRUCTION, INSTRUCT)
+    written(store, first.id, FIRST)
+    opening = store.enqueue_generation("Once upon a time", Settings(max_new_tokens=4))
+    written(store, opening.id, " there was a dog.")
+    answer = client.post("/api/generations", json={"continue_from": first.id, "max_new_tokens": 8})
+    assert answer.status_code == 201, answer.text
+    child = store.get_generation(answer.json()["id"])
+    assert Settings.from_json(child.settings_json).prompt_format == "instruction"
+    assert store.instruction(child.id) == INSTRUCTION
+    child = store.continue_generation(opening.id, INSTRUCT)  # and an opening's stays an opening
+    assert Settings.from_json(child.settings_json).prompt_format == "continue" and store.instruction(child.id) is None
+
+
+
+# Gemma's way (Mistral's is alike): a system message is refused, so the Memory has no system turn to sit in.
+TURNS = ("{% for m in messages %}{% if m['role'] != 'system' %}{{ '<start_of_turn>' + m['role'] + '\\n' + "
+         "m['content'] + '<end_of_turn>\\n' }}{% endif %}{% endfor %}")
+NO_SYSTEM = ("{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role not supported') }}{% endif %}"
+             + TURNS + "{% if add_generation_prompt %}{{ '<start_of_turn>model\\n' }}{% endif %}")
+
+
+def with_template(stories_path, template: str):
+    """stories260k's tokenizer (a copy) given `template`, as chat_frame reads a model."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(stories_path))
+    tokenizer.chat_template = template
+    return SimpleNamespace(name="stories260k", tokenizer=tokenizer)
+
+
+def test_a_template_without_a_system_turn_takes_the_memory_in_the_instructions_turn(stories_path):
+    """chat_frame asked for a system turn whenever a Memory was set: such a template raised a TemplateError."""
+    lm = with_template(stories_path, NO_SYSTEM)
+    prompt = prompt_ids(lm, INSTRUCTION, "instruction", "Max ran.")
+    plan = WindowPlan(prompt, 0, pinned_ids(lm, MEMORY, "", INSTRUCTION), size=256, step=32, note_depth=8)
+    seen = lm.tokenizer.decode(plan.window(prompt, len(prompt)))  # its pieces tokenized apart: compare the words
+    words = f"<start_of_turn>user {MEMORY} {INSTRUCTION}<end_of_turn> <start_of_turn>model Max ran."
+    assert seen.split() == words.split()
+
+
+@pytest.mark.parametrize(("template", "memory", "field"), [
+    # the generation prompt written before the turns: the opened conversation does not start with the closed one
+    ("{% if add_generation_prompt %}{{ 'Answer:\\n' }}{% endif %}" + TURNS, "", "prompt_format"),
+    (TURNS + "{% if add_generation_prompt %}{{ '<start_of_turn>model\\n' }}{% endif %}", MEMORY, "memory"),  # drops it
+])
+def test_a_template_that_cannot_be_cut_into_turns_is_refused_in_plain_words(stories_path, template, memory, field):
+    """The turns were cut by slicing one rendering at another's length, unchecked: a wrong frame, or a ValueError."""
+    with pytest.raises(SettingsError) as refused:
+        chat_frame(with_template(stories_path, template), INSTRUCTION, memory)
+    assert refused.value.field == field and "stories260k" in str(refused.value)
 
 
 @pytest.fixture(scope="module")

@@ -123,9 +123,11 @@ def test_a_fast_path_failing_mid_run_resumes_on_the_next_path_with_the_same_text
 
 
 def test_capture_and_compilation_are_booked_apart_from_decoding(stories64):
-    """A pass whose first call takes a second (as a CUDA-graph capture or a kernel compilation may): the second
-    lands in capture_s, not in the step times that time saved and the adaptive policy read."""
-    slow = 2.0  # far beyond a step of this tiny model
+    """A pass whose first call takes seconds (as a CUDA-graph capture or a kernel compilation may): they land in
+    capture_s, not in the step times that time saved and the adaptive policy read. Checked as bookkeeping on one
+    clock, whatever the machine's speed: the booked times and capture_s add up to no more than the run's wall
+    time, where booking the capture twice would exceed it by the capture itself."""
+    slow = 1.0
 
     class SlowFirstCall:
         def __init__(self, kind, model, visible, span):
@@ -144,12 +146,15 @@ def test_capture_and_compilation_are_booked_apart_from_decoding(stories64):
     s = Settings(max_new_tokens=40, seed=2, ignore_eos=True, ngram_topk=5, drafter="fused", **MINP)
     fast = FastOptions(attention="sdpa", bucket=128, attention_factory=SlowFirstCall)  # one span: 128 slots
     for mode, passes in (("ar", 1), ("tokenswift", 2)):  # AR: one pass; TokenSwift: its AR probe and verify
+        start = time.perf_counter()
         gen = Generator(dataclasses.replace(stories64, heads=None), s.replace(mode=mode), prompt,
                         options=EngineOptions(fast=fast))
-        assert gen.run() == Generator(stories64, s.replace(mode="ar"), prompt).run()
+        ids = gen.run()
+        wall = time.perf_counter() - start
+        assert ids == Generator(stories64, s.replace(mode="ar"), prompt).run()
         m = gen.metrics()
         assert m.capture_s >= passes * slow
-        assert m.draft_s + m.verify_s + m.overhead_s < slow and m.ar_latency_s < slow
+        assert m.elapsed_s + m.capture_s <= wall
 
 
 def next_token_heads(cfg):
@@ -322,8 +327,8 @@ def test_host_syncs_per_iteration_on_the_fast_path(stories64, drafter):
 
 
 def test_the_same_text_promise_is_qualified_where_it_does_not_hold(stories64):
-    """16-bit numbers are not token-exact: the model notice says so; float32/float64 make no such note. The fast
-    path refuses a dtype it was never tested in."""
+    """16-bit numbers are not token-exact and float32 rarely parts at a near tie: the model notice says so;
+    float64 makes no such note. The fast path refuses a dtype it was never tested in."""
     from storage.records import WorkerStatus, utcnow
     from ui.views import model_notice
 
@@ -333,7 +338,9 @@ def test_the_same_text_promise_is_qualified_where_it_does_not_hold(stories64):
 
     for dtype in ("bfloat16", "float16", "q4"):
         assert "can part from plain decoding's at a near tie" in notice(dtype)
-    assert "near tie" not in notice("float32") + notice("float64")
+        assert "rarely" not in notice(dtype)
+    assert "can rarely (about once in 10,000-100,000 tokens) part" in notice("float32")
+    assert "near tie" not in notice("float64")
     odd = dataclasses.replace(stories64, dtype=torch.int8)
     with pytest.raises(ValueError, match="never tested in torch.int8"):
         FastPasses(odd, KVCache(1, 1, 8, 8, "cpu", torch.float64), FastOptions())

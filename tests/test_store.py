@@ -52,7 +52,7 @@ def test_migrations_create_the_schema_on_an_empty_database(blank_db_url):
     engine = make_engine(blank_db_url)
     assert set(inspect(engine).get_table_names()) >= TABLES
     engine.dispose()
-    assert raw(blank_db_url, "select version_num from alembic_version") == [("0004",)]
+    assert raw(blank_db_url, "select version_num from alembic_version") == [("0005",)]
     if blank_db_url.startswith("sqlite"):
         assert raw(blank_db_url, "pragma journal_mode") == [("wal",)]
     open_store(blank_db_url).close()  # already at head: nothing to do, nothing broken
@@ -71,7 +71,7 @@ def test_three_processes_migrating_a_new_database_at_once(blank_db_url):
              for _ in range(3)]
     errors = [p.communicate(timeout=60)[1].decode() for p in procs]
     assert [p.returncode for p in procs] == [0, 0, 0], errors
-    assert raw(blank_db_url, "select version_num from alembic_version") == [("0004",)]
+    assert raw(blank_db_url, "select version_num from alembic_version") == [("0005",)]
 
 
 def test_connections_wait_for_locks_and_enforce_foreign_keys(db_url, store):
@@ -475,6 +475,25 @@ def test_memory_and_authors_note_are_kept_per_draft_and_editable(store):
     store.append_progress(gen.id, owner, Progress([7], " a", 0.2), finish="done", finish_reason="length")
     child = store.continue_generation(gen.id, Settings(max_new_tokens=4))
     assert (child.memory, child.authors_note) == ("Tom and Lily fish.", "")  # it belongs to the story
+
+
+def test_migration_0005_takes_only_the_compare_tabs_own_titles_for_comparisons(blank_db_url):
+    """Any book titled 'Compare: ...' became a comparison, hidden from the writer's Library."""
+    engine = make_engine(blank_db_url)
+    upgrade(engine, "0004")
+    titles = {"Compare: Once upon a time there was…": "comparison", "Compare: Tom…": "comparison",
+              "Compare: two endings": "book", "Compare: one two three four five six seven…": "book",
+              "Compare:  Once upon…": "book"}
+    with engine.begin() as c:
+        insert = text("insert into sessions (id, title, author, created_at, updated_at) values (:id, :title, "
+                      ":author, :at, :at)").bindparams(bindparam("at", type_=DateTime))
+        for i, title in enumerate(titles, 1):
+            c.execute(insert, {"id": i, "title": title, "author": "", "at": datetime(2026, 1, 1)})
+        c.execute(insert, {"id": 9, "title": "Compare: Tom…", "author": "Ann", "at": datetime(2026, 1, 1)})
+    engine.dispose()
+    open_store(blank_db_url).close()
+    kinds = dict(raw(blank_db_url, "select title, kind from sessions where author = ''"))
+    assert kinds == titles and raw(blank_db_url, "select kind from sessions where id = 9") == [("book",)]
 
 
 def test_migration_0004_gives_existing_drafts_an_empty_memory(blank_db_url):

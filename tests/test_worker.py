@@ -513,19 +513,100 @@ def test_a_sticky_device_error_hands_the_job_back_and_ends_the_worker(tmp_path, 
     url = f"sqlite:///{tmp_path / 'studio.db'}"
     store = open_store(url)
     gen_id = store.enqueue_generation(PROMPT, SHORT.replace(max_new_tokens=60)).id
-    worker = Worker(store, WorkerConfig(db=url, device="cpu", dtype="float64", flush_s=0.0, flush_tokens=8))
+    worker = Worker(store, WorkerConfig(db=url, device="cpu", dtype="float64", flush_s=0.0, flush_tokens=8,
+                                        once=True))
     worker.holder.ensure(ModelSpec(str(stories_path), None, "cpu", "float64"))
     sticky = FailsAfter(30, "CUDA error: an illegal memory access was encountered")
     worker.holder.options = options = EngineOptions(fast=FastOptions(attention="sdpa", attention_factory=sticky))
     try:
         with one_torch_thread():
-            worker._run(store.claim_next(worker.owner))
+            worker.serve()
         job = store.get_generation(gen_id, with_text=False)
         assert job.status == "queued" and 0 < job.produced_tokens < 60 and job.error is None
         assert worker.stopping() and "illegal memory access" in worker.device_lost
         assert worker.holder.model is None and worker.holder.options is options  # no fallback: a new process
     finally:
         store.close()
+
+
+STICKY = "CUDA error: an illegal memory access was encountered"
+
+
+def sticky_load(*_, **__):
+    raise RuntimeError(STICKY)
+
+
+def sticky_self_test(model, adaptive, fast):
+    from tokenswift.options import EngineOptions, PathChoice
+
+    return EngineOptions(adaptive=adaptive, choice=PathChoice("eager", (f"flex: RuntimeError: {STICKY}",)))
+
+
+@pytest.mark.parametrize("where", ["tokenswift.loading.load_model", "tokenswift.selftest.device_defaults"])
+def test_a_sticky_device_error_while_loading_hands_the_job_back_and_ends_the_worker(tmp_path, stories_path,
+                                                                                  monkeypatch, where):
+    """The load itself, or its fast-path self-test, leaves the device unusable: the job is not failed but handed
+    back untouched, and the worker stops as after a sticky error mid-job (run_worker then exits 75)."""
+    from worker.loop import Worker
+
+    monkeypatch.setattr(where, sticky_load if where.endswith("load_model") else sticky_self_test)
+    url = f"sqlite:///{tmp_path / 'studio.db'}"
+    store = open_store(url)
+    gen_id = store.enqueue_generation(PROMPT, SHORT, model=str(stories_path)).id
+    worker = Worker(store, WorkerConfig(db=url, device="cpu", dtype="float64", once=True))
+    try:
+        worker.serve()
+        job = store.get_generation(gen_id, with_text=False)
+        assert job.status == "queued" and job.produced_tokens == 0 and job.error is None
+        assert worker.stopping() and "illegal memory access" in worker.device_lost
+        assert worker.holder.model is None
+    finally:
+        store.close()
+
+
+class Exits:
+    """Supervisor's start(fast): real processes, the first exiting with `code`, the later ones running until
+    stopped; it records the fast flag of each start."""
+
+    def __init__(self, code: int):
+        self.code, self.fast = code, []
+
+    def __call__(self, fast: bool):
+        target, args = (time.sleep, (600,)) if self.fast else (sys.exit, (self.code,))
+        self.fast.append(fast)
+        proc = multiprocessing.get_context("spawn").Process(target=target, args=args)
+        proc.start()
+        return proc
+
+
+def test_a_worker_that_lost_its_device_is_replaced_by_one_without_the_fast_path():
+    """Exit 75 (a sticky CUDA error): else a worker that passes the small self-test and breaks mid-job restarts
+    forever."""
+    from worker.supervisor import Supervisor
+
+    start = Exits(75)
+    supervisor = Supervisor(start, poll_s=0.01)
+    try:
+        deadline = time.monotonic() + 60
+        while len(start.fast) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert start.fast == [True, False] and supervisor.restarts == 1 and not supervisor.fast
+    finally:
+        supervisor.stop()
+    assert not supervisor.process.is_alive()
+
+
+def test_a_worker_that_exited_cleanly_is_not_restarted():
+    """Ctrl+C reaches the worker through the app's process group: it stops with code 0 before the app does."""
+    from worker.supervisor import Supervisor
+
+    start = Exits(0)
+    supervisor = Supervisor(start, poll_s=0.01)
+    try:
+        supervisor._thread.join(60)  # the watcher ends when the worker stopped on its own
+        assert not supervisor._thread.is_alive() and start.fast == [True] and supervisor.restarts == 0
+    finally:
+        supervisor.stop()
 
 
 def test_the_app_respawns_a_killed_worker_and_the_job_finishes_exactly(store, workers, straight, stories_path):
@@ -536,7 +617,7 @@ def test_the_app_respawns_a_killed_worker_and_the_job_finishes_exactly(store, wo
     config = WorkerConfig(db=workers.db, model=str(stories_path), device="cpu", dtype="float64", threads=1,
                           poll_s=0.05, flush_s=0.2, flush_tokens=FLUSH_TOKENS, parent_pid=os.getpid())
     gen_id = store.enqueue_generation(PROMPT, SETTINGS).id
-    supervisor = Supervisor(lambda: workers.spawn(config), poll_s=0.1)
+    supervisor = Supervisor(lambda fast: workers.spawn(config), poll_s=0.1)
     try:
         first = supervisor.process
         workers.wait_until(lambda: len(store.chunks(gen_id)) >= 2, 90)

@@ -114,7 +114,8 @@ def cpu_threads(lm: LoadedModel, spare_cores: int = 0) -> int | None:
         return None
     if sum(p.numel() for p in lm.model.parameters()) < SMALL_MODEL_PARAMS:
         return 1
-    return max(1, len(os.sched_getaffinity(0)) - spare_cores)
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1  # macOS
+    return max(1, cores - spare_cores)
 
 
 def resolve_device(device: str) -> torch.device:

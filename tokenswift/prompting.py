@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from jinja2 import TemplateError
+
 from .settings import PROMPT_FORMATS, SettingsError
 
 # Stand-ins for message contents, located in the rendered template to cut it into its turn markers.
@@ -40,36 +42,64 @@ def prompt_ids(lm, text: str, form: str = "continue", story: str = "") -> list[i
 
 def chat_frame(lm, instruction: str, memory: str = "") -> ChatFrame:
     """The turns of an instruction draft: the Memory inside the system turn (in place of the template's
-    default system prompt), then the instruction as the user's turn, then the assistant's turn opened."""
+    default system prompt), then the instruction as the user's turn, then the assistant's turn opened. A
+    template without a system turn (Gemma's, Mistral's refuse one) gets the Memory at the head of the user's."""
     tokenizer = lm.tokenizer
     if not getattr(tokenizer, "chat_template", None):
         raise SettingsError("prompt_format", f"{lm.name} has no chat template, so it cannot follow instructions; "
                                              "give an opening to continue instead")
     user = {"role": "user", "content": instruction}
-    prompt = tokenizer.apply_chat_template([user], add_generation_prompt=True, tokenize=True)
+    try:
+        prompt = tokenizer.apply_chat_template([user], add_generation_prompt=True, tokenize=True)
+    except TemplateError as error:
+        raise _uncut(lm, error) from None
     prompt = list(prompt["input_ids"] if hasattr(prompt, "keys") else prompt)
-    closed = _render(tokenizer, [user], opened=False)
-    opener = _render(tokenizer, [user], opened=True)[len(closed):]
-    answered = _render(tokenizer, [user, {"role": "assistant", "content": _MARK}], opened=False)
+    closed = _render(lm, [user], opened=False)
+    opener = _after(lm, closed, _render(lm, [user], opened=True))
+    answered = _render(lm, [user, {"role": "assistant", "content": _MARK}], opened=False)
+    if answered.count(_MARK) != 1:
+        raise _uncut(lm, "the assistant's turn is not written once")
     close = answered[answered.index(_MARK) + len(_MARK):]
     if not memory:
         before, after = closed, ""
     else:
-        framed = _render(tokenizer, [{"role": "system", "content": _MARK}, user], opened=False)
+        try:
+            framed = tokenizer.apply_chat_template([{"role": "system", "content": _MARK}, user],
+                                                   add_generation_prompt=False, tokenize=False)
+        except TemplateError:  # no system turn: the Memory opens the instruction's turn
+            framed = _render(lm, [{"role": "user", "content": f"{_MARK}\n\n{instruction}"}], opened=False)
+        if framed.count(_MARK) != 1:
+            raise SettingsError("memory", f"{lm.name}'s chat template does not write the Memory once in a turn of "
+                                          "its own; leave the Memory empty, or give an opening to continue")
         before, after = framed.split(_MARK)
     return ChatFrame(tuple(prompt), *(tuple(_ids(tokenizer, part)) for part in (before, after, opener, close)))
 
 
 def chat_turn(lm, role: str, content: str) -> list[int]:
     """One closed turn of `role` as the template writes it after an assistant's turn."""
-    tokenizer, first = lm.tokenizer, [{"role": "user", "content": "x"}, {"role": "assistant", "content": _MARK}]
-    answered = _render(tokenizer, first, opened=False)
-    turn = _render(tokenizer, [*first, {"role": role, "content": content}], opened=False)
-    return _ids(tokenizer, turn[len(answered):])
+    first = [{"role": "user", "content": "x"}, {"role": "assistant", "content": _MARK}]
+    answered = _render(lm, first, opened=False)
+    turn = _render(lm, [*first, {"role": role, "content": content}], opened=False)
+    return _ids(lm.tokenizer, _after(lm, answered, turn))
 
 
-def _render(tokenizer, messages: list[dict], opened: bool) -> str:
-    return tokenizer.apply_chat_template(messages, add_generation_prompt=opened, tokenize=False)
+def _render(lm, messages: list[dict], opened: bool) -> str:
+    try:
+        return lm.tokenizer.apply_chat_template(messages, add_generation_prompt=opened, tokenize=False)
+    except TemplateError as error:
+        raise _uncut(lm, error) from None
+
+
+def _after(lm, head: str, text: str) -> str:
+    """What `text` adds after `head`: the turns are cut from renderings that must start with the shorter one."""
+    if not text.startswith(head):
+        raise _uncut(lm, "a longer conversation does not start with the shorter one")
+    return text[len(head):]
+
+
+def _uncut(lm, why) -> SettingsError:
+    return SettingsError("prompt_format", f"{lm.name}'s chat template cannot be cut into turns ({why}), so it "
+                                          "cannot follow instructions here; give an opening to continue instead")
 
 
 def _ids(tokenizer, text: str) -> list[int]:

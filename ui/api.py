@@ -320,6 +320,9 @@ def add_generation_routes(router: APIRouter, store: Store, tokens: PromptTokens,
                                   'the instruction)>"} and nothing else')
         if reason := unicode_problem(text):
             raise invalid("text", reason)
+        if (instruction := found(store.instruction, gen_id)) and text.startswith(instruction):
+            raise invalid("text", "starts with the draft's instruction: send its story alone (the instruction "
+                                  "stays as it was)")
         try:
             gen = found(lambda i: store.save_edit(i, text), gen_id)
         except Conflict as error:

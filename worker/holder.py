@@ -7,13 +7,18 @@ import logging
 
 from storage import Store
 from storage.records import ModelSpec
-from worker.job import sticky_text
+from worker.job import sticky_device_error, sticky_text
 
 log = logging.getLogger(__name__)
 
 
 class ModelUnavailable(RuntimeError):
     """No model could be loaded for a job; the message says why (it becomes the job's error)."""
+
+
+class DeviceLost(RuntimeError):
+    """A sticky CUDA error while loading or self-testing a model: every later call into this process's device context
+    fails, so no job is at fault (it goes back to the queue) and only a new worker process can go on."""
 
 
 class ModelHolder:
@@ -67,18 +72,15 @@ class ModelHolder:
         try:
             model = load_model(spec.model, device=spec.device, dtype=spec.dtype, heads=spec.heads)
         except Exception as error:  # noqa: BLE001 - bad path, bad checkpoint, OOM: all reported the same way
+            if sticky_device_error(error):
+                raise DeviceLost(f"loading {spec.model!r}: {type(error).__name__}: {error}") from error
             raise self._failed(spec, f"{type(error).__name__}: {error}") from error
         if self.threads is None and (threads := cpu_threads(model, self.spare_cores)):
             import torch
 
             torch.set_num_threads(threads)
-        options = device_defaults(model, self.adaptive, self.fast)  # self-tests the fast path on CUDA
-        broke = next((why for why in options.choice.dropped if sticky_text(why)), None) if options.choice else None
-        if broke is not None:  # every later call on the device would fail: a new process must start with --no-fast
-            raise self._failed(spec, f"the fast path's self-test left the device unusable ({broke}); start the "
-                                     "worker with --no-fast")
-        self.options = options
-        log.info("decoding path: %s", options.path(model.config).describe())
+        self.options = usable(device_defaults(model, self.adaptive, self.fast))  # self-tests the fast path on CUDA
+        log.info("decoding path: %s", self.options.path(model.config).describe())
         self.model, self.spec, self.failed = model, spec, None
         self._report_ready()
         return model
@@ -94,7 +96,7 @@ class ModelHolder:
         """The fast path failed mid-job: the next path down (self-tested) runs the requeued job and the rest."""
         from tokenswift.selftest import fall_back
 
-        self.options = fall_back(self.model, self.options, failure)
+        self.options = usable(fall_back(self.model, self.options, failure))
         log.warning("fast path failed (%s); decoding path now: %s", failure,
                     self.options.path(self.model.config).describe())
         self._report_ready()
@@ -104,6 +106,15 @@ class ModelHolder:
         self.store.report_model(self.worker_id, self.spec, "ready", memory_bytes=model.memory_bytes(),
                                 max_context=model.max_context, param_count=param_count(model),
                                 heads_info=heads_info(model, self.spec, self.options))
+
+
+def usable(options):
+    """`options`, unless a self-test that chose them hit a sticky error: then every later call on the device would
+    fail too, and a new process must start without the fast path (the app's supervisor does so)."""
+    broke = next((why for why in options.choice.dropped if sticky_text(why)), None) if options.choice else None
+    if broke is not None:
+        raise DeviceLost(f"the fast path's self-test left the device unusable ({broke})")
+    return options
 
 
 def param_count(model) -> int:

@@ -18,7 +18,7 @@ from storage import Store, StoreError, open_store
 from storage.records import Job, ModelSpec, Owner
 from worker.config import WorkerConfig
 from worker.heartbeat import Heartbeat
-from worker.holder import ModelHolder, ModelUnavailable
+from worker.holder import DeviceLost, ModelHolder, ModelUnavailable
 from worker.job import FlushPolicy, JobRun
 from worker.liveness import pid_alive
 
@@ -52,6 +52,8 @@ class Worker:
                 except StoreError as error:  # full disk, locked file: keep the model, try again later
                     log.error("%s; trying again in %.0f s", error, STORE_RETRY_S)
                     self.stop_requested.wait(STORE_RETRY_S)
+                except DeviceLost as error:  # loading, a self-test or a job: any job is back in the queue
+                    self._lose_device(str(error))
         self.holder.unload()
         with contextlib.suppress(StoreError):
             self.store.report_model(self.owner.worker_id, None, "stopped")
@@ -83,26 +85,35 @@ class Worker:
         except ModelUnavailable as error:
             self.store.mark_failed(job.id, self.owner, str(error))
             return
+        except DeviceLost:
+            # No fault of the job: the next worker process runs it (if the store refuses, it requeues the job as
+            # abandoned by a dead pid).
+            with contextlib.suppress(StoreError):
+                self.store.release(job.id, self.owner)
+            raise
         log.info("job %s: start (%d tokens already)", job.id, job.produced_tokens)
         run = JobRun(self.store, self.owner, job, lm, self.holder.spec, self.policy, self.stopping,
                      wait=self.stop_requested.wait, options=self.holder.options)
         outcome = run.run()
         log.info("job %s: %s", job.id, outcome)
+        if run.device_lost is not None:
+            raise DeviceLost(run.device_lost)  # the job was handed back already
         if run.fast_failure is not None:
             self.holder.fall_back(run.fast_failure)  # before the requeued job is claimed again
-        if run.device_lost is not None:
-            log.error("the device is unusable (%s): this worker stops; a new process can use it again",
-                      run.device_lost)
-            self.device_lost = run.device_lost
-            self.holder.forget()
-            self.stop_requested.set()
-            return
         with contextlib.suppress(StoreError):
             self.store.checkpoint()  # the WAL back into the file while nothing is being written
         if outcome == "failed" and lm.device.type == "cuda":
             import torch
 
             torch.cuda.empty_cache()  # after an OOM the next job needs the memory back
+
+    def _lose_device(self, why: str) -> None:
+        """Stop without touching the device again: every call into its context would raise. run_worker then exits
+        with DEVICE_LOST_EXIT, and the app's supervisor starts a new process without the fast path."""
+        log.error("the device is unusable (%s): this worker stops; a new process can use it again", why)
+        self.device_lost = why
+        self.holder.forget()
+        self.stop_requested.set()
 
     def _sweep(self) -> None:
         """Requeue jobs whose worker died (this host: pid gone; elsewhere: lease expired)."""

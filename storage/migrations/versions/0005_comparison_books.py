@@ -2,7 +2,7 @@
 
 The Compare tab's runs live in a session of their own kind ("comparison"), so the Library, its rename and
 the Write tab's page-load offer see only the writer's books. Sessions the Compare tab made before are
-recognised by the title it gave them.
+recognised by the exact title it gave them (its prompt's first six words and an ellipsis) and no author.
 
 Revision ID: 0005
 Revises: 0004
@@ -26,7 +26,21 @@ def upgrade() -> None:
     """Upgrade schema."""
     with op.batch_alter_table('sessions', schema=None) as batch_op:
         batch_op.add_column(sa.Column('kind', sa.String(length=20), nullable=False, server_default='book'))
-    op.execute("UPDATE sessions SET kind = 'comparison' WHERE title LIKE 'Compare: %'")
+    connection = op.get_bind()
+    candidates = connection.execute(sa.text("SELECT id, title FROM sessions WHERE title LIKE 'Compare: %' "
+                                            "AND author = ''")).fetchall()
+    for session_id, title in candidates:
+        if _compare_title(title):
+            connection.execute(sa.text("UPDATE sessions SET kind = 'comparison' WHERE id = :id"), {"id": session_id})
+
+
+def _compare_title(title: str) -> bool:
+    """Exactly the title the Compare tab gave its session (no author): f"Compare: {' '.join(prompt.split()[:6])}…".
+    A writer's book named "Compare: two endings" stays a book."""
+    if not (title.startswith("Compare: ") and title.endswith("\u2026")):
+        return False
+    words = title[len("Compare: "):-1].split()
+    return len(words) <= 6 and title == f"Compare: {' '.join(words)}\u2026"
 
 
 def downgrade() -> None:
