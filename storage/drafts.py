@@ -142,6 +142,7 @@ def _revision(parent: GenerationRow, text: str, spans: provenance.Spans) -> Gene
         session_id=parent.session_id, parent_id=parent.id, origin="edit", prompt_text=text, prompt_ids=None,
         prompt_sources=provenance.dump(spans), model=parent.model, heads=parent.heads, mode=parent.mode,
         memory=parent.memory, authors_note=parent.authors_note,  # they belong to the story, as on Continue
+        world_info=parent.world_info,
         seed=parent.seed, settings_json=json.dumps(values), target_tokens=left if paused else 0,
         status="paused" if paused else "done", finish_reason=None if paused else "edit", produced_tokens=0,
         chunk_count=0, elapsed_s=0.0, created_at=now, finished_at=None if paused else now,

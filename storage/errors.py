@@ -16,3 +16,11 @@ class NotFound(LookupError):
 
 class Conflict(ValueError):
     """The request does not fit the current state (e.g. resuming a finished generation)."""
+
+
+class Invalid(ValueError):
+    """A value the request names is out of range (the API answers 422 naming `field`)."""
+
+    def __init__(self, field: str, message: str):
+        super().__init__(f"{field}: {message}")
+        self.field = field

@@ -72,6 +72,8 @@ class GenerationRow(Base):
     # the writer edits them between runs; the worker reads them when it (re)starts the draft.
     memory: Mapped[str] = mapped_column(Text, default="", server_default="")
     authors_note: Mapped[str] = mapped_column(Text, default="", server_default="")
+    # Its World Info (tokenswift/world_info.py) as JSON, '' for none: edited and read back like the Memory.
+    world_info: Mapped[str] = mapped_column(Text, default="", server_default="")
     model: Mapped[str | None] = mapped_column(String(1000))  # None: the worker's model, fixed at claim
     heads: Mapped[str | None] = mapped_column(String(1000))
     mode: Mapped[str] = mapped_column(String(20))
@@ -108,6 +110,8 @@ class ChunkRow(Base):
     token_ids: Mapped[bytes] = mapped_column(LargeBinary)
     text: Mapped[str] = mapped_column(Text)
     source: Mapped[str] = mapped_column(String(20), default="ai")  # "ai": the worker writes every chunk
+    # Each token's likeliest alternatives (storage/alternatives.py); None: not recorded (chunks before 0007).
+    alternatives: Mapped[bytes | None] = mapped_column(LargeBinary)
     created_at: Mapped[datetime] = mapped_column(DateTime)
 
     __table_args__ = (Index("uq_chunks_generation_seq", "generation_id", "seq", unique=True),)

@@ -8,9 +8,12 @@ import socket
 import sys
 import uuid
 from array import array
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
+
+from storage.alternatives import Recorded
 
 SQL_INT_MAX = 2**63 - 1  # SQLite INTEGER (and BIGINT elsewhere) is a signed 64-bit number
 
@@ -98,6 +101,7 @@ class GenerationRecord:
     chunk_count: int = 0  # the next chunk's seq: a poller asks for the text since the count it last saw
     memory: str = ""  # pinned at the top of the model's context (tokenswift.context_window)
     authors_note: str = ""  # inserted a few hundred tokens before the end of the context
+    world_info: str = ""  # JSON (tokenswift.world_info); '' for none
 
 
 @dataclass(frozen=True)
@@ -114,6 +118,7 @@ class Job:
     elapsed_s: float
     memory: str = ""
     authors_note: str = ""
+    world_info: str = ""  # JSON (tokenswift.world_info); '' for none
     instruction: str | None = None  # an instruction draft's: prompt_text starts with it, its story so far follows
 
 
@@ -180,6 +185,7 @@ class Progress:
     text: str
     elapsed_s: float  # total decoding time of the generation after this flush
     metric: MetricPoint | None = None
+    alternatives: Sequence[Recorded] | None = None  # one per token id when recorded (storage/alternatives.py)
 
 
 @dataclass(frozen=True)

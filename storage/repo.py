@@ -17,7 +17,8 @@ from sqlalchemy import Engine, func, select
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 
-from storage import provenance
+from storage import alternatives, provenance
+from storage.branches import BranchVerbs, refuse_with_branches
 from storage.clock import lease_now
 from storage.drafts import DraftVerbs, instruction_of, parents_format
 from storage.errors import Conflict, NotFound, StoreError
@@ -49,7 +50,7 @@ _RELEASED = {"pause": "paused", "cancel": "cancelled", None: "queued"}
 RECOVER = "recover"
 
 
-class Store(DraftVerbs, WorkerVerbs):
+class Store(DraftVerbs, BranchVerbs, WorkerVerbs):
     def __init__(self, engine: Engine, writer: Engine | None = None):
         self.engine = engine
         self._writer = writer or engine  # same pool; its transactions begin with BEGIN IMMEDIATE
@@ -138,12 +139,14 @@ class Store(DraftVerbs, WorkerVerbs):
         heads: str | None = None,
         memory: str = "",
         authors_note: str = "",
+        world_info: str = "",
     ) -> GenerationRecord:
-        """Queue a job. Without a session a new book is made; without a model the worker's is used."""
+        """Queue a job. Without a session a new book is made; without a model the worker's is used.
+        world_info: the draft's World Info as JSON (tokenswift.world_info; checked by the caller)."""
         with self._write() as s:
             book = _book(s, session_id)
             row = _new_generation(book, prompt, settings, model=model, heads=heads, memory=memory,
-                                  authors_note=authors_note)
+                                  authors_note=authors_note, world_info=world_info)
             s.add(row)
             s.flush()
             return from_row(GenerationRecord, row)
@@ -162,9 +165,10 @@ class Store(DraftVerbs, WorkerVerbs):
             generated = _text(s, parent_id)
             text = parent.prompt_text + generated
             book = _book(s, session_id or parent.session_id)
-            # A continuation keeps the draft's Memory and Author's Note: they belong to the story.
+            # A continuation keeps the draft's Memory, Author's Note and World Info: they belong to the story.
             row = _new_generation(book, text, settings, model=parent.model, heads=parent.heads,
-                                  memory=parent.memory, authors_note=parent.authors_note)
+                                  memory=parent.memory, authors_note=parent.authors_note,
+                                  world_info=parent.world_info)
             spans = provenance.parse(parent.prompt_sources, parent.prompt_text)
             row.prompt_sources = provenance.dump(provenance.append(spans, provenance.MODEL, len(generated)))
             row.parent_id, row.origin = parent_id, "continue"
@@ -175,20 +179,25 @@ class Store(DraftVerbs, WorkerVerbs):
             s.flush()
             return from_row(GenerationRecord, row)
 
-    def set_context_text(self, gen_id: int, memory: str, authors_note: str) -> GenerationRecord:
-        """Edit a draft's Memory and Author's Note. Any time: a running draft's worker reads them at its next
-        context shift or resume, and the change applies from there."""
+    def set_context_text(self, gen_id: int, memory: str, authors_note: str,
+                         world_info: str | None = None) -> GenerationRecord:
+        """Edit a draft's Memory and Author's Note (and World Info, as JSON, unless None: left as it is). Any
+        time: a running draft's worker reads them at its next context shift or resume, and the change applies
+        from there."""
         with self._write() as s:
             row = _get(s, GenerationRow, gen_id, "generation")
             row.memory, row.authors_note = memory, authors_note
+            if world_info is not None:
+                row.world_info = world_info
             s.flush()
             return from_row(GenerationRecord, row)
 
-    def context_text(self, gen_id: int) -> tuple[str, str]:
-        """(Memory, Author's Note) of a draft as they are now: the worker reads them at each context shift."""
+    def context_text(self, gen_id: int) -> tuple[str, str, str]:
+        """(Memory, Author's Note, World Info JSON) of a draft as they are now: the worker reads them at each
+        context shift."""
         with self._read() as s:
             row = _get(s, GenerationRow, gen_id, "generation")
-            return row.memory, row.authors_note
+            return row.memory, row.authors_note, row.world_info
 
     def claim_next(self, owner: Owner) -> Job | None:
         """Take the oldest queued job, locking its row while it is taken: on a server database FOR UPDATE
@@ -268,12 +277,14 @@ class Store(DraftVerbs, WorkerVerbs):
     def delete_generation(self, gen_id: int) -> None:
         """Delete one draft with its chunks and metric points (the foreign keys cascade). Drafts continued
         from it stay: their prompt already holds its text, and the foreign key sets their parent_id to NULL.
-        A queued or running draft is refused: cancel it first, so no worker is left writing to it."""
+        A queued or running draft is refused: cancel it first, so no worker is left writing to it. So is an
+        original with branches (storage/branches.py)."""
         with self._write() as s:
             row = _get(s, GenerationRow, gen_id, "generation", lock=True)
             if row.status in ("queued", "running"):
                 raise Conflict(f"cannot delete generation {gen_id}: it is {row.status}; stop (cancel) it first "
                                "and delete it once it has stopped")
+            refuse_with_branches(s, row)
             book = s.get(SessionRow, row.session_id)
             book.updated_at = utcnow()
             s.delete(row)
@@ -340,7 +351,7 @@ class Store(DraftVerbs, WorkerVerbs):
             if progress.token_ids or progress.text:
                 s.add(ChunkRow(generation_id=gen_id, seq=row.chunk_count, token_start=row.produced_tokens,
                                token_ids=pack_ids(progress.token_ids), text=progress.text, source="ai",
-                               created_at=utcnow()))
+                               created_at=utcnow(), alternatives=_packed(progress)))
                 row.chunk_count += 1
                 row.produced_tokens += len(progress.token_ids)
             if progress.metric is not None:
@@ -396,6 +407,14 @@ class Store(DraftVerbs, WorkerVerbs):
                     _hand_back(row)
                     released.append(row.id)
             return released
+
+
+def _packed(progress: Progress) -> bytes | None:
+    """The chunk's alternatives, packed; None unless every token of it has them."""
+    recorded = progress.alternatives
+    if recorded is None or len(recorded) != len(progress.token_ids):
+        return None
+    return alternatives.pack(recorded)
 
 
 def _get(s: Session, cls: type, ident: int, what: str, *, lock: bool = False):

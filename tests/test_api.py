@@ -496,6 +496,7 @@ def test_one_end_of_text_rule_whatever_the_length_for_write_compare_api_and_cli(
     from tokenswift.cli import build_parser
     from ui.api import GenerationIn, to_settings
     from ui.compare import queue_runs
+    from ui.dry_xtc_panel import NAMES
     from ui.forms import DEFAULTS, SAMPLERS, SettingsForm
 
     write = [SettingsForm(target=n).to_settings().ban_eos for n in (100, 500, 3000, 3001, 50_000)]
@@ -517,7 +518,7 @@ def test_one_end_of_text_rule_whatever_the_length_for_write_compare_api_and_cli(
 
     queue = Queue()
     column = [DEFAULTS["theta"], DEFAULTS["window"], DEFAULTS["k"], DEFAULTS["sampler"],
-              SAMPLERS[DEFAULTS["sampler"]][1], "fused"]
+              SAMPLERS[DEFAULTS["sampler"]][1], "fused", *[getattr(SettingsForm(), name) for name in NAMES]]
     queue_runs(queue, "x", 0, 500, 1.0, 1, column)
     assert [s.ban_eos for s in queue.settings] == [True, True]  # the column and its AR twin
 
@@ -600,7 +601,8 @@ def test_memory_and_authors_note_per_draft(client, store):
     got = client.get(f"/api/generations/{gen_id}").json()
     assert (got["memory"], got["authors_note"]) == ("Ann is a lighthouse keeper.", "Storm tonight.")
     put = client.put(f"/api/generations/{gen_id}/context", json={"memory": "Ann and Bo.", "authors_note": ""})
-    assert put.status_code == 200 and put.json() == {"id": gen_id, "memory": "Ann and Bo.", "authors_note": ""}
+    assert put.status_code == 200 and put.json() == {"id": gen_id, "memory": "Ann and Bo.", "authors_note": "",
+                                                     "world_info": None}
     assert store.get_generation(gen_id).memory == "Ann and Bo."
     for bad, field in (({"memory": 5, "authors_note": ""}, "memory"), ({"memory": ""}, "authors_note"),
                        ({"memory": "x" * 20_001, "authors_note": ""}, "memory"),

@@ -293,6 +293,16 @@ def test_adaptive_batch_keeps_the_text(stories64):
     assert Generator(lm, s.replace(max_new_tokens=120), prompt, options=both).run() == expected[:120]
 
 
+def test_adaptive_without_heads_or_ngrams_takes_plain_steps(stories64):
+    """Nothing to draft (a model without heads, k = 0): the policy has no shape, and every step is a plain one."""
+    assert ladder((), 0) == []
+    prompt = stories64.encode(PROMPT)
+    s = Settings(max_new_tokens=60, seed=2, ignore_eos=True, ngram_topk=0, drafter="fused", **MINP)
+    gen = Generator(stories64, s, prompt, options=EngineOptions(adaptive=True))
+    assert gen.run() == ar_tokens(stories64, s, prompt)
+    assert gen.metrics().to_dict()["plain_share"] == 1.0
+
+
 def test_fast_passes_are_bounded_least_recently_used_first(stories64):
     """Many spans and batch shapes (adaptive, a 32-slot bucket) through a bound of 4 passes: never more are kept,
     and evicted passes built again give the same text."""

@@ -22,9 +22,12 @@ import pytest
 from conftest import REPO, need_shared
 
 from ui import views
-from ui.forms import DEFAULTS, SAMPLERS
+from ui.dry_xtc_panel import NAMES
+from ui.forms import DEFAULTS, SAMPLERS, SettingsForm
 
 FORM = ["TokenSwift", 200, 1.2, 1024, 20, "top-p", 0.9, 1.0, 3, 0]  # mode target θ W k sampler value T seed budget
+DRY_XTC = [getattr(SettingsForm(), name) for name in NAMES]  # after past-the-context: the writing defaults
+BAN = "big tree"  # the Write tab's banned phrases, after DRY and XTC
 
 
 def free_port() -> int:
@@ -173,11 +176,14 @@ def test_one_login_guards_ui_and_api(app):
     ({1: "Once upon a time " * 50, 3: 32_700, 14: "Refuse"},  # counted with the model's tokenizer, before queueing
      "Target length: prompt (202 tokens) + max_new_tokens (32,700) exceed the model's context of 32,768 tokens"),
     ({10: None}, "Seed: enter a number"),
-    ({15: "x" * 20_001}, "Memory: at most 20,000 characters"),
+    ({16: 1.0}, "DRY growth: must be in (1, 10]"),
+    ({21: 1.5}, "XTC probability: must be in 0..1"),
+    ({22: "big tree\n!?"}, "Banned phrases: a phrase needs a letter or digit"),
+    ({23: "x" * 20_001}, "Memory: at most 20,000 characters"),
 ])
 def test_start_rejects_bad_input_readably(ui, change, message):
-    # + prompt format, past end-of-text, past the context, Memory, Author's Note
-    args = ["Title", "Once upon a time", *FORM, "Continue my text", "Keep writing", "Shift", "", ""]
+    # + prompt format, past end-of-text, past the context, DRY and XTC, Memory, Author's Note
+    args = ["Title", "Once upon a time", *FORM, "Continue my text", "Keep writing", "Shift", *DRY_XTC, BAN, "", ""]
     for index, new in change.items():
         args[index] = new
     status = ui("/write_start", *args)["Write status"]
@@ -191,7 +197,7 @@ def test_write_pause_resume_stop_continue(ui):
     assert "no draft is open" in ui("/write_pause")["Write status"]
 
     out = ui("/write_start", "Pause test", "Once upon a time", "TokenSwift", 3000, *FORM[2:], "Continue my text",
-             "Keep writing", "Shift", "Max is a dog.", "Rain.")
+             "Keep writing", "Shift", *DRY_XTC, BAN, "Max is a dog.", "Rain.")
     assert "Queued" in out["Write status"] or "Writing" in out["Write status"]
     out = ui.until("/write_tick", lambda o: value(o["Draft (live: last 6,000 characters)"]))
     out = ui.settle(ui("/write_pause"), lambda o: "Paused" in (o["Write status"] or ""))
@@ -289,7 +295,7 @@ def test_what_the_model_sees(ui):
     """The context of the next token, with Memory, Author's Note and the text shifted out of view marked."""
     assert "Open a draft first" in ui("/write_seen")["What the model sees"]
     ui("/write_start", "Seen", "Once upon a time", "TokenSwift", 700, *FORM[2:], "Continue my text", "Keep writing",
-       "Shift", "Max is a dog.", "Rain falls.")
+       "Shift", *DRY_XTC, BAN, "Max is a dog.", "Rain falls.")
     ui.until("/write_tick", lambda o: "Done" in (o["Write status"] or ""), 120)
     seen = ui("/write_seen")["What the model sees"]
     assert re.search(r'<span class="ts-seen-memory"[^>]*> ?Max is a dog\.', seen)  # SentencePiece's space
@@ -323,10 +329,10 @@ def test_what_the_model_sees_marks_the_text_shifted_out(tmp_path):
 
 
 def test_compare_two_columns(ui, app):
-    columns = [1.2, 1024, 20, "top-p", 0.9, "fused", 1.2, 1024, 4, "top-p", 0.9, "paper",
-               1.0, 1024, 20, "top-p", 0.9, "fused", 1.2, 1024, 20, "min-p", 0.05, "fused"]
+    columns = [1.2, 1024, 20, "top-p", 0.9, "fused", *DRY_XTC, 1.2, 1024, 4, "top-p", 0.9, "paper", *DRY_XTC,
+               1.0, 1024, 20, "top-p", 0.9, "fused", *DRY_XTC, 1.2, 1024, 20, "min-p", 0.05, "fused", *DRY_XTC]
     bad = list(columns)
-    bad[8] = -1
+    bad[13 + 2] = -1  # column B's k
     assert "Column B — k (n-gram top-k)" in ui("/compare_run", "A harbour", 5, 150, 1.0, "2", *bad)["Compare status"]
     assert "Prompt" in ui("/compare_run", " ", 5, 150, 1.0, "2", *columns)["Compare status"]
     too_long = ui("/compare_run", "Once upon a time " * 50, 5, 32_700, 1.0, "2", *columns)["Compare status"]
@@ -518,6 +524,22 @@ def _record(**changes):
     record = GenerationRecord(1, 1, None, "Once", None, None, "tokenswift", 0, "{}", 100, "running", None, 50,
                               None, None, None, 0.0, None, None, None, None)
     return replace(record, **changes)
+
+
+def test_charts_redraw_at_most_every_interval_while_running_and_at_once_when_stopped():
+    """Four charts redrawn at every 2 Hz tick cost the browser the CPU the worker writes with (issue 28, item 9)."""
+    from ui.live import Watch
+
+    watch = Watch(1, _record(status="running"))
+    assert watch.charts_now(pointed=True, every_s=2.0, now=100.0)  # the first points at once
+    assert not watch.charts_now(pointed=True, every_s=2.0, now=101.0)  # new points, too soon: held
+    assert not watch.charts_now(pointed=False, every_s=2.0, now=101.5)
+    assert watch.charts_now(pointed=False, every_s=2.0, now=102.0)  # the held points, on time without new ones
+    assert not watch.charts_now(pointed=False, every_s=2.0, now=110.0)  # nothing new: nothing to draw
+    assert watch.charts_now(pointed=True, every_s=2.0, now=110.0)
+    assert not watch.charts_now(pointed=True, every_s=2.0, now=110.1)  # held while running ...
+    watch.record = _record(status="done")
+    assert watch.charts_now(pointed=False, every_s=2.0, now=110.2)  # ... and drawn at once when it stops
 
 
 def test_speed_line_is_final_when_finished_and_claims_nothing_untimed():

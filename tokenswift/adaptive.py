@@ -145,10 +145,11 @@ class CandidatePolicy:
         self.explorations = 0  # TokenSwift iterations taken while plain steps were faster
 
     def choose(self, plain_ok: bool = True) -> Shape | None:
-        """The shape of the next iteration, or None for a plain step (only when plain_ok)."""
+        """The shape of the next iteration, or None for a plain step (only when plain_ok, or when nothing can be
+        drafted)."""
         pick = self._pick()
         if pick is None:
-            if plain_ok:
+            if plain_ok or not self.shapes:
                 return None
             pick = best_shape(self.tokens, self.seconds)
         self.plain_run_s = 0.0
@@ -156,6 +157,8 @@ class CandidatePolicy:
         return self.shapes[pick]
 
     def _pick(self) -> int | None:
+        if not self.shapes:  # nothing to draft (no heads, no n-grams): every step is a plain one
+            return None
         # Each shape runs twice first: its first time includes one-off costs (graph capture, kernel
         # compilation) and is not kept. The largest runs first, so every shape gets token estimates.
         for i, count in enumerate(self.timed):

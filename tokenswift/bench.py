@@ -16,8 +16,9 @@ from pathlib import Path
 
 import torch
 
+from .context_window import PinnedText
 from .engine import Engine
-from .generate import Generator
+from .generate import Generator, open_engine, validate
 from .loading import LoadedModel
 from .metrics import distinct
 from .options import EngineOptions
@@ -159,8 +160,9 @@ def bench_ar(lm: LoadedModel, contexts: Sequence[int], steps: int = 64, warmup: 
 # -- bench: AR versus TokenSwift -----------------------------------------------------------------------
 
 
-def _run(lm: LoadedModel, settings: Settings, prompt_ids: list[int], options: EngineOptions) -> list[int]:
-    return Generator(lm, settings, prompt_ids, options=options).run()
+def _run(lm: LoadedModel, settings: Settings, prompt_ids: list[int], options: EngineOptions,
+         pinned: PinnedText | None = None) -> list[int]:
+    return Generator(lm, settings, prompt_ids, options=options, pinned=pinned).run()
 
 
 def first_divergence(a: Sequence[int], b: Sequence[int]) -> int | None:
@@ -181,11 +183,15 @@ def _timed(engine: Engine, out: list[int], goal: int, step) -> float:
 
 
 def alternate(lm: LoadedModel, prompt_ids: list[int], ar_settings: Settings, ts_settings: Settings,
-              slice_tokens: int, options: EngineOptions) -> tuple[list[int], list[int], list[dict], Engine]:
+              slice_tokens: int, options: EngineOptions,
+              pinned: PinnedText | None = None) -> tuple[list[int], list[int], list[dict], Engine]:
     """Plain decoding and TokenSwift in turns of `slice_tokens`, each continuing its own state, so a machine
-    whose load drifts slows both alike and every slice gives a ratio measured under the same load."""
-    ar = Engine(lm, ar_settings, prompt_ids, len(prompt_ids), options)
-    ts = Engine(lm, ts_settings, prompt_ids, len(prompt_ids), options)
+    whose load drifts slows both alike and every slice gives a ratio measured under the same load. pinned: the
+    window's World Info (and Memory), as a draft's."""
+    plan = validate(lm, ar_settings, prompt_ids, [], pinned)  # the modes' windows are the same
+    # Banned phrases hold back and rewind alike in both (generate.open_engine): the slices count final tokens.
+    ar = open_engine(lm, ar_settings, prompt_ids, len(prompt_ids), options, plan)
+    ts = open_engine(lm, ts_settings, prompt_ids, len(prompt_ids), options, plan)
     ar_out, ts_out = ar.start(), ts.start()
     n, slices = ar_settings.max_new_tokens, []
     while len(ar_out) < n or len(ts_out) < n:
@@ -212,7 +218,7 @@ def pass_costs(engine: Engine) -> dict:
 
 
 def compare(lm: LoadedModel, prompt_ids: list[int], settings: Settings, warmup_tokens: int = 16,
-            slice_tokens: int = 128, options: EngineOptions | None = None) -> dict:
+            slice_tokens: int = 128, options: EngineOptions | None = None, pinned: PinnedText | None = None) -> dict:
     """AR and TokenSwift on the same prompt, seed and settings, in this process (fixed length: EOS ignored),
     alternating in slices (see `alternate`). The speed-up is the median of the per-slice ratios.
 
@@ -225,10 +231,10 @@ def compare(lm: LoadedModel, prompt_ids: list[int], settings: Settings, warmup_t
     ar_settings, ts_settings = settings.replace(mode="ar"), settings.replace(mode="tokenswift")
     if warmup_tokens:
         n = min(warmup_tokens, settings.max_new_tokens)
-        _run(lm, ar_settings.replace(max_new_tokens=n), prompt_ids, options)
-        _run(lm, ts_settings.replace(max_new_tokens=n), prompt_ids, options)
+        _run(lm, ar_settings.replace(max_new_tokens=n), prompt_ids, options, pinned)
+        _run(lm, ts_settings.replace(max_new_tokens=n), prompt_ids, options, pinned)
     ar_tokens, ts_tokens, slices, engine = alternate(lm, prompt_ids, ar_settings, ts_settings, slice_tokens,
-                                                     options)
+                                                     options, pinned)
     ts = engine.metrics.to_dict()
     # Wall time of the slices (the TokenSwift side includes its periodic AR probes): what a writer waits.
     ar_s, ts_s = sum(x["ar_s"] for x in slices), sum(x["ts_s"] for x in slices)

@@ -1,5 +1,5 @@
-"""The command line: `python -m tokenswift generate | bench | bench-ar | bench-shift | bench-gpu | train-heads |
-eval-heads | import-heads` (argparse wiring only).
+"""The command line: `python -m tokenswift generate | bench | bench-ar | bench-shift | bench-gpu | presets |
+train-heads | eval-heads | import-heads` (argparse wiring only).
 
 Other tools rely on the flag names, the JSON keys and the exit codes: bad input exits with 2 and one
 `error: ...` line on stderr, never a traceback. The benchmark logic lives in bench.py.
@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .settings import DRAFTERS, Settings, SettingsError, writing_settings
+from .world_info import WorldInfo
 
 if TYPE_CHECKING:
     from .context_window import PinnedText
@@ -64,6 +65,22 @@ def int_list_arg(text: str) -> list[int]:
     return values
 
 
+class Given(argparse.Action):
+    """Stores a flag's value and notes that it was given: a --preset's value gives way to it, not to a default."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, values)
+        namespace.given = namespace.given | {self.dest}
+
+
+class GivenSwitch(argparse.BooleanOptionalAction):
+    """--flag / --no-flag, noted as given like Given."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        super().__call__(parser, namespace, values, option_string)
+        namespace.given = namespace.given | {self.dest}
+
+
 # -- parser --------------------------------------------------------------------------------------------
 
 
@@ -92,43 +109,49 @@ def add_sampler_args(p: argparse.ArgumentParser) -> None:
     d = writing_settings()
     p.add_argument("--max-new-tokens", type=int, required=True,
                    help="how many tokens to write (required; 1,000 tokens are about 750 words)")
+    p.add_argument("--preset", default=None, metavar="FILE.json",
+                   help="a writing preset (the app's Save preset, or one of `presets`): its values replace the "
+                        "defaults of the sampler, penalty, DRY, XTC and end-of-text flags; flags given here "
+                        "override it (default: none)")
+    p.set_defaults(given=frozenset())  # the dests of Given flags on the command line
     p.add_argument("--seed", type=int, default=d.seed,
                    help="the same seed and settings write the same text again (default: %(default)s)")
-    p.add_argument("--temperature", type=float, default=d.temperature,
+    p.add_argument("--temperature", action=Given, type=float, default=d.temperature,
                    help="higher is more surprising, lower safer; 0 always takes the likeliest token "
                         "(default: %(default)s)")
-    p.add_argument("--top-p", type=float, default=d.top_p,
+    p.add_argument("--top-p", action=Given, type=float, default=d.top_p,
                    help="draw only from the likeliest tokens that together make up this share; 1 = off "
                         "(default: %(default)s)")
-    p.add_argument("--min-p", type=float, default=d.min_p,
+    p.add_argument("--min-p", action=Given, type=float, default=d.min_p,
                    help="drop tokens less likely than this fraction of the likeliest one; 0 = off "
                         "(default: %(default)s)")
     p.add_argument("--drafter", choices=DRAFTERS, default=d.drafter,
                    help="how TokenSwift drafts: fused (from the verify pass's own states, one pass per step), "
                         "paper (a draft pass over the partial cache, then verification) or layer (a draft layer "
                         "guessing one token at a time); never changes the text (default: %(default)s)")
-    p.add_argument("--eta", type=float, default=d.eta,
+    p.add_argument("--eta", action=Given, type=float, default=d.eta,
                    help="eta sampling: drop tokens below an entropy-scaled threshold; 0 = off (default: %(default)s)")
-    p.add_argument("--penalty", type=float, default=d.penalty,
+    p.add_argument("--penalty", action=Given, type=float, default=d.penalty,
                    help="repetition penalty θ: above 1 discourages repeating recent tokens; 1 = off "
                         "(default: %(default)s)")
-    p.add_argument("--penalty-window", type=int, default=d.penalty_length,
+    p.add_argument("--penalty-window", action=Given, type=int, default=d.penalty_length,
                    help="W: how many recent tokens the penalty looks back over; 0 = off (default: %(default)s)")
     g = p.add_argument_group("DRY and XTC (writers' repetition and cliché controls; off by default)")
-    g.add_argument("--dry-multiplier", type=float, default=d.dry_multiplier,
+    g.add_argument("--dry-multiplier", action=Given, type=float, default=d.dry_multiplier,
                    help="DRY: how hard to push against extending a repeat of earlier text; 0 = off, 0.8 is usual "
                         "(default: %(default)s)")
-    g.add_argument("--dry-base", type=float, default=d.dry_base,
+    g.add_argument("--dry-base", action=Given, type=float, default=d.dry_base,
                    help="DRY: how fast the push grows with the repeat's length (default: %(default)s)")
-    g.add_argument("--dry-allowed-length", type=int, default=d.dry_allowed_length,
+    g.add_argument("--dry-allowed-length", action=Given, type=int, default=d.dry_allowed_length,
                    help="DRY: repeats up to this many tokens are free (default: %(default)s)")
-    g.add_argument("--dry-range", type=int, default=d.dry_range,
+    g.add_argument("--dry-range", action=Given, type=int, default=d.dry_range,
                    help="DRY: how many recent tokens are searched for repeats (default: %(default)s)")
-    g.add_argument("--dry-breakers", nargs="*", type=escaped_arg, default=list(d.dry_breakers), metavar="TEXT",
+    g.add_argument("--dry-breakers", action=Given, nargs="*", type=escaped_arg, default=list(d.dry_breakers),
+                   metavar="TEXT",
                    help="DRY: a repeat never runs across these; \\n for a newline (default: \\n : \" *)")
-    g.add_argument("--xtc-threshold", type=float, default=d.xtc_threshold,
+    g.add_argument("--xtc-threshold", action=Given, type=float, default=d.xtc_threshold,
                    help="XTC: tokens at least this likely count as top choices (default: %(default)s)")
-    g.add_argument("--xtc-probability", type=float, default=d.xtc_probability,
+    g.add_argument("--xtc-probability", action=Given, type=float, default=d.xtc_probability,
                    help="XTC: how often all top choices but the least likely are set aside; 0 = off "
                         "(default: %(default)s)")
     p.add_argument("--ngram-topk", type=int, default=d.ngram_topk,
@@ -151,6 +174,33 @@ def add_sampler_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-context-shift", dest="context_shift", action="store_const", const=False, default=None,
                    help="refuse a prompt + max-new-tokens beyond the context instead of shifting it "
                         "(default: shift)")
+
+
+def add_ban_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("banned phrases (the text rewinds where one would complete and goes on another way)")
+    g.add_argument("--ban", action="append", default=None, metavar="PHRASE",
+                   help="never write this phrase (any case, across words); repeat for several (default: "
+                        f"{'the starter list' if writing_settings().ban else 'none'})")
+    g.add_argument("--ban-file", default=None, metavar="FILE",
+                   help="phrases to ban, one a line; blank lines and lines starting with # are skipped "
+                        "(added to --ban; default: none)")
+
+
+def read_bans(args: argparse.Namespace) -> tuple[str, ...]:
+    """--ban and --ban-file's phrases; neither given: the writing default."""
+    from .banned import read_phrases
+
+    if args.ban is None and args.ban_file is None:
+        return writing_settings().ban
+    phrases = list(args.ban or ())
+    if args.ban_file is not None:
+        try:
+            phrases += read_phrases(Path(args.ban_file).read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise CliError(f"--ban-file: {args.ban_file} not found") from None
+        except (OSError, UnicodeDecodeError) as error:
+            raise CliError(f"--ban-file: cannot read {args.ban_file} as UTF-8 text: {error}") from None
+    return tuple(phrases)
 
 
 def add_fast_args(p: argparse.ArgumentParser) -> None:
@@ -184,6 +234,13 @@ def add_instruction_arg(p: argparse.ArgumentParser) -> None:
                         "stay in view through every context shift), not an opening to continue (default: an opening)")
 
 
+def add_world_info_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--world-info", default=None, metavar="FILE.json",
+                   help="World Info: entries whose text joins the model's context while their keys appear in the "
+                        "story (the app's Write tab exports this file; format in tokenswift/world_info.py) "
+                        "(default: none)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="python -m tokenswift", description="TokenSwift: lossless speculative decoding")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
@@ -199,10 +256,12 @@ def build_parser() -> argparse.ArgumentParser:
                      help="keep writing when the model ends the story (default: stop there)")
     gen.add_argument("--stop", action="append", default=[],
                      help="stop when this text appears; repeat for several (default: none)")
-    gen.add_argument("--ban-eos", action=argparse.BooleanOptionalAction, default=writing_settings().ban_eos,
+    gen.add_argument("--ban-eos", action=GivenSwitch, default=writing_settings().ban_eos,
                      help="never let the model end the text, so the draft reaches its length; --no-ban-eos stops "
                           "where the model ends it (default: on, as in the app)")
+    add_ban_args(gen)
     add_instruction_arg(gen)
+    add_world_info_arg(gen)
     add_fast_args(gen)
     gen.set_defaults(func=cmd_generate)
 
@@ -215,6 +274,8 @@ def build_parser() -> argparse.ArgumentParser:
     cmp.add_argument("--slice-tokens", type=int, default=128,
                      help="AR and TokenSwift take turns of this many tokens, so changing machine load hits both "
                           "alike (default: %(default)s)")
+    add_ban_args(cmp)
+    add_world_info_arg(cmp)
     add_fast_args(cmp)
     cmp.set_defaults(func=cmd_bench)
 
@@ -274,6 +335,11 @@ def build_parser() -> argparse.ArgumentParser:
     gpu.add_argument("--no-eager", action="store_true", help="skip timing the eager path (default: time it)")
     gpu.set_defaults(func=cmd_bench_gpu)
 
+    presets = sub.add_parser("presets", help="the built-in writing presets as JSON (save one to use with --preset)")
+    presets.add_argument("name", nargs="?", default=None,
+                         help="print this preset alone, e.g. \"Creative (XTC)\" (default: all of them, by name)")
+    presets.set_defaults(func=cmd_presets)
+
     add_heads_commands(sub)
     return parser
 
@@ -322,7 +388,7 @@ def heads_command(run, args: argparse.Namespace) -> int:
 
 def settings_from(args: argparse.Namespace, **extra) -> Settings:
     try:
-        return Settings(seed=args.seed, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
+        settings = Settings(seed=args.seed, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
                         top_p=args.top_p, min_p=args.min_p, eta=args.eta, penalty=args.penalty,
                         penalty_length=args.penalty_window, ngram_topk=args.ngram_topk, tree=args.tree,
                         budget=args.budget, sinks=args.sinks, drafter=args.drafter, context_window=args.context_window,
@@ -332,6 +398,21 @@ def settings_from(args: argparse.Namespace, **extra) -> Settings:
                         xtc_probability=args.xtc_probability, **{"context_shift": args.context_shift, **extra})
     except SettingsError as error:
         raise CliError(str(error)) from error
+    return with_preset(settings, args) if args.preset else settings
+
+
+def with_preset(settings: Settings, args: argparse.Namespace) -> Settings:
+    """--preset's values, except where a flag was given on the command line."""
+    from .writing_presets import apply, read_preset
+
+    try:
+        preset = read_preset(args.preset)
+        given = args.given
+        if getattr(args, "ban", None) is not None or getattr(args, "ban_file", None) is not None:
+            given = given | {"ban"}  # --ban / --ban-file replace the preset's phrases
+        return apply(settings, {key: value for key, value in preset.items() if key not in given})
+    except SettingsError as error:
+        raise CliError(f"{error} (in {args.preset})") from None
 
 
 def read_prompt(args: argparse.Namespace) -> str:
@@ -406,13 +487,13 @@ def engine_options(args: argparse.Namespace, lm: LoadedModel):
     return EngineOptions(fast=fast, adaptive=args.adaptive)
 
 
-def cli_draft_context(lm: LoadedModel, text: str, form: str, memory: str = "",
-                      note: str = "") -> tuple[list[int], PinnedText]:
+def cli_draft_context(lm: LoadedModel, text: str, form: str, memory: str = "", note: str = "",
+                      world: WorldInfo | None = None) -> tuple[list[int], PinnedText]:
     """context_window.draft_context, its errors (a model without a chat template) as usage errors."""
     from .context_window import draft_context
 
     try:
-        return draft_context(lm, text, form, memory, note)
+        return draft_context(lm, text, form, memory, note, world)
     except SettingsError as error:
         raise CliError(str(error)) from None
 
@@ -427,6 +508,20 @@ def check_lengths(lm: LoadedModel, settings: Settings, prompt_ids: list[int],
         validate(lm, settings, prompt_ids, [], pinned)
     except SettingsError as error:
         raise CliError(str(error)) from None
+
+
+def read_world_info(args: argparse.Namespace) -> WorldInfo | None:
+    """--world-info's document, or a usage error naming the file and the entry and field at fault."""
+    if args.world_info is None:
+        return None
+    try:
+        text = Path(args.world_info).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise CliError(f"world-info: cannot read {args.world_info}: {error}") from None
+    try:
+        return WorldInfo.from_json(text)
+    except SettingsError as error:
+        raise CliError(f"{error} (in {args.world_info})") from None
 
 
 def write_json(path: str | None, data: dict) -> None:
@@ -448,13 +543,14 @@ def note(message: str) -> None:
 def cmd_generate(args: argparse.Namespace) -> int:
     # Check everything cheap before importing torch and loading a model that may take minutes.
     settings = settings_from(args, mode=args.mode, ignore_eos=args.ignore_eos, ban_eos=args.ban_eos,
-                             stop=tuple(args.stop), prompt_format=args.prompt_format)
+                             stop=tuple(args.stop), prompt_format=args.prompt_format, ban=read_bans(args))
     text = read_prompt(args)
+    world = read_world_info(args)
     from .generate import Generator
 
     lm = open_model(args)
     options = engine_options(args, lm)
-    prompt_ids, pinned = cli_draft_context(lm, text, settings.prompt_format)
+    prompt_ids, pinned = cli_draft_context(lm, text, settings.prompt_format, world=world)
     check_lengths(lm, settings, prompt_ids, pinned)
     gen = Generator(lm, settings, prompt_ids, options=options, pinned=pinned)
     streamed, finish = stream(gen, lm.tokenizer, prompt_ids)
@@ -520,20 +616,23 @@ def bench_prompt_ids(args: argparse.Namespace, lm: LoadedModel, text: str) -> li
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    settings = settings_from(args, ignore_eos=True)
+    settings = settings_from(args, ignore_eos=True, ban=read_bans(args))
     text = bench_prompt_text(args)  # a bad prompt fails before the model loads
+    world = read_world_info(args)
     if args.slice_tokens < 1:
         raise CliError("slice-tokens: must be >= 1")
     from .bench import compare
+    from .context_window import pinned_ids
 
     lm = open_model(args)
     options = engine_options(args, lm)
     prompt_ids = bench_prompt_ids(args, lm, text)
-    check_lengths(lm, settings, prompt_ids)
+    pinned = pinned_ids(lm, "", "", world=world) if world is not None else None
+    check_lengths(lm, settings, prompt_ids, pinned)
     if lm.heads is None:
         note("note: no draft heads: TokenSwift drafts with the base head and n-grams only")
     result = compare(lm, prompt_ids, settings, warmup_tokens=args.warmup_tokens, slice_tokens=args.slice_tokens,
-                     options=options)
+                     options=options, pinned=pinned)
     print_bench(result)
     write_json(args.json_out, result)
     return 0
@@ -642,6 +741,16 @@ def print_bench_ar(r: dict) -> None:
         print(line)
     if cuda:
         print(f"measured device copy bandwidth: {r['copy_bandwidth_gb_s']:.1f} GB/s")
+
+
+def cmd_presets(args: argparse.Namespace) -> int:
+    from .writing_presets import built_in, preset_json
+
+    presets = built_in()
+    if args.name is not None and args.name not in presets:
+        raise CliError(f"name: no built-in preset {args.name!r}; choose from {', '.join(map(repr, presets))}")
+    print(preset_json(presets if args.name is None else presets[args.name]), end="")
+    return 0
 
 
 # -- bench-gpu -----------------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import torch
 
+from .alternatives import top_rows
 from .sampling import Sampler
 from .trie import Trie, verify_inputs
 
@@ -68,9 +69,10 @@ class DeviceSampler:
         return torch.where(idx >= 0, self.ids[idx.clamp(min=0)], -1)
 
     def __call__(self, logits: torch.Tensor, start: torch.Tensor, positions: torch.Tensor,
-                 paths: torch.Tensor | None) -> torch.Tensor:
+                 paths: torch.Tensor | None, top: torch.Tensor | None = None) -> torch.Tensor:
         """Tokens [T] for rows whose next position is positions + 1; start = the committed length, so row
-        i lies at depth positions[i] - start below the root and its window adds paths[i]."""
+        i lies at depth positions[i] - start below the root and its window adds paths[i]. top: a [T, ROW] buffer
+        for each row's alternatives (alternatives.top_rows), filled when given."""
         windows = None
         if self.w:
             history = self.history(start + 1)
@@ -78,4 +80,9 @@ class DeviceSampler:
                 windows = history.expand(logits.shape[0], self.w)
             else:
                 windows = node_windows(history, paths, positions - start)
-        return self.sampler.sample(logits, windows, positions + 1 + self.key_offset)
+        keys = positions + 1 + self.key_offset
+        scores = self.sampler.process(logits, windows, positions=keys)
+        tokens = self.sampler.choose(scores, keys)
+        if top is not None:
+            top.copy_(top_rows(scores, tokens))
+        return tokens

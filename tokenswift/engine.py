@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import torch
 
 from .adaptive import CandidatePolicy, ladder
+from .alternatives import Alternatives, from_rows, top_rows
 from .context_window import ContextUse, PinnedText, WindowPlan, leading_bos, window_plan
 from .drafting import Drafter, HeadsDrafter
 from .dry_xtc import breaker_ids
@@ -59,11 +60,12 @@ class StepResult:
 class Engine:
     def __init__(self, lm: LoadedModel, settings: Settings, ids: list[int], prompt_len: int,
                  options: EngineOptions | None = None, plan: WindowPlan | None = None,
-                 pinned_source: Callable[[], PinnedText] | None = None):
+                 pinned_source: Callable[[], PinnedText] | None = None, bans: dict[int, tuple[int, ...]] | None = None):
         """ids: prompt + tokens generated so far (at least the prompt). options: the fast path, the adaptive
         batch, padding (options.py); none of them changes the text.
         plan: the context windows (context_window.py); None: the model's context, no Memory or note.
-        pinned_source: the draft's current Memory and note, asked for at each shift (an edit applies there)."""
+        pinned_source: the draft's current Memory and note, asked for at each shift (an edit applies there).
+        bans: {story index: token ids} the sampler forbids there (banned.py)."""
         self.lm, self.s, self.prompt_len = lm, settings, prompt_len
         if plan is None:
             prompt = list(ids[:prompt_len])
@@ -71,6 +73,8 @@ class Engine:
         # Cache slots (= RoPE positions) index the window; self.ids is the whole story. A slot past the
         # window's Author's Note holds story index slot + offset (the noise key of design §3).
         self.plan, self.offset, self.next_boundary, self.shifts = plan, 0, 0, 0
+        # World Info: the next checkpoint (world_info.py) and the entries in the window now.
+        self.next_check, self.entries = 0, ()
         self.pinned_source = pinned_source
         self.ts = settings.mode == "tokenswift"
         options = options or EngineOptions()
@@ -78,7 +82,7 @@ class Engine:
         # The most tokens one iteration can commit: the root plus the deepest tree or n-gram path.
         self.max_commit = 1 + max(self.depth, NGRAM_LEN if settings.ngram_topk else 0)
         self.verify_slots = max_nodes(settings.tree, settings.ngram_topk) if self.ts else 1
-        longest = min(plan.size, len(plan.window(ids, prompt_len)) + settings.max_new_tokens)
+        longest = min(plan.size, len(plan.window(ids, prompt_len)) + plan.reserve + settings.max_new_tokens)
         capacity = longest + self.verify_slots + CAPACITY_SPARE
         lm.check_positions(capacity)
         fast = options.fast
@@ -92,7 +96,7 @@ class Engine:
         # Rows for _to_device: the tokens an iteration emits, the slots its commit moves.
         self._staged = torch.empty(2, self.max_commit, dtype=torch.int64, pin_memory=lm.device.type == "cuda")
         breakers = breaker_ids(lm.token_texts, settings.dry_breakers) if settings.dry_multiplier else None
-        self.sampler = Sampler(settings, cfg.vocab_size, lm.device, lm.eos_ids, breakers)
+        self.sampler = Sampler(settings, cfg.vocab_size, lm.device, lm.eos_ids, breakers, bans)
         self.metrics = RunMetrics(settings.mode, depth=self.depth, path=options.path(cfg).describe())
         self.drafter: Drafter | None = None
         self.ngrams: NgramTable | None = None
@@ -102,13 +106,15 @@ class Engine:
         self.fast = None
         if fast is not None:  # only the paper drafter's partial cache reads the verify pass's queries
             self.fast = FastPasses(lm, self.cache, fast, self.sampler, self.buf,
-                                   queries=self.ts and settings.drafter == "paper")
+                                   queries=self.ts and settings.drafter == "paper", alternatives=options.alternatives)
         # Graphs need fixed shapes; a GPU pads by default (one kernel configuration per batch size).
         pad = lm.device.type == "cuda" if options.pad_verify is None else options.pad_verify
         self.pad_verify = self.fast is not None or pad
         self.shared_head_rows = shared_head_rows(lm)
         self.adaptive = options.adaptive
         self.policy: CandidatePolicy | None = None
+        self.record = options.alternatives
+        self._tops: list[torch.Tensor] = []  # alternatives of the tokens sampled since take_alternatives
 
     # -- setup --------------------------------------------------------------------------------------
 
@@ -121,7 +127,7 @@ class Engine:
         emitted: list[int] = []
         if fresh:
             upto = self.length
-            token = int(self.sampler.sample(logits, self._window(upto, []), [upto + self.offset])[0])
+            token = self._sample(logits, self._window(upto, []), upto + self.offset)
             self._append([token])
             emitted = [token]
         if self.ts:
@@ -154,13 +160,16 @@ class Engine:
         n = hidden.shape[0]
         self._observe(hidden, self.buf[self.length - n + 1:self.length + 1].tolist(), self.length - n)
 
-    def _load_window(self, fresh: bool) -> tuple[torch.Tensor, list[torch.Tensor], torch.Tensor]:
-        """Fill the cache with window(b) + story[b:t] for the next token t and its boundary b: all of it on a
-        fresh run (the first token is sampled from the prefill), else all but the root."""
+    def _load_window(self, fresh: bool, at: int | None = None) -> tuple[torch.Tensor, list[torch.Tensor], torch.Tensor]:
+        """Fill the cache with window(b) + story[b:t] for the next token t and its boundary b (built at `at`, a
+        World Info checkpoint, when given; else where the plan says): all of it on a fresh run (the first token
+        is sampled from the prefill), else all but the root."""
         t = len(self.ids)
         b = self.plan.boundary(t)
-        self.next_boundary = self.plan.next_boundary(t)
-        tokens = self.plan.window(self.ids, b) + self.ids[b:]
+        at = self.plan.built(self.ids, t) if at is None else at
+        self.next_boundary, self.next_check = self.plan.next_boundary(t), self.plan.next_checkpoint(t)
+        self.entries = self.plan.active(self.ids, at)
+        tokens = self.plan.window(self.ids, b, at) + self.ids[at:]
         self.buf[:len(tokens)] = torch.tensor(tokens, dtype=torch.int64)
         self.offset = t - len(tokens)
         if self.fast is not None:
@@ -169,14 +178,21 @@ class Engine:
         return self._prefill(self.length)
 
     def _shift_if_due(self) -> None:
-        """Before predicting the token at a boundary: rebuild the window (the same rebuild a resume does)."""
-        if len(self.ids) < self.next_boundary:
-            return
+        """Before predicting the token at a boundary: rebuild the window (the same rebuild a resume does); at a
+        World Info checkpoint whose entries differ from the window's, rebuild it there with them."""
+        t, at = len(self.ids), None
+        if t < self.next_boundary:
+            if t < self.next_check:
+                return
+            self.next_check = self.plan.next_checkpoint(t)
+            if self.plan.active(self.ids, t) == self.entries:
+                return
+            at = t
         self._sync()
         t0 = time.perf_counter()
-        if self.pinned_source is not None and (pinned := self.pinned_source()) != self.plan.pinned:
+        if at is None and self.pinned_source is not None and (pinned := self.pinned_source()) != self.plan.pinned:
             self.plan = self.plan.with_pinned(pinned)
-        _, queries, hidden = self._load_window(fresh=False)
+        _, queries, hidden = self._load_window(fresh=False, at=at)
         if self.drafter is not None:
             self.drafter.start(self.cache, self.length, queries)  # the partial cache is reselected
             self._observe_window(hidden)  # the fused and layer drafters read the new window's states
@@ -185,7 +201,7 @@ class Engine:
         self.metrics.add_shift(time.perf_counter() - t0)
 
     def context_use(self) -> ContextUse:
-        pinned = self.plan.fixed
+        pinned = self.plan.pinned_size(self.entries)
         return ContextUse(pinned, self.length + 1 - pinned, self.shifts)
 
     @torch.inference_mode()
@@ -281,7 +297,10 @@ class Engine:
         """Run the token in slot n (writing its K/V; it attends to slots [0, n]), sample position n + 1.
         Also returns the token's last-layer state."""
         if self.fast is not None and self.fast.sampler is not None:
-            return self.fast.ar_token(n)  # forward and sampling in one graph: one host sync per token
+            token, hidden = self.fast.ar_token(n)  # forward and sampling in one graph: one host sync per token
+            if self.record:
+                self._tops.append(self.fast.alternatives([0]))
+            return token, hidden
         if self.fast is not None:
             logits, hidden = self.fast.ar(self.buf[n:n + 1], n)
         else:
@@ -291,7 +310,7 @@ class Engine:
             mask = causal_mask(n, 1, pos, window, self.lm.device) if window is not None else None
             out = self.lm.model(self.buf[n:n + 1], pos, self.cache, n, mask)
             logits, hidden = out.logits, out.hidden
-        return int(self.sampler.sample(logits, self._window(n + 1, []), [n + 1 + self.offset])[0]), hidden
+        return self._sample(logits, self._window(n + 1, []), n + 1 + self.offset), hidden
 
     # -- TokenSwift ----------------------------------------------------------------------------------
 
@@ -320,8 +339,9 @@ class Engine:
         prefix = self.drafter.ngram_prefix(root, levels)
         key = prefix[-1] if prefix else root
         paths = [(*prefix, *c) for c in self.ngrams.top_k(key, k)] if k else []
-        # No candidate may predict past the next boundary: the token there needs the next window.
-        room = self.next_boundary - 1 - len(self.ids)
+        # No candidate may predict past the next boundary (or World Info checkpoint): the token there may need
+        # the next window.
+        room = min(self.next_boundary, self.next_check) - 1 - len(self.ids)
         levels, paths = levels[:room], [p[:room] for p in paths]
         trie = build_trie(root, levels, paths)
         pad = slots if self.pad_verify else len(trie.tokens)
@@ -335,6 +355,8 @@ class Engine:
         # 4. Accept: walk the trie with the target's own position-keyed samples.
         if targets is not None:  # the fast path sampled every node inside the verify graph
             accepted, emitted = walk(trie, targets)
+            if self.record:  # emitted[i] is the target's token after accepted[i]
+                self._tops.append(self.fast.alternatives(accepted))
         else:
             accepted, emitted = walk(trie, lambda node: self._target_token(rows(node), trie, node, L))
         # 5. Commit: compact the accepted path's K/V behind the prefix, extend the partial cache and n-grams.
@@ -404,8 +426,24 @@ class Engine:
             path.append(trie.tokens[i])
             i = trie.parents[i]
         path.reverse()
-        window = self._window(L + 1, path)
-        return int(self.sampler.sample(logits, window, [L + len(path) + 1 + self.offset])[0])
+        return self._sample(logits, self._window(L + 1, path), L + len(path) + 1 + self.offset)
+
+    def _sample(self, logits: torch.Tensor, window: torch.Tensor | None, position: int) -> int:
+        """The target's token at story position `position` from one row of logits [1, vocab]; when recording, also
+        its alternatives, from the scores it is drawn from (alternatives.py)."""
+        if not self.record:
+            return int(self.sampler.sample(logits, window, [position])[0])
+        scores = self.sampler.process(logits, window, positions=[position])
+        token = self.sampler.choose(scores, [position])
+        self._tops.append(top_rows(scores, token))
+        return int(token[0])
+
+    def take_alternatives(self) -> list[Alternatives] | None:
+        """The alternatives of the tokens emitted since the last call, one per token (None: not recorded)."""
+        if not self.record:
+            return None
+        rows, self._tops = self._tops, []
+        return from_rows(torch.cat(rows)) if rows else []
 
     def _maybe_probe_ar(self) -> None:
         """Measure one plain AR step at the current context, so time saved is against this very run.
@@ -418,6 +456,7 @@ class Engine:
         self._sync()
         b0, t0 = self._built(), time.perf_counter()
         self._ar_token(n)
+        self._tops.clear()  # the probe's token is thrown away, and so are its alternatives
         self._sync()
         dt = self._less_builds(time.perf_counter() - t0, b0)
         self._observe_ar(dt)

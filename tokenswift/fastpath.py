@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 import torch
 
+from .alternatives import ROW
 from .attention import ATTENTION, Visible, effective_kind, make_attention
 from .device_sampling import MAX_DEPTH, DeviceSampler, pack_verify_inputs, packed_size
 from .kv_cache import KVCache
@@ -98,7 +99,8 @@ class Pass:
 
     def __init__(self, model: Transformer, cache: KVCache, t: int, kind: str, span: int, graphs: str,
                  heads=None, draft_rows: int = 1, queries: bool = False, pool=None,
-                 sampler: DeviceSampler | None = None, packed: bool = False, factory: Callable | None = None):
+                 sampler: DeviceSampler | None = None, packed: bool = False, factory: Callable | None = None,
+                 alternatives: bool = False):
         cfg, dev = model.cfg, model.rope_cos.device
         self.model, self.cache, self.heads, self.draft_rows = model, cache, heads, draft_rows
         # With a sampler, the pass also draws the target's token after every row (row i: position
@@ -123,6 +125,8 @@ class Pass:
         shape = (cfg.n_layers, t, cfg.n_heads, cfg.head_dim)
         self.queries = torch.empty(shape, dtype=self.logits.dtype, device=dev) if queries else None
         self.sampled = torch.zeros(t, dtype=torch.long, device=dev) if sampler else None
+        # Each sampled row's alternatives (alternatives.py), from the scores its token is drawn from.
+        self.top = torch.zeros(t, ROW, dtype=torch.float64, device=dev) if sampler and alternatives else None
         self.graphs, self.pool = graphs, pool
         self.graph: torch.cuda.CUDAGraph | None = None
         self.built = False  # called once: captured, compiled, warmed up
@@ -153,7 +157,8 @@ class Pass:
         if self.draft_rows == 1:
             self.logits.copy_(model.logits_of(x))
             if self.sampler is not None:
-                self.sampled.copy_(self.sampler(self.logits, self.visible.start, self.positions, self.paths))
+                self.sampled.copy_(self.sampler(self.logits, self.visible.start, self.positions, self.paths,
+                                                self.top))
             return
         # The draft pass (drafting.HeadsDrafter): the base head's row, then the chained draft heads' rows on the
         # pre-norm state. Heads that read the next token get the depth-1 guess they extend: the token the target
@@ -195,9 +200,11 @@ class FastPasses:
     """AR, draft and verify passes over one full KV cache, each created (and captured) on first use."""
 
     def __init__(self, lm: LoadedModel, cache: KVCache, options: FastOptions | None = None,
-                 sampler: Sampler | None = None, ids: torch.Tensor | None = None, queries: bool = True):
+                 sampler: Sampler | None = None, ids: torch.Tensor | None = None, queries: bool = True,
+                 alternatives: bool = False):
         """sampler and ids (the engine's token buffer, slot = position): sample inside the graphs. queries: the
-        verify pass keeps every layer's queries (the paper drafter's partial cache selects with them)."""
+        verify pass keeps every layer's queries (the paper drafter's partial cache selects with them).
+        alternatives: the sampling passes also record each row's alternatives (read with `alternatives`)."""
         options = options or FastOptions()
         if lm.config.sliding_window is not None:
             raise ValueError("the fast path does not implement sliding-window attention; run without it")
@@ -211,7 +218,8 @@ class FastPasses:
         self.passes: OrderedDict[tuple, Pass] = OrderedDict()  # least recently used first
         self.draw = DeviceSampler(sampler, ids) if sampler is not None and ids is not None else None
         self.sampler = self.draw if options.sample_in_graph else None  # the AR and verify passes sample too
-        self.ids, self.queries = ids, queries
+        self.ids, self.queries, self.record = ids, queries, alternatives
+        self.sampled_last: Pass | None = None  # the last pass that sampled: its alternatives are read next
         # Seconds spent in passes' first calls (capture, kernel compilation, warm-up): one-off costs the engine
         # books apart from decoding, so neither the adaptive policy nor time saved counts them.
         self.build_s = 0.0
@@ -284,12 +292,13 @@ class FastPasses:
             raise RuntimeError("ar_token needs FastPasses(..., sampler=, ids=) with sample_in_graph")
         _check_room(self.cache, n, 1)
         with self._guard(self.options.attention):
-            p = self._ar(self.ids[n:n + 1], n, self.sampler)
+            p = self.sampled_last = self._ar(self.ids[n:n + 1], n, self.sampler)
             return int(p.sampled[0]), p.hidden
 
     def _ar(self, token: torch.Tensor, n: int, sampler: DeviceSampler | None) -> Pass:
         name = "ar" if sampler is None else "ar+sample"
-        p = self._get(name, self.cache, 1, self.options.attention, n + 1, sampler=sampler)
+        p = self._get(name, self.cache, 1, self.options.attention, n + 1, sampler=sampler,
+                      alternatives=self.record and sampler is not None)
         p.tokens.copy_(token)
         p.positions.fill_(n)
         p.visible.start.fill_(n)
@@ -323,14 +332,20 @@ class FastPasses:
         kind = self.options.verify_attention or self.options.attention
         name = "verify" if self.sampler is None else "verify+sample"
         with self._guard(kind):
-            p = self._get(name, self.cache, t, kind, start + t, queries=self.queries, sampler=self.sampler,
-                          packed=True)
+            p = self.sampled_last = self._get(name, self.cache, t, kind, start + t, queries=self.queries,
+                                              sampler=self.sampler, packed=True,
+                                              alternatives=self.record and self.sampler is not None)
             # Rewriting the host buffer is safe: the previous copy from it finished before its targets were read.
             pack_verify_inputs(trie, start, t, self.sampler is not None, p.host_inputs)
             p.inputs.copy_(p.host_inputs, non_blocking=True)
             self._run(p)
             targets = p.sampled[: len(trie.tokens)].tolist() if self.sampler is not None else None
         return p.logits, p.queries, targets, p.hidden
+
+
+    def alternatives(self, rows: list[int]) -> torch.Tensor:
+        """[len(rows), ROW] alternatives of rows of the last sampling pass (alternatives.top_rows)."""
+        return self.sampled_last.top[rows]
 
 
 def _check_room(cache: KVCache, start: int, t: int) -> None:

@@ -14,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
+from .alternatives import Alternatives
+from .banned import BannedEngine
 from .context_window import ContextUse, PinnedText, WindowPlan, leading_bos, window_plan
 from .detok import IncrementalDetokenizer
 from .engine import CAPACITY_SPARE, Engine
@@ -29,6 +31,8 @@ class StepEvent:
     tokens: list[int]  # new ids this iteration, already cut at max_new_tokens / EOS / a stop string
     done: bool
     finish_reason: str | None  # "length", "eos" or "stop" when done
+    # One per token of `tokens` when options.alternatives is set (alternatives.py), else None.
+    alternatives: list[Alternatives] | None = None
 
 
 def validate(lm: LoadedModel, settings: Settings, prompt_ids: Sequence[int], generated: Sequence[int],
@@ -62,6 +66,22 @@ def validate(lm: LoadedModel, settings: Settings, prompt_ids: Sequence[int], gen
     return plan
 
 
+def open_engine(lm: LoadedModel, settings: Settings, ids: list[int], prompt_len: int, options: EngineOptions,
+                plan: WindowPlan, pinned_source: Callable[[], PinnedText] | None = None) -> Engine | BannedEngine:
+    """The engine of a run: with banned phrases, one that holds back and rewinds (banned.py); it emits only final
+    tokens, so what follows (cuts, stop strings, the store) never sees a token taken back."""
+    if not settings.ban:
+        return Engine(lm, settings, ids, prompt_len, options, plan=plan, pinned_source=pinned_source)
+
+    def restart(story: list[int], bans: dict[int, tuple[int, ...]], now: WindowPlan | None) -> Engine:
+        return Engine(lm, settings, story, prompt_len, options, plan=now or plan, pinned_source=pinned_source,
+                      bans=bans)
+
+    eos = set(lm.eos_ids)
+    return BannedEngine(restart, ids, settings.ban, lm.tokenizer, prompt_len + settings.max_new_tokens,
+                        lambda token: token in eos and not settings.ignore_eos)
+
+
 class Generator:
     def __init__(self, lm: LoadedModel, settings: Settings, prompt_ids: Sequence[int],
                  generated_ids: Sequence[int] = (), options: EngineOptions | None = None,
@@ -76,7 +96,7 @@ class Generator:
         self.eos = set(lm.eos_ids)
         self.options = options or EngineOptions()
         self._pinned_source = pinned_source
-        self._engine: Engine | None = None
+        self._engine: Engine | BannedEngine | None = None
         self._stop_text = ""
 
     def steps(self) -> Iterator[StepEvent]:
@@ -84,16 +104,18 @@ class Generator:
         if reason:
             yield StepEvent([], True, reason)
             return
-        engine = self._engine = Engine(self.lm, self.s, self.prompt_ids + self.produced, len(self.prompt_ids),
-                                       self.options, plan=self.plan, pinned_source=self._pinned_source)
+        engine = self._engine = open_engine(self.lm, self.s, self.prompt_ids + self.produced, len(self.prompt_ids),
+                                            self.options, self.plan, self._pinned_source)
         detok = self._stop_detokenizer()
         emitted = engine.start()
         step = engine.ts_step if self.s.mode == "tokenswift" else engine.ar_step
         while True:
+            alternatives = engine.take_alternatives()
             tokens, reason = self._cut(emitted, detok)
             self.produced.extend(tokens)
             if reason or tokens:
-                yield StepEvent(tokens, reason is not None, reason)
+                yield StepEvent(tokens, reason is not None, reason,
+                                alternatives[:len(tokens)] if alternatives is not None else None)
             if reason:
                 return
             emitted = step().tokens

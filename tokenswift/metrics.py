@@ -33,6 +33,8 @@ class RunMetrics:
     verify_batches: dict[str, int] = field(default_factory=dict)  # iterations per verify batch size
     shifts: int = 0  # context shifts (context_window.py): windows rebuilt past the model's context
     shift_s: float = 0.0  # seconds spent rebuilding them (part of the elapsed time; AR pays them too)
+    rewinds: int = 0  # banned phrases rewound (banned.py); the tokens rewound count in `tokens`
+    rewind_s: float = 0.0  # seconds spent restarting there (part of the elapsed time; AR pays them too)
     # First calls of the fast path's passes (CUDA-graph capture, kernel compilation, warm-up): one-off costs, kept
     # out of the decoding times above, so out of time saved and of what the adaptive policy weighs.
     capture_s: float = 0.0
@@ -40,7 +42,7 @@ class RunMetrics:
 
     @property
     def elapsed_s(self) -> float:
-        return self.draft_s + self.verify_s + self.overhead_s + self.shift_s
+        return self.draft_s + self.verify_s + self.overhead_s + self.shift_s + self.rewind_s
 
     def add_step(self, emitted: int, accepted: int, ngram_accepted: int, ngram_hit: bool,
                  draft_s: float, verify_s: float, overhead_s: float) -> None:
@@ -60,6 +62,11 @@ class RunMetrics:
         """A context shift: not counted against time saved, since plain decoding shifts at the same tokens."""
         self.shifts += 1
         self.shift_s += seconds
+
+    def add_rewind(self, seconds: float) -> None:
+        """A banned phrase's rewind: the engine started again where it began (not against time saved either)."""
+        self.rewinds += 1
+        self.rewind_s += seconds
 
     def add_plain_step(self, seconds: float) -> None:
         """One token from a plain step of a TokenSwift run: time saved stays as it was (it is the baseline)."""

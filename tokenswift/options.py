@@ -32,6 +32,7 @@ class EngineOptions:
     adaptive: bool = False  # pick the candidate batch per iteration from measured costs (adaptive.py)
     pad_verify: bool | None = None  # pad verify batches to a fixed size; None: on CUDA (always on the fast path)
     choice: PathChoice | None = None  # how `fast` was chosen (selftest.choose_path); None: as given, untested
+    alternatives: bool = False  # record each emitted token's likeliest alternatives (alternatives.py; the app's)
 
     def path(self, cfg) -> PathChoice:
         """The path these options run on: as self-tested, else as given."""

@@ -40,10 +40,11 @@ def prompt_ids(lm, text: str, form: str = "continue", story: str = "") -> list[i
     return list(chat_frame(lm, text).prompt) + _ids(lm.tokenizer, story)
 
 
-def chat_frame(lm, instruction: str, memory: str = "") -> ChatFrame:
+def chat_frame(lm, instruction: str, memory: str = "", system: bool = False) -> ChatFrame:
     """The turns of an instruction draft: the Memory inside the system turn (in place of the template's
     default system prompt), then the instruction as the user's turn, then the assistant's turn opened. A
-    template without a system turn (Gemma's, Mistral's refuse one) gets the Memory at the head of the user's."""
+    template without a system turn (Gemma's, Mistral's refuse one) gets the Memory at the head of the user's.
+    system: cut the turns for a system text even without a Memory (World Info goes there, after the Memory)."""
     tokenizer = lm.tokenizer
     if not getattr(tokenizer, "chat_template", None):
         raise SettingsError("prompt_format", f"{lm.name} has no chat template, so it cannot follow instructions; "
@@ -60,7 +61,7 @@ def chat_frame(lm, instruction: str, memory: str = "") -> ChatFrame:
     if answered.count(_MARK) != 1:
         raise _uncut(lm, "the assistant's turn is not written once")
     close = answered[answered.index(_MARK) + len(_MARK):]
-    if not memory:
+    if not memory and not system:
         before, after = closed, ""
     else:
         try:

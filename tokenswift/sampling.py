@@ -18,6 +18,7 @@ noise.
 from __future__ import annotations
 
 import math
+from collections.abc import Collection, Mapping
 
 import torch
 
@@ -112,8 +113,9 @@ class Sampler:
     """Turns raw logits into tokens under one Settings, with the noise of each row's position."""
 
     def __init__(self, settings: Settings, vocab_size: int, device, eos_ids: tuple[int, ...] = (),
-                 breakers: torch.Tensor | None = None):
-        """breakers: [vocab] bool, DRY's sequence breakers (dry_xtc.breaker_ids); needed when DRY is on."""
+                 breakers: torch.Tensor | None = None, bans: Mapping[int, Collection[int]] | None = None):
+        """breakers: [vocab] bool, DRY's sequence breakers (dry_xtc.breaker_ids); needed when DRY is on.
+        bans: {story index: token ids} forbidden at that position only (banned.py's rewinds)."""
         self.s = settings
         self.breakers = breakers.to(device) if breakers is not None else None
         if settings.dry_multiplier > 0 and self.breakers is None:
@@ -125,6 +127,12 @@ class Sampler:
         if settings.ban_eos and eos_ids:
             self.banned = torch.zeros(vocab_size, dtype=torch.bool, device=device)
             self.banned[list(eos_ids)] = True
+        # A banned phrase's bans are part of the rule too, keyed by position like the noise: every row sampled at
+        # that position, plain or a trie node, eager or captured (a device comparison, no host sync), obeys them.
+        self.bans = {}
+        for position, tokens in (bans or {}).items():
+            self.bans[position] = torch.zeros(vocab_size, dtype=torch.bool, device=device)
+            self.bans[position][list(tokens)] = True
 
     def penalize(self, logits: torch.Tensor, windows: torch.Tensor | None,
                  vocab: torch.Tensor | None = None) -> torch.Tensor:
@@ -151,6 +159,8 @@ class Sampler:
         positions: each row's absolute position (XTC's draw is keyed by it)."""
         s = self.s
         z = self.penalize(logits, windows, vocab)
+        if self.bans and positions is not None:
+            z = self.ban(z, positions, vocab)
         if s.temperature == 0:
             return z
         z = z / s.temperature
@@ -164,6 +174,16 @@ class Sampler:
             z = eta_filter(z, s.eta, s.min_keep)
         if s.xtc_probability > 0 and positions is not None:
             z = xtc_filter(z, s.xtc_threshold, xtc_draws(s.seed, positions, z.device) < s.xtc_probability)
+        return z
+
+    def ban(self, z: torch.Tensor, positions: list[int] | torch.Tensor,
+            vocab: torch.Tensor | None = None) -> torch.Tensor:
+        """Scores with each row's banned tokens at -inf (rows at the positions `positions`)."""
+        if not isinstance(positions, torch.Tensor):
+            positions = torch.tensor(positions, dtype=torch.int64, device=z.device)
+        for position, banned in self.bans.items():
+            here = (positions == position)[:, None] & (banned if vocab is None else banned[vocab])[None, :]
+            z = z.masked_fill(here, -math.inf)
         return z
 
     def choose(self, scores: torch.Tensor, positions: list[int] | torch.Tensor) -> torch.Tensor:

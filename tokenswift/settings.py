@@ -11,6 +11,8 @@ import json
 import math
 from dataclasses import dataclass, field
 
+from .banned import merged, phrase_problem
+
 MODES = ("tokenswift", "ar")
 # The one-pass drafter (fused_drafter.py), the paper's two passes (drafting.py), the draft layer (layer_drafter.py)
 DRAFTERS = ("fused", "paper", "layer")
@@ -63,13 +65,18 @@ class Settings:
     dry_breakers: tuple[str, ...] = ("\n", ":", '"', "*")  # a repeat never runs across one of these
     xtc_threshold: float = 0.1
     xtc_probability: float = 0.0  # 0 = off
+    # Banned phrases (banned.py): the text rewinds where one would complete and goes on another way. Exact.
+    ban: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         # Values may come from JSON (lists, ints for floats): normalise before checking.
         object.__setattr__(self, "tree", tuple(int(x) for x in self.tree))
         object.__setattr__(self, "stop", tuple(str(s) for s in self.stop))
         object.__setattr__(self, "dry_breakers", tuple(str(s) for s in self.dry_breakers))
+        # A string stays one so that _check refuses it (as a sequence it would be banned letter by letter).
+        object.__setattr__(self, "ban", self.ban if isinstance(self.ban, str) else tuple(self.ban))
         self._check()
+        object.__setattr__(self, "ban", merged(self.ban))  # stripped; case-insensitive duplicates merged
 
     def _check(self) -> None:
         def need(ok: bool, name: str, message: str) -> None:
@@ -111,6 +118,8 @@ class Settings:
         need(_finite(self.xtc_threshold) and 0 <= self.xtc_threshold <= 0.5, "xtc_threshold", "must be in 0..0.5")
         need(_finite(self.xtc_probability) and 0 <= self.xtc_probability <= 1, "xtc_probability",
              "must be in 0..1")
+        need(not isinstance(self.ban, str), "ban", "must be a list of phrases, not one string")
+        need((problem := phrase_problem(self.ban)) is None, "ban", problem or "")
         need(self.prompt_format in PROMPT_FORMATS, "prompt_format",
              f"must be one of {', '.join(PROMPT_FORMATS)}, got {self.prompt_format!r}")
 

@@ -6,10 +6,12 @@
                                      "next_since"}
     GET  /api/generations/{id}/tokens        -> {"prompt_tokens": [...], "tokens": [...]}
     POST /api/generations/{id}/pause|resume|cancel
-    PUT  /api/generations/{id}/context       {"memory", "authors_note"} -> {"id", "memory", "authors_note"}
+    PUT  /api/generations/{id}/context       {"memory", "authors_note"[, "world_info"]} -> the same, with "id"
     DELETE /api/generations/{id}             -> 204 (409 while queued or running: cancel it first)
     GET  /api/generations/{id}/export?format=txt|md|epub|docx[&title=&author=]
+    GET  /api/generations/{id}/alternatives?position=N, POST .../branch, GET .../branches: ui/branches.py
     GET  /api/health
+    GET  /api/presets                        -> {"<name>": {<preset>}, ...} (tokenswift/writing_presets.py)
 
 Polling: `text` is the whole generated text, or with `?since=N` only the text of chunks N, N+1, ...;
 `next_since` is the N to ask with next time. The text is assembled once and extended by new chunks, and not
@@ -20,8 +22,11 @@ are limited per client address (429 with Retry-After; ui/guard.py, ui/ratelimit.
 
 Memory (pinned at the top of the model's context) and Author's Note (inserted near its end) are per draft:
 given at creation ("memory", "authors_note"), edited with PUT .../context, read back in GET; a change
-applies from the draft's next resume. Targets past the model's context are accepted while context shifting
-is on (settings.context_shift, default on; false refuses them as before).
+applies from the draft's next resume. So is World Info ("world_info": {"depth", "entries": [{"keys",
+"secondary_keys", "content", "constant", "enabled"}]}, tokenswift/world_info.py; null or absent: none; in PUT
+.../context, absent: unchanged), its errors named by entry and field ("world_info.entries[3].keys: ...").
+Targets past the model's context are accepted while context shifting is on (settings.context_shift, default
+on; false refuses them as before).
 
 Validation errors are 422 in FastAPI's shape, {"detail": [{"loc": [...], "msg", "type"}]}, and every
 msg starts with the field it is about ("settings.penalty_window: W must be >= 0"). Settings go through
@@ -50,6 +55,8 @@ from storage import Conflict, NotFound, Store, StoreError
 from storage.health import store_problem
 from storage.records import SQL_INT_MAX, GenerationRecord
 from tokenswift.settings import WRITING_DEFAULTS, Settings, SettingsError
+from tokenswift.world_info import WorldInfo
+from tokenswift.writing_presets import built_in
 from ui.exports import draft_book
 from ui.follow import MAX_WAIT_S, Commits
 from ui.guard import Guard
@@ -89,6 +96,7 @@ class SamplingIn(BaseModel):
     dry_breakers: list[str] | None = None  # a repeat never runs across these
     xtc_threshold: float | None = None  # XTC: tokens this likely count as top choices
     xtc_probability: float | None = None  # XTC: how often all top choices but the least likely are set aside
+    ban: list[str] | None = None  # banned phrases (tokenswift/banned.py); [] bans none
 
 
 class GenerationIn(BaseModel):
@@ -103,12 +111,22 @@ class GenerationIn(BaseModel):
     continue_from: Id | None = None
     memory: str = ""  # pinned at the top of the model's context (a continuation keeps its parent's)
     authors_note: str = ""  # inserted a few hundred tokens before the end of the context
+    world_info: dict[str, Any] | None = None  # tokenswift/world_info.py's document (a continuation keeps its parent's)
 
 
 class ContextIn(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
     memory: str
     authors_note: str
+    world_info: dict[str, Any] | None = None  # absent: unchanged; null: none
+
+
+def world_info_json(value: dict[str, Any] | None) -> str:
+    """A World Info object as the store keeps it (JSON, '' for none), or a 422 naming the entry and field."""
+    try:
+        return WorldInfo.from_dict(value).to_json()
+    except SettingsError as error:
+        raise invalid(printable(error.field), printable(str(error).split(": ", 1)[-1])) from None
 
 
 def check_context_text(values: dict[str, str]) -> None:
@@ -163,10 +181,17 @@ def parse_request(payload: dict[str, Any]) -> tuple[GenerationIn, Settings]:
     for field in ("prompt", "mode"):
         if problem := unicode_problem(getattr(request, field)):
             raise invalid(field, problem)
+    for phrase in request.settings.ban or ():
+        if problem := unicode_problem(phrase):
+            raise invalid("settings.ban", problem)
     check_context_text({"memory": request.memory, "authors_note": request.authors_note})
     if request.continue_from is not None and (request.memory or request.authors_note):
         raise invalid("memory", "leave Memory and Author's Note out with continue_from (the parent's are kept; "
                                 "edit them with PUT /api/generations/{id}/context)")
+    if request.continue_from is not None and request.world_info is not None:
+        raise invalid("world_info", "leave it out with continue_from (the parent's is kept; edit it with PUT "
+                                    "/api/generations/{id}/context)")
+    world_info_json(request.world_info)
     if request.continue_from is None and not request.prompt.strip():
         raise invalid("prompt", "must not be empty")
     if request.continue_from is not None and request.prompt:
@@ -223,7 +248,8 @@ def enqueue(store: Store, request: GenerationIn, settings: Settings) -> Generati
         if request.continue_from is not None:
             return store.continue_generation(request.continue_from, settings, session_id=request.session_id)
         return store.enqueue_generation(request.prompt, settings, session_id=request.session_id,
-                                        memory=request.memory, authors_note=request.authors_note)
+                                        memory=request.memory, authors_note=request.authors_note,
+                                        world_info=world_info_json(request.world_info))
     except NotFound as error:
         field = "session_id" if error.what == "session" else "continue_from"
         raise invalid(field, str(error)) from None
@@ -237,8 +263,12 @@ def generation_view(gen: GenerationRecord, text: str, metrics: dict) -> dict:
         "target_tokens": gen.target_tokens, "text": text, "metrics": metrics,
         "session_id": gen.session_id, "parent_id": gen.parent_id, "finish_reason": gen.finish_reason,
         "origin": gen.origin, "error": gen.error, "next_since": gen.chunk_count,
-        "memory": gen.memory, "authors_note": gen.authors_note,
+        "memory": gen.memory, "authors_note": gen.authors_note, "world_info": world_info_view(gen.world_info),
     }
+
+
+def world_info_view(stored: str) -> dict | None:
+    return json.loads(stored) if stored else None
 
 
 def store_errors():
@@ -255,9 +285,13 @@ def create_router(store: Store, tokens: PromptTokens | None = None, texts: Draft
     `tokens`, `texts`: the app's tokenizer and text caches (shared with the UI); without them the router keeps
     its own. `commits`: what wakes long-polls (one for `texts`' store if not given)."""
     router = APIRouter(prefix="/api", dependencies=[Depends(store_errors)])
+    from ui.branches import add_branch_routes  # here: it builds on this module's validation helpers
+
     texts = texts or DraftTexts(store)
-    add_generation_routes(router, store, tokens or PromptTokens(store), texts, commits or Commits(texts.changes))
+    tokens = tokens or PromptTokens(store)
+    add_generation_routes(router, store, tokens, texts, commits or Commits(texts.changes))
     add_control_routes(router, store)
+    add_branch_routes(router, store, tokens)
 
     @router.get("/health")
     def health() -> dict:
@@ -273,6 +307,11 @@ def create_router(store: Store, tokens: PromptTokens | None = None, texts: Draft
             "queue_length": store.queue_length(),
             "worker_heartbeat_age_s": round(w.heartbeat_age_s, 3) if w else None,
         }
+
+    @router.get("/presets")
+    def presets() -> dict:
+        """The built-in writing presets by name; each is also a valid `settings` object of POST /generations."""
+        return built_in()
 
     return router
 
@@ -333,7 +372,8 @@ def add_generation_routes(router: APIRouter, store: Store, tokens: PromptTokens,
 
     @router.put("/generations/{gen_id}/context")
     def set_context(gen_id: GenId, payload: Annotated[dict[str, Any], Depends(json_object)]) -> dict:
-        """The draft's Memory and Author's Note; a running draft picks the change up when it next resumes."""
+        """The draft's Memory, Author's Note and World Info; a running draft picks the change up at its next context
+        shift or resume."""
         try:
             values = ContextIn.model_validate(payload)
         except ValidationError as error:
@@ -341,8 +381,10 @@ def add_generation_routes(router: APIRouter, store: Store, tokens: PromptTokens,
             field = ".".join(str(part) for part in e["loc"]) or "body"
             raise invalid(printable(field), printable(e["msg"])) from None
         check_context_text({"memory": values.memory, "authors_note": values.authors_note})
-        gen = found(lambda i: store.set_context_text(i, values.memory, values.authors_note), gen_id)
-        return {"id": gen.id, "memory": gen.memory, "authors_note": gen.authors_note}
+        world = world_info_json(values.world_info) if "world_info" in values.model_fields_set else None
+        gen = found(lambda i: store.set_context_text(i, values.memory, values.authors_note, world), gen_id)
+        return {"id": gen.id, "memory": gen.memory, "authors_note": gen.authors_note,
+                "world_info": world_info_view(gen.world_info)}
 
     @router.get("/generations/{gen_id}/tokens")
     def get_tokens(gen_id: GenId) -> dict:

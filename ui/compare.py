@@ -17,7 +17,8 @@ from storage.models import COMPARISON
 from storage.records import GenerationRecord
 from tokenswift.metrics import distinct
 from tokenswift.settings import DRAFTERS, Settings
-from ui import charts, views
+from ui import charts, dry_xtc_panel, views
+from ui.dry_xtc_panel import DryXtcParts
 from ui.forms import DEFAULTS, SAMPLERS, FormError, SettingsForm, ar_twin
 from ui.live import Watch
 from ui.tokens import PromptTokens
@@ -35,7 +36,7 @@ PRESETS = [_A, {**_A, "drafter": "layer"}, {**_A, "theta": 1.0},
 DRAFTER_HELP = ("fused: drafts from the verification pass's own states (one pass per step); paper: a draft pass "
                 "over the partial cache first; layer: a small draft layer guesses one token at a time, each knowing "
                 "the one before. Speed only: the text is the same.")
-FIELDS = 6  # form values per column
+FIELDS = 13  # form values per column: ColumnParts.fields
 # Plain words on first sight; the paper's symbol and what a number means in a tooltip (ui/page.py sets them).
 TIPS = {
     "Same text as plain decoding": "TokenSwift is lossless: its text must equal the plain (AR) run's, token for token",
@@ -65,10 +66,11 @@ class ColumnParts:
     sampler: gr.Radio
     value: gr.Number
     drafter: gr.Radio
+    dry_xtc: DryXtcParts
 
     @property
     def fields(self) -> list:
-        return [self.theta, self.window, self.k, self.sampler, self.value, self.drafter]
+        return [self.theta, self.window, self.k, self.sampler, self.value, self.drafter, *self.dry_xtc.fields]
 
 
 @dataclass
@@ -150,7 +152,9 @@ def build() -> CompareParts:
                 value = gr.Number(preset["value"], label="Sampler value", step=0.01, elem_id=f"compare-value-{i}")
                 drafter = gr.Radio(list(DRAFTERS), value=preset["drafter"], label="Drafter", info=DRAFTER_HELP,
                                    elem_id=f"compare-drafter-{i}")
-                columns.append(ColumnParts(box, theta, window, k, sampler, value, drafter))
+                with gr.Accordion("DRY and XTC", open=False, elem_id=f"compare-dry-xtc-{i}"):
+                    dry_xtc = dry_xtc_panel.build(SettingsForm(), f"compare-{i}", helped=False)
+                columns.append(ColumnParts(box, theta, window, k, sampler, value, drafter, dry_xtc))
     run = gr.Button("Run comparison", variant="primary", elem_id="compare-run")
     status = gr.Markdown("", label="Compare status", elem_id="compare-status")
     with gr.Row():
@@ -173,8 +177,10 @@ def describe(s: Settings) -> str:
     sampler = next((f"{name} {getattr(s, f):g}" for name, (f, _, _) in SAMPLERS.items()
                     if getattr(s, f) != getattr(Settings, f)), "no filter")
     drafter = f" · {s.drafter} drafter" if s.mode == "tokenswift" else ""
+    dry = f" · DRY {s.dry_multiplier:g}" if s.dry_multiplier else ""
+    xtc = f" · XTC {s.xtc_probability:g} above {s.xtc_threshold:g}" if s.xtc_probability else ""
     return (f"penalty {s.penalty:g} · window {s.penalty_length} · {s.ngram_topk} phrase guesses · {sampler} · "
-            f"temperature {s.temperature:g}{drafter}")
+            f"temperature {s.temperature:g}{dry}{xtc}{drafter}")
 
 
 def queue_runs(store: Store, prompt: str, seed, target, temperature, count: int, values: list,
@@ -184,11 +190,12 @@ def queue_runs(store: Store, prompt: str, seed, target, temperature, count: int,
     limit, prompt_tokens = budget
     settings = []
     for i in range(count):
-        theta, window, k, sampler, value, drafter = values[FIELDS * i:FIELDS * (i + 1)]
+        theta, window, k, sampler, value, drafter, *dry_xtc = values[FIELDS * i:FIELDS * (i + 1)]
+        dry = dict(zip(dry_xtc_panel.NAMES, dry_xtc, strict=True))
         # Compare measures settings side by side within one context: it keeps refusing longer targets.
         form = SettingsForm(mode="TokenSwift", target=target, theta=theta, window=window, k=k, sampler=sampler,
                             sampler_value=value, temperature=temperature, seed=seed, budget=0, drafter=drafter,
-                            shift="Refuse")
+                            shift="Refuse", **dry)
         try:
             settings.append(form.to_settings(limit=limit, prompt_tokens=prompt_tokens))
         except FormError as error:

@@ -6,9 +6,12 @@ raises FormError whose text names the field as the form labels it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, fields
 
-from tokenswift.settings import DRAFTERS, WRITING_DEFAULTS, Settings, SettingsError
+from tokenswift.banned import read_phrases
+from tokenswift.cli import escaped_arg
+from tokenswift.settings import DRAFTERS, WRITING_DEFAULTS, Settings, SettingsError, writing_settings
 
 MODES = {"TokenSwift": "tokenswift", "AR": "ar"}
 # Sampler choice -> (Settings field, default value, value label).
@@ -28,12 +31,25 @@ LABELS = {
     "max_new_tokens": "Target length", "mode": "Mode", "seed": "Seed", "temperature": "Temperature",
     "top_p": "top-p", "min_p": "min-p", "eta": "η", "penalty": "θ (penalty)", "penalty_length": "W (penalty window)",
     "ngram_topk": "k (n-gram top-k)", "budget": "Partial-cache budget", "sinks": "Sinks", "drafter": "Drafter",
+    "dry_multiplier": "DRY strength", "dry_base": "DRY growth", "dry_allowed_length": "DRY free repeats",
+    "dry_range": "DRY look-back", "dry_breakers": "DRY breakers", "xtc_threshold": "XTC threshold",
+    "xtc_probability": "XTC probability", "ban": "Banned phrases",
 }
 # The panel's first values: the writing defaults (tokenswift.settings), shown as the panel shows them.
 DEFAULTS = {"theta": WRITING_DEFAULTS["penalty"], "window": WRITING_DEFAULTS["penalty_length"], "k": 20,
             "sampler": "min-p" if WRITING_DEFAULTS["min_p"] else "top-p",
             "temperature": WRITING_DEFAULTS["temperature"], "seed": 0, "budget": 0}
-UNSHOWN = {k: v for k, v in WRITING_DEFAULTS.items() if k.startswith(("dry_", "xtc_"))}  # not in the panel yet
+_WRITING = writing_settings()
+
+
+def shown_breakers(breakers: Sequence[str]) -> tuple[str, ...]:
+    """DRY's breakers as the panel lists them: a newline as \\n, as on the command line."""
+    return tuple(b.replace("\\", "\\\\").replace("\n", "\\n").replace("\t", "\\t") for b in breakers)
+
+
+def breakers_from(shown: Sequence[str] | None) -> tuple[str, ...]:
+    """The panel's list -> breakers, its escapes read as the command line reads them (an emptied list: none)."""
+    return tuple(escaped_arg(b) for b in shown or ())
 
 
 class FormError(ValueError):
@@ -57,7 +73,42 @@ class SettingsForm:
     prompt_format: str = "Continue my text"
     past_eos: str = next(label for label, ban in PAST_EOS.items() if ban == WRITING_DEFAULTS["ban_eos"])
     shift: str = "Shift"
+    dry_multiplier: float | None = _WRITING.dry_multiplier
+    dry_base: float | None = _WRITING.dry_base
+    dry_allowed_length: float | None = _WRITING.dry_allowed_length
+    dry_range: float | None = _WRITING.dry_range
+    dry_breakers: Sequence[str] | None = shown_breakers(_WRITING.dry_breakers)  # as the panel lists them
+    xtc_threshold: float | None = _WRITING.xtc_threshold
+    xtc_probability: float | None = _WRITING.xtc_probability
+    ban: str | None = "\n".join(_WRITING.ban)  # one phrase a line (the Write tab offers STARTER_BANS: write_parts)
     drafter: str = Settings.drafter  # not in the Write tab's panel (which passes the fields above in order)
+
+    def panel(self) -> list:
+        """The Write tab's panel values, in its order (every field but the drafter)."""
+        return [getattr(self, f.name) for f in fields(self) if f.name != "drafter"]
+
+    def text_settings(self) -> dict:
+        """The Settings values that shape the text (what a preset holds): the sampler, θ and W, DRY, XTC and
+        the end-of-text choice. The filters not chosen stay off."""
+        if self.sampler not in SAMPLERS:
+            raise FormError(f"Sampler: choose one of {', '.join(SAMPLERS)}")
+        if self.past_eos not in PAST_EOS:
+            raise FormError(f"When the model wants to end the text: choose one of {', '.join(PAST_EOS)}")
+        field_name = SAMPLERS[self.sampler][0]
+        return {
+            "temperature": _number(self.temperature, "temperature"),
+            "penalty": _number(self.theta, "penalty"),
+            "penalty_length": _whole(self.window, "penalty_length"),
+            field_name: _number(self.sampler_value, field_name),
+            "dry_multiplier": _number(self.dry_multiplier, "dry_multiplier"),
+            "dry_base": _number(self.dry_base, "dry_base"),
+            "dry_allowed_length": _whole(self.dry_allowed_length, "dry_allowed_length"),
+            "dry_range": _whole(self.dry_range, "dry_range"),
+            "dry_breakers": breakers_from(self.dry_breakers),
+            "xtc_threshold": _number(self.xtc_threshold, "xtc_threshold"),
+            "xtc_probability": _number(self.xtc_probability, "xtc_probability"),
+            "ban_eos": PAST_EOS[self.past_eos],
+        }
 
     def to_settings(self, *, limit: int | None = None, prompt_tokens: int = 0,
                     prompt_label: str = "prompt") -> Settings:
@@ -65,32 +116,25 @@ class SettingsForm:
         when unknown) + the target; prompt_label names those tokens in the message."""
         if self.mode not in MODES:
             raise FormError(f"Mode: choose one of {', '.join(MODES)}")
-        if self.sampler not in SAMPLERS:
-            raise FormError(f"Sampler: choose one of {', '.join(SAMPLERS)}")
-        field_name, _, _ = SAMPLERS[self.sampler]
         values = {
-            **UNSHOWN,
+            **self.text_settings(),
             "mode": MODES[self.mode],
             "max_new_tokens": _whole(self.target, "max_new_tokens"),
             "seed": _whole(self.seed, "seed"),
-            "temperature": _number(self.temperature, "temperature"),
-            "penalty": _number(self.theta, "penalty"),
-            "penalty_length": _whole(self.window, "penalty_length"),
             "ngram_topk": _whole(self.k, "ngram_topk"),
-            field_name: _number(self.sampler_value, field_name),
         }
         budget = _whole(self.budget, "budget")
         values["budget"] = budget or None  # 0 = automatic
-        if self.prompt_format not in PROMPT_FORMATS or self.past_eos not in PAST_EOS:
-            raise FormError(f"Prompt: choose one of {', '.join(PROMPT_FORMATS)}, and one of {', '.join(PAST_EOS)}")
+        if self.prompt_format not in PROMPT_FORMATS:
+            raise FormError(f"Prompt: choose one of {', '.join(PROMPT_FORMATS)}")
         if self.drafter not in DRAFTERS:
             raise FormError(f"Drafter: choose one of {', '.join(DRAFTERS)}")
         values["drafter"] = self.drafter
         values["prompt_format"] = PROMPT_FORMATS[self.prompt_format]
-        values["ban_eos"] = PAST_EOS[self.past_eos]
         if self.shift not in CONTEXT_SHIFT:
             raise FormError(f"Past the context: choose one of {', '.join(CONTEXT_SHIFT)}")
         values["context_shift"] = CONTEXT_SHIFT[self.shift]
+        values["ban"] = read_phrases(self.ban or "")
         if values["context_shift"] is False and limit and prompt_tokens + values["max_new_tokens"] > limit:
             new = f"max_new_tokens ({values['max_new_tokens']:,})"
             if not prompt_tokens:
@@ -124,8 +168,12 @@ def form_from_settings(settings: Settings) -> SettingsForm:
         temperature=settings.temperature, seed=settings.seed, budget=settings.budget or 0, drafter=settings.drafter,
         prompt_format=next(label for label, value in PROMPT_FORMATS.items() if value == settings.prompt_format),
         past_eos=next(label for label, ban in PAST_EOS.items() if ban == settings.ban_eos),
-        shift="Refuse" if settings.context_shift is False else "Shift",
+        shift="Refuse" if settings.context_shift is False else "Shift", dry_multiplier=settings.dry_multiplier,
+        dry_base=settings.dry_base, dry_allowed_length=settings.dry_allowed_length, dry_range=settings.dry_range,
+        dry_breakers=shown_breakers(settings.dry_breakers), xtc_threshold=settings.xtc_threshold,
+        xtc_probability=settings.xtc_probability, ban="\n".join(settings.ban),
     )
+
 
 
 def parse_target(text: str | float | None) -> int | None:

@@ -32,6 +32,18 @@ class Watch:
     generated_chars: int = 0
     points: list[MetricPoint] = field(default_factory=list)
     version: int | None = None  # the store's commit counter before the last read (None: unknown)
+    charts_due: bool = False  # metric points arrived that the charts do not show yet
+    charts_at: float = 0.0  # time.monotonic() of the last chart drawing
+
+    def charts_now(self, pointed: bool, every_s: float, now: float) -> bool:
+        """Whether this tick redraws the charts: new points at most every `every_s` while the draft runs (four
+        Plotly charts redrawn at the tick's 2 Hz cost the browser more CPU than the text, on the cores the
+        worker writes with), and the last points as soon as it stops."""
+        self.charts_due |= pointed
+        if not self.charts_due or (self.active and now - self.charts_at < every_s):
+            return False
+        self.charts_due, self.charts_at = False, now
+        return True
 
     @classmethod
     def open(cls, store: Store, gen_id: int) -> Watch:

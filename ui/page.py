@@ -11,7 +11,7 @@ import json
 import gradio as gr
 
 from storage import Store
-from ui import compare, library, model, views, write, write_parts, write_view
+from ui import compare, library, model, presets, views, world_info_panel, write, write_parts, write_view
 from ui.exports import Exports
 from ui.texts import DraftTexts
 from ui.tokens import PromptTokens
@@ -106,6 +106,8 @@ def build_page(store: Store, *, worker_hint: str, exports: Exports, tokens: Prom
         status_timer = gr.Timer(STATUS_S)
 
         write.wire(write_ui, store, page, tokens, texts)
+        presets.wire(write_ui, exports)
+        world_info_panel.wire(write_ui.world, write_ui.status, exports)
         compare.wire(compare_parts, store, page, tokens, texts.changes)
         library.wire(library_parts, store, write_ui, tabs, library_tab, exports)
         model.wire(model_parts, store, model_tab)

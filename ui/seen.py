@@ -1,9 +1,9 @@
 """The Write tab's "What the model sees": the context the draft's next token is predicted from, as text, with
-the Memory, the Author's Note, the chat turns and the story no longer in view marked.
+the Memory, the World Info entries, the Author's Note, the chat turns and the story no longer in view marked.
 
 It is the engine's own window (tokenswift.context_window.WindowPlan.seen) for the draft's stored ids, its
-settings and its Memory and note as they are now, decoded with the model's tokenizer (ui/tokens.py loads it;
-no weights): an edit of Memory or note shows here at once, and reaches the model at its next shift or resume.
+settings and its Memory, note and World Info as they are now, decoded with the model's tokenizer (ui/tokens.py
+loads it; no weights): an edit of them shows here at once, and reaches the model at its next shift or resume.
 """
 
 from __future__ import annotations
@@ -16,13 +16,16 @@ from storage.drafts import prompt_parts
 from tokenswift.context_window import leading_bos, pinned_ids, window_plan
 from tokenswift.prompting import prompt_ids
 from tokenswift.settings import Settings, SettingsError
+from tokenswift.world_info import WorldInfo
 from ui.tokens import PromptTokens
 
 UNKNOWN_CONTEXT = 1 << 30
 SHIFTED_CHARS = 400  # of the text shifted out of view, the end shown (the whole draft is in "Show whole text")
-STYLE = {"memory": "background:#fdf0c2", "note": "background:#d9ecff", "frame": "color:#888;font-size:0.85em",
+STYLE = {"memory": "background:#fdf0c2", "world info": "background:#e3f5dc", "note": "background:#d9ecff",
+         "frame": "color:#888;font-size:0.85em",
          "shifted": "color:#999;text-decoration:line-through", "story": ""}
-LEGEND = ('<span style="{memory}">Memory</span> · <span style="{note}">Author\'s Note</span> · '
+LEGEND = ('<span style="{memory}">Memory</span> · <span style="{world}">World Info</span> · '
+          '<span style="{note}">Author\'s Note</span> · '
           '<span style="{frame}">chat turns</span> · <span style="{shifted}">shifted out of view</span>')
 
 
@@ -63,7 +66,7 @@ def _pieces(store: Store, record, vocab: _Vocab, context: int | None) -> list[tu
     if not (prompt := stored.prompt_ids):  # a writer's edit that never ran: its text as the worker tokenizes it
         text, story = prompt_parts(record.prompt_text, instruction)
         prompt = prompt_ids(vocab, text, settings.prompt_format, story)
-    pinned = pinned_ids(vocab, record.memory, record.authors_note, instruction)
+    pinned = pinned_ids(vocab, record.memory, record.authors_note, instruction, WorldInfo.from_json(record.world_info))
     # A context nobody reported (no worker, no config here) cannot have shifted anything yet that we could know.
     plan = window_plan(settings, prompt, leading_bos(vocab, prompt), pinned, context or UNKNOWN_CONTEXT)
     return _decoded(vocab.tokenizer, [(kind, ids) for kind, ids in plan.seen(prompt + stored.generated_ids) if ids])
@@ -84,15 +87,16 @@ def _decoded(tokenizer, pieces: list[tuple[str, list[int]]]) -> list[tuple[str, 
 
 def _render(pieces: list[tuple[str, str, int]]) -> str:
     in_view = sum(n for kind, _, n in pieces if kind != "shifted")
-    counts = {kind: sum(n for k, _, n in pieces if k == kind) for kind in ("memory", "note", "shifted")}
-    head = (f"<p><b>{in_view:,} tokens in view</b> · Memory {counts['memory']:,} · Author's Note {counts['note']:,}"
-            f" · {counts['shifted']:,} earlier tokens shifted out<br>{LEGEND.format(**STYLE)}</p>")
+    counts = {kind: sum(n for k, _, n in pieces if k == kind) for kind in ("memory", "world info", "note", "shifted")}
+    head = (f"<p><b>{in_view:,} tokens in view</b> · Memory {counts['memory']:,} · World Info {counts['world info']:,}"
+            f" · Author's Note {counts['note']:,} · {counts['shifted']:,} earlier tokens shifted out<br>"
+            f"{LEGEND.format(world=STYLE['world info'], **STYLE)}</p>")
     spans = []
     for kind, text, n in pieces:
         if kind == "shifted":
             tail = text[-SHIFTED_CHARS:]
             text = f"[{n:,} tokens no longer in view, ending:] …{tail}" if len(tail) < len(text) else text
         style = f' style="{STYLE[kind]}"' if STYLE[kind] else ""
-        spans.append(f'<span class="ts-seen-{kind}"{style}>{html.escape(text)}</span>')
+        spans.append(f'<span class="ts-seen-{kind.replace(" ", "-")}"{style}>{html.escape(text)}</span>')
     body = "".join(spans)
     return f'{head}<div class="ts-seen" style="white-space:pre-wrap">{body}</div>'

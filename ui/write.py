@@ -7,18 +7,20 @@ from any browser, the draft being written (or the last one paused) is offered. E
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import gradio as gr
 
 from storage import Conflict, NotFound, Store, StoreError
-from ui import edit, seen, views
+from ui import edit, seen, views, write_branches
 from ui.forms import SAMPLERS, FormError, SettingsForm, parse_target
 from ui.limits import context_text_problem, unicode_problem
 from ui.live import ACTIVE, Watch
 from ui.texts import DraftTexts
 from ui.tokens import PromptTokens
-from ui.write_parts import WriteParts
+from ui.world_info_panel import stored
+from ui.write_parts import CHART_S, WriteParts
 from ui.write_view import (
     limit_line,
     model_limit,
@@ -40,7 +42,7 @@ def wire(p: WriteParts, store: Store, page: gr.Blocks, tokens: PromptTokens, tex
     fast = {"concurrency_limit": None}  # handlers only read or write the store; the GPU is the worker's
 
     def start(title, prompt, book, *rest):
-        *form, memory, note = rest
+        *form, memory, note, world = rest
         memory, note = memory or "", note or ""
         if not (prompt or "").strip():
             return problem(p, "Prompt: write or load the opening of your story first.")
@@ -52,6 +54,7 @@ def wire(p: WriteParts, store: Store, page: gr.Blocks, tokens: PromptTokens, tex
         if reason := no_model_problem(store):
             return problem(p, reason)
         try:
+            world = stored(world)
             limit, prompt_tokens = prompt_budget(store, tokens, prompt)
             settings = SettingsForm(*form).to_settings(limit=limit, prompt_tokens=prompt_tokens)
             title = (title or "").strip() or "Untitled"
@@ -59,12 +62,13 @@ def wire(p: WriteParts, store: Store, page: gr.Blocks, tokens: PromptTokens, tex
                 book = store.create_session(title).id
             elif store.get_session(book).title != title:
                 store.rename_session(book, title=title)
-            gen = store.enqueue_generation(prompt, settings, session_id=book, memory=memory, authors_note=note)
+            gen = store.enqueue_generation(prompt, settings, session_id=book, memory=memory, authors_note=note,
+                                           world_info=world)
         except FormError as error:
             return problem(p, str(error))
         except NotFound:  # the book was deleted in the Library meanwhile: start a new one
             gen = store.enqueue_generation(prompt, settings, session_id=store.create_session(title).id,
-                                           memory=memory, authors_note=note)
+                                           memory=memory, authors_note=note, world_info=world)
         except StoreError as error:
             return problem(p, str(error))
         return show_generation(p, store, gen.id, fill_form=False)
@@ -85,34 +89,37 @@ def wire(p: WriteParts, store: Store, page: gr.Blocks, tokens: PromptTokens, tex
         return handler
 
     def continue_draft(watch: Watch | None, *rest):
-        *form, memory, note = rest
+        *form, memory, note, world = rest
         if watch is None:
             return problem(p, "Continue: open a finished draft first (Library tab, or Start one).")
         if reason := _context_problem(memory or "", note or ""):
             return problem(p, reason)
         try:
+            world = stored(world)
             limit, existing = _existing_tokens(store, tokens, watch)
             settings = SettingsForm(*form).to_settings(limit=limit, prompt_tokens=existing,
                                                        prompt_label="existing text")
             gen = store.continue_generation(watch.gen_id, settings)
-            gen = store.set_context_text(gen.id, memory or "", note or "")  # as the boxes show them
+            gen = store.set_context_text(gen.id, memory or "", note or "", world)  # as the boxes show them
         except (FormError, Conflict, NotFound, StoreError) as error:
             return problem(p, f"Continue: {error}" if not isinstance(error, FormError) else str(error))
         return show_generation(p, store, gen.id, fill_form=False)
 
-    def save_context(watch: Watch | None, memory, note):
+    def save_context(watch: Watch | None, memory, note, world):
         if watch is None:
             return problem(p, "Memory: open a draft first.")
         if reason := _context_problem(memory or "", note or ""):
             return problem(p, reason)
         try:
-            store.set_context_text(watch.gen_id, memory or "", note or "")
+            store.set_context_text(watch.gen_id, memory or "", note or "", stored(world))
+        except FormError as error:
+            return problem(p, f"{error}. Nothing was saved.")
         except (NotFound, StoreError) as error:
             return problem(p, f"Memory: {error}")
         when = "from its next context shift or resume" if watch.record.status in ("queued", "running", "paused") \
             else "to Continue from it"
-        return {p.status: f"{views.dot('ok')} Memory and Author's Note saved to Draft #{watch.gen_id}: they apply "
-                          f"{when}."}
+        return {p.status: f"{views.dot('ok')} Memory, Author's Note and World Info saved to Draft #{watch.gen_id}: "
+                          f"they apply {when}."}
 
     def tick(watch: Watch | None):
         if watch is None:
@@ -121,8 +128,9 @@ def wire(p: WriteParts, store: Store, page: gr.Blocks, tokens: PromptTokens, tex
             moved, texted, pointed = watch.refresh(store, texts.changes)  # no store read between commits
         except NotFound:  # deleted from the Library while we watched
             return {**render(p, store, None), p.status: "This draft was deleted."}
-        changed = moved or texted or pointed
-        out = render(p, store, watch, text=texted, charts_too=pointed) if changed else {p.status: gr.skip()}
+        charts_too = watch.charts_now(pointed, CHART_S, time.monotonic())
+        changed = moved or texted or charts_too
+        out = render(p, store, watch, text=texted, charts_too=charts_too) if changed else {p.status: gr.skip()}
         if not watch.active:
             out[p.timer] = gr.Timer(active=False)
         return out
@@ -190,7 +198,7 @@ def wire(p: WriteParts, store: Store, page: gr.Blocks, tokens: PromptTokens, tex
     def reflowed(watch: Watch | None, shown: bool, reflow: bool):
         return whole(store, watch.gen_id, reflow) if shown and watch is not None else gr.skip()
 
-    context = [p.memory, p.note]
+    context = [p.memory, p.note, p.world.editor]
     p.start.click(start, [p.title, p.prompt, p.book, *p.form, *context], p.opened, api_name="write_start", **fast)
     p.pause.click(control("pause"), p.watch, p.view, api_name="write_pause", **fast)
     p.resume.click(control("resume"), p.watch, p.view, api_name="write_resume", **fast)
@@ -214,6 +222,7 @@ def wire(p: WriteParts, store: Store, page: gr.Blocks, tokens: PromptTokens, tex
     page.load(attach, p.remembered, [*p.opened, p.limit, p.offer, p.offer_text, p.offered], api_name="write_attach",
               **fast)
     edit.wire(p, store)
+    write_branches.wire(p, store, tokens)
 
 
 def _offer(p: WriteParts, store: Store, offer, shown: int | None) -> dict:

@@ -10,11 +10,15 @@ from dataclasses import dataclass
 
 import gradio as gr
 
-from ui import charts, views
+from tokenswift.banned import STARTER_BANS
+from tokenswift.writing_presets import built_in
+from ui import charts, dry_xtc_panel, views, world_info_panel, write_branches
+from ui.dry_xtc_panel import DryXtcParts
 from ui.forms import CONTEXT_SHIFT, MODES, PAST_EOS, PROMPT_FORMATS, QUICK_LENGTHS, SAMPLERS, TARGET_LABEL, SettingsForm
 from ui.live import TAIL_CHARS
 
 TICK_S = 0.5
+CHART_S = 2.0  # the charts redraw at most this often while a draft runs (ui/live.Watch.charts_now)
 CHART_HELP = """\
 **How to read these charts.** TokenSwift guesses several words ahead and the model checks the guesses
 in one step; the text is exactly what plain decoding would write, only sooner.
@@ -42,6 +46,7 @@ class WriteParts:
     memory: gr.Textbox  # pinned at the top of the model's context
     note: gr.Textbox  # the Author's Note, inserted near the end of the context
     save_context: gr.Button  # store an edited Memory / note on the open draft
+    world: world_info_panel.WorldInfoParts  # World Info (lorebook) as JSON, imported and exported
     target: gr.Number
     quick: gr.Radio
     limit: gr.Markdown
@@ -54,6 +59,12 @@ class WriteParts:
     temperature: gr.Slider
     seed: gr.Number
     budget: gr.Number
+    dry_xtc: DryXtcParts
+    ban: gr.Textbox  # banned phrases, one a line (tokenswift/banned.py)
+    preset: gr.Dropdown  # the built-in presets (ui/presets.py)
+    save_preset: gr.Button
+    preset_file: gr.File  # the saved preset, to download
+    load_preset: gr.UploadButton
     start: gr.Button
     pause: gr.Button
     resume: gr.Button
@@ -85,12 +96,14 @@ class WriteParts:
     reflow: gr.Checkbox
     seen_show: gr.Button  # "What the model sees" (ui/seen.py)
     seen: gr.HTML
+    branching: write_branches.BranchParts  # alternatives and branches (ui/write_branches.py)
 
     @property
     def form(self) -> list:
         """In SettingsForm's field order."""
         return [self.mode, self.target, self.theta, self.window, self.k, self.sampler, self.sampler_value,
-                self.temperature, self.seed, self.budget, self.prompt_format, self.past_eos, self.shift]
+                self.temperature, self.seed, self.budget, self.prompt_format, self.past_eos, self.shift,
+                *self.dry_xtc.fields, self.ban]
 
     @property
     def view(self) -> list:
@@ -103,7 +116,7 @@ class WriteParts:
     @property
     def opened(self) -> list:
         """view + the form fields a stored draft fills in."""
-        return [*self.view, self.title, self.prompt, *self.form, self.memory, self.note]
+        return [*self.view, self.title, self.prompt, *self.form, self.memory, self.note, self.world.editor]
 
 
 def build() -> WriteParts:
@@ -163,7 +176,9 @@ def _form(d: SettingsForm) -> dict:
                               "Refuse: targets must fit the model's context.")
         save_context = gr.Button("Save Memory and Note to this draft", size="sm", interactive=False,
                                  elem_id="write-save-context")
-    with gr.Accordion("Settings (θ, W, k, sampler)", open=False, elem_id="write-settings"):
+    world = world_info_panel.build()
+    with gr.Accordion("Settings (presets, θ, W, k, sampler, DRY, XTC)", open=False, elem_id="write-settings"):
+        presets = _presets()
         with gr.Row():
             theta = gr.Number(d.theta, label="θ (penalty, 1 = off)", step=0.05, elem_id="write-theta",
                               info="Repetition penalty: above 1 discourages repeating recent words.")
@@ -183,6 +198,15 @@ def _form(d: SettingsForm) -> dict:
                              info="The same seed and settings write the same text again.")
             budget = gr.Number(d.budget, label="Partial-cache budget (0 = auto)", precision=0, elem_id="write-budget",
                                info="Tokens of context the guessing step reads (speed only; 0 picks it for you).")
+        with gr.Accordion("Repetition and stock phrases (DRY, XTC)", open=False, elem_id="write-dry-xtc"):
+            dry_xtc = dry_xtc_panel.build(d, "write")
+        with gr.Accordion("Banned phrases", open=False, elem_id="write-ban-box"):
+            # A new draft starts with the stock phrases, on view and editable (the API and CLI ban none unless asked).
+            ban = gr.Textbox("\n".join(STARTER_BANS), label="Banned phrases (one a line)", lines=6, max_lines=16,
+                             elem_id="write-ban",
+                             info="The draft never contains these, in any case: where one would be completed, the "
+                                  "model goes back to where it began and writes it another way (the same text in "
+                                  "TokenSwift and AR). Starts with stock phrases; edit freely.")
     with gr.Row():
         start = gr.Button("▶ Start", variant="primary", elem_id="write-start", scale=2)
         cont = gr.Button("Continue", interactive=False, elem_id="write-continue")
@@ -193,10 +217,23 @@ def _form(d: SettingsForm) -> dict:
         new_book = gr.Button("New book", elem_id="write-new", size="sm")
     return dict(title=title, prompt=prompt, upload=upload, prompt_format=prompt_format, past_eos=past_eos,
                 target=target, quick=quick, limit=limit, mode=mode, shift=shift, memory=memory, note=note,
-                save_context=save_context,
+                save_context=save_context, world=world,
                 theta=theta, window=window, k=k, sampler=sampler, sampler_value=sampler_value,
-                temperature=temperature, seed=seed, budget=budget, start=start, pause=pause, resume=resume,
-                stop=stop, cont=cont, new_book=new_book)
+                temperature=temperature, seed=seed, budget=budget, dry_xtc=dry_xtc, ban=ban, **presets, start=start,
+                pause=pause, resume=resume, stop=stop, cont=cont, new_book=new_book)
+
+
+def _presets() -> dict:
+    """A built-in preset to choose, or the writer's own saved to / loaded from a JSON file."""
+    with gr.Row():
+        preset = gr.Dropdown(list(built_in()), value=None, label="Preset", elem_id="write-preset", scale=3,
+                             info="Fills the sampler, penalty, DRY, XTC and end-of-text settings below; the length, "
+                                  "seed and speed settings stay as they are.")
+        with gr.Column(scale=2, min_width=140):
+            save_preset = gr.Button("Save preset", size="sm", elem_id="write-save-preset")
+            load_preset = gr.UploadButton("Load preset…", file_types=[".json"], size="sm", elem_id="write-load-preset")
+    preset_file = gr.File(label="Saved preset", interactive=False, visible=False, elem_id="write-preset-file")
+    return dict(preset=preset, save_preset=save_preset, preset_file=preset_file, load_preset=load_preset)
 
 
 def _view() -> dict:
@@ -222,6 +259,7 @@ def _view() -> dict:
     with gr.Accordion("What the model sees", open=False, elem_id="write-seen-box"):
         seen_show = gr.Button("Show what the model sees now", size="sm", elem_id="write-seen-show")
         seen = gr.HTML("", label="What the model sees", elem_id="write-seen")
+    branching = write_branches.build()
     with gr.Row():
         alpha = gr.Plot(charts.alpha_chart([]), label="α chart", elem_id="chart-alpha", show_label=False)
         ngram = gr.Plot(charts.ngram_chart([]), label="n-gram chart", elem_id="chart-ngram", show_label=False)
@@ -232,5 +270,5 @@ def _view() -> dict:
         gr.Markdown(CHART_HELP)
     return dict(status=status, bar=bar, speed_line=speed_line, text=text, editor=editor, edit_row=edit_row,
                 save_edit=save_edit, cancel_edit=cancel_edit, show_all=show_all, edit=edit, restore=restore,
-                reflow=reflow, full=full, seen_show=seen_show, seen=seen, alpha=alpha, ngram=ngram, speed=speed,
-                saved=saved)
+                reflow=reflow, full=full, seen_show=seen_show, seen=seen, branching=branching, alpha=alpha,
+                ngram=ngram, speed=speed, saved=saved)

@@ -10,9 +10,11 @@ from storage import Store
 from storage.records import GenerationRecord
 from tokenswift.settings import Settings
 from ui import charts, views, wholetext
+from ui.dry_xtc_panel import breakers_update
 from ui.forms import SAMPLERS, form_from_settings
 from ui.live import ACTIVE, Watch
 from ui.tokens import PromptTokens
+from ui.world_info_panel import shown
 from ui.write_parts import WriteParts
 
 STOPPED = ("paused", "done", "cancelled", "failed")
@@ -89,10 +91,9 @@ def show_generation(p: WriteParts, store: Store, gen_id: int, *, fill_form: bool
         if record.parent_id is None:  # a continuation's prompt is the whole earlier book: leave the box alone
             out[p.prompt] = record.prompt_text
         form = form_from_settings(Settings.from_json(record.settings_json))
-        out.update(dict(zip(p.form, [form.mode, form.target, form.theta, form.window, form.k, form.sampler,
-                                     form.sampler_value, form.temperature, form.seed, form.budget,
-                                     form.prompt_format, form.past_eos, form.shift], strict=True)))
-        out.update({p.memory: record.memory, p.note: record.authors_note})
+        out.update(dict(zip(p.form, form.panel(), strict=True)))
+        out[p.dry_xtc.dry_breakers] = breakers_update(form.dry_breakers)
+        out.update({p.memory: record.memory, p.note: record.authors_note, p.world.editor: shown(record.world_info)})
         out[p.sampler_value] = gr.Number(form.sampler_value, label=SAMPLERS[form.sampler][2])
     return out
 

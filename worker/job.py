@@ -6,6 +6,7 @@ prompt + generated ids and, being deterministic in (seed, position), continues t
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Callable
@@ -28,15 +29,20 @@ class Pending:
 
     ids: list[int] = field(default_factory=list)
     text: list[str] = field(default_factory=list)
+    alternatives: list | None = field(default_factory=list)  # one per id; None once a token came without
 
-    def add(self, ids: list[int], text: str) -> None:
+    def add(self, ids: list[int], text: str, alternatives: list | None = None) -> None:
+        if self.alternatives is not None and (alternatives is not None or not ids):
+            self.alternatives.extend(alternatives or [])
+        else:
+            self.alternatives = None
         self.ids.extend(ids)
         self.text.append(text)
 
-    def take(self) -> tuple[list[int], str]:
-        ids, text = self.ids, "".join(self.text)
-        self.ids, self.text = [], []
-        return ids, text
+    def take(self) -> tuple[list[int], str, list | None]:
+        ids, text, alternatives = self.ids, "".join(self.text), self.alternatives
+        self.ids, self.text, self.alternatives = [], [], []
+        return ids, text, alternatives
 
 
 @dataclass(frozen=True)
@@ -146,22 +152,24 @@ class JobRun:
         return self._loop(detok)
 
     def _engine(self, settings, prompt_ids: list[int], done_ids: list[int]):
-        from tokenswift.context_window import pinned_ids
         from tokenswift.detok import IncrementalDetokenizer
         from tokenswift.generate import Generator
+        from tokenswift.options import EngineOptions
 
-        # Memory and Author's Note as the writer left them: an edit made since the last run applies from here,
-        # and one made while this run goes on applies from its next context shift.
+        # Memory, Author's Note and World Info as the writer left them: an edit made since the last run applies
+        # from here, and one made while this run goes on applies from its next context shift.
         # An instruction draft keeps its chat turns in every window, the Memory inside the system turn.
         instruction = self.job.instruction
-        pinned = pinned_ids(self.lm, self.job.memory, self.job.authors_note, instruction)
+        pinned = draft_pinned(self.lm, self.job.memory, self.job.authors_note, self.job.world_info, instruction)
         if settings.drafter == "layer" and self.lm.draft_layer is None:
             # Drafts change speed only: the heads' drafts write the very same text (the model notice says why).
             log.warning("job %s: no usable draft layer (%s); drafting with the heads", self.job.id,
                         self.lm.draft_error or "none loaded")
             settings = settings.replace(drafter="fused")
-        gen = Generator(self.lm, settings, prompt_ids, generated_ids=done_ids, options=self.options, pinned=pinned,
-                        pinned_source=lambda: pinned_ids(self.lm, *self.store.context_text(self.job.id), instruction))
+        # The app records each token's alternatives (the Write tab's alternatives and branches; speed: README).
+        options = dataclasses.replace(self.options or EngineOptions(), alternatives=True)
+        gen = Generator(self.lm, settings, prompt_ids, generated_ids=done_ids, options=options, pinned=pinned,
+                        pinned_source=lambda: draft_pinned(self.lm, *self.store.context_text(self.job.id), instruction))
         detok = IncrementalDetokenizer(self.lm.tokenizer, list(prompt_ids))
         if done_ids:
             # Replay what is already stored (its text too) so the next piece joins it exactly: a
@@ -172,7 +180,7 @@ class JobRun:
     def _loop(self, detok) -> str:
         last_flush = time.monotonic()
         for event in self.gen.steps():
-            self.pending.add(event.tokens, detok.push(event.tokens))
+            self.pending.add(event.tokens, detok.push(event.tokens), event.alternatives)
             request = None if event.done else self.store.control_for(self.job.id, self.owner)
             if request == "lost":
                 return "lost"
@@ -194,9 +202,9 @@ class JobRun:
         return self._flush("done", "length")
 
     def _flush(self, finish: str | None, reason: str | None = None) -> str:
-        ids, text = self.pending.take()
+        ids, text, alternatives = self.pending.take()
         elapsed = self.job.elapsed_s + time.monotonic() - self.started
-        progress = Progress(ids, text, elapsed, self._metric(elapsed))
+        progress = Progress(ids, text, elapsed, self._metric(elapsed), alternatives)
         kept = self.store.append_progress(self.job.id, self.owner, progress, finish=finish,
                                           finish_reason=reason if finish == "done" else None)
         if not kept:
@@ -232,6 +240,14 @@ class JobRun:
         except Exception as second:  # noqa: BLE001 - e.g. a full disk; the job is requeued (lease)
             log.error("could not record the failure of job %s: %s", self.job.id, describe(second))
             return "failed"
+
+
+def draft_pinned(lm, memory: str, note: str, world_info: str, instruction: str | None):
+    """The window's pinned ids for a draft's stored Memory, Author's Note and World Info JSON (checked when stored)."""
+    from tokenswift.context_window import pinned_ids
+    from tokenswift.world_info import WorldInfo
+
+    return pinned_ids(lm, memory, note, instruction, WorldInfo.from_json(world_info))
 
 
 def sticky_device_error(error: BaseException | None) -> bool:
