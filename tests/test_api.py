@@ -128,6 +128,8 @@ def test_dry_and_xtc_go_through_the_api_by_their_settings_names(client, store):
     assert {k: settings[k] for k in body["settings"] if k.startswith(("dry", "xtc", "drafter"))} == {
         "drafter": "layer", "dry_multiplier": 0.8, "dry_base": 2.0, "dry_allowed_length": 3, "dry_range": 128,
         "dry_breakers": ["\n", "."], "xtc_threshold": 0.2, "xtc_probability": 0.5}
+    shown = client.get(f"/api/generations/{created.json()['id']}").json()["settings"]  # as they were sent
+    assert {k: shown[k] for k in body["settings"]} == body["settings"]
 
 
 def test_targets_beyond_the_workers_context_are_rejected_with_shifting_off(client, store):

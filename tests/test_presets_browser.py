@@ -12,6 +12,7 @@ from test_ui_browser import ARGS, CHROMIUM, SHOTS, log_in
 from test_ui_events import running_app
 
 from storage import open_store
+from tokenswift.banned import STARTER_BANS
 from tokenswift.settings import Settings
 from tokenswift.writing_presets import built_in, preset_of
 
@@ -138,7 +139,7 @@ def test_built_in_preset_hand_edits_and_save_reach_the_draft(app, tmp_path):
     assert breakers(page) == ["\\n", ":", '"', "!"]
     got = start(page, db, "The wind rose over the moor.")
     want = {**built_in()["Creative (XTC)"], "dry_multiplier": 0.5, "dry_range": 100, "xtc_threshold": 0.2,
-            "dry_breakers": ["\n", ":", '"', "!"]}
+            "dry_breakers": ["\n", ":", '"', "!"], "ban": list(STARTER_BANS)}  # the built-in kept the ban box
     assert preset_of(got) == want
     page.locator("#write-save-preset").click()
     link = page.locator("#write-preset-file a").first

@@ -527,7 +527,7 @@ def _record(**changes):
 
 
 def test_charts_redraw_at_most_every_interval_while_running_and_at_once_when_stopped():
-    """Four charts redrawn at every 2 Hz tick cost the browser the CPU the worker writes with (issue 28, item 9)."""
+    """Four charts redrawn at every tick take the CPU the worker writes with (issue 28, item 9)."""
     from ui.live import Watch
 
     watch = Watch(1, _record(status="running"))

@@ -96,7 +96,8 @@ def test_built_in_presets_are_complete_distinct_and_valid_api_settings():
     assert to_settings(presets["Penalty only (DRY off)"]).dry_multiplier == 0
     assert len({json.dumps(p, sort_keys=True) for p in presets.values()}) == len(presets)
     for preset in presets.values():
-        assert set(preset) == set(FIELDS) and parse_preset(preset_json(preset)) == preset
+        # every key but the banned phrases, which a built-in leaves as the writer has them
+        assert set(preset) == set(FIELDS) - {"ban"} and parse_preset(preset_json(preset)) == preset
         request = GenerationIn.model_validate({"prompt": "x", "max_new_tokens": 5, "settings": preset})
         assert api_settings(request).replace(max_new_tokens=1024) == to_settings(preset)  # the same settings
 

@@ -56,8 +56,10 @@ def preset_of(settings: Settings) -> dict:
 
 
 def built_in() -> dict[str, dict]:
-    """Name -> complete preset, in menu order."""
-    return {name: preset_of(writing_settings(**changes)) for name, changes in BUILT_IN.items()}
+    """Name -> complete preset, in menu order. A built-in leaves the writer's banned phrases alone: it holds no
+    `ban` (a way of writing, not a list of someone's clichés)."""
+    return {name: {key: value for key, value in preset_of(writing_settings(**changes)).items() if key != "ban"}
+            for name, changes in BUILT_IN.items()}
 
 
 def apply(settings: Settings, preset: dict) -> Settings:

@@ -3,7 +3,7 @@
     POST /api/generations                    -> 201 {"id", "status", "session_id"}
     GET  /api/generations/{id}[?since=N[&wait=S]] -> {"id", "status", "produced_tokens", "target_tokens",
                                      "text", "metrics", "session_id", "parent_id", "finish_reason", "error",
-                                     "next_since"}
+                                     "next_since", "origin", "memory", "authors_note", "world_info", "settings"}
     GET  /api/generations/{id}/tokens        -> {"prompt_tokens": [...], "tokens": [...]}
     POST /api/generations/{id}/pause|resume|cancel
     PUT  /api/generations/{id}/context       {"memory", "authors_note"[, "world_info"]} -> the same, with "id"
@@ -264,7 +264,14 @@ def generation_view(gen: GenerationRecord, text: str, metrics: dict) -> dict:
         "session_id": gen.session_id, "parent_id": gen.parent_id, "finish_reason": gen.finish_reason,
         "origin": gen.origin, "error": gen.error, "next_since": gen.chunk_count,
         "memory": gen.memory, "authors_note": gen.authors_note, "world_info": world_info_view(gen.world_info),
+        "settings": settings_view(gen.settings_json),
     }
+
+
+def settings_view(stored: str) -> dict:
+    """The draft's settings under the names a POST takes them by (penalty_window for W)."""
+    api_name = {field: name for name, field in SETTING_NAMES.items()}
+    return {api_name.get(key, key): value for key, value in json.loads(stored).items()}
 
 
 def world_info_view(stored: str) -> dict | None:

@@ -88,8 +88,8 @@ class SettingsForm:
         return [getattr(self, f.name) for f in fields(self) if f.name != "drafter"]
 
     def text_settings(self) -> dict:
-        """The Settings values that shape the text (what a preset holds): the sampler, θ and W, DRY, XTC and
-        the end-of-text choice. The filters not chosen stay off."""
+        """The Settings values that shape the text (what a preset holds): the sampler, θ and W, DRY, XTC, the
+        banned phrases and the end-of-text choice. The filters not chosen stay off."""
         if self.sampler not in SAMPLERS:
             raise FormError(f"Sampler: choose one of {', '.join(SAMPLERS)}")
         if self.past_eos not in PAST_EOS:
@@ -108,6 +108,7 @@ class SettingsForm:
             "xtc_threshold": _number(self.xtc_threshold, "xtc_threshold"),
             "xtc_probability": _number(self.xtc_probability, "xtc_probability"),
             "ban_eos": PAST_EOS[self.past_eos],
+            "ban": tuple(read_phrases(self.ban or "")),
         }
 
     def to_settings(self, *, limit: int | None = None, prompt_tokens: int = 0,
@@ -134,7 +135,6 @@ class SettingsForm:
         if self.shift not in CONTEXT_SHIFT:
             raise FormError(f"Past the context: choose one of {', '.join(CONTEXT_SHIFT)}")
         values["context_shift"] = CONTEXT_SHIFT[self.shift]
-        values["ban"] = read_phrases(self.ban or "")
         if values["context_shift"] is False and limit and prompt_tokens + values["max_new_tokens"] > limit:
             new = f"max_new_tokens ({values['max_new_tokens']:,})"
             if not prompt_tokens:

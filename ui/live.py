@@ -36,9 +36,9 @@ class Watch:
     charts_at: float = 0.0  # time.monotonic() of the last chart drawing
 
     def charts_now(self, pointed: bool, every_s: float, now: float) -> bool:
-        """Whether this tick redraws the charts: new points at most every `every_s` while the draft runs (four
-        Plotly charts redrawn at the tick's 2 Hz cost the browser more CPU than the text, on the cores the
-        worker writes with), and the last points as soon as it stops."""
+        """Whether this tick redraws the charts: new points at most every `every_s` while the draft runs (a page
+        that redraws four Plotly charts takes CPU from the worker on a small machine), and the last points as soon
+        as it stops."""
         self.charts_due |= pointed
         if not self.charts_due or (self.active and now - self.charts_at < every_s):
             return False

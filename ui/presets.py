@@ -45,10 +45,11 @@ def panel_form(preset: dict) -> SettingsForm:
     return form_from_settings(settings)
 
 
-def fill(p: WriteParts, form: SettingsForm) -> dict:
-    """Updates that show `form`'s preset values in the panel."""
+def fill(p: WriteParts, form: SettingsForm, preset: dict) -> dict:
+    """Updates that show `form`'s preset values in the panel; the banned phrases only if `preset` has some (a
+    preset without them, like every built-in, leaves the writer's list as it is)."""
     boxes = dict(zip(PANEL, p.form, strict=True))
-    out = {boxes[name]: getattr(form, name) for name in FILLED}
+    out = {boxes[name]: getattr(form, name) for name in FILLED if name != "ban" or "ban" in preset}
     out[p.sampler_value] = gr.Number(form.sampler_value, label=SAMPLERS[form.sampler][2])
     out[p.dry_xtc.dry_breakers] = breakers_update(form.dry_breakers)
     return out
@@ -68,7 +69,7 @@ def wire(p: WriteParts, exports: Exports) -> None:
         presets = built_in()
         if name not in presets:
             return {p.status: gr.skip()}
-        return {**fill(p, panel_form(presets[name])),
+        return {**fill(p, panel_form(presets[name]), presets[name]),
                 p.status: f"{views.dot('ok')} Preset **{name}**: its settings are in the panel."}
 
     def save(*form):
@@ -83,12 +84,13 @@ def wire(p: WriteParts, exports: Exports) -> None:
     def load(file):
         path = Path(file if isinstance(file, str) else file.name)
         try:
-            form = panel_form(read_preset(path))
+            preset = read_preset(path)
+            form = panel_form(preset)
         except SettingsError as error:
             return problem(p, f"Load preset: {path.name}: {named(error)}. The settings are unchanged.")
         except FormError as error:
             return problem(p, f"Load preset: {path.name}: {error}. The settings are unchanged.")
-        return {**fill(p, form), p.preset: None,
+        return {**fill(p, form, preset), p.preset: None,
                 p.status: f"{views.dot('ok')} Preset **{path.name}** loaded: its settings are in the panel."}
 
     panel_out = [*p.form, p.status]

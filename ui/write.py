@@ -1,7 +1,7 @@
 """Write tab: prompt and settings in, a generation queued in the store, its text and charts polled back.
 
 Closing the tab never stops a draft: the worker runs it; this tab only reads the store (a gr.Timer at
-2 Hz while the draft is queued or running) and writes control requests (pause, resume, stop). On page load,
+1 Hz while the draft is queued or running) and writes control requests (pause, resume, stop). On page load,
 from any browser, the draft being written (or the last one paused) is offered. Editing: ui/edit.py.
 """
 

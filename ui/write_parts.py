@@ -17,7 +17,7 @@ from ui.dry_xtc_panel import DryXtcParts
 from ui.forms import CONTEXT_SHIFT, MODES, PAST_EOS, PROMPT_FORMATS, QUICK_LENGTHS, SAMPLERS, TARGET_LABEL, SettingsForm
 from ui.live import TAIL_CHARS
 
-TICK_S = 0.5
+TICK_S = 1.0
 CHART_S = 2.0  # the charts redraw at most this often while a draft runs (ui/live.Watch.charts_now)
 CHART_HELP = """\
 **How to read these charts.** TokenSwift guesses several words ahead and the model checks the guesses
