@@ -78,8 +78,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def default_model() -> str | None:
     """The default model's file, or None (with the reason printed) so the Model tab can name another."""
-    from tokenswift.default_model import default_model_path
-    from tokenswift.errors import ModelLoadError
+    from tokenswift.model.default_model import default_model_path
+    from tokenswift.model.errors import ModelLoadError
 
     try:
         return str(default_model_path())

@@ -21,9 +21,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from storage import open_store  # noqa: E402
-from tokenswift.bench import book_text  # noqa: E402
-from tokenswift.default_model import default_model_path  # noqa: E402
-from tokenswift.settings import Settings  # noqa: E402
+from tokenswift.bench.runs import book_text  # noqa: E402
+from tokenswift.decode.settings import Settings  # noqa: E402
+from tokenswift.model.default_model import default_model_path  # noqa: E402
 
 
 def main() -> None:

@@ -1,4 +1,4 @@
-"""The weight products of a decoder step on this CPU: F.linear against the column product (tokenswift.model.project).
+"""The weight products of a decoder step on this CPU: F.linear against the column product (model/forward.project).
 
 A verify pass multiplies every weight matrix by a handful of rows. MKL's float32 GEMM re-packs the weight for
 each call when the rows are few, and its one-row GEMV does not reach the memory bandwidth; weight @ x.T with the
@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout, as the other scripts are
-from tokenswift.model import project  # noqa: E402
+from tokenswift.model.forward import project  # noqa: E402
 
 # (rows of the weight, columns, copies in one step) for SmolLM2-135M
 SHAPES = {"q/o 576x576": (576, 576, 60), "k/v 192x576": (192, 576, 60), "gate/up 1536x576": (1536, 576, 60),

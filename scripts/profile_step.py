@@ -15,11 +15,11 @@ import time
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from tokenswift.bench import filler_ids
-from tokenswift.default_model import default_model_path
-from tokenswift.engine import Engine
-from tokenswift.loading import load_model
-from tokenswift.settings import Settings
+from tokenswift.bench.runs import filler_ids
+from tokenswift.decode.engine import Engine
+from tokenswift.decode.settings import Settings
+from tokenswift.model.default_model import default_model_path
+from tokenswift.model.loading import load_model
 
 
 def profile_steps(lm, context: int, steps: int, warmup: int) -> dict:

@@ -15,9 +15,9 @@ from playwright.sync_api import expect
 from walkthrough_steps import DRAFT_S, SPANS, around, draft_number, start_draft, wait_done
 
 from storage import open_store
-from tokenswift.banned import normal
-from tokenswift.settings import Settings
-from tokenswift.writing_presets import built_in
+from tokenswift.decode.settings import Settings
+from tokenswift.sampling.banned import normal
+from tokenswift.text.writing_presets import built_in
 
 if TYPE_CHECKING:
     from walkthrough import Walk

@@ -3,7 +3,7 @@
 Layout, little-endian: one byte k (alternatives per token), then for each of the chunk's n tokens its probability
 and its k alternatives' probabilities (float32, n * (1 + k)), then the alternatives' token ids (int32, n * k; -1
 where a slot is empty). 44 bytes a token for k = 5: about 11 times the token ids themselves, 4.4 MB for a
-100K-token book. The worker writes them with each chunk (tokenswift/alternatives.py records them); storage does
+100K-token book. The worker writes them with each chunk (tokenswift/sampling/alternatives.py records them); storage does
 not import the engine, so the records are read through the Recorded protocol.
 """
 
@@ -17,7 +17,7 @@ from typing import Protocol
 
 
 class Recorded(Protocol):
-    """What packing needs of tokenswift.alternatives.Alternatives."""
+    """What packing needs of tokenswift.sampling.alternatives.Alternatives."""
 
     probability: float
     ids: tuple[int, ...]

@@ -31,7 +31,7 @@ from storage.models import ChunkRow, GenerationRow, SessionRow
 from storage.records import GenerationRecord, from_row, in_sql_range, pack_ids, unpack_ids, utcnow
 
 BRANCH = "branch"
-CONTEXT_IDS = 4  # ids before a token that its text is decoded after (tokenswift.detok keeps as many)
+CONTEXT_IDS = 4  # ids before a token that its text is decoded after (tokenswift.text.detok keeps as many)
 
 
 @dataclass(frozen=True)

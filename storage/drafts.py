@@ -26,7 +26,7 @@ class DraftVerbs:
         paused revision with the tokens it had left (Resume writes on from the edited text); any other
         gives a finished one that Continue extends. Either way the worker tokenizes the edited text afresh.
         An instruction draft's `text` is its story: the instruction stays as it was, and the model writes on
-        inside its answer to it (tokenswift.prompting)."""
+        inside its answer to it (tokenswift.text.prompting)."""
         if not text.strip():
             raise ValueError("the edited draft is empty; write something, or keep the draft as it was")
         with self._write() as s:
@@ -104,7 +104,7 @@ def _get(s: Session, gen_id: int, *, lock: bool = False) -> GenerationRow:
 
 
 def prompt_parts(prompt_text: str, instruction: str | None) -> tuple[str, str]:
-    """(what tokenswift.prompting.prompt_ids takes as its text, the story so far it continues inside the
+    """(what tokenswift.text.prompting.prompt_ids takes as its text, the story so far it continues inside the
     assistant's turn): an instruction draft's instruction and story; an opening and nothing."""
     return (prompt_text, "") if instruction is None else (instruction, prompt_text[len(instruction):])
 

@@ -72,13 +72,13 @@ class GenerationRow(Base):
     # the writer edits them between runs; the worker reads them when it (re)starts the draft.
     memory: Mapped[str] = mapped_column(Text, default="", server_default="")
     authors_note: Mapped[str] = mapped_column(Text, default="", server_default="")
-    # Its World Info (tokenswift/world_info.py) as JSON, '' for none: edited and read back like the Memory.
+    # Its World Info (tokenswift/text/world_info.py) as JSON, '' for none: edited and read back like the Memory.
     world_info: Mapped[str] = mapped_column(Text, default="", server_default="")
     model: Mapped[str | None] = mapped_column(String(1000))  # None: the worker's model, fixed at claim
     heads: Mapped[str | None] = mapped_column(String(1000))
     mode: Mapped[str] = mapped_column(String(20))
     seed: Mapped[int] = mapped_column(Integer)
-    settings_json: Mapped[str] = mapped_column(Text)  # tokenswift.settings.Settings.to_json()
+    settings_json: Mapped[str] = mapped_column(Text)  # tokenswift.decode.settings.Settings.to_json()
     target_tokens: Mapped[int] = mapped_column(Integer)
     status: Mapped[str] = mapped_column(String(20), default="queued")
     finish_reason: Mapped[str | None] = mapped_column(String(20))  # "length" | "eos" | "stop"

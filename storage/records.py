@@ -54,7 +54,7 @@ def from_row(cls: type, row: Any, **extra: Any):
 
 
 class JobSettings(Protocol):
-    """What the store needs of tokenswift.settings.Settings (storage does not import the engine)."""
+    """What the store needs of tokenswift.decode.settings.Settings (storage does not import the engine)."""
 
     mode: str
     seed: int
@@ -99,9 +99,9 @@ class GenerationRecord:
     origin: str | None = None  # "continue", "edit" (a writer's revision of the parent) or None (new)
     text: str | None = None  # generated text, assembled from the chunks when asked for
     chunk_count: int = 0  # the next chunk's seq: a poller asks for the text since the count it last saw
-    memory: str = ""  # pinned at the top of the model's context (tokenswift.context_window)
+    memory: str = ""  # pinned at the top of the model's context (tokenswift.text.context_window)
     authors_note: str = ""  # inserted a few hundred tokens before the end of the context
-    world_info: str = ""  # JSON (tokenswift.world_info); '' for none
+    world_info: str = ""  # JSON (tokenswift.text.world_info); '' for none
 
 
 @dataclass(frozen=True)
@@ -118,7 +118,7 @@ class Job:
     elapsed_s: float
     memory: str = ""
     authors_note: str = ""
-    world_info: str = ""  # JSON (tokenswift.world_info); '' for none
+    world_info: str = ""  # JSON (tokenswift.text.world_info); '' for none
     instruction: str | None = None  # an instruction draft's: prompt_text starts with it, its story so far follows
 
 

@@ -142,7 +142,7 @@ class Store(DraftVerbs, BranchVerbs, WorkerVerbs):
         world_info: str = "",
     ) -> GenerationRecord:
         """Queue a job. Without a session a new book is made; without a model the worker's is used.
-        world_info: the draft's World Info as JSON (tokenswift.world_info; checked by the caller)."""
+        world_info: the draft's World Info as JSON (tokenswift.text.world_info; checked by the caller)."""
         with self._write() as s:
             book = _book(s, session_id)
             row = _new_generation(book, prompt, settings, model=model, heads=heads, memory=memory,

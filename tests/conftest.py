@@ -33,14 +33,14 @@ def stories_path() -> Path:
 @pytest.fixture(scope="session")
 def stories64(stories_path):
     """stories260k in float64 on CPU: the exactness tests' model (design §3)."""
-    from tokenswift.loading import load_model
+    from tokenswift.model.loading import load_model
 
     return load_model(str(stories_path), device="cpu", dtype="float64")
 
 
 @pytest.fixture(scope="session")
 def stories32(stories_path):
-    from tokenswift.loading import load_model
+    from tokenswift.model.loading import load_model
 
     return load_model(str(stories_path), device="cpu", dtype="float32")
 

@@ -1,4 +1,4 @@
-"""Alternatives (tokenswift/alternatives.py, storage/alternatives.py): each generated token's likeliest alternatives
+"""Alternatives (tokenswift/sampling/alternatives.py, storage/): each generated token's likeliest alternatives
 from the distribution it was drawn from. TokenSwift records exactly plain decoding's (float64, stories260k: trees,
 n-grams, both drafters, adaptive, the fast path's passes, context shifts with Memory and Author's Note, a resume),
 recording changes no token, and the store keeps them with their chunk (old chunks, from before migration 0007,
@@ -22,12 +22,12 @@ from storage.db import make_engine
 from storage.errors import Invalid
 from storage.migrate import alembic_config, upgrade
 from storage.records import Owner, Progress
-from tokenswift.alternatives import TOP
-from tokenswift.context_window import pinned_ids
-from tokenswift.fastpath import FastOptions
-from tokenswift.generate import Generator
-from tokenswift.options import EngineOptions
-from tokenswift.settings import Settings
+from tokenswift.decode.generate import Generator
+from tokenswift.decode.options import EngineOptions
+from tokenswift.decode.settings import Settings
+from tokenswift.model.fastpath import FastOptions
+from tokenswift.sampling.alternatives import TOP
+from tokenswift.text.context_window import pinned_ids
 
 RECORD = EngineOptions(alternatives=True)
 

@@ -463,7 +463,7 @@ def test_health_says_when_the_store_cannot_be_written(client, store):
 
 
 def test_prompt_format_and_end_of_text_ban_reach_the_stored_settings(client, store):
-    from tokenswift.settings import Settings
+    from tokenswift.decode.settings import Settings
 
     def stored(payload):
         response = client.post("/api/generations", json=payload)
@@ -495,7 +495,7 @@ def test_write_form_maps_prompt_format_and_end_of_text_both_ways():
 def test_one_end_of_text_rule_whatever_the_length_for_write_compare_api_and_cli():
     """It used to ban end-of-text only above 3,000 tokens: a 500-token comparison stopped where the model
     ended the text while a 5,000-token draft went on, and the command line never banned it."""
-    from tokenswift.cli import build_parser
+    from tokenswift.cli.main import build_parser
     from ui.api import GenerationIn, to_settings
     from ui.compare import queue_runs
     from ui.dry_xtc_panel import NAMES

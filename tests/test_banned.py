@@ -1,4 +1,4 @@
-"""Banned phrases (tokenswift/banned.py): a phrase the model writes is rewound and never appears, nothing shown is
+"""Banned phrases (sampling/banned.py): a phrase the model writes is rewound and never appears, nothing shown is
 taken back, TokenSwift emits exactly the tokens of plain decoding with bans on (float64, stories260k: three
 drafters, n-grams, adaptive, context shifts with Memory and Author's Note), a run resumed from any prefix of its
 text writes the same ids, the end of a run (length, end-of-text, stop string) is right with tokens held back, and
@@ -16,14 +16,14 @@ from test_exactness import PROMPT, random_heads, tiny_qwen  # noqa: F401 - tiny_
 from test_presets_browser import app as browser_app  # noqa: F401 - a fixture, for the browser test
 from test_presets_browser import start
 
-from tokenswift.banned import STARTER_BANS, PhraseWatch, normal
-from tokenswift.cli import main
-from tokenswift.context_window import pinned_ids
-from tokenswift.detok import IncrementalDetokenizer
-from tokenswift.draft_layer import initial_layer
-from tokenswift.generate import Generator
-from tokenswift.options import EngineOptions
-from tokenswift.settings import Settings, SettingsError
+from tokenswift.cli.main import main
+from tokenswift.decode.generate import Generator
+from tokenswift.decode.options import EngineOptions
+from tokenswift.decode.settings import Settings, SettingsError
+from tokenswift.draft.draft_layer import initial_layer
+from tokenswift.sampling.banned import STARTER_BANS, PhraseWatch, normal
+from tokenswift.text.context_window import pinned_ids
+from tokenswift.text.detok import IncrementalDetokenizer
 
 # Phrases stories260k writes from PROMPT (greedy, seed 1: "...saw a big tree. They saw a big tree...").
 BANS = ("big tree", "Smiled and said", "did not know", "very happy", "had fun")

@@ -1,4 +1,4 @@
-"""bench-bound (tokenswift/bench_bound.py): per-shape acceptance tallied on one run, and the bound's arithmetic."""
+"""bench-bound (tokenswift/bench/bound.py): per-shape acceptance tallied on one run, and the bound's arithmetic."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import dataclasses
 
 import pytest
 
-from tokenswift.bench_bound import bench_bound, bound
-from tokenswift.presets import random_heads
-from tokenswift.settings import Settings
+from tokenswift.bench.bound import bench_bound, bound
+from tokenswift.bench.shapes import random_heads
+from tokenswift.decode.settings import Settings
 
 
 @pytest.fixture(scope="module")

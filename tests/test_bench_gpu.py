@@ -8,10 +8,10 @@ import json
 import pytest
 import torch
 
-from tokenswift import cli
-from tokenswift.bench_gpu import integrate, interpolate, projection
-from tokenswift.presets import PRESETS, parameter_count, preset, random_model
-from tokenswift.rope import rope_table
+from tokenswift.bench.gpu import integrate, interpolate, projection
+from tokenswift.bench.shapes import PRESETS, parameter_count, preset, random_model
+from tokenswift.cli import main as cli
+from tokenswift.model.rope import rope_table
 
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 pytestmark = pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
@@ -46,7 +46,7 @@ def test_interpolation_and_integral():
 
 
 def test_projection_minutes():
-    from tokenswift.bench_gpu import GpuBench
+    from tokenswift.bench.gpu import GpuBench
 
     b = GpuBench(contexts=(0, 100), prompt=0, new_tokens=100, tokens_per_iter=4.0, tree=(1, 2), ngram_topk=0)
     label = b.shapes[0].label()

@@ -1,4 +1,4 @@
-"""The CLI contract (tokenswift/cli.py): flags, JSON keys, streamed text and exit codes, on stories260k.
+"""The CLI contract (tokenswift/cli/main.py): flags, JSON keys, streamed text and exit codes, on stories260k.
 
 `generate` runs as a real subprocess (what other tools do); the error cases and the benchmarks run
 in-process through cli.main, where an escaping exception would fail the test just as a traceback would.
@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tokenswift import cli
+from tokenswift.cli import main as cli
 
 REPO = Path(__file__).resolve().parents[1]
 BOOKS = REPO.parent / "shared" / "data" / "books"
@@ -131,7 +131,7 @@ def test_bad_models(capsys, stories_path, tmp_path):
 
 
 def test_missing_default_model_says_how_to_install_it(capsys, monkeypatch):
-    from tokenswift import default_model
+    from tokenswift.model import default_model
 
     monkeypatch.setattr(default_model, "PACKAGE", "no_such_package_for_the_default_model")
     code, err = run_main(capsys, "generate", "--prompt", "hi", "--max-new-tokens", "8")

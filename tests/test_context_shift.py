@@ -1,4 +1,4 @@
-"""Context shifting (tokenswift/context_window.py): drafts longer than the window, with Memory and Author's
+"""Context shifting (tokenswift/text/context_window.py): drafts longer than the window, with Memory and Author's
 Note, emit exactly the same tokens in plain decoding and TokenSwift (float64, stories260k with a 512-token
 window), uninterrupted or resumed anywhere, also right at a shift."""
 
@@ -9,11 +9,11 @@ import dataclasses
 import pytest
 from test_exactness import SAMPLERS, random_heads
 
-from tokenswift.context_window import PinnedText, WindowPlan, pinned_ids
-from tokenswift.fastpath import FastOptions
-from tokenswift.generate import Generator
-from tokenswift.options import EngineOptions
-from tokenswift.settings import Settings, SettingsError
+from tokenswift.decode.generate import Generator
+from tokenswift.decode.options import EngineOptions
+from tokenswift.decode.settings import Settings, SettingsError
+from tokenswift.model.fastpath import FastOptions
+from tokenswift.text.context_window import PinnedText, WindowPlan, pinned_ids
 
 N = 2000
 WINDOW = 512
@@ -187,7 +187,7 @@ def test_window_plan_boundaries_and_layout():
 def test_bench_shift_prints_a_table_and_writes_json(stories_path, tmp_path, capsys):
     import json
 
-    from tokenswift import cli
+    from tokenswift.cli import main as cli
 
     out = tmp_path / "shift.json"
     code = cli.main(["bench-shift", "--model", str(stories_path), "--device", "cpu", "--dtype", "float64",

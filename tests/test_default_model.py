@@ -16,12 +16,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from tokenswift.default_model import INSTALL, default_model_path
-from tokenswift.errors import ModelLoadError
-from tokenswift.gguf_checkpoint import file_hash
-from tokenswift.loading import cpu_threads, load_model
-from tokenswift.prompting import prompt_ids
-from tokenswift.settings import SettingsError
+from tokenswift.decode.settings import SettingsError
+from tokenswift.model.default_model import INSTALL, default_model_path
+from tokenswift.model.errors import ModelLoadError
+from tokenswift.model.gguf_checkpoint import file_hash
+from tokenswift.model.loading import cpu_threads, load_model
+from tokenswift.text.prompting import prompt_ids
 
 REPO = Path(__file__).resolve().parents[1]
 BOOKS = REPO.parent / "shared" / "data" / "books"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tokenswift.detok import IncrementalDetokenizer
+from tokenswift.text.detok import IncrementalDetokenizer
 
 TEXT = "Once upon a time, “Lily” said: don't go — the café was closed.\n\nThe end. Ünïcödé ✓ 漢字"
 
@@ -28,8 +28,8 @@ def test_stream_equals_whole_decode(stories32):
 
 
 def test_model_output_streams_exactly(stories32):
-    from tokenswift.generate import Generator
-    from tokenswift.settings import Settings
+    from tokenswift.decode.generate import Generator
+    from tokenswift.decode.settings import Settings
 
     prompt = stories32.encode("Tom found a box")
     ids = Generator(stories32, Settings(max_new_tokens=300, seed=1, ignore_eos=True, mode="ar"), prompt).run()

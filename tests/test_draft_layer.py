@@ -20,12 +20,12 @@ import torch
 from test_context_shift import MEMORY, NOTE, WINDOW, first_difference
 from test_exactness import PROMPT, SAMPLERS
 
-from tokenswift.cli import main
-from tokenswift.context_window import pinned_ids
-from tokenswift.draft_layer import CONFIG_NAME, WEIGHTS_NAME, DraftLayerError, load_layer, save_layer
-from tokenswift.generate import Generator
-from tokenswift.options import EngineOptions
-from tokenswift.settings import Settings, SettingsError
+from tokenswift.cli.main import main
+from tokenswift.decode.generate import Generator
+from tokenswift.decode.options import EngineOptions
+from tokenswift.decode.settings import Settings, SettingsError
+from tokenswift.draft.draft_layer import CONFIG_NAME, WEIGHTS_NAME, DraftLayerError, load_layer, save_layer
+from tokenswift.text.context_window import pinned_ids
 
 REPO = Path(__file__).resolve().parents[1]
 N = 600
@@ -182,7 +182,7 @@ def model_copy(stories_path: Path, root: Path) -> Path:
 
 
 def test_a_draft_layer_beside_the_model_is_found_and_a_broken_one_falls_back(trained, stories_path, tmp_path):
-    from tokenswift.loading import load_model
+    from tokenswift.model.loading import load_model
     from worker.holder import heads_info
 
     folder = model_copy(stories_path, tmp_path)

@@ -7,7 +7,7 @@ import pytest
 
 from storage import Conflict, open_store
 from storage.records import ModelSpec, Owner, Progress
-from tokenswift.settings import Settings
+from tokenswift.decode.settings import Settings
 
 OPENING = "Once upon a time, there was a little dog named Max."
 
@@ -112,7 +112,7 @@ def test_comparison_runs_stay_out_of_the_writers_books(store):
 
 def test_tokenswift_after_an_edit_equals_plain_decoding_from_the_edited_text(store, stories64):
     """Resume of a paused draft and Continue of a finished one, both after an edit, through a real worker."""
-    from tokenswift.generate import Generator
+    from tokenswift.decode.generate import Generator
     from worker import WorkerConfig
     from worker.loop import Worker
 

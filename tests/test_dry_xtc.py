@@ -13,13 +13,13 @@ import torch
 from test_context_shift import MEMORY, NOTE, WINDOW, first_difference
 from test_exactness import PROMPT, random_heads
 
-from tokenswift.cli import main
-from tokenswift.context_window import pinned_ids
-from tokenswift.dry_xtc import dry_penalties, xtc_draws, xtc_filter
-from tokenswift.generate import Generator
-from tokenswift.metrics import distinct_n
-from tokenswift.options import EngineOptions
-from tokenswift.settings import Settings, SettingsError
+from tokenswift.cli.main import main
+from tokenswift.decode.generate import Generator
+from tokenswift.decode.metrics import distinct_n
+from tokenswift.decode.options import EngineOptions
+from tokenswift.decode.settings import Settings, SettingsError
+from tokenswift.sampling.dry_xtc import dry_penalties, xtc_draws, xtc_filter
+from tokenswift.text.context_window import pinned_ids
 
 DRY = dict(dry_multiplier=0.8, dry_base=1.75, dry_allowed_length=2, dry_range=64)
 XTC = dict(xtc_threshold=0.1, xtc_probability=0.5)

@@ -8,12 +8,12 @@ import pytest
 import torch
 from tiny_models import hf_model, save_checkpoint
 
-from tokenswift.engine import Engine
-from tokenswift.generate import Generator
-from tokenswift.heads import new_heads
-from tokenswift.loading import load_model
-from tokenswift.options import EngineOptions
-from tokenswift.settings import Settings
+from tokenswift.decode.engine import Engine
+from tokenswift.decode.generate import Generator
+from tokenswift.decode.options import EngineOptions
+from tokenswift.decode.settings import Settings
+from tokenswift.draft.heads import new_heads
+from tokenswift.model.loading import load_model
 
 N = 2000
 PROMPT = "The old lighthouse keeper climbed the stairs and"

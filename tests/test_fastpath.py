@@ -17,21 +17,21 @@ import math
 import pytest
 import torch
 
-from tokenswift import fastpath
-from tokenswift.adaptive import CandidatePolicy, Shape, accepted_under, best_shape, ladder
-from tokenswift.attention import ATTENTION, BLOCK, FlexAttention, Visible, effective_kind
-from tokenswift.device_sampling import DeviceSampler, pack_verify_inputs, trie_paths
-from tokenswift.engine import Engine
-from tokenswift.fastpath import FastOptions, FastPasses, Pass
-from tokenswift.generate import Generator
-from tokenswift.kv_cache import KVCache
-from tokenswift.loading import ROPE_SLACK
-from tokenswift.model import causal_mask, with_prefix
-from tokenswift.options import EngineOptions
-from tokenswift.presets import preset, random_heads, random_model
-from tokenswift.sampling import Sampler
-from tokenswift.settings import Settings, SettingsError
-from tokenswift.trie import build_trie, verify_inputs
+from tokenswift.bench.shapes import preset, random_heads, random_model
+from tokenswift.decode.adaptive import CandidatePolicy, Shape, accepted_under, best_shape, ladder
+from tokenswift.decode.engine import Engine
+from tokenswift.decode.generate import Generator
+from tokenswift.decode.options import EngineOptions
+from tokenswift.decode.settings import Settings, SettingsError
+from tokenswift.decode.trie import build_trie, verify_inputs
+from tokenswift.model import fastpath
+from tokenswift.model.attention import ATTENTION, BLOCK, FlexAttention, Visible, effective_kind
+from tokenswift.model.fastpath import FastOptions, FastPasses, Pass
+from tokenswift.model.forward import causal_mask, with_prefix
+from tokenswift.model.kv_cache import KVCache
+from tokenswift.model.loading import ROPE_SLACK
+from tokenswift.sampling.in_graph import DeviceSampler, pack_verify_inputs, trie_paths
+from tokenswift.sampling.sampler import Sampler
 
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 pytestmark = pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")

@@ -9,15 +9,15 @@ import pytest
 import torch
 from gguf_files import write_gguf
 
-from tokenswift import gguf_checkpoint
-from tokenswift.errors import ModelLoadError
-from tokenswift.generate import Generator
-from tokenswift.int4 import Q4Linear
-from tokenswift.kv_cache import KVCache
-from tokenswift.loading import load_model
-from tokenswift.model import causal_mask
-from tokenswift.presets import random_heads
-from tokenswift.settings import Settings
+from tokenswift.bench.shapes import random_heads
+from tokenswift.decode.generate import Generator
+from tokenswift.decode.settings import Settings
+from tokenswift.model import gguf_checkpoint
+from tokenswift.model.errors import ModelLoadError
+from tokenswift.model.forward import causal_mask
+from tokenswift.model.int4 import Q4Linear
+from tokenswift.model.kv_cache import KVCache
+from tokenswift.model.loading import load_model
 
 
 def our_logits(lm, ids: torch.Tensor) -> torch.Tensor:
@@ -101,7 +101,7 @@ def test_bad_gguf_files_fail_with_one_clear_error(tmp_path, home, stories_path):
 
 
 def test_cli_reports_a_bad_gguf_in_one_line(tmp_path, home, capsys):
-    from tokenswift.cli import main
+    from tokenswift.cli.main import main
 
     junk = tmp_path / "junk.gguf"
     junk.write_bytes(b"GGUF" + b"\0" * 40)

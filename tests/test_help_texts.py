@@ -33,7 +33,7 @@ def test_every_app_flag_has_help_with_its_default():
 
 
 def test_every_engine_flag_has_help_with_its_default():
-    from tokenswift.cli import build_parser
+    from tokenswift.cli.main import build_parser
 
     sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
     prompts = ("prompt", "prompt_file", "prompt_book")  # one of them is required: no default to state

@@ -15,11 +15,11 @@ from test_exactness import SAMPLERS
 
 from storage import open_store
 from storage.records import ModelSpec
-from tokenswift.context_window import PinnedText, WindowPlan, pinned_ids
-from tokenswift.detok import IncrementalDetokenizer
-from tokenswift.generate import Generator
-from tokenswift.prompting import ChatFrame, chat_frame, prompt_ids
-from tokenswift.settings import Settings
+from tokenswift.decode.generate import Generator
+from tokenswift.decode.settings import Settings
+from tokenswift.text.context_window import PinnedText, WindowPlan, pinned_ids
+from tokenswift.text.detok import IncrementalDetokenizer
+from tokenswift.text.prompting import ChatFrame, chat_frame, prompt_ids
 
 CHATML = ("{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
           "{{ '<|im_start|>system\nYou are a helpful AI assistant<|im_end|>\n' }}{% endif %}"

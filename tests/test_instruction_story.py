@@ -21,12 +21,12 @@ from test_instruction_drafts import CHATML, INSTRUCTION, MEMORY
 from bookexport import FORMATS, export_book
 from storage import open_store
 from storage.records import Owner, Progress
-from tokenswift import cli
-from tokenswift.context_window import WindowPlan, draft_context, pinned_ids
-from tokenswift.generate import Generator
-from tokenswift.loading import load_model
-from tokenswift.prompting import chat_frame, prompt_ids
-from tokenswift.settings import Settings, SettingsError
+from tokenswift.cli import main as cli
+from tokenswift.decode.generate import Generator
+from tokenswift.decode.settings import Settings, SettingsError
+from tokenswift.model.loading import load_model
+from tokenswift.text.context_window import WindowPlan, draft_context, pinned_ids
+from tokenswift.text.prompting import chat_frame, prompt_ids
 from ui.api import create_app
 from ui.exports import draft_book
 from ui.live import Watch, whole_text

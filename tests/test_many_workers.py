@@ -15,7 +15,7 @@ import pytest
 from test_worker import PROMPT, SETTINGS, Straight, Workers, assert_complete_and_exact, one_torch_thread, raw_chunks
 
 from storage import open_store
-from tokenswift.settings import Settings
+from tokenswift.decode.settings import Settings
 
 # The worker claims `job N: start` in its log once per run of a job.
 START = re.compile(r"job (\d+): start")
@@ -47,8 +47,8 @@ def store(db_url):
 
 
 def straight_run(lm, prompt: str, settings: Settings) -> Straight:
-    from tokenswift.detok import IncrementalDetokenizer
-    from tokenswift.generate import Generator
+    from tokenswift.decode.generate import Generator
+    from tokenswift.text.detok import IncrementalDetokenizer
 
     prompt_ids = lm.encode(prompt)
     with one_torch_thread():

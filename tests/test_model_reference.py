@@ -6,11 +6,11 @@ import pytest
 import torch
 from tiny_models import CASES, VOCAB, hf_model, save_checkpoint
 
-from tokenswift.config import ModelConfig
-from tokenswift.kv_cache import KVCache
-from tokenswift.loading import ModelLoadError, build_model, load_model
-from tokenswift.model import causal_mask, project
-from tokenswift.rope import rope_table
+from tokenswift.model.config import ModelConfig
+from tokenswift.model.forward import causal_mask, project
+from tokenswift.model.kv_cache import KVCache
+from tokenswift.model.loading import ModelLoadError, build_model, load_model
+from tokenswift.model.rope import rope_table
 
 N = 256
 TOL = 1e-4
@@ -126,8 +126,8 @@ def test_corrupt_checkpoint_names_the_file(tmp_path, stories_path):
 def test_greedy_ar_equals_transformers_generate(stories_path, stories32):
     from transformers import AutoModelForCausalLM
 
-    from tokenswift.generate import Generator
-    from tokenswift.settings import Settings
+    from tokenswift.decode.generate import Generator
+    from tokenswift.decode.settings import Settings
 
     hf = AutoModelForCausalLM.from_pretrained(stories_path, dtype=torch.float32).eval()
     hf.generation_config.eos_token_id = None  # a fixed 200 tokens on both sides, as with --ignore-eos

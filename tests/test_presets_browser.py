@@ -12,9 +12,9 @@ from test_ui_browser import ARGS, CHROMIUM, SHOTS, log_in
 from test_ui_events import running_app
 
 from storage import open_store
-from tokenswift.banned import STARTER_BANS
-from tokenswift.settings import Settings
-from tokenswift.writing_presets import built_in, preset_of
+from tokenswift.decode.settings import Settings
+from tokenswift.sampling.banned import STARTER_BANS
+from tokenswift.text.writing_presets import built_in, preset_of
 
 pytestmark = pytest.mark.browser
 

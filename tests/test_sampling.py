@@ -7,7 +7,8 @@ import math
 import pytest
 import torch
 
-from tokenswift.sampling import (
+from tokenswift.decode.settings import Settings
+from tokenswift.sampling.sampler import (
     Noise,
     Sampler,
     _keep_best,
@@ -20,7 +21,6 @@ from tokenswift.sampling import (
     top_k_filter,
     top_p_filter,
 )
-from tokenswift.settings import Settings
 
 V = 50
 
@@ -131,7 +131,7 @@ def test_a_draft_equal_to_the_model_is_the_token_it_samples():
     """best_per_depth ranks a sampled draft with its position's own noise: a draft row equal to the model's
     logits names, as its best guess, exactly the token the model then draws there. Ranked by probability alone
     (as greedy is), a T=1 draft would name the likeliest token, which the sample often is not."""
-    from tokenswift.drafting import best_per_depth
+    from tokenswift.draft.drafting import best_per_depth
 
     rows = logits(rows=40, seed=5) / 2
     window = torch.tensor([[3, 7, 7, 11]])

@@ -17,20 +17,20 @@ import pytest
 import torch
 from torch.overrides import TorchFunctionMode
 
-from tokenswift.attention import make_attention
-from tokenswift.device_sampling import pack_verify_inputs
-from tokenswift.drafting import HeadsDrafter
-from tokenswift.engine import Engine
-from tokenswift.fastpath import FastOptions, FastPasses, FastPathError
-from tokenswift.generate import Generator
-from tokenswift.heads import new_heads
-from tokenswift.kv_cache import KVCache
-from tokenswift.options import EngineOptions, PathChoice
-from tokenswift.presets import preset, random_heads, random_model
-from tokenswift.sampling import Sampler
-from tokenswift.selftest import choose_path, device_defaults, fall_back, self_test
-from tokenswift.settings import Settings
-from tokenswift.trie import build_trie
+from tokenswift.bench.shapes import preset, random_heads, random_model
+from tokenswift.decode.engine import Engine
+from tokenswift.decode.generate import Generator
+from tokenswift.decode.options import EngineOptions, PathChoice
+from tokenswift.decode.settings import Settings
+from tokenswift.decode.trie import build_trie
+from tokenswift.draft.drafting import HeadsDrafter
+from tokenswift.draft.heads import new_heads
+from tokenswift.model.attention import make_attention
+from tokenswift.model.fastpath import FastOptions, FastPasses, FastPathError
+from tokenswift.model.kv_cache import KVCache
+from tokenswift.model.selftest import choose_path, device_defaults, fall_back, self_test
+from tokenswift.sampling.in_graph import pack_verify_inputs
+from tokenswift.sampling.sampler import Sampler
 
 pytestmark = pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
 PROMPT = "The old lighthouse keeper climbed the stairs and"

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from collections import deque
 
-from tokenswift.engine import AR_SAMPLES, ar_estimate
-from tokenswift.metrics import RunMetrics
+from tokenswift.decode.engine import AR_SAMPLES, ar_estimate
+from tokenswift.decode.metrics import RunMetrics
 
 
 def test_one_slow_ar_timing_does_not_inflate_time_saved():

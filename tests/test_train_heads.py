@@ -17,11 +17,11 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from tokenswift import eval_heads as ev
-from tokenswift import train_heads as th
-from tokenswift.data import DataError, load_sequences, opening_tokens, pack
-from tokenswift.heads import HeadsError, load_heads
-from tokenswift.loading import read_state_dict
+from tokenswift.draft.heads import HeadsError, load_heads
+from tokenswift.model.loading import read_state_dict
+from tokenswift.train import eval_heads as ev
+from tokenswift.train import train_heads as th
+from tokenswift.train.data import DataError, load_sequences, opening_tokens, pack
 
 QUICK = dict(seq_len=64, batch=8, warmup=5, lr=2e-2, min_lr=2e-3, progress=False)
 
@@ -75,8 +75,8 @@ def test_untrained_heads_repeat_the_base_head(stories32):
 
 def test_base_hidden_is_the_engines_prenorm_state(stories32):
     """The training h0 gives the engine's logits once the final norm is applied."""
-    from tokenswift.kv_cache import KVCache
-    from tokenswift.model import causal_mask
+    from tokenswift.model.forward import causal_mask
+    from tokenswift.model.kv_cache import KVCache
 
     ids = torch.tensor(stories32.encode("Tom saw a big red ball in the park."))
     cfg, t = stories32.config, len(ids)
@@ -141,7 +141,7 @@ def test_sampled_loss_on_cached_features_learns(trained, heldout, stories_path, 
 
 
 def test_features_hold_the_models_own_states_and_resume(trained, stories32, tmp_path):
-    from tokenswift import head_features as hf
+    from tokenswift.train import head_features as hf
 
     packed = load_sequences([str(Path(trained[0].out) / th.DISTILL_NAME)], stories32.encode, 64, None, None)
     tokens = packed.tokens[:6]

@@ -307,7 +307,7 @@ def test_what_the_model_sees(ui):
 def test_what_the_model_sees_marks_the_text_shifted_out(tmp_path):
     from storage import open_store
     from storage.records import ModelSpec, Owner, Progress
-    from tokenswift.settings import Settings
+    from tokenswift.decode.settings import Settings
     from ui import seen
     from ui.tokens import PromptTokens
 
@@ -477,7 +477,7 @@ def test_forms_charts_and_word_count_without_an_app():
     import plotly.graph_objects as go
 
     from storage.records import MetricPoint
-    from tokenswift.settings import Settings
+    from tokenswift.decode.settings import Settings
     from ui import charts
     from ui.forms import SettingsForm, ar_twin, form_from_settings
     from ui.live import Watch
@@ -638,7 +638,7 @@ def test_a_model_that_cannot_load_is_refused_before_anything_changes(tmp_path, m
 
     from storage import open_store
     from storage.records import ModelSpec
-    from tokenswift.default_model import default_model_path
+    from tokenswift.model.default_model import default_model_path
     from ui import model
 
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hub"))  # an empty cache

@@ -24,7 +24,7 @@ from sqlalchemy import event, text
 from storage import open_store
 from storage.db import make_engine
 from storage.records import ModelSpec, Owner, utcnow
-from tokenswift.settings import Settings
+from tokenswift.decode.settings import Settings
 from worker import WorkerConfig, run_worker
 
 REPO = Path(__file__).resolve().parents[1]
@@ -57,8 +57,8 @@ def one_torch_thread():
 @pytest.fixture(scope="module")
 def straight(stories64) -> Straight:
     """The uninterrupted run, computed in this process with the engine."""
-    from tokenswift.detok import IncrementalDetokenizer
-    from tokenswift.generate import Generator
+    from tokenswift.decode.generate import Generator
+    from tokenswift.text.detok import IncrementalDetokenizer
 
     prompt_ids = stories64.encode(PROMPT)
     with one_torch_thread():
@@ -203,8 +203,8 @@ MEMORY, NOTE = "Max is a dog. Lily is a girl.", "They go to the park."
 def test_a_draft_past_the_window_survives_pause_and_kill_9_exactly(store, workers, stories64):
     """Memory + Author's Note, a 512-token window and 1,200 new tokens: shifts happen before and after each
     interruption, and the stored ids are still those of one uninterrupted run."""
-    from tokenswift.context_window import pinned_ids
-    from tokenswift.generate import Generator
+    from tokenswift.decode.generate import Generator
+    from tokenswift.text.context_window import pinned_ids
 
     with one_torch_thread():
         straight = Generator(stories64, SHIFTING, stories64.encode(PROMPT),
@@ -313,7 +313,7 @@ def test_the_worker_runs_tokenswift_adaptive_unless_told_not_to(tmp_path, storie
 
 
 def reference_ids(model, settings: Settings) -> list[int]:
-    from tokenswift.generate import Generator
+    from tokenswift.decode.generate import Generator
 
     with one_torch_thread():
         return Generator(model, settings, model.encode(PROMPT)).run()
@@ -452,7 +452,7 @@ class FailsAfter:
         self.left, self.message = calls, message
 
     def __call__(self, kind, model, visible, span):
-        from tokenswift.attention import make_attention
+        from tokenswift.model.attention import make_attention
 
         inner, faults = make_attention(kind, model, visible, span), self
 
@@ -472,8 +472,8 @@ class FailsAfter:
 def test_a_fast_path_failing_mid_job_requeues_it_on_the_next_path_down(tmp_path, stories64, stories_path):
     """The job is handed back from its last saved token, the worker falls back (stories260k: SDPA, then the eager
     passes) and says so in its model notice, and the next run finishes the job with the uninterrupted run's ids."""
-    from tokenswift.fastpath import FastOptions
-    from tokenswift.options import EngineOptions, PathChoice
+    from tokenswift.decode.options import EngineOptions, PathChoice
+    from tokenswift.model.fastpath import FastOptions
     from worker.loop import Worker
 
     url = f"sqlite:///{tmp_path / 'studio.db'}"
@@ -506,8 +506,8 @@ def test_a_sticky_device_error_hands_the_job_back_and_ends_the_worker(tmp_path, 
     """After a CUDA error that leaves the device unusable (raised here by an injected kernel), the worker hands the
     job back from its saved tokens, touches the device no more, and stops: a new process (the app's supervisor
     starts one) resumes the job."""
-    from tokenswift.fastpath import FastOptions
-    from tokenswift.options import EngineOptions
+    from tokenswift.decode.options import EngineOptions
+    from tokenswift.model.fastpath import FastOptions
     from worker.loop import Worker
 
     url = f"sqlite:///{tmp_path / 'studio.db'}"
@@ -537,12 +537,12 @@ def sticky_load(*_, **__):
 
 
 def sticky_self_test(model, adaptive, fast):
-    from tokenswift.options import EngineOptions, PathChoice
+    from tokenswift.decode.options import EngineOptions, PathChoice
 
     return EngineOptions(adaptive=adaptive, choice=PathChoice("eager", (f"flex: RuntimeError: {STICKY}",)))
 
 
-@pytest.mark.parametrize("where", ["tokenswift.loading.load_model", "tokenswift.selftest.device_defaults"])
+@pytest.mark.parametrize("where", ["tokenswift.model.loading.load_model", "tokenswift.model.selftest.device_defaults"])
 def test_a_sticky_device_error_while_loading_hands_the_job_back_and_ends_the_worker(tmp_path, stories_path,
                                                                                   monkeypatch, where):
     """The load itself, or its fast-path self-test, leaves the device unusable: the job is not failed but handed

@@ -1,4 +1,4 @@
-"""World Info (tokenswift/world_info.py): documents checked by entry and field; entries active while their keys are
+"""World Info (tokenswift/text/world_info.py): documents checked by entry and field; entries active while their keys are
 in the story's last `depth` tokens (secondary keys, constant, disabled, case, whole words), within their budget;
 placed after the Memory (in a chat draft's system turn); and exact: TokenSwift emits plain decoding's tokens in
 float64 on stories260k while an entry enters mid-run, with n-grams, context shifts, Memory and note, and a run
@@ -22,12 +22,12 @@ from storage import open_store
 from storage.db import make_engine
 from storage.migrate import upgrade
 from storage.records import ModelSpec, Owner, Progress
-from tokenswift.context_window import WindowPlan, pinned_ids
-from tokenswift.generate import Generator
-from tokenswift.options import EngineOptions
-from tokenswift.prompting import prompt_ids
-from tokenswift.settings import Settings, SettingsError
-from tokenswift.world_info import CHECKPOINT, WorldInfo
+from tokenswift.decode.generate import Generator
+from tokenswift.decode.options import EngineOptions
+from tokenswift.decode.settings import Settings, SettingsError
+from tokenswift.text.context_window import WindowPlan, pinned_ids
+from tokenswift.text.prompting import prompt_ids
+from tokenswift.text.world_info import CHECKPOINT, WorldInfo
 
 PROMPT = "The old lighthouse keeper climbed the stairs and"
 MEMORY = "Tom is a fisherman. Lily is his sister. They live by the sea."
@@ -329,7 +329,7 @@ def test_what_the_model_sees_labels_the_world_info(tmp_path):
 
 
 def test_cli_generate_and_bench_take_a_world_info_file(stories_path, stories64, tmp_path, capsys):
-    from tokenswift import cli
+    from tokenswift.cli import main as cli
 
     lore = tmp_path / "lore.json"
     lore.write_text(json.dumps(LORE))

@@ -1,4 +1,4 @@
-"""Writing presets (tokenswift/writing_presets.py): parsing refuses bad files by the key at fault; the command line
+"""Writing presets (tokenswift/text/writing_presets.py): parsing refuses bad files by the key at fault; the command line
 reads --preset under its explicit flags and prints the built-ins; the API lists them; the app's panel shows a
 preset or refuses it whole; and every built-in preset keeps TokenSwift exact (float64, stories260k, n-grams,
 context shifts with Memory and Author's Note, resume from stored ids)."""
@@ -14,11 +14,11 @@ from test_context_shift import MEMORY, NOTE, WINDOW, first_difference
 from test_exactness import PROMPT, random_heads
 
 from storage import open_store
-from tokenswift.cli import main
-from tokenswift.context_window import pinned_ids
-from tokenswift.generate import Generator
-from tokenswift.settings import WRITING_DEFAULTS, Settings, SettingsError, writing_settings
-from tokenswift.writing_presets import (
+from tokenswift.cli.main import main
+from tokenswift.decode.generate import Generator
+from tokenswift.decode.settings import WRITING_DEFAULTS, Settings, SettingsError, writing_settings
+from tokenswift.text.context_window import pinned_ids
+from tokenswift.text.writing_presets import (
     FIELDS,
     MAX_BYTES,
     built_in,

@@ -11,7 +11,7 @@
     GET  /api/generations/{id}/export?format=txt|md|epub|docx[&title=&author=]
     GET  /api/generations/{id}/alternatives?position=N, POST .../branch, GET .../branches: ui/branches.py
     GET  /api/health
-    GET  /api/presets                        -> {"<name>": {<preset>}, ...} (tokenswift/writing_presets.py)
+    GET  /api/presets                        -> {"<name>": {<preset>}, ...} (tokenswift/text/writing_presets.py)
 
 Polling: `text` is the whole generated text, or with `?since=N` only the text of chunks N, N+1, ...;
 `next_since` is the N to ask with next time. The text is assembled once and extended by new chunks, and not
@@ -23,14 +23,14 @@ are limited per client address (429 with Retry-After; ui/guard.py, ui/ratelimit.
 Memory (pinned at the top of the model's context) and Author's Note (inserted near its end) are per draft:
 given at creation ("memory", "authors_note"), edited with PUT .../context, read back in GET; a change
 applies from the draft's next resume. So is World Info ("world_info": {"depth", "entries": [{"keys",
-"secondary_keys", "content", "constant", "enabled"}]}, tokenswift/world_info.py; null or absent: none; in PUT
+"secondary_keys", "content", "constant", "enabled"}]}, tokenswift/text/world_info.py; null or absent: none; in PUT
 .../context, absent: unchanged), its errors named by entry and field ("world_info.entries[3].keys: ...").
 Targets past the model's context are accepted while context shifting is on (settings.context_shift, default
 on; false refuses them as before).
 
 Validation errors are 422 in FastAPI's shape, {"detail": [{"loc": [...], "msg", "type"}]}, and every
 msg starts with the field it is about ("settings.penalty_window: W must be >= 0"). Settings go through
-tokenswift.settings.Settings, so the API, the CLI and the UI reject the same values with the same words.
+tokenswift.decode.settings.Settings, so the API, the CLI and the UI reject the same values with the same words.
 Integers are checked against the store's 64-bit range and text against Unicode (a lone surrogate) before
 anything else sees them: bad input is a 422, never a 500. Login, body and upload limits: ui/guard.py.
 This process never loads the model: it reads and writes the store, and loads only the model's tokenizer
@@ -54,9 +54,9 @@ from bookexport import FORMATS, export_book
 from storage import Conflict, NotFound, Store, StoreError
 from storage.health import store_problem
 from storage.records import SQL_INT_MAX, GenerationRecord
-from tokenswift.settings import WRITING_DEFAULTS, Settings, SettingsError
-from tokenswift.world_info import WorldInfo
-from tokenswift.writing_presets import built_in
+from tokenswift.decode.settings import WRITING_DEFAULTS, Settings, SettingsError
+from tokenswift.text.world_info import WorldInfo
+from tokenswift.text.writing_presets import built_in
 from ui.exports import draft_book
 from ui.follow import MAX_WAIT_S, Commits
 from ui.guard import Guard
@@ -96,7 +96,7 @@ class SamplingIn(BaseModel):
     dry_breakers: list[str] | None = None  # a repeat never runs across these
     xtc_threshold: float | None = None  # XTC: tokens this likely count as top choices
     xtc_probability: float | None = None  # XTC: how often all top choices but the least likely are set aside
-    ban: list[str] | None = None  # banned phrases (tokenswift/banned.py); [] bans none
+    ban: list[str] | None = None  # banned phrases (tokenswift/sampling/banned.py); [] bans none
 
 
 class GenerationIn(BaseModel):
@@ -111,7 +111,7 @@ class GenerationIn(BaseModel):
     continue_from: Id | None = None
     memory: str = ""  # pinned at the top of the model's context (a continuation keeps its parent's)
     authors_note: str = ""  # inserted a few hundred tokens before the end of the context
-    world_info: dict[str, Any] | None = None  # tokenswift/world_info.py's document (a continuation keeps its parent's)
+    world_info: dict[str, Any] | None = None  # text/world_info.py's document (a continuation keeps its parent's)
 
 
 class ContextIn(BaseModel):
@@ -219,7 +219,7 @@ def check_context(store: Store, request: GenerationIn, tokens: PromptTokens | No
     model's tokenizer when this process can load it; otherwise only max_new_tokens is checked, against the
     context a worker reported, and the worker refuses the job if the prompt makes it too long."""
     if settings is not None and settings.context_shift is not False:
-        return  # a draft past the context shifts it (tokenswift/context_window.py)
+        return  # a draft past the context shifts it (tokenswift/text/context_window.py)
     limit = next((w.max_context for w in store.list_workers() if w.max_context), None)
     prompt_tokens = None
     if request.continue_from is not None:
@@ -235,7 +235,7 @@ def check_context(store: Store, request: GenerationIn, tokens: PromptTokens | No
 
 
 def beyond_context(prompt_tokens: int | None, max_new_tokens: int, limit: int) -> str:
-    """The engine's words (tokenswift.generate.validate), so the API and a failed job say the same."""
+    """The engine's words (tokenswift.decode.generate.validate), so the API and a failed job say the same."""
     if prompt_tokens is None:
         return f"max_new_tokens ({max_new_tokens}) exceeds the model's context of {limit} tokens"
     total = prompt_tokens + max_new_tokens

@@ -24,7 +24,7 @@ from storage import Store
 from storage.branches import TokenAt
 from storage.errors import Conflict, Invalid
 from storage.records import GenerationRecord
-from tokenswift.detok import IncrementalDetokenizer
+from tokenswift.text.detok import IncrementalDetokenizer
 from ui.api import GenId, Int, found, invalid, json_object
 from ui.limits import printable
 from ui.tokens import PromptTokens

@@ -1,4 +1,4 @@
-"""The DRY and XTC controls (tokenswift/dry_xtc.py) in a novelist's words: built alike in the Write tab's
+"""The DRY and XTC controls (tokenswift/sampling/dry_xtc.py) in a novelist's words: built alike in the Write tab's
 settings panel and in each Compare column, whose values both go through ui.forms.SettingsForm."""
 
 from __future__ import annotations

@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
 
-from tokenswift.banned import read_phrases
-from tokenswift.cli import escaped_arg
-from tokenswift.settings import DRAFTERS, WRITING_DEFAULTS, Settings, SettingsError, writing_settings
+from tokenswift.cli.main import escaped_arg
+from tokenswift.decode.settings import DRAFTERS, WRITING_DEFAULTS, Settings, SettingsError, writing_settings
+from tokenswift.sampling.banned import read_phrases
 
 MODES = {"TokenSwift": "tokenswift", "AR": "ar"}
 # Sampler choice -> (Settings field, default value, value label).
@@ -21,7 +21,7 @@ SAMPLERS = {
     "η": ("eta", 0.0009, "η (eta-sampling ε, 0 = off)"),
 }
 PROMPT_FORMATS = {"Continue my text": "continue", "Follow my instruction": "instruction"}
-# At the model's end-of-text token: ban it (the draft reaches its length) or stop (tokenswift.settings' one rule).
+# At the model's end-of-text token: ban it (the draft reaches its length) or stop (decode/settings.py's one rule).
 PAST_EOS = {"Keep writing": True, "Stop there": False}
 # Past the model's context: shift it (drop the oldest text, keep the Memory), or refuse such targets.
 CONTEXT_SHIFT = {"Shift": None, "Refuse": False}
@@ -35,7 +35,7 @@ LABELS = {
     "dry_range": "DRY look-back", "dry_breakers": "DRY breakers", "xtc_threshold": "XTC threshold",
     "xtc_probability": "XTC probability", "ban": "Banned phrases",
 }
-# The panel's first values: the writing defaults (tokenswift.settings), shown as the panel shows them.
+# The panel's first values: the writing defaults (tokenswift.decode.settings), shown as the panel shows them.
 DEFAULTS = {"theta": WRITING_DEFAULTS["penalty"], "window": WRITING_DEFAULTS["penalty_length"], "k": 20,
             "sampler": "min-p" if WRITING_DEFAULTS["min_p"] else "top-p",
             "temperature": WRITING_DEFAULTS["temperature"], "seed": 0, "budget": 0}

@@ -11,7 +11,7 @@ import gradio as gr
 
 from bookexport import export_book
 from storage import Conflict, NotFound, Store, StoreError
-from tokenswift.settings import Settings
+from tokenswift.decode.settings import Settings
 from ui import views, write_view
 from ui.exports import Exports, draft_book
 from ui.forms import PROMPT_FORMATS, TARGET_LABEL, FormError, settings_from

@@ -16,15 +16,15 @@ import gradio as gr
 
 from storage import Store, StoreError
 from storage.records import ModelSpec
-from tokenswift.default_model import default_model_path
-from tokenswift.errors import ModelLoadError
-from tokenswift.gguf_checkpoint import inspect_gguf, is_gguf
+from tokenswift.model.default_model import default_model_path
+from tokenswift.model.errors import ModelLoadError
+from tokenswift.model.gguf_checkpoint import inspect_gguf, is_gguf
 from ui import views
 
 DEVICES = ["cpu", "cuda", "cuda:0", "cuda:1"]
 DTYPES = ["float32", "bfloat16", "float16", "float64", "q4"]
 HUB_ID = re.compile(r"^[\w.-]+/[\w.-]+$")
-# What the worker's loader (tokenswift.loading) reads from a checkpoint folder.
+# What the worker's loader (tokenswift.model.loading) reads from a checkpoint folder.
 WEIGHTS = ["*.safetensors", "*.bin"]
 TOKENIZERS = ["tokenizer.json", "tokenizer.model", "vocab.json"]
 HELP = """\

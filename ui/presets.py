@@ -1,7 +1,7 @@
 """The Write tab's presets: a built-in one chosen from the menu, the panel saved as a JSON file, a file loaded
 into the panel.
 
-Parsing and checking are the engine's (tokenswift/writing_presets.py), so a file the app accepts is one the
+Parsing and checking are the engine's (tokenswift/text/writing_presets.py), so a file the app accepts is one the
 command line and the API accept too. This module maps a preset onto the panel's boxes and back. A refused file
 changes nothing but the status line, which names the key at fault.
 """
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import gradio as gr
 
-from tokenswift.settings import Settings, SettingsError
-from tokenswift.writing_presets import FIELDS, built_in, preset_json, preset_of, read_preset, to_settings
+from tokenswift.decode.settings import Settings, SettingsError
+from tokenswift.text.writing_presets import FIELDS, built_in, preset_json, preset_of, read_preset, to_settings
 from ui import views
 from ui.dry_xtc_panel import breakers_update
 from ui.exports import Exports

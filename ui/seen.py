@@ -1,7 +1,7 @@
 """The Write tab's "What the model sees": the context the draft's next token is predicted from, as text, with
 the Memory, the World Info entries, the Author's Note, the chat turns and the story no longer in view marked.
 
-It is the engine's own window (tokenswift.context_window.WindowPlan.seen) for the draft's stored ids, its
+It is the engine's own window (tokenswift.text.context_window.WindowPlan.seen) for the draft's stored ids, its
 settings and its Memory, note and World Info as they are now, decoded with the model's tokenizer (ui/tokens.py
 loads it; no weights): an edit of them shows here at once, and reaches the model at its next shift or resume.
 """
@@ -13,10 +13,10 @@ from dataclasses import dataclass
 
 from storage import Store
 from storage.drafts import prompt_parts
-from tokenswift.context_window import leading_bos, pinned_ids, window_plan
-from tokenswift.prompting import prompt_ids
-from tokenswift.settings import Settings, SettingsError
-from tokenswift.world_info import WorldInfo
+from tokenswift.decode.settings import Settings, SettingsError
+from tokenswift.text.context_window import leading_bos, pinned_ids, window_plan
+from tokenswift.text.prompting import prompt_ids
+from tokenswift.text.world_info import WorldInfo
 from ui.tokens import PromptTokens
 
 UNKNOWN_CONTEXT = 1 << 30

@@ -1,7 +1,7 @@
 """Prompt length against the model's context, checked before a draft is queued (API and Write tab).
 
 This process never loads a model's weights, but a tokenizer is small and quick to load, and it counts as
-the worker will (the same AutoTokenizer, called as tokenswift.loading.LoadedModel.encode calls it). One
+the worker will (the same AutoTokenizer, called as tokenswift.model.loading.LoadedModel.encode calls it). One
 PromptTokens belongs to the app (ui/server.create_app, or ui/api.create_app alone) and keeps the tokenizer
 of each model it was asked about. When none can be loaded (a hub id not in the cache, a directory without
 a tokenizer) `measure` answers None, and the worker's own check stays the last word, as before.
@@ -95,7 +95,7 @@ class PromptTokens:
 def _load(model: str) -> _Loaded:
     from transformers import AutoConfig, AutoTokenizer
 
-    from tokenswift.gguf_checkpoint import hf_directory, is_gguf
+    from tokenswift.model.gguf_checkpoint import hf_directory, is_gguf
 
     path = Path(model).expanduser()
     if is_gguf(path):  # the worker converts the same file into the same cache; whoever is first does it
@@ -103,7 +103,7 @@ def _load(model: str) -> _Loaded:
     source = str(path) if path.is_dir() else model  # else a hub id, from the local cache only
     tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=True)
     try:
-        from tokenswift.loading import context_limit
+        from tokenswift.model.loading import context_limit
 
         context = context_limit(AutoConfig.from_pretrained(source, local_files_only=True))
     except Exception:  # noqa: BLE001 - the tokens are still worth knowing; the context may come from a worker

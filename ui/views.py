@@ -5,7 +5,7 @@ from __future__ import annotations
 import html
 
 from storage.records import GenerationRecord, MetricPoint, ModelSpec, WorkerStatus, utcnow
-from tokenswift.metrics import same_text_caveat
+from tokenswift.decode.metrics import same_text_caveat
 
 WORKER_SILENT_S = 15.0  # a worker row older than this is shown as not running
 

@@ -1,7 +1,7 @@
 """The Write tab's World Info (lorebook): a JSON editor box beside the Memory, a file imported into it, its
 content exported as a file.
 
-Parsing and checking are the engine's (tokenswift/world_info.py), so a file the app accepts is one the command
+Parsing and checking are the engine's (tokenswift/text/world_info.py), so a file the app accepts is one the command
 line (`--world-info`) and the API accept too. The box's JSON goes with the draft when it starts, continues or
 when Memory and Note are saved (ui/write.py); a refused file or box changes nothing but the status line, which
 names the entry and the field at fault in plain words.
@@ -16,8 +16,8 @@ from pathlib import Path
 
 import gradio as gr
 
-from tokenswift.settings import SettingsError
-from tokenswift.world_info import WorldInfo
+from tokenswift.decode.settings import SettingsError
+from tokenswift.text.world_info import WorldInfo
 from ui import views
 from ui.exports import Exports
 from ui.forms import FormError

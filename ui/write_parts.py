@@ -10,8 +10,8 @@ from dataclasses import dataclass
 
 import gradio as gr
 
-from tokenswift.banned import STARTER_BANS
-from tokenswift.writing_presets import built_in
+from tokenswift.sampling.banned import STARTER_BANS
+from tokenswift.text.writing_presets import built_in
 from ui import charts, dry_xtc_panel, views, world_info_panel, write_branches
 from ui.dry_xtc_panel import DryXtcParts
 from ui.forms import CONTEXT_SHIFT, MODES, PAST_EOS, PROMPT_FORMATS, QUICK_LENGTHS, SAMPLERS, TARGET_LABEL, SettingsForm
@@ -60,7 +60,7 @@ class WriteParts:
     seed: gr.Number
     budget: gr.Number
     dry_xtc: DryXtcParts
-    ban: gr.Textbox  # banned phrases, one a line (tokenswift/banned.py)
+    ban: gr.Textbox  # banned phrases, one a line (tokenswift/sampling/banned.py)
     preset: gr.Dropdown  # the built-in presets (ui/presets.py)
     save_preset: gr.Button
     preset_file: gr.File  # the saved preset, to download

@@ -14,7 +14,7 @@ class WorkerConfig:
     dtype: str = "float32"
     worker_id: str | None = None  # its row in the workers table; None = host:pid, one row per process
     once: bool = False  # exit when the queue is empty instead of waiting for more jobs
-    threads: int | None = None  # torch CPU threads; None = tokenswift.loading.cpu_threads for the model
+    threads: int | None = None  # torch CPU threads; None = tokenswift.model.loading.cpu_threads for the model
     spare_cores: int = 0  # cores left to other work here when threads is None (the app's page and the browser)
     adaptive: bool = True  # TokenSwift adapts its candidate batch, down to plain steps (same text, faster)
     fast: bool = True  # on a CUDA device, the fast path: static shapes captured as CUDA graphs (same text)

@@ -27,11 +27,11 @@ class ModelHolder:
         self.store, self.worker_id = store, worker_id
         self.threads = threads  # torch CPU threads asked for; None = the engine's advice per model
         self.spare_cores = spare_cores  # cores that advice leaves to other work on this machine
-        self.adaptive = adaptive  # tokenswift.adaptive: the candidate batch per iteration, or plain steps
+        self.adaptive = adaptive  # tokenswift.decode.adaptive: the candidate batch per iteration, or plain steps
         self.fast = fast  # the CUDA fast path where the model and device have it
-        self.options = None  # tokenswift.options.EngineOptions for the loaded model
+        self.options = None  # tokenswift.decode.options.EngineOptions for the loaded model
         self.spec: ModelSpec | None = None
-        self.model = None  # tokenswift.loading.LoadedModel
+        self.model = None  # tokenswift.model.loading.LoadedModel
         self.failed: tuple[ModelSpec, str] | None = None  # last spec that failed, with its error
 
     def ensure(self, spec: ModelSpec | None, *, retry: bool = True):
@@ -64,8 +64,8 @@ class ModelHolder:
         self.model, self.spec = None, None
 
     def _load(self, spec: ModelSpec):
-        from tokenswift.loading import cpu_threads, load_model
-        from tokenswift.selftest import device_defaults
+        from tokenswift.model.loading import cpu_threads, load_model
+        from tokenswift.model.selftest import device_defaults
 
         self.store.report_model(self.worker_id, spec, "loading")
         log.info("loading %s (heads=%s) on %s/%s", spec.model, spec.heads, spec.device, spec.dtype)
@@ -94,7 +94,7 @@ class ModelHolder:
 
     def fall_back(self, failure: str) -> None:
         """The fast path failed mid-job: the next path down (self-tested) runs the requeued job and the rest."""
-        from tokenswift.selftest import fall_back
+        from tokenswift.model.selftest import fall_back
 
         self.options = usable(fall_back(self.model, self.options, failure))
         log.warning("fast path failed (%s); decoding path now: %s", failure,

@@ -62,7 +62,7 @@ def disk_fault(error: StoreError) -> bool:
 class JobRun:
     def __init__(self, store: Store, owner: Owner, job: Job, lm, spec: ModelSpec, policy: FlushPolicy,
                  stopping: Callable[[], bool], wait: Callable[[float], object] = time.sleep, options=None):
-        """options: tokenswift.options.EngineOptions (the holder's for this model; None = the defaults)."""
+        """options: tokenswift.decode.options.EngineOptions (the holder's for this model; None = the defaults)."""
         self.store, self.owner, self.job, self.lm, self.spec = store, owner, job, lm, spec
         self.options = options
         self.policy, self.stopping, self.wait = policy, stopping, wait
@@ -96,7 +96,7 @@ class JobRun:
     def _after_error(self, error: Exception) -> str:
         """A fast path that failed, or a device left unusable (a sticky CUDA error), is no fault of the job: it goes
         back to the queue, for the next path down or a new worker process. Anything else fails the job."""
-        from tokenswift.fastpath import FastPathError
+        from tokenswift.model.fastpath import FastPathError
 
         if sticky_device_error(error):
             self.device_lost = str(error)
@@ -131,8 +131,8 @@ class JobRun:
         return "released"
 
     def _run(self) -> str:
-        from tokenswift.prompting import prompt_ids as make_prompt
-        from tokenswift.settings import Settings
+        from tokenswift.decode.settings import Settings
+        from tokenswift.text.prompting import prompt_ids as make_prompt
 
         settings = Settings.from_json(self.job.settings_json)
         prompt_ids = self.job.prompt_ids
@@ -152,9 +152,9 @@ class JobRun:
         return self._loop(detok)
 
     def _engine(self, settings, prompt_ids: list[int], done_ids: list[int]):
-        from tokenswift.detok import IncrementalDetokenizer
-        from tokenswift.generate import Generator
-        from tokenswift.options import EngineOptions
+        from tokenswift.decode.generate import Generator
+        from tokenswift.decode.options import EngineOptions
+        from tokenswift.text.detok import IncrementalDetokenizer
 
         # Memory, Author's Note and World Info as the writer left them: an edit made since the last run applies
         # from here, and one made while this run goes on applies from its next context shift.
@@ -244,8 +244,8 @@ class JobRun:
 
 def draft_pinned(lm, memory: str, note: str, world_info: str, instruction: str | None):
     """The window's pinned ids for a draft's stored Memory, Author's Note and World Info JSON (checked when stored)."""
-    from tokenswift.context_window import pinned_ids
-    from tokenswift.world_info import WorldInfo
+    from tokenswift.text.context_window import pinned_ids
+    from tokenswift.text.world_info import WorldInfo
 
     return pinned_ids(lm, memory, note, instruction, WorldInfo.from_json(world_info))
 

@@ -1,6 +1,6 @@
 """a draft's Memory and Author's Note; the context in view and the shifts in metric points
 
-Drafts longer than the model's context shift it (tokenswift/context_window.py): the Memory stays pinned at
+Drafts longer than the model's context shift it (tokenswift/text/context_window.py): the Memory stays pinned at
 the top, the Author's Note sits near the end. Metric points record what the model saw and the shifts so far,
 for the status line and the bench.
 

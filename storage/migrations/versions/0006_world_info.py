@@ -1,7 +1,7 @@
 """a draft's World Info (lorebook) as JSON
 
 World Info entries go into the model's window while their keys appear in the latest story text
-(tokenswift/world_info.py). A draft keeps its document beside its Memory and Author's Note; drafts made
+(tokenswift/text/world_info.py). A draft keeps its document beside its Memory and Author's Note; drafts made
 before this revision have none ('').
 
 Revision ID: 0006

@@ -1,0 +1,1 @@
+"""Benchmarks: AR versus TokenSwift, the bound, context shifting, GPU pass costs."""

@@ -1,0 +1,216 @@
+"""A candidate batch that adapts to the context length and the measured pass costs (design §8).
+
+At a short context the verify pass costs about one token's weight read whatever its size, so the full
+121-row batch is free. At 100K the pass reads the whole cache and its attention turns compute-bound near
+295 / (query heads per KV head) rows on an H100, so fewer candidates emit more tokens per second. Each
+iteration the policy picks one of a few nested shapes (tree widths, n-gram k), maximising
+
+    rate(S) = E[tokens per iteration | S] / E[seconds per iteration | S]
+
+- Tokens: after an iteration we know exactly what any shape contained in the one used would have emitted.
+  The walk follows the target's own tokens, which do not depend on the candidates, so a smaller shape
+  accepts the longest prefix of the accepted path that its trie contains. Each iteration thus updates
+  the estimate of every shape the one used contains (the first shape contains them all).
+- Seconds: a moving average per shape of the measured iteration time; at most every `explore_every`
+  iterations, and within `explore_share` of the time, the shape measured longest ago runs again, so the
+  times follow the growing context.
+
+- Plain steps: when one AR step (timed by the engine at the current context) emits more tokens per second
+  than the best shape, nothing is drafted: the engine takes plain steps, and one TokenSwift iteration keeps
+  α and the pass costs current, once the plain steps since the last one took 1 / `plain_explore_share`
+  times its cost (so exploring costs about that share of the time). Three explorations in four run the
+  best shape, the one closest to overtaking plain steps; the fourth the shape timed longest ago. Rotating
+  through every shape spent most of the share on the largest, which on a CPU costs six plain steps and
+  never pays, while the two-row shape crossed over unnoticed as the context grew. On a
+  CPU, where a verify pass costs nearly its rows in compute, this keeps TokenSwift from running slower than
+  plain decoding; on a GPU the verify batch is nearly free and the plain gear stays unused.
+
+The choice only decides which candidates are verified, or whether any are. The trie and the walk are
+lossless for any candidate set, and a plain step samples the very position-keyed token the walk would
+take at the root, so the emitted text is the same whatever the policy does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from tokenswift.decode.trie import max_nodes
+
+
+@dataclass(frozen=True)
+class Shape:
+    widths: tuple[int, ...]  # top-k taken from each draft distribution (depth 1 first)
+    k: int  # n-gram candidates
+
+    @property
+    def slots(self) -> int:
+        """Rows of the padded verify batch: fixed per shape, so each shape is one captured graph."""
+        return max_nodes(self.widths, self.k)
+
+    def cut(self, levels: Sequence[Sequence[int]]) -> list[list[int]]:
+        """This shape's share of the drafter's proposals (each level sorted best first)."""
+        return [list(level[:w]) for level, w in zip(levels, self.widths, strict=False)]
+
+    def contains(self, other: Shape) -> bool:
+        """Whether every candidate of `other` is one of this shape's (so its outcome is known from ours)."""
+        return (len(other.widths) <= len(self.widths) and other.k <= self.k
+                and all(b <= a for a, b in zip(self.widths, other.widths, strict=False)))
+
+    def label(self) -> str:
+        return f"{'-'.join(map(str, self.widths))}/k{self.k}"
+
+
+def ladder(widths: Sequence[int], k: int) -> list[Shape]:
+    """Shapes from the configured one down to a chain, then chains without n-gram paths down to a single
+    guess, and stars: the best few guesses of the first level alone. The first contains every other. The
+    short ones are for a CPU, where a float32 pass of up to four rows costs about one row's weight read
+    (model.COLUMN_ROWS) and more rows cost compute; there a star often beats the chain of the same rows, as the
+    first head's second and third guesses are right more often than the deeper heads.
+
+    For the paper's drafter, (1,3,3,3) with k=20: 121, 56, 28, 13, 5, 3 and 2 verify rows (its first level
+    is the base head's one guess, so it has no star). For the fused one, (3,3,3): 120, 55, 31, 12, 4, 3, 2 and
+    the stars of 4 and 3 rows."""
+    widths = tuple(widths)
+    steps = [
+        (widths, k),
+        (tuple(min(w, 2) for w in widths), k // 2),
+        (tuple(min(w, 2) if d < 2 else 1 for d, w in enumerate(widths)), k // 4),
+        (tuple(1 for _ in widths), k // 8),
+        (tuple(1 for _ in widths), 0),
+        (tuple(1 for _ in widths[:2]), 0),
+        (tuple(1 for _ in widths[:1]), 0 if widths else min(k, 1)),
+        *(((min(widths[0], n),), 0) for n in (3, 2) if widths),
+    ]
+    shapes: list[Shape] = []
+    for w, kk in steps:
+        shape = Shape(w, kk)
+        if shape.slots > 1 and shape not in shapes:  # a root alone is a plain step
+            shapes.append(shape)
+    return shapes
+
+
+def accepted_under(shape: Shape, levels: Sequence[Sequence[int]], paths: Sequence[Sequence[int]],
+                   accepted: Sequence[int]) -> int:
+    """How many of the `accepted` draft tokens (depth 1 first) `shape`'s trie would have accepted, given the
+    levels and n-gram paths of a shape that contains it."""
+    tree = 0
+    while (tree < len(accepted) and tree < len(shape.widths)
+           and accepted[tree] in levels[tree][: shape.widths[tree]]):
+        tree += 1
+    best = tree
+    for path in paths[: shape.k]:
+        m = 0
+        while m < min(len(path), len(accepted)) and path[m] == accepted[m]:
+            m += 1
+        best = max(best, m)
+    return best
+
+
+def best_shape(tokens: Sequence[float | None], seconds: Sequence[float | None]) -> int:
+    """Index of the shape with the most expected tokens per second (ties: the larger shape, listed first)."""
+    rates = [t / s if t is not None and s else -1.0 for t, s in zip(tokens, seconds, strict=True)]
+    return max(range(len(rates)), key=lambda i: (rates[i], -i))
+
+
+class CandidatePolicy:
+    def __init__(self, shapes: Sequence[Shape], explore_every: int = 16, token_decay: float = 0.02,
+                 time_decay: float = 0.3, plain_explore_share: float | None = 0.03, explore_share: float = 0.05):
+        """explore_every: the fewest iterations between two re-timings of other shapes than the best;
+        explore_share: the most of the time they take. plain_explore_share: the share of time spent on
+        TokenSwift iterations while plain steps are faster; None: never take plain steps.
+
+        token_decay: an iteration emits 1 or 2 tokens on a small shape, so an average over ~10 of them (0.1)
+        swung by +-0.1 token and, at a 5-15% margin, sent the policy to plain steps for long stretches where
+        the two-row pass was faster; ~50 iterations (0.02) halve the swing. The first 1/token_decay
+        observations are a plain mean, so the first one does not linger."""
+        self.shapes = list(shapes)
+        # For each shape, the shapes whose outcome its iterations tell (itself included): fixed, so worked out once.
+        self.contained = [[j for j, other in enumerate(self.shapes) if shape.contains(other)] for shape in self.shapes]
+        self.explore_every, self.token_decay, self.time_decay = explore_every, token_decay, time_decay
+        self.explore_share = explore_share
+        self.last_explored = 0
+        self.clock = 0.0  # seconds of TokenSwift iterations so far
+        self.clock_used = [0.0] * len(self.shapes)  # the clock when each shape last ran: also its recency
+        self.plain_explore_share = plain_explore_share
+        self.plain_seconds: float | None = None  # moving average of one plain step's time
+        self.plain_run_s = 0.0  # seconds of plain steps since the last TokenSwift iteration
+        n = len(self.shapes)
+        self.tokens: list[float | None] = [None] * n  # moving average of tokens per iteration
+        self.token_counts = [0] * n
+        self.seconds: list[float | None] = [None] * n  # moving average of seconds per iteration
+        self.timed = [0] * n  # iterations timed per shape
+        self.iteration = 0
+        self.current = 0
+        self.explorations = 0  # TokenSwift iterations taken while plain steps were faster
+
+    def choose(self, plain_ok: bool = True) -> Shape | None:
+        """The shape of the next iteration, or None for a plain step (only when plain_ok, or when nothing can be
+        drafted)."""
+        pick = self._pick()
+        if pick is None:
+            if plain_ok or not self.shapes:
+                return None
+            pick = best_shape(self.tokens, self.seconds)
+        self.plain_run_s = 0.0
+        self.current = pick
+        return self.shapes[pick]
+
+    def _pick(self) -> int | None:
+        if not self.shapes:  # nothing to draft (no heads, no n-grams): every step is a plain one
+            return None
+        # Each shape runs twice first: its first time includes one-off costs (graph capture, kernel
+        # compilation) and is not kept. The largest runs first, so every shape gets token estimates.
+        for i, count in enumerate(self.timed):
+            if count < 2:
+                return i
+        best = best_shape(self.tokens, self.seconds)
+        if self._plain_is_faster(best):
+            explore = self._least_recent() if self.explorations % 4 == 3 else best
+            if self.seconds[explore] > self.plain_explore_share * self.plain_run_s:
+                return None
+            self.explorations += 1
+            return explore
+        if self.iteration - self.last_explored >= self.explore_every:
+            # Re-time the shape timed longest ago among those its share of the time affords: on a CPU the
+            # largest shape costs seven plain steps and never pays, and timing it every ~100 iterations cost
+            # a tenth of the run. Where shapes cost about the same (a GPU), each is re-timed about every
+            # (shapes - 1) / explore_share iterations, ~120 for seven shapes.
+            share = self.explore_share / max(1, len(self.shapes) - 1)  # each shape's part of the share
+            affordable = [i for i, t in enumerate(self.seconds) if t <= share * (self.clock - self.clock_used[i])]
+            if affordable:
+                self.last_explored = self.iteration
+                return min(affordable, key=lambda i: self.clock_used[i])
+        return best
+
+    def _plain_is_faster(self, best: int) -> bool:
+        if self.plain_explore_share is None or not self.plain_seconds or not self.seconds[best]:
+            return False
+        return 1.0 / self.plain_seconds > self.tokens[best] / self.seconds[best]
+
+    def _least_recent(self) -> int:
+        return min(range(len(self.shapes)), key=lambda i: self.clock_used[i])
+
+    def observe_plain(self, seconds: float) -> None:
+        """The time of one plain step at the current context: one taken, or the engine's periodic probe."""
+        self.plain_seconds = _average(self.plain_seconds, seconds, self.time_decay)
+        self.plain_run_s += seconds
+
+    def observe(self, levels: Sequence[Sequence[int]], paths: Sequence[Sequence[int]], accepted: Sequence[int],
+                seconds: float) -> None:
+        """One iteration of the current shape: its candidates, the accepted draft tokens, its duration."""
+        i = self.current
+        for j in self.contained[i]:
+            tokens = 1 + accepted_under(self.shapes[j], levels, paths, accepted)
+            self.token_counts[j] += 1
+            self.tokens[j] = _average(self.tokens[j], tokens, max(self.token_decay, 1 / self.token_counts[j]))
+        if self.timed[i] > 0:
+            self.seconds[i] = _average(self.seconds[i], seconds, self.time_decay)
+        self.clock += seconds
+        self.clock_used[i] = self.clock
+        self.timed[i] += 1
+        self.iteration += 1
+
+
+def _average(old: float | None, new: float, decay: float) -> float:
+    return new if old is None else old + decay * (new - old)

@@ -1,0 +1,481 @@
+"""The decoding state and one iteration of each mode: plain autoregressive and TokenSwift (design §1).
+
+State: `length` tokens committed to the full KV cache and one sampled-but-uncached root token at position
+`length`. Everything is rebuilt from the token ids alone (prefill, partial cache, n-gram table), so a run
+resumed from stored ids continues exactly as an uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from tokenswift.decode.adaptive import CandidatePolicy, ladder
+from tokenswift.decode.metrics import RunMetrics
+from tokenswift.decode.ngram import NgramTable
+from tokenswift.decode.options import EngineOptions
+from tokenswift.decode.settings import Settings
+from tokenswift.decode.trie import NGRAM_LEN, build_trie, max_nodes, verify_inputs, walk
+from tokenswift.draft.drafting import Drafter, HeadsDrafter
+from tokenswift.draft.fused_drafter import FusedDrafter
+from tokenswift.draft.layer_drafter import LayerDrafter
+from tokenswift.model.fastpath import FastPasses, padded_capacity
+from tokenswift.model.forward import COLUMN_ROWS, causal_mask, column_product, with_prefix
+from tokenswift.model.kv_cache import KVCache
+from tokenswift.model.loading import LoadedModel
+from tokenswift.sampling.alternatives import Alternatives, from_rows, top_rows
+from tokenswift.sampling.dry_xtc import breaker_ids
+from tokenswift.sampling.sampler import Sampler
+from tokenswift.text.context_window import ContextUse, PinnedText, WindowPlan, leading_bos, window_plan
+
+PREFILL_CHUNK = 1024
+CAPACITY_SPARE = 8  # cache slots beyond the longest text and one verify batch
+# How often TokenSwift re-measures an AR step at the current context. The probe's output is thrown away, so it
+# is pure cost (a plain step every 2 s was 2-3% of a CPU run), while the step time it tracks grows by a few
+# percent per thousand tokens of context.
+PROBE_INTERVAL_S = 8.0
+SHARED_HEAD_ROWS = 16  # up to this many candidate rows share one LM-head product (16-bit weights, see _verify)
+# Time saved is counted against the median of the latest AR timings: on a shared CPU one slow step (another
+# process had the core) would otherwise count as seconds saved for every iteration until the next probe,
+# and the time-saved curve would jump up and drift back.
+AR_SAMPLES = 5
+
+
+def default_budget(settings: Settings, prompt_len: int) -> int:
+    if settings.budget is not None:
+        return settings.budget
+    return max(256, min(prompt_len, 4096), settings.sinks + 8)
+
+
+@dataclass
+class StepResult:
+    tokens: list[int]  # emitted this iteration; the last one is the new root
+
+
+class Engine:
+    def __init__(self, lm: LoadedModel, settings: Settings, ids: list[int], prompt_len: int,
+                 options: EngineOptions | None = None, plan: WindowPlan | None = None,
+                 pinned_source: Callable[[], PinnedText] | None = None, bans: dict[int, tuple[int, ...]] | None = None):
+        """ids: prompt + tokens generated so far (at least the prompt). options: the fast path, the adaptive
+        batch, padding (options.py); none of them changes the text.
+        plan: the context windows (context_window.py); None: the model's context, no Memory or note.
+        pinned_source: the draft's current Memory and note, asked for at each shift (an edit applies there).
+        bans: {story index: token ids} the sampler forbids there (banned.py)."""
+        self.lm, self.s, self.prompt_len = lm, settings, prompt_len
+        if plan is None:
+            prompt = list(ids[:prompt_len])
+            plan = window_plan(settings, prompt, leading_bos(lm, prompt), PinnedText(), lm.max_context)
+        # Cache slots (= RoPE positions) index the window; self.ids is the whole story. A slot past the
+        # window's Author's Note holds story index slot + offset (the noise key of design §3).
+        self.plan, self.offset, self.next_boundary, self.shifts = plan, 0, 0, 0
+        # World Info: the next checkpoint (world_info.py) and the entries in the window now.
+        self.next_check, self.entries = 0, ()
+        self.pinned_source = pinned_source
+        self.ts = settings.mode == "tokenswift"
+        options = options or EngineOptions()
+        self.depth = len(settings.tree)  # gamma + 1: alpha's denominator, as the paper's Eq. 4
+        # The most tokens one iteration can commit: the root plus the deepest tree or n-gram path.
+        self.max_commit = 1 + max(self.depth, NGRAM_LEN if settings.ngram_topk else 0)
+        self.verify_slots = max_nodes(settings.tree, settings.ngram_topk) if self.ts else 1
+        longest = min(plan.size, len(plan.window(ids, prompt_len)) + plan.reserve + settings.max_new_tokens)
+        capacity = longest + self.verify_slots + CAPACITY_SPARE
+        lm.check_positions(capacity)
+        fast = options.fast
+        if fast is not None:
+            capacity = padded_capacity(capacity)  # compiled kernels specialise on it: keep to a few sizes
+        cfg = lm.config
+        self.cache = KVCache(cfg.n_layers, cfg.n_kv_heads, capacity, cfg.head_dim, lm.device, lm.dtype,
+                             slot_major=fast is not None)
+        self.ids = list(ids)
+        self.buf = torch.zeros(capacity, dtype=torch.int64, device=lm.device)
+        # Rows for _to_device: the tokens an iteration emits, the slots its commit moves.
+        self._staged = torch.empty(2, self.max_commit, dtype=torch.int64, pin_memory=lm.device.type == "cuda")
+        breakers = breaker_ids(lm.token_texts, settings.dry_breakers) if settings.dry_multiplier else None
+        self.sampler = Sampler(settings, cfg.vocab_size, lm.device, lm.eos_ids, breakers, bans)
+        self.metrics = RunMetrics(settings.mode, depth=self.depth, path=options.path(cfg).describe())
+        self.drafter: Drafter | None = None
+        self.ngrams: NgramTable | None = None
+        self.length = 0
+        self._last_probe = 0.0
+        self._ar_times: deque[float] = deque(maxlen=AR_SAMPLES)
+        self.fast = None
+        if fast is not None:  # only the paper drafter's partial cache reads the verify pass's queries
+            self.fast = FastPasses(lm, self.cache, fast, self.sampler, self.buf,
+                                   queries=self.ts and settings.drafter == "paper", alternatives=options.alternatives)
+        # Graphs need fixed shapes; a GPU pads by default (one kernel configuration per batch size).
+        pad = lm.device.type == "cuda" if options.pad_verify is None else options.pad_verify
+        self.pad_verify = self.fast is not None or pad
+        self.shared_head_rows = shared_head_rows(lm)
+        self.adaptive = options.adaptive
+        self.policy: CandidatePolicy | None = None
+        self.record = options.alternatives
+        self._tops: list[torch.Tensor] = []  # alternatives of the tokens sampled since take_alternatives
+
+    # -- setup --------------------------------------------------------------------------------------
+
+    def start(self) -> list[int]:
+        """Prefill and return the tokens emitted by it: the first sampled token on a fresh run, or
+        nothing when resuming (the last stored token becomes the root)."""
+        t0 = time.perf_counter()
+        fresh = len(self.ids) == self.prompt_len
+        logits, queries, hidden = self._load_window(fresh)
+        emitted: list[int] = []
+        if fresh:
+            upto = self.length
+            token = self._sample(logits, self._window(upto, []), upto + self.offset)
+            self._append([token])
+            emitted = [token]
+        if self.ts:
+            self.drafter = self._make_drafter()
+            if self.adaptive:
+                self.policy = CandidatePolicy(ladder(self.drafter.widths, self.s.ngram_topk))
+            self.drafter.start(self.cache, self.length, queries)
+            self._observe_window(hidden)
+            self.ngrams = NgramTable(NGRAM_LEN)
+            self._advance_ngrams()
+        self._sync()
+        self.metrics.prefill_s = time.perf_counter() - t0
+        return emitted
+
+    def _make_drafter(self) -> Drafter:
+        # The fused drafter reads the states the passes already computed (eager or captured): no pass of its own.
+        if self.s.drafter == "fused":
+            return FusedDrafter(self.lm, self.s, self.sampler)
+        if self.s.drafter == "layer":
+            return LayerDrafter(self.lm, self.s, self.sampler, self.cache.capacity)
+        return HeadsDrafter(self.lm, self.s, self.sampler, default_budget(self.s, self.prompt_len), self.fast)
+
+    def _observe(self, hidden: torch.Tensor | None, following: list[int], first: int) -> None:
+        """The last-layer states [n, dim] of the tokens just committed at slots first.., and the token after each."""
+        if hidden is not None and self.drafter.uses_hidden:
+            self.drafter.observe(hidden, following, first)
+
+    def _observe_window(self, hidden: torch.Tensor) -> None:
+        """After a prefill: the states of the window's last rows, up to the root."""
+        n = hidden.shape[0]
+        self._observe(hidden, self.buf[self.length - n + 1:self.length + 1].tolist(), self.length - n)
+
+    def _load_window(self, fresh: bool, at: int | None = None) -> tuple[torch.Tensor, list[torch.Tensor], torch.Tensor]:
+        """Fill the cache with window(b) + story[b:t] for the next token t and its boundary b (built at `at`, a
+        World Info checkpoint, when given; else where the plan says): all of it on a fresh run (the first token
+        is sampled from the prefill), else all but the root."""
+        t = len(self.ids)
+        b = self.plan.boundary(t)
+        at = self.plan.built(self.ids, t) if at is None else at
+        self.next_boundary, self.next_check = self.plan.next_boundary(t), self.plan.next_checkpoint(t)
+        self.entries = self.plan.active(self.ids, at)
+        tokens = self.plan.window(self.ids, b, at) + self.ids[at:]
+        self.buf[:len(tokens)] = torch.tensor(tokens, dtype=torch.int64)
+        self.offset = t - len(tokens)
+        if self.fast is not None:
+            self.fast.set_key_offset(self.offset)
+        self.length = len(tokens) if fresh else len(tokens) - 1
+        return self._prefill(self.length)
+
+    def _shift_if_due(self) -> None:
+        """Before predicting the token at a boundary: rebuild the window (the same rebuild a resume does); at a
+        World Info checkpoint whose entries differ from the window's, rebuild it there with them."""
+        t, at = len(self.ids), None
+        if t < self.next_boundary:
+            if t < self.next_check:
+                return
+            self.next_check = self.plan.next_checkpoint(t)
+            if self.plan.active(self.ids, t) == self.entries:
+                return
+            at = t
+        self._sync()
+        t0 = time.perf_counter()
+        if at is None and self.pinned_source is not None and (pinned := self.pinned_source()) != self.plan.pinned:
+            self.plan = self.plan.with_pinned(pinned)
+        _, queries, hidden = self._load_window(fresh=False, at=at)
+        if self.drafter is not None:
+            self.drafter.start(self.cache, self.length, queries)  # the partial cache is reselected
+            self._observe_window(hidden)  # the fused and layer drafters read the new window's states
+        self._sync()
+        self.shifts += 1
+        self.metrics.add_shift(time.perf_counter() - t0)
+
+    def context_use(self) -> ContextUse:
+        pinned = self.plan.pinned_size(self.entries)
+        return ContextUse(pinned, self.length + 1 - pinned, self.shifts)
+
+    @torch.inference_mode()
+    def _prefill(self, upto: int) -> tuple[torch.Tensor, list[torch.Tensor], torch.Tensor]:
+        """Returns the last token's logits and queries, and the last-layer states of the last rows a drafter
+        reads (the layer drafter: its window; the others: one)."""
+        model, dev, window = self.lm.model, self.lm.device, self.lm.config.sliding_window
+        out, states = None, []
+        keep = self.lm.draft_layer.window if self.ts and self.s.drafter == "layer" else 1
+        for start in range(0, upto, PREFILL_CHUNK):
+            end = min(start + PREFILL_CHUNK, upto)
+            pos = torch.arange(start, end, device=dev)
+            mask = causal_mask(start, end - start, pos, window, dev)
+            out = model(self.buf[start:end], pos, self.cache, start, mask, logits="last",
+                        capture_queries=end == upto)
+            if end > upto - keep:
+                states.append(out.hidden[max(0, upto - keep - start):])
+        return out.logits, [q[-1] for q in out.queries], torch.cat(states)
+
+    # -- shared helpers -----------------------------------------------------------------------------
+
+    @property
+    def root(self) -> int:
+        return self.ids[-1]
+
+    def _append(self, tokens: list[int]) -> None:
+        n = len(self.ids) - self.offset
+        self.buf[n:n + len(tokens)] = self._to_device(tokens, 0)
+        self.ids.extend(tokens)
+
+    def _to_device(self, values: list[int], row: int) -> torch.Tensor:
+        """Host ints on the device without a stream sync (a copy from pageable memory waits for all queued work):
+        through row `row` of a pinned buffer, copied asynchronously. Each row is rewritten once per iteration,
+        and every iteration ends in a host read that waits for the copies queued before it."""
+        staged = self._staged[row, :len(values)]
+        staged.copy_(torch.tensor(values, dtype=torch.int64))
+        return staged.to(self.lm.device, non_blocking=True, copy=True)
+
+    def _window(self, end: int, path: list[int]) -> torch.Tensor | None:
+        """The sampling history (the penalty's last W tokens, DRY's range) of ids[:end] + path, as a [1, <=W] row."""
+        w = self.s.history_length
+        if w == 0:
+            return None
+        if not path:
+            return self.buf[max(0, end - w):end][None]
+        tail = torch.tensor(path[-w:], dtype=torch.int64, device=self.lm.device)
+        if w > len(path):
+            tail = torch.cat((self.buf[max(0, end - (w - len(path))):end], tail))
+        return tail[None]
+
+    def _sync(self) -> None:
+        """Wait for the device before reading the clock (eager CUDA). On the fast path every phase already ends
+        in the one host read it needs (the drafts' top-k, the targets, a sampled token), which waits for the
+        work before it; a synchronize more would only stall the launches queued behind it. There the commit's
+        few kernels are timed with the next iteration's draft."""
+        if self.lm.device.type == "cuda" and self.fast is None:
+            torch.cuda.synchronize(self.lm.device)
+
+    def _built(self) -> float:
+        return self.fast.build_s if self.fast is not None else 0.0
+
+    def _less_builds(self, seconds: float, before: float) -> float:
+        """`seconds` less the pass building (capture, compilation) done since _built() read `before`: that goes to
+        metrics.capture_s, a one-off cost that neither time saved nor the adaptive policy may count."""
+        built = self._built() - before
+        self.metrics.capture_s += built
+        return seconds - built
+
+    def _advance_ngrams(self) -> None:
+        self.ngrams.advance(self.ids, max(self.prompt_len, len(self.ids) - self.s.lag))
+
+    # -- plain autoregressive decoding ---------------------------------------------------------------
+
+    @torch.inference_mode()
+    def ar_step(self) -> StepResult:
+        self._shift_if_due()
+        b0, t0 = self._built(), time.perf_counter()
+        token, _ = self._ar_forward_and_sample()
+        self._sync()
+        dt = self._less_builds(time.perf_counter() - t0, b0)
+        self.metrics.add_step(1, 0, 0, False, 0.0, dt, 0.0)
+        self.metrics.ar_latency_s = dt
+        return StepResult([token])
+
+    def _ar_forward_and_sample(self) -> tuple[int, torch.Tensor | None]:
+        n = self.length
+        token, hidden = self._ar_token(n)
+        self.length = n + 1
+        self._append([token])
+        return token, hidden
+
+    def _ar_token(self, n: int) -> tuple[int, torch.Tensor | None]:
+        """Run the token in slot n (writing its K/V; it attends to slots [0, n]), sample position n + 1.
+        Also returns the token's last-layer state."""
+        if self.fast is not None and self.fast.sampler is not None:
+            token, hidden = self.fast.ar_token(n)  # forward and sampling in one graph: one host sync per token
+            if self.record:
+                self._tops.append(self.fast.alternatives([0]))
+            return token, hidden
+        if self.fast is not None:
+            logits, hidden = self.fast.ar(self.buf[n:n + 1], n)
+        else:
+            pos = torch.tensor([n], device=self.lm.device)
+            window = self.lm.config.sliding_window
+            # A sliding-window model must mask old keys here too, or AR and verification would differ.
+            mask = causal_mask(n, 1, pos, window, self.lm.device) if window is not None else None
+            out = self.lm.model(self.buf[n:n + 1], pos, self.cache, n, mask)
+            logits, hidden = out.logits, out.hidden
+        return self._sample(logits, self._window(n + 1, []), n + 1 + self.offset), hidden
+
+    # -- TokenSwift ----------------------------------------------------------------------------------
+
+    @torch.inference_mode()
+    def ts_step(self) -> StepResult:
+        self._shift_if_due()
+        self._maybe_probe_ar()
+        shape = None  # the configured batch
+        if self.policy is not None:
+            # A plain step cannot give the partial cache the query a due selection needs: verify then.
+            shape = self.policy.choose(plain_ok=not self.drafter.wants_queries(1))
+            if shape is None:
+                return self._plain_step()
+        L, root = self.length, self.root
+        b0, t0 = self._built(), time.perf_counter()
+        # 1. Draft: each depth's candidates, as deep as the shape (the drafter: drafting.py, fused_drafter.py).
+        depth = len(shape.widths) if shape is not None else len(self.drafter.widths)
+        levels = self.drafter.propose(root, L, self._window(L + 1, []), depth, L + 1 + self.offset)
+        self._sync()
+        t1 = time.perf_counter()
+        draft_s = self._less_builds(t1 - t0, b0)
+        # 2. Candidates: the tree plus the k most frequent 4-gram continuations of the drafter's n-gram key.
+        k, slots = self.s.ngram_topk, self.verify_slots
+        if shape is not None:  # the adaptive policy's share of the proposals
+            levels, k, slots = shape.cut(levels), shape.k, shape.slots
+        prefix = self.drafter.ngram_prefix(root, levels)
+        key = prefix[-1] if prefix else root
+        paths = [(*prefix, *c) for c in self.ngrams.top_k(key, k)] if k else []
+        # No candidate may predict past the next boundary (or World Info checkpoint): the token there may need
+        # the next window.
+        room = min(self.next_boundary, self.next_check) - 1 - len(self.ids)
+        levels, paths = levels[:room], [p[:room] for p in paths]
+        trie = build_trie(root, levels, paths)
+        pad = slots if self.pad_verify else len(trie.tokens)
+        capture = self.drafter.wants_queries(self.max_commit)
+        b2, t2 = self._built(), time.perf_counter()
+        # 3. Verify: the target over the full cache with every candidate at once, under the tree mask.
+        rows, all_queries, targets, hidden = self._verify(trie, L, pad, capture)
+        self._sync()
+        t3 = time.perf_counter()
+        verify_s = self._less_builds(t3 - t2, b2)
+        # 4. Accept: walk the trie with the target's own position-keyed samples.
+        if targets is not None:  # the fast path sampled every node inside the verify graph
+            accepted, emitted = walk(trie, targets)
+            if self.record:  # emitted[i] is the target's token after accepted[i]
+                self._tops.append(self.fast.alternatives(accepted))
+        else:
+            accepted, emitted = walk(trie, lambda node: self._target_token(rows(node), trie, node, L))
+        # 5. Commit: compact the accepted path's K/V behind the prefix, extend the partial cache and n-grams.
+        self.cache.commit(self._to_device([L + i for i in accepted], 1), L)
+        self.length = L + len(accepted)
+        queries = [q[accepted[-1]] for q in all_queries] if capture else None
+        self.drafter.commit(self.cache, L, self.length, queries)
+        self._observe(hidden[accepted] if hidden is not None else None, emitted, L)
+        self._append(emitted)
+        self._advance_ngrams()
+        self._sync()
+        t4 = time.perf_counter()
+        ngram_accepted = sum(trie.from_ngram[i] for i in accepted)
+        ngram_hit = any(trie.from_ngram[i] and not trie.from_tree[i] for i in accepted)
+        overhead_s = (t2 - t1) + (t4 - t3)
+        self.metrics.add_step(len(emitted), len(emitted) - 1, ngram_accepted, ngram_hit, draft_s, verify_s,
+                              overhead_s)
+        self.metrics.verify_batch = slots
+        self.metrics.verify_batches[str(slots)] = self.metrics.verify_batches.get(str(slots), 0) + 1
+        if self.policy is not None:
+            self.policy.observe(levels, paths, emitted[:-1], draft_s + verify_s + overhead_s)
+        return StepResult(emitted)
+
+    def _plain_step(self) -> StepResult:
+        """One AR step inside a TokenSwift run (the adaptive policy's plain gear): the root's K/V and the
+        target's sample at the next position, then the same bookkeeping as an accepted root alone."""
+        b0, t0 = self._built(), time.perf_counter()
+        L = self.length
+        token, hidden = self._ar_forward_and_sample()
+        self.drafter.commit(self.cache, L, self.length, None)
+        self._observe(hidden, [token], L)
+        self._advance_ngrams()
+        self._sync()
+        dt = self._less_builds(time.perf_counter() - t0, b0)
+        self._observe_ar(dt)
+        self.metrics.add_plain_step(dt)
+        self.policy.observe_plain(dt)
+        self._last_probe = time.perf_counter()  # this step measured AR at the current context
+        return StepResult([token])
+
+    def _verify(self, trie, L: int, pad: int, capture: bool):
+        """rows(node) -> that candidate row's logits [1, vocab]; each layer's queries [T, heads, dim] when
+        capture is set; the target's token after every trie node when the fast path sampled them (else
+        None); every row's last-layer state.
+
+        Off the fast path the LM head runs only on the rows the walk visits (the accepted path and one
+        more), not on every candidate; a small batch takes one product for all its rows where that costs about
+        what one row does (16-bit weights; a CPU's float32 column product up to COLUMN_ROWS rows)."""
+        if self.fast is not None:
+            logits, queries, targets, hidden = self.fast.verify(trie, L, pad)
+            return (lambda node: logits[node:node + 1]), queries, targets, hidden
+        tokens, positions, tree_mask = (t.to(self.lm.device) for t in verify_inputs(trie, L, pad))
+        mask = with_prefix(tree_mask, L, positions, self.lm.config.sliding_window)
+        out = self.lm.model(tokens, positions, self.cache, L, mask, logits="none", capture_queries=capture)
+        if len(trie.tokens) <= self.shared_head_rows:
+            logits = self.lm.model.logits_of(out.hidden[: len(trie.tokens)])
+            rows = lambda node: logits[node:node + 1]  # noqa: E731
+        else:
+            rows = lambda node: self.lm.model.logits_of(out.hidden[node:node + 1])  # noqa: E731
+        return rows, out.queries, None, out.hidden
+
+    def _target_token(self, logits: torch.Tensor, trie, node: int, L: int) -> int:
+        """The target's token after `node`, from that row's logits [1, vocab]."""
+        path = []
+        i = node
+        while i > 0:
+            path.append(trie.tokens[i])
+            i = trie.parents[i]
+        path.reverse()
+        return self._sample(logits, self._window(L + 1, path), L + len(path) + 1 + self.offset)
+
+    def _sample(self, logits: torch.Tensor, window: torch.Tensor | None, position: int) -> int:
+        """The target's token at story position `position` from one row of logits [1, vocab]; when recording, also
+        its alternatives, from the scores it is drawn from (alternatives.py)."""
+        if not self.record:
+            return int(self.sampler.sample(logits, window, [position])[0])
+        scores = self.sampler.process(logits, window, positions=[position])
+        token = self.sampler.choose(scores, [position])
+        self._tops.append(top_rows(scores, token))
+        return int(token[0])
+
+    def take_alternatives(self) -> list[Alternatives] | None:
+        """The alternatives of the tokens emitted since the last call, one per token (None: not recorded)."""
+        if not self.record:
+            return None
+        rows, self._tops = self._tops, []
+        return from_rows(torch.cat(rows)) if rows else []
+
+    def _maybe_probe_ar(self) -> None:
+        """Measure one plain AR step at the current context, so time saved is against this very run.
+
+        It writes the root's K/V at slot `length`, exactly what the verify pass writes there next."""
+        now = time.perf_counter()
+        if now - self._last_probe < PROBE_INTERVAL_S:
+            return
+        n = self.length
+        self._sync()
+        b0, t0 = self._built(), time.perf_counter()
+        self._ar_token(n)
+        self._tops.clear()  # the probe's token is thrown away, and so are its alternatives
+        self._sync()
+        dt = self._less_builds(time.perf_counter() - t0, b0)
+        self._observe_ar(dt)
+        if self.policy is not None:
+            self.policy.observe_plain(dt)
+        self._last_probe = time.perf_counter()
+
+    def _observe_ar(self, seconds: float) -> None:
+        self._ar_times.append(seconds)
+        self.metrics.ar_latency_s = ar_estimate(self._ar_times)
+
+
+def shared_head_rows(lm: LoadedModel) -> int:
+    """How many candidate rows one LM-head product serves in a verify pass: as many as cost about one row."""
+    if lm.dtype in (torch.bfloat16, torch.float16):
+        return SHARED_HEAD_ROWS
+    return COLUMN_ROWS if column_product(COLUMN_ROWS, lm.model.head_weight) else 0
+
+
+def ar_estimate(samples) -> float:
+    """The AR step time that time saved is counted against (AR_SAMPLES): robust to one slow outlier."""
+    return statistics.median(samples)

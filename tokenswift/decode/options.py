@@ -1,0 +1,42 @@
+"""How an engine runs, never what it writes: passed explicitly to Engine and Generator.
+
+Every option here changes speed only; the text is the same with any of them (design §3).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tokenswift.model.attention import effective_kind
+from tokenswift.model.fastpath import FastOptions
+
+
+@dataclass(frozen=True)
+class PathChoice:
+    """Which path runs the model's passes and why no better one does (selftest.py): what the model notice, the
+    job's metrics and the benches report."""
+
+    path: str  # the fast path's kernel ("flex", "flex-fold", "sdpa") or "eager"
+    dropped: tuple[str, ...] = ()  # each better path that was not taken, with why (failed self-test, error)
+    tested: bool = True  # False: the caller chose the path and it was not self-tested (CPU, the CLI's --fast)
+
+    def describe(self) -> str:
+        verdict = "passed its self-test" if self.tested else "not self-tested"
+        line = f"{self.path} ({verdict})" if self.path != "eager" else "eager passes"
+        return line + "".join(f"; not {why}" for why in self.dropped)
+
+
+@dataclass(frozen=True)
+class EngineOptions:
+    fast: FastOptions | None = None  # the static-shape passes, captured as CUDA graphs on a GPU (fastpath.py)
+    adaptive: bool = False  # pick the candidate batch per iteration from measured costs (adaptive.py)
+    pad_verify: bool | None = None  # pad verify batches to a fixed size; None: on CUDA (always on the fast path)
+    choice: PathChoice | None = None  # how `fast` was chosen (selftest.choose_path); None: as given, untested
+    alternatives: bool = False  # record each emitted token's likeliest alternatives (alternatives.py; the app's)
+
+    def path(self, cfg) -> PathChoice:
+        """The path these options run on: as self-tested, else as given."""
+        if self.choice is not None:
+            return self.choice
+        kind = effective_kind(self.fast.attention, cfg) if self.fast is not None else "eager"
+        return PathChoice(kind, tested=False)

@@ -1,0 +1,177 @@
+"""Generation settings: one frozen dataclass shared by the CLI, the worker and the UI.
+
+Field names follow the paper. Validation lives in __post_init__ so that every entry point (command line,
+REST API, UI form, a job row read back from the store) rejects bad values with the same message.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from dataclasses import dataclass, field
+
+from tokenswift.sampling.banned import merged, phrase_problem
+
+MODES = ("tokenswift", "ar")
+# The one-pass drafter (fused_drafter.py), the paper's two passes (drafting.py), the draft layer (layer_drafter.py)
+DRAFTERS = ("fused", "paper", "layer")
+PROMPT_FORMATS = ("continue", "instruction")  # an opening to continue, or an instruction (the chat template)
+INT64_MAX = 2**63 - 1  # the noise is keyed by 64 bits of the seed; the app's store keeps seed and target as int64
+
+
+class SettingsError(ValueError):
+    """A setting is out of range; the message names the field."""
+
+    def __init__(self, field_name: str, message: str):
+        super().__init__(f"{field_name}: {message}")
+        self.field = field_name
+
+
+@dataclass(frozen=True)
+class Settings:
+    mode: str = "tokenswift"  # "tokenswift" or "ar" (plain autoregressive decoding)
+    seed: int = 0  # keys the position-indexed sampling noise (design §3)
+    max_new_tokens: int = 1024  # target length of the generated text, in tokens
+    temperature: float = 1.0  # 0 = greedy
+    top_k: int = 0  # 0 = off
+    top_p: float = 1.0  # nucleus sampling; 1 = off
+    min_p: float = 0.0  # drop tokens below min_p * p_max; 0 = off
+    eta: float = 0.0  # eta-sampling epsilon; 0 = off
+    min_keep: int = 1  # filters never keep fewer tokens (the published code uses 20)
+    penalty: float = 1.0  # contextual repetition penalty theta (>= 1; 1 = off)
+    penalty_length: int = 1024  # W: window of the penalty, in tokens (0 = off)
+    gamma: int = 3  # number of chained draft heads used (depth of the tree beyond the base head)
+    tree: tuple[int, ...] = (1, 3, 3, 3)  # top-k taken from each of the gamma+1 draft distributions
+    ngram_topk: int = 20  # k: n-gram candidates per iteration
+    ngram_lag: int | None = None  # 4-grams enter the table this many tokens late; None = W with a penalty, else 0
+    budget: int | None = None  # |B| of the partial cache; None = min(prompt length, 4096), at least 64
+    sinks: int = 16  # |S|: initial tokens always kept in the partial cache
+    ignore_eos: bool = False  # keep decoding past EOS (fixed-length runs as in the paper)
+    ban_eos: bool = False  # never sample end-of-text, so a long draft reaches its target (KoboldCpp's EOS ban)
+    stop: tuple[str, ...] = field(default_factory=tuple)  # stop strings
+    prompt_format: str = "continue"  # how the prompt text becomes ids (tokenswift.text.prompting)
+    drafter: str = "fused"  # how TokenSwift proposes candidates; never changes the text
+    # Context shifting (tokenswift.text.context_window): what the model sees of a draft longer than its context.
+    context_shift: bool | None = None  # None: on (it acts only when a draft outgrows the window); False: refuse
+    context_window: int | None = None  # tokens in one window; None = the model's trained context (the ceiling)
+    shift_step: int | None = None  # story tokens dropped per shift; None = a quarter of the window
+    note_depth: int = 256  # the Author's Note goes this many tokens before the end of the window
+    # DRY and XTC (dry_xtc.py): writers' repetition and cliché controls, off by default.
+    dry_multiplier: float = 0.0  # 0 = off; 0.8 is the usual setting
+    dry_base: float = 1.75
+    dry_allowed_length: int = 2  # repeats up to this many tokens go unpenalised
+    dry_range: int = 320  # how far back repeats are looked for, in tokens
+    dry_breakers: tuple[str, ...] = ("\n", ":", '"', "*")  # a repeat never runs across one of these
+    xtc_threshold: float = 0.1
+    xtc_probability: float = 0.0  # 0 = off
+    # Banned phrases (banned.py): the text rewinds where one would complete and goes on another way. Exact.
+    ban: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        # Values may come from JSON (lists, ints for floats): normalise before checking.
+        object.__setattr__(self, "tree", tuple(int(x) for x in self.tree))
+        object.__setattr__(self, "stop", tuple(str(s) for s in self.stop))
+        object.__setattr__(self, "dry_breakers", tuple(str(s) for s in self.dry_breakers))
+        # A string stays one so that _check refuses it (as a sequence it would be banned letter by letter).
+        object.__setattr__(self, "ban", self.ban if isinstance(self.ban, str) else tuple(self.ban))
+        self._check()
+        object.__setattr__(self, "ban", merged(self.ban))  # stripped; case-insensitive duplicates merged
+
+    def _check(self) -> None:
+        def need(ok: bool, name: str, message: str) -> None:
+            if not ok:
+                raise SettingsError(name, message)
+
+        need(self.mode in MODES, "mode", f"must be one of {', '.join(MODES)}, got {self.mode!r}")
+        need(isinstance(self.seed, int) and 0 <= self.seed <= INT64_MAX, "seed", "must be an integer in 0..2**63-1")
+        need(1 <= self.max_new_tokens <= INT64_MAX, "max_new_tokens", "must be in 1..2**63-1")
+        need(_finite(self.temperature) and self.temperature >= 0, "temperature", "must be >= 0")
+        need(self.top_k >= 0, "top_k", "must be >= 0")
+        need(_finite(self.top_p) and 0 < self.top_p <= 1, "top_p", "must be in (0, 1]")
+        need(_finite(self.min_p) and 0 <= self.min_p < 1, "min_p", "must be in [0, 1)")
+        need(_finite(self.eta) and 0 <= self.eta < 1, "eta", "must be in [0, 1)")
+        need(self.min_keep >= 1, "min_keep", "must be >= 1")
+        need(_finite(self.penalty) and self.penalty >= 1, "penalty", "theta must be >= 1")
+        need(self.penalty_length >= 0, "penalty_length", "W must be >= 0")
+        need(1 <= self.gamma <= 8, "gamma", "must be in 1..8")
+        need(len(self.tree) >= 1 and all(k >= 1 for k in self.tree), "tree", "needs positive widths")
+        need(len(self.tree) <= self.gamma + 1, "tree", f"has at most gamma+1 = {self.gamma + 1} levels")
+        need(self.tree[0] == 1, "tree", "the first level is the base head's top-1 (width 1)")
+        need(0 <= self.ngram_topk <= 256, "ngram_topk", "k must be in 0..256")
+        need(self.ngram_lag is None or self.ngram_lag >= 0, "ngram_lag", "must be >= 0")
+        need(self.sinks >= 0, "sinks", "must be >= 0")
+        need(self.budget is None or self.budget >= self.sinks + 8, "budget", "must be >= sinks + 8")
+        need(all(self.stop), "stop", "stop strings must not be empty")
+        need(self.drafter in DRAFTERS, "drafter", f"must be one of {', '.join(DRAFTERS)}, got {self.drafter!r}")
+        need(self.context_shift in (None, True, False), "context_shift", "must be true, false or null")
+        need(self.context_window is None or self.context_window >= 16, "context_window", "must be >= 16 tokens")
+        need(self.shift_step is None or self.shift_step >= 1, "shift_step", "must be >= 1")
+        need(0 <= self.note_depth <= 100_000, "note_depth", "must be in 0..100000")
+        need(_finite(self.dry_multiplier) and 0 <= self.dry_multiplier <= 100, "dry_multiplier", "must be in 0..100")
+        need(_finite(self.dry_base) and 1 < self.dry_base <= 10, "dry_base", "must be in (1, 10]")
+        need(isinstance(self.dry_allowed_length, int) and 1 <= self.dry_allowed_length <= 100,
+             "dry_allowed_length", "must be in 1..100")
+        need(isinstance(self.dry_range, int) and 2 <= self.dry_range <= 4096, "dry_range", "must be in 2..4096")
+        need(len(self.dry_breakers) <= 32 and all(0 < len(b) <= 16 for b in self.dry_breakers), "dry_breakers",
+             "at most 32 breakers of 1 to 16 characters")
+        need(_finite(self.xtc_threshold) and 0 <= self.xtc_threshold <= 0.5, "xtc_threshold", "must be in 0..0.5")
+        need(_finite(self.xtc_probability) and 0 <= self.xtc_probability <= 1, "xtc_probability",
+             "must be in 0..1")
+        need(not isinstance(self.ban, str), "ban", "must be a list of phrases, not one string")
+        need((problem := phrase_problem(self.ban)) is None, "ban", problem or "")
+        need(self.prompt_format in PROMPT_FORMATS, "prompt_format",
+             f"must be one of {', '.join(PROMPT_FORMATS)}, got {self.prompt_format!r}")
+
+    @property
+    def lag(self) -> int:
+        """The published code adds a 4-gram only once it has left the penalty window, where the penalty no
+        longer works against repeating it. Without a penalty nothing works against it: every 4-gram counts
+        at once (a greedy tiny model that loops repeats the text of a few tokens ago)."""
+        if self.ngram_lag is not None:
+            return self.ngram_lag
+        return self.penalty_length if self.penalty != 1.0 else 0
+
+    @property
+    def history_length(self) -> int:
+        """Tokens of a position's history its sampling reads: the penalty's window and DRY's range (0: none)."""
+        penalty = self.penalty_length if self.penalty != 1.0 else 0
+        return max(penalty, self.dry_range if self.dry_multiplier > 0 else 0)
+
+    def replace(self, **changes) -> Settings:
+        unknown = set(changes) - {f.name for f in dataclasses.fields(self)}
+        if unknown:
+            raise SettingsError(sorted(unknown)[0], "unknown setting")
+        return dataclasses.replace(self, **changes)
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, values: dict) -> Settings:
+        unknown = set(values) - {f.name for f in dataclasses.fields(cls)}
+        if unknown:
+            raise SettingsError(sorted(unknown)[0], "unknown setting")
+        return cls(**values)
+
+    @classmethod
+    def from_json(cls, text: str) -> Settings:
+        return cls.from_dict(json.loads(text))
+
+
+# What a writer gets without choosing anything: the app's Write tab, the API's unset fields and the command
+# line's flags all start from these (Settings' own defaults are the neutral sampler the algorithm is described
+# with). Chosen by measurement on the default model: scripts/prose_quality.py, the README's table.
+# End of text: the one rule for the app, the API and the command line, whatever the length: a draft is written
+# to the length asked for (the model's end-of-text token is banned), unless the writer chooses to stop there.
+WRITING_DEFAULTS = {"temperature": 0.9, "top_p": 1.0, "min_p": 0.1, "penalty": 1.1, "penalty_length": 256,
+                    "dry_multiplier": 0.8, "ban_eos": True}
+
+
+def writing_settings(**changes) -> Settings:
+    """The writing defaults, with `changes` on top."""
+    return Settings(**{**WRITING_DEFAULTS, **changes})
+
+
+def _finite(x: float) -> bool:
+    return isinstance(x, (int, float)) and math.isfinite(x)

@@ -1,0 +1,1 @@
+"""Drafters: the draft heads, the fused drafter, the draft layer, and the interface they share."""

@@ -1,0 +1,119 @@
+"""The draft layer's drafter: a chain drafted token by token, each guess knowing the one before it.
+
+State: the draft layer's own key/value cache, slot = position as in the model's cache. Every committed token
+adds one row from its true last-layer state (the verify pass's, a plain step's, or the prefill's), and the
+tokens after those states are known, so a committed row is exact. The rows are run lazily, all at once, when
+the next draft is asked for: a string of plain steps (the adaptive policy's plain gear) costs nothing until
+then. The last committed row's output is the predicted state at the root, whose scores give depth 1; each
+deeper guess runs one more row, from the state the draft itself predicted and the token it just chose. Those
+chain rows sit in slots past the committed ones and are overwritten by the next committed rows, so nothing
+needs rolling back. Every prefill (first, resume, context shift) starts the cache afresh from the window's
+last `window` states.
+
+Exactness does not depend on any of this: the chain is only a proposal; verification decides the text.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from tokenswift.decode.settings import Settings
+from tokenswift.draft.drafting import best_per_depth
+from tokenswift.model.forward import attention_bias, sdpa_folded
+from tokenswift.model.kv_cache import KVCache
+from tokenswift.model.loading import LoadedModel
+from tokenswift.sampling.sampler import Sampler
+
+
+class CacheAttention:
+    """attend() over the drafter's cache: writes the new rows' K/V at slots first.., then each row sees the
+    slots up to its own within the window."""
+
+    def __init__(self, drafter: LayerDrafter, first: int, n: int):
+        self.d, self.first, self.n = drafter, first, n
+
+    def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        d, first, n = self.d, self.first, self.n
+        d.keys[:, first:first + n] = k.transpose(0, 1)
+        d.values[:, first:first + n] = v.transpose(0, 1)
+        lo = max(d.valid_from, first + n - d.window)
+        mask = None
+        if n > 1:
+            slots = torch.arange(lo, first + n, device=q.device)[None, :]
+            rows = torch.arange(first, first + n, device=q.device)[:, None]
+            visible = (slots <= rows) & (slots > rows - d.window) & (slots >= d.valid_from)
+            mask = attention_bias(visible, d.cfg.group, q.dtype)
+        return sdpa_folded(d.cfg, q, d.keys[:, lo:first + n], d.values[:, lo:first + n], mask)
+
+
+class LayerDrafter:
+    uses_hidden = True
+
+    def __init__(self, lm: LoadedModel, settings: Settings, sampler: Sampler, capacity: int):
+        if lm.draft_layer is None:
+            raise ValueError("drafter: this model has no draft layer (train one with `tokenswift train-draft`)")
+        self.lm, self.layer, self.sampler, self.cfg = lm, lm.draft_layer, sampler, lm.config
+        self.window = self.layer.window
+        self.widths = [1] * (len(settings.tree) - 1)  # a chain as deep as the tree
+        self.dtype = self.layer.norm.weight.dtype  # may be narrower than the model's (loading._pick_draft)
+        self.head_rows = lm.model.head_weight[self.layer.vocab].to(self.dtype)
+        cache = KVCache(1, self.cfg.n_kv_heads, capacity, self.cfg.head_dim, lm.device, self.dtype)
+        self.keys, self.values = cache.k[0], cache.v[0]
+        self.filled = self.valid_from = 0  # rows [valid_from, filled) hold committed states
+        self.pending: list[tuple[torch.Tensor, list[int]]] = []  # committed, not yet run: (states, following tokens)
+        self.pending_count = 0
+        self.state: torch.Tensor | None = None  # [1, dim]: the predicted state at the root's position
+
+    def start(self, full: KVCache, length: int, queries: list[torch.Tensor]) -> None:
+        self.filled = self.valid_from = self.pending_count = 0
+        self.pending, self.state = [], None
+
+    def wants_queries(self, count: int) -> bool:
+        return False
+
+    def observe(self, hidden: torch.Tensor, following: list[int], first: int) -> None:
+        """Committed states hidden [n, dim] at slots first.., and the token after each."""
+        if not self.pending and first != self.filled:
+            self.filled = self.valid_from = first  # a window's tail: nothing before it is known
+        self.pending.append((hidden.reshape(len(following), -1).clone(), list(following)))
+        self.pending_count += len(following)
+        while self.pending_count - len(self.pending[0][1]) >= self.window:  # only the window's rows matter
+            dropped = self.pending.pop(0)
+            self.pending_count -= len(dropped[1])
+            self.filled = self.valid_from = self.filled + len(dropped[1])
+
+    def ngram_prefix(self, root: int, levels: list[list[int]]) -> list[int]:
+        return []  # the root is certain: n-gram continuations hang from it
+
+    def commit(self, full: KVCache, start: int, end: int, queries: list[torch.Tensor] | None) -> None:
+        pass  # observe() brings the committed states
+
+    def propose(self, root: int, position: int, window: torch.Tensor | None, depth: int,
+                key: int) -> list[list[int]]:
+        self._run_pending()
+        if self.state is None or not self.widths[:depth]:
+            return []
+        levels, state = [], self.state
+        for d in range(len(self.widths[:depth])):
+            scores = self.layer.logits(state, self.head_rows)  # over the draft vocabulary
+            levels.append(best_per_depth(scores, self.sampler, window, [1], key + d, self.layer.vocab)[0])
+            if d + 1 < len(self.widths[:depth]):
+                state = self._run(state, levels[-1], position + d)
+        return levels
+
+    def _run_pending(self) -> None:
+        if not self.pending:
+            return
+        states = torch.cat([h for h, _ in self.pending])
+        tokens = [t for _, following in self.pending for t in following]
+        self.state = self._run(states, tokens, self.filled)[-1:]
+        self.filled += len(tokens)
+        self.pending, self.pending_count = [], 0
+
+    @torch.inference_mode()
+    def _run(self, states: torch.Tensor, tokens: list[int], first: int) -> torch.Tensor:
+        model, dev = self.lm.model, self.lm.device
+        pos = torch.arange(first, first + len(tokens), device=dev)
+        embedded = model.model.embed_tokens(torch.tensor(tokens, device=dev)).to(self.dtype)
+        cos, sin = model.rope_cos[pos].to(self.dtype), model.rope_sin[pos].to(self.dtype)
+        return self.layer.step(states.to(self.dtype), embedded, cos, sin, CacheAttention(self, first, len(tokens)))

@@ -1,0 +1,255 @@
+"""Our compact decoder forward for Llama, Mistral and Qwen2 checkpoints (RMSNorm, RoPE, GQA, SwiGLU).
+
+Batch size 1 throughout: a forward call takes a block of T query tokens with explicit positions, writes
+their K/V into a cache at slots start..start+T-1 and attends to slots [0, start+T) under a boolean mask.
+The same call serves chunked prefill (causal mask), single-token decoding (no mask), the draft pass over
+the partial cache, and tree verification (an arbitrary mask, positions = L + depth).
+
+Module names mirror transformers' (model.layers.N.self_attn.q_proj, ...), so a Hugging Face state dict
+loads with no renaming and every tensor's shape is checked by load_state_dict.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from tokenswift.model.config import ModelConfig
+from tokenswift.model.kv_cache import KVCache
+from tokenswift.model.rope import apply_rope
+
+# A CPU float32 product of a few rows is cheapest as weight @ x.T: MKL's small-M GEMM re-packs the weight on
+# every call (2 rows cost 2.1x one row for a 49K-row LM head, 4 rows 1.8x) and its one-row GEMV reaches two
+# thirds of the bandwidth, while weight @ x.T with 2 or 4 columns streams the weight once (0.7-0.9x the old one
+# row; scripts/bench_products.py has the table). An odd count of columns takes a slower kernel (3: 1.0-1.5x),
+# so one row is sent as two and three as four. A small weight is read from cache, where MKL's GEMV is the faster
+# (64x64: 2 us against 8): stories260k and the test models keep F.linear.
+COLUMN_ROWS = 4
+COLUMN_MIN_WEIGHT = 1 << 16  # elements (256 KiB in float32); the default model's smallest is 192x576
+
+
+def column_product(rows: int, weight: torch.Tensor) -> bool:
+    """Whether `rows` rows times `weight` take weight @ x.T (else F.linear)."""
+    return (0 < rows <= COLUMN_ROWS and weight.device.type == "cpu" and weight.dtype == torch.float32
+            and weight.numel() >= COLUMN_MIN_WEIGHT)
+
+
+def project(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """x [M, in] @ weight[out, in].T (+ bias): every projection of the model, its heads and drafters."""
+    if x.dim() != 2 or not column_product(x.shape[0], weight):
+        return F.linear(x, weight, bias)
+    rows = x.shape[0]
+    x = x.contiguous()
+    cols = torch.cat((x, x[-1:])) if rows % 2 else x
+    out = torch.mm(weight, cols.t())[:, :rows].t()
+    return out if bias is None else out + bias
+
+
+class Linear(nn.Linear):
+    """nn.Linear (same parameters and state-dict names) whose product is project()."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return project(x, self.weight, self.bias)
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # Normalise in at least float32 as the reference does; bf16 variance loses too much.
+        work = x.float() if x.dtype in (torch.bfloat16, torch.float16) else x
+        work = work * torch.rsqrt(work.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * work.to(x.dtype)
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.q_proj = Linear(cfg.dim, cfg.n_heads * cfg.head_dim, bias=cfg.qkv_bias)
+        self.k_proj = Linear(cfg.dim, cfg.n_kv_heads * cfg.head_dim, bias=cfg.qkv_bias)
+        self.v_proj = Linear(cfg.dim, cfg.n_kv_heads * cfg.head_dim, bias=cfg.qkv_bias)
+        self.o_proj = Linear(cfg.n_heads * cfg.head_dim, cfg.dim, bias=False)
+
+    def forward(self, x, cos, sin, keys, values, slots, attend) -> tuple[torch.Tensor, torch.Tensor]:
+        """keys, values: this layer's whole cache [kv_heads, capacity, head_dim]; slots: [T] device tensor of the
+        slots the new K/V go to (no host value: one captured graph serves every length)."""
+        cfg, t = self.cfg, x.shape[0]
+        q = apply_rope(self.q_proj(x).view(t, cfg.n_heads, cfg.head_dim), cos, sin)
+        k = apply_rope(self.k_proj(x).view(t, cfg.n_kv_heads, cfg.head_dim), cos, sin)
+        v = self.v_proj(x).view(t, cfg.n_kv_heads, cfg.head_dim)
+        keys.index_copy_(1, slots, k.transpose(0, 1))
+        values.index_copy_(1, slots, v.transpose(0, 1))
+        return self.o_proj(attend(q, keys, values)), q
+
+
+def fold_groups(cfg: ModelConfig, q: torch.Tensor) -> torch.Tensor:
+    """q [T, heads, dim] -> [kv_heads, group * T, dim]: GQA without repeating K/V, each KV head's group of query
+    heads folded into the query axis (row j*T + t is query head j of the group at token t)."""
+    return q.transpose(0, 1).reshape(cfg.n_kv_heads, cfg.group * q.shape[0], cfg.head_dim)
+
+
+def merge_heads(cfg: ModelConfig, out: torch.Tensor, t: int) -> torch.Tensor:
+    """Attention output per head, [heads, T, dim] (or folded, [kv_heads, group * T, dim]) -> [T, heads * dim]."""
+    return out.reshape(cfg.n_heads, t, cfg.head_dim).transpose(0, 1).reshape(t, -1)
+
+
+def sdpa_folded(cfg: ModelConfig, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask) -> torch.Tensor:
+    """SDPA of q [T, heads, dim] over keys/values [kv_heads, S, dim] -> [T, heads * dim], queries folded
+    (fold_groups: rows j*T + t of the mask)."""
+    # 4-D inputs: fused CUDA kernels take [batch, heads, tokens, dim]; 3-D would fall back to math.
+    out = F.scaled_dot_product_attention(fold_groups(cfg, q)[None], keys[None], values[None], attn_mask=mask)[0]
+    return merge_heads(cfg, out, q.shape[0])
+
+
+class SpanAttention:
+    """The eager attention: the slots [0, span) under a mask (additive, [group*T, span]) or, for one token
+    that sees the whole filled cache, none. The fast path's kernels (attention.py) take the same call."""
+
+    def __init__(self, cfg: ModelConfig, span: int, mask: torch.Tensor | None):
+        self.cfg, self.span, self.mask = cfg, span, mask
+
+    def __call__(self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+        return sdpa_folded(self.cfg, q, keys[:, :self.span], values[:, :self.span], self.mask)
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.gate_proj = Linear(cfg.dim, cfg.intermediate_size, bias=False)
+        self.up_proj = Linear(cfg.dim, cfg.intermediate_size, bias=False)
+        self.down_proj = Linear(cfg.intermediate_size, cfg.dim, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.self_attn = Attention(cfg)
+        self.mlp = MLP(cfg)
+        self.input_layernorm = RMSNorm(cfg.dim, cfg.norm_eps)
+        self.post_attention_layernorm = RMSNorm(cfg.dim, cfg.norm_eps)
+
+    def forward(self, x, cos, sin, keys, values, slots, attend):
+        attn, q = self.self_attn(self.input_layernorm(x), cos, sin, keys, values, slots, attend)
+        x = x + attn
+        return x + self.mlp(self.post_attention_layernorm(x)), q
+
+
+class Backbone(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.dim)
+        self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
+        self.norm = RMSNorm(cfg.dim, cfg.norm_eps)
+
+
+@dataclass
+class ForwardOut:
+    logits: torch.Tensor | None  # [T, vocab] (None when not asked for)
+    hidden: torch.Tensor  # [T, dim]: last layer's output before the final norm (the draft heads' input)
+    queries: list[torch.Tensor] | None  # per layer [T, n_heads, head_dim] post-RoPE, when captured
+
+
+class Transformer(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.model = Backbone(cfg)
+        if not cfg.tie_embeddings:
+            self.lm_head = Linear(cfg.dim, cfg.vocab_size, bias=False)
+        self.rope_cos: torch.Tensor | None = None
+        self.rope_sin: torch.Tensor | None = None
+
+    def set_rope(self, cos: torch.Tensor, sin: torch.Tensor) -> None:
+        self.rope_cos, self.rope_sin = cos, sin
+
+    def head(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The frozen LM head on a normalised state (shared with the draft heads)."""
+        return project(hidden, self.head_weight)
+
+    @property
+    def head_weight(self) -> torch.Tensor:
+        return self.model.embed_tokens.weight if self.cfg.tie_embeddings else self.lm_head.weight
+
+    def logits_of(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Logits of last-layer states (ForwardOut.hidden rows): the final norm, then the LM head. Verification
+        asks for the rows its walk visits only; the head is a large share of a pass on a 49K vocabulary."""
+        return self.head(self.model.norm(hidden))
+
+    def forward(
+        self,
+        tokens: torch.Tensor,
+        positions: torch.Tensor,
+        cache: KVCache,
+        start: int,
+        mask: torch.Tensor | None = None,
+        logits: str = "all",
+        capture_queries: bool = False,
+    ) -> ForwardOut:
+        """The eager call. tokens, positions: [T]. mask: [T, start+T] bool (True = may attend) or None for a
+        single token that sees the whole filled cache. logits: "all", "last" or "none"."""
+        t = tokens.shape[0]
+        if start + t > cache.capacity:
+            raise RuntimeError(f"KV cache full: need {start + t} slots, have {cache.capacity}")
+        # Checked where it costs nothing: on a GPU it would be a host sync in every forward, and the engine
+        # keeps its positions inside the table (loading.rope_positions).
+        if positions.device.type == "cpu" and t and int(positions.max()) >= self.rope_cos.shape[0]:
+            raise ValueError(f"position {int(positions.max())} beyond the RoPE table ({self.rope_cos.shape[0]})")
+        bias = attention_bias(mask, self.cfg.group, self.model.embed_tokens.weight.dtype) if mask is not None else None
+        slots = torch.arange(start, start + t, device=tokens.device)
+        queries = [] if capture_queries else None
+        x = self.run(tokens, positions, cache, slots, SpanAttention(self.cfg, start + t, bias), queries)
+        out = None
+        if logits == "all":
+            out = self.logits_of(x)
+        elif logits == "last":
+            out = self.logits_of(x[-1:])
+        return ForwardOut(out, x, queries)
+
+    def run(self, tokens, positions, cache: KVCache, slots, attend, queries: list | None = None) -> torch.Tensor:
+        """The one decoder forward, eager or captured: tokens at `positions` write their K/V at `slots` and
+        attend through `attend` (SpanAttention, or a fast-path kernel). Returns the last layer's output
+        (before the final norm); appends each layer's post-RoPE queries to `queries` when given."""
+        cos, sin = self.rope_cos[positions], self.rope_sin[positions]
+        x = self.model.embed_tokens(tokens)
+        for i, layer in enumerate(self.model.layers):
+            x, q = layer(x, cos, sin, cache.k[i], cache.v[i], slots, attend)
+            if queries is not None:
+                queries.append(q)
+        return x
+
+
+def attention_bias(mask: torch.Tensor, group: int, dtype: torch.dtype) -> torch.Tensor:
+    """[T, K] bool (True = may attend) -> [group*T, K] additive bias for the GQA-folded queries, built once per
+    forward: every layer shares it, and SDPA would otherwise turn a bool mask into a bias in each layer."""
+    bias = torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill_(~mask, -math.inf)
+    return bias.repeat(group, 1)
+
+
+def causal_mask(prefix: int, t: int, positions: torch.Tensor, window: int | None, device) -> torch.Tensor:
+    """[t, prefix+t]: every new token sees the whole prefix and the new tokens up to itself."""
+    block = torch.ones(t, t, dtype=torch.bool, device=device).tril()
+    return with_prefix(block, prefix, positions, window)
+
+
+def with_prefix(block: torch.Tensor, prefix: int, positions: torch.Tensor, window: int | None) -> torch.Tensor:
+    """Extend a [t, t] mask among new tokens with the committed prefix (slot == position there).
+
+    With a sliding window (Mistral), a query at position p sees keys at positions > p - window."""
+    t = block.shape[0]
+    full = torch.ones(t, prefix, dtype=torch.bool, device=block.device)
+    mask = torch.cat((full, block), dim=1)
+    if window is not None:
+        key_pos = torch.cat((torch.arange(prefix, device=block.device), positions))
+        mask &= key_pos[None, :] > positions[:, None] - window
+    return mask

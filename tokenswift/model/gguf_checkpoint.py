@@ -1,0 +1,141 @@
+"""GGUF checkpoints (what llama.cpp, KoboldCpp, LM Studio and Ollama users hold), made loadable once.
+
+A GGUF file is checked with the `gguf` package (llama.cpp's own reader): architecture, tensor types and that
+every tensor's bytes are inside the file. It is then turned, through transformers' GGUF support (config,
+tokenizer and chat template from the file's metadata; tensors dequantized and llama.cpp's Q/K row order
+undone), into an ordinary Hugging Face directory: config.json, the tokenizer files and float32
+model.safetensors. That directory is cached under the app's data folder, keyed by the file's content hash,
+so a restart loads safetensors instead of dequantizing again, and the rest of the engine sees one format.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from tokenswift.model.errors import ModelLoadError
+from tokenswift.model.home import data_home
+
+ARCHITECTURES = ("llama", "mistral", "qwen2")
+# The common types of published files; the gguf package dequantizes each of them.
+TENSOR_TYPES = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K")
+SOURCE_NAME = "gguf_source.json"  # written last: a cache entry without it is incomplete
+
+
+@dataclass(frozen=True)
+class GGUFInfo:
+    path: Path
+    architecture: str
+    name: str
+    tensor_types: tuple[str, ...]
+    context_length: int | None
+
+
+def is_gguf(model: str | Path) -> bool:
+    return str(model).lower().endswith(".gguf")
+
+
+def inspect_gguf(path: Path) -> GGUFInfo:
+    """Read and check the file's header; every problem is one ModelLoadError naming the file."""
+    from gguf import GGUFReader
+
+    if not path.is_file():
+        raise ModelLoadError(f"GGUF file {path} not found")
+    with path.open("rb") as f:
+        if f.read(4) != b"GGUF":
+            raise ModelLoadError(f"{path} is not a GGUF file (it does not start with the GGUF magic bytes)")
+    try:
+        reader = GGUFReader(path)
+    except Exception as error:  # noqa: BLE001 - the reader raises several types on a damaged file
+        raise ModelLoadError(f"GGUF file {path} is truncated or corrupt: {error}") from error
+    arch = _field(reader, "general.architecture")
+    if arch not in ARCHITECTURES:
+        raise ModelLoadError(f"GGUF file {path}: unsupported architecture {arch!r}; "
+                             f"supported: {', '.join(ARCHITECTURES)}")
+    size = path.stat().st_size
+    types = set()
+    for tensor in reader.tensors:
+        kind = tensor.tensor_type.name
+        if kind not in TENSOR_TYPES:
+            raise ModelLoadError(f"GGUF file {path}: tensor {tensor.name} has type {kind}, which is not supported; "
+                                 f"supported: {', '.join(TENSOR_TYPES)}")
+        if tensor.data_offset + tensor.n_bytes > size:
+            raise ModelLoadError(f"GGUF file {path} is truncated: tensor {tensor.name} ends past the end of the file")
+        types.add(kind)
+    context = _field(reader, f"{arch}.context_length")
+    return GGUFInfo(path, arch, str(_field(reader, "general.name") or path.stem), tuple(sorted(types)),
+                    int(context) if context is not None else None)
+
+
+def _field(reader, key: str):
+    field = reader.fields.get(key)
+    return None if field is None else field.contents()
+
+
+def file_hash(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        while block := f.read(1 << 22):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def cache_root() -> Path:
+    return data_home() / "gguf-cache"
+
+
+def hf_directory(path: str | Path, root: Path | None = None) -> Path:
+    """The Hugging Face directory made from a GGUF file: from the cache, or converted now and cached."""
+    path = Path(path).expanduser().resolve()
+    info = inspect_gguf(path)
+    sha = file_hash(path)
+    dest = (root or cache_root()) / f"{path.stem}-{sha[:16]}"
+    if source_record(dest):
+        return dest
+    tmp = dest.with_name(dest.name + f".tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        _convert(info, sha, tmp)
+        shutil.rmtree(dest, ignore_errors=True)  # an incomplete entry from an interrupted conversion
+        os.replace(tmp, dest)
+    except OSError as error:
+        raise ModelLoadError(f"cannot write the converted GGUF model to {dest.parent}: {error}") from error
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return dest
+
+
+def source_record(directory: Path) -> dict | None:
+    """What a converted directory was made from (file, sha256, architecture, ...); None for other checkpoints."""
+    try:
+        return json.loads((directory / SOURCE_NAME).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _convert(info: GGUFInfo, sha256: str, out: Path) -> None:
+    import torch
+    from safetensors.torch import save_file
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+    from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
+
+    folder, name = info.path.parent, info.path.name
+    try:
+        config = AutoConfig.from_pretrained(folder, gguf_file=name)
+        tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+        with torch.device("meta"):  # only its tensor names are read: the GGUF -> HF name map
+            reference = AutoModelForCausalLM.from_config(config)
+        tensors = load_gguf_checkpoint(str(info.path), return_tensors=True, model_to_load=reference)["tensors"]
+    except Exception as error:  # noqa: BLE001 - a file the reader accepted can still fail to convert
+        raise ModelLoadError(f"cannot convert GGUF file {info.path}: {type(error).__name__}: {error}") from error
+    out.mkdir(parents=True)
+    config.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    save_file({k: v.contiguous() for k, v in tensors.items()}, str(out / "model.safetensors"))
+    source = {"file": str(info.path), "sha256": sha256, "architecture": info.architecture, "name": info.name,
+              "tensor_types": list(info.tensor_types), "context_length": info.context_length}
+    (out / SOURCE_NAME).write_text(json.dumps(source, indent=2))

@@ -1,0 +1,298 @@
+"""Loading Hugging Face–format checkpoints: a local directory, or a hub id found in the local cache.
+
+Weights load onto the `meta` device and are then assigned, so a model is never materialised twice.
+Checkpoints are safetensors (single or sharded) or PyTorch .bin files; any failure names what was looked
+for and why it failed. Official TokenSwift checkpoints carry their draft heads in the same files
+(`model.medusa_layers.{j}.*`): those are picked up as the model's heads.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from tokenswift.draft.draft_layer import DraftLayer, DraftLayerError, load_layer
+from tokenswift.draft.heads import DraftHeads, heads_from_state_dict, load_heads
+from tokenswift.model import gguf_checkpoint
+from tokenswift.model.config import ModelConfig, UnsupportedModelError
+from tokenswift.model.default_model import shipped_draft, shipped_heads
+from tokenswift.model.errors import ModelLoadError
+from tokenswift.model.forward import Transformer
+from tokenswift.model.int4 import use_q4_weights
+from tokenswift.model.rope import rope_table
+
+# "q4": the GGUF file's 4-bit projections with bfloat16 activations (tokenswift.model.int4), CPU only.
+DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16, "float16": torch.float16,
+          "q4": torch.bfloat16}
+HEADS_SUBDIR = "heads"
+DRAFT_SUBDIR = "draft"
+# Positions past the context a verify batch may use: its candidate rows sit at the last token's position + depth
+# (generate.validate refuses trees and n-gram counts with more rows than this).
+ROPE_SLACK = 1024
+
+
+@dataclass
+class LoadedModel:
+    name: str
+    path: Path
+    model: Transformer
+    tokenizer: object
+    hf_config: object
+    heads: DraftHeads | None
+    device: torch.device
+    dtype: torch.dtype
+    random_heads: bool = False  # the draft heads are random (benchmarks of pass costs), not trained
+    weights: str = "float"  # "q4": every layer's projections are the GGUF file's 4-bit blocks
+    draft_layer: DraftLayer | None = None  # the autoregressive drafter's layer (draft_layer.py)
+    draft_error: str | None = None  # why a draft layer found beside the model could not be used
+
+    @property
+    def precision(self) -> str:
+        """What --dtype loaded it: q4, or the dtype of its weights and activations."""
+        return "q4" if self.weights == "q4" else str(self.dtype).removeprefix("torch.")
+
+    @property
+    def config(self) -> ModelConfig:
+        return self.model.cfg
+
+    @property
+    def max_context(self) -> int:
+        return context_limit(self.hf_config)
+
+    def check_positions(self, length: int) -> None:
+        """Positions [0, length) must lie in the RoPE table, allocated once at load (rope_positions): captured
+        graphs read it, so it is never swapped for a longer one."""
+        table = self.model.rope_cos.shape[0]
+        if length > table:
+            raise ValueError(f"positions up to {length - 1} lie beyond the RoPE table ({table} positions: the "
+                             f"model's context of {self.max_context} + {ROPE_SLACK} for candidate rows)")
+
+    @property
+    def eos_ids(self) -> tuple[int, ...]:
+        """Tokens that end a text: the config's and the tokenizer's end-of-sequence, and `<|endoftext|>` where it
+        is a special token (chat models such as SmolLM2-Instruct end turns with <|im_end|> but documents with it)."""
+        ids = set(self.config.eos_token_ids) | ({self.tokenizer.eos_token_id} - {None})
+        special = dict(zip(self.tokenizer.all_special_tokens, self.tokenizer.all_special_ids, strict=False))
+        if "<|endoftext|>" in special:
+            ids.add(special["<|endoftext|>"])
+        return tuple(sorted(ids))
+
+    @functools.cached_property
+    def token_texts(self) -> tuple[str, ...]:
+        """Each token id's text, decoded once per loaded model (DRY's sequence breakers are found in them)."""
+        return tuple(self.tokenizer.batch_decode([[i] for i in range(self.config.vocab_size)]))
+
+    def encode(self, text: str) -> list[int]:
+        return list(self.tokenizer(text).input_ids)
+
+    def decode(self, ids) -> str:
+        return self.tokenizer.decode(list(ids), skip_special_tokens=True)
+
+    def memory_bytes(self) -> int:
+        tensors = list(self.model.parameters()) + (list(self.heads.parameters()) if self.heads else [])
+        return sum(t.numel() * t.element_size() for t in tensors)
+
+
+SMALL_MODEL_PARAMS = 100_000_000
+
+
+def cpu_threads(lm: LoadedModel, spare_cores: int = 0) -> int | None:
+    """The intra-op thread count to use when none was asked for (None off a CPU): 1 for small models, else the
+    cores this process may run on less `spare_cores`, the ones other work on this machine needs (the app's page
+    server and the writer's browser).
+
+    A small model's step is thousands of tiny ops; with two threads each op waits for the second one, and on
+    a busy machine that thread is often descheduled: measured here, 400 tokens took 3m44s with 2 threads and
+    13 s with 1. Larger products gain from more cores, but only from cores nothing else wants: a thread that
+    shares its core with a browser redrawing the page stalls every op of the step on the other threads."""
+    if lm.device.type != "cpu":
+        return None
+    if sum(p.numel() for p in lm.model.parameters()) < SMALL_MODEL_PARAMS:
+        return 1
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1  # macOS
+    return max(1, cores - spare_cores)
+
+
+def resolve_device(device: str) -> torch.device:
+    if device not in ("cpu", "cuda") and not device.startswith("cuda:"):
+        raise ValueError(f"unknown device {device!r}: use cpu or cuda")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError("device cuda requested but no CUDA device is available")
+    return torch.device(device)
+
+
+def resolve_dtype(dtype: str) -> torch.dtype:
+    if dtype not in DTYPES:
+        raise ValueError(f"unknown dtype {dtype!r}: use one of {', '.join(DTYPES)}")
+    return DTYPES[dtype]
+
+
+def resolve_path(model: str) -> Path:
+    """A local directory, or a hub id resolved through the local Hugging Face cache."""
+    path = Path(model).expanduser()
+    if path.is_dir():
+        return path
+    if path.exists():
+        raise ModelLoadError(f"model path {model!r} is a file; expected a checkpoint directory")
+    if model.count("/") != 1 or model.startswith((".", "/", "~")):
+        raise ModelLoadError(f"model {model!r} not found: no such directory, and it is not a hub id (org/name)")
+    from huggingface_hub import snapshot_download
+
+    patterns = ["*.json", "*.safetensors", "*.bin", "*.model", "*.txt"]
+    try:
+        return Path(snapshot_download(model, local_files_only=True, allow_patterns=patterns))
+    except Exception as cached_error:  # noqa: BLE001 - any cache miss falls through to the clear message
+        if os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false", "False"):
+            raise ModelLoadError(
+                f"model {model!r} not found: no local directory of that name and no copy in the Hugging Face "
+                f"cache (HF_HOME={os.environ.get('HF_HOME', '~/.cache/huggingface')}), and HF_HUB_OFFLINE=1 "
+                "forbids downloading. Download it where there is network access, or pass a local directory."
+            ) from cached_error
+    try:
+        return Path(snapshot_download(model, allow_patterns=patterns))
+    except Exception as error:  # noqa: BLE001
+        raise ModelLoadError(
+            f"model {model!r} not found locally and could not be downloaded ({type(error).__name__}); "
+            "pass a local checkpoint directory"
+        ) from error
+
+
+def _weight_files(path: Path) -> list[Path]:
+    for index_name in ("model.safetensors.index.json", "pytorch_model.bin.index.json"):
+        index = path / index_name
+        if index.exists():
+            shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+            missing = [s for s in shards if not (path / s).exists()]
+            if missing:
+                raise ModelLoadError(f"{index} lists shards that are missing: {', '.join(missing)}")
+            return [path / s for s in shards]
+    for single in ("model.safetensors", "pytorch_model.bin"):
+        if (path / single).exists():
+            return [path / single]
+    raise ModelLoadError(f"no weights in {path}: looked for model.safetensors(.index.json) and pytorch_model.bin")
+
+
+def read_state_dict(path: Path) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    state: dict[str, torch.Tensor] = {}
+    for file in _weight_files(path):
+        try:
+            if file.suffix == ".safetensors":
+                state.update(load_file(str(file)))
+            else:
+                state.update(torch.load(file, map_location="cpu", weights_only=True, mmap=True))
+        except Exception as error:  # noqa: BLE001 - a corrupt file must name itself
+            raise ModelLoadError(f"corrupt checkpoint file {file}: {error}") from error
+    return state
+
+
+def build_model(cfg: ModelConfig, state: dict[str, torch.Tensor], device, dtype) -> Transformer:
+    with torch.device("meta"):
+        model = Transformer(cfg)
+    expected = model.state_dict()
+    missing = sorted(set(expected) - set(state))
+    if missing:
+        raise ModelLoadError(f"checkpoint is missing {len(missing)} tensors, e.g. {missing[:3]}")
+    for name, ref in expected.items():
+        if tuple(state[name].shape) != tuple(ref.shape):
+            raise ModelLoadError(f"tensor {name} has shape {tuple(state[name].shape)}, expected {tuple(ref.shape)}")
+    weights = {name: state[name].to(device=device, dtype=dtype) for name in expected}
+    model.load_state_dict(weights, assign=True, strict=True)
+    return model.eval().requires_grad_(False)
+
+
+def rope_positions(hf) -> int:
+    """The RoPE table's length: the model's context plus room for one iteration's candidate rows past it."""
+    return context_limit(hf) + ROPE_SLACK
+
+
+def context_limit(hf) -> int:
+    """Positions the model was trained or scaled for: rope scaling factors extend the original window."""
+    params = getattr(hf, "rope_parameters", None) or {}
+    limit = hf.max_position_embeddings
+    if params.get("rope_type") in ("linear", "dynamic", "yarn") and "factor" in params:
+        original = params.get("original_max_position_embeddings") or hf.max_position_embeddings
+        limit = max(limit, int(original * params["factor"]))
+    return limit
+
+
+def load_model(model: str, *, device: str = "cpu", dtype: str = "float32", heads: str | None = None,
+               draft: str | None = None) -> LoadedModel:
+    """model: a checkpoint directory, a hub id in the local cache, or a .gguf file (converted once, cached).
+    heads: a heads directory; None looks for `<model>/heads`, heads inside an official checkpoint, or shipped
+    heads trained for this GGUF file; "none" disables them. draft: a draft layer directory, the same way
+    (`<model>/draft`, or the one shipped for this GGUF file)."""
+    from transformers import AutoConfig, AutoTokenizer
+
+    dev, dt = resolve_device(device), resolve_dtype(dtype)
+    path = gguf_checkpoint.hf_directory(model) if gguf_checkpoint.is_gguf(model) else resolve_path(model)
+    if not (path / "config.json").exists():
+        raise ModelLoadError(f"{path} has no config.json: not a Hugging Face checkpoint directory")
+    try:
+        hf = AutoConfig.from_pretrained(path, local_files_only=True)
+        cfg = ModelConfig.from_hf(hf)
+    except UnsupportedModelError as error:
+        raise ModelLoadError(str(error)) from error
+    except Exception as error:  # noqa: BLE001
+        raise ModelLoadError(f"cannot read {path / 'config.json'}: {error}") from error
+    if dtype == "q4" and (not gguf_checkpoint.is_gguf(model) or dev.type != "cpu"):
+        raise ModelLoadError("--dtype q4 runs a GGUF file's 4-bit weights on the CPU; "
+                             f"{model} on {dev.type} is not that: use float32 or bfloat16")
+    state = read_state_dict(path)
+    net = build_model(cfg, state, dev, dt)
+    if dtype == "q4":
+        use_q4_weights(net, Path(model), state)
+    net.set_rope(*rope_table(hf, rope_positions(hf), dev, dt))
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+    except Exception as error:  # noqa: BLE001
+        raise ModelLoadError(f"cannot load the tokenizer from {path}: {error}") from error
+    draft_heads = _pick_heads(path, heads, state, cfg, dev, dt)
+    layer, draft_error = _pick_draft(path, draft, net, dev, dt)
+    weights = "q4" if dtype == "q4" else "float"
+    return LoadedModel(model, path, net, tokenizer, hf, draft_heads, dev, dt, weights=weights, draft_layer=layer,
+                       draft_error=draft_error)
+
+
+def _pick_heads(path: Path, heads: str | None, state, cfg: ModelConfig, device, dtype) -> DraftHeads | None:
+    if heads == "none":
+        return None
+    if heads is not None:
+        return load_heads(Path(heads), cfg, device, dtype)
+    if (path / HEADS_SUBDIR / "heads_config.json").exists():
+        return load_heads(path / HEADS_SUBDIR, cfg, device, dtype)
+    source = gguf_checkpoint.source_record(path)
+    if source and (shipped := shipped_heads(source["sha256"])):
+        return load_heads(shipped, cfg, device, dtype)
+    embedded = heads_from_state_dict(state, cfg)
+    return embedded.to(device=device, dtype=dtype) if embedded is not None else None
+
+
+def _pick_draft(path: Path, draft: str | None, net: Transformer, device, dtype) -> tuple[DraftLayer | None, str | None]:
+    """The draft layer and, when one found beside the model is unusable, why (the model still loads: the app
+    drafts with the heads instead and says so). One asked for by path must load, or the error is raised.
+
+    A float32 model on a CPU drafts in bfloat16: a draft step reads its weights from memory, half as many bytes
+    take half the time, and drafts only propose (verification decides the text)."""
+    if draft == "none":
+        return None, None
+    if device.type == "cpu" and dtype == torch.float32:
+        dtype = torch.bfloat16
+    if draft is not None:
+        return load_layer(Path(draft), net.cfg, net.head_weight, device, dtype), None
+    found = path / DRAFT_SUBDIR if (path / DRAFT_SUBDIR / "draft_config.json").exists() else None
+    source = gguf_checkpoint.source_record(path)
+    if found is None and source:
+        found = shipped_draft(source["sha256"])
+    if found is None:
+        return None, None
+    try:
+        return load_layer(found, net.cfg, net.head_weight, device, dtype), None
+    except DraftLayerError as error:
+        return None, str(error)

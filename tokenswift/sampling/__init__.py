@@ -1,0 +1,1 @@
+"""Choosing a token: the sampler, its in-graph twin, DRY/XTC, banned phrases, alternatives, position keys."""

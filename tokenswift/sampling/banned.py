@@ -1,0 +1,290 @@
+"""Banned phrases (anti-slop, as KoboldCpp's banned strings and the antislop sampler), exactly lossless.
+
+The rule
+--------
+Matching is on the text, case-insensitive (curly apostrophes read as straight ones), across token boundaries, as
+plain substrings. When the text completes a banned phrase, the story rewinds to the token where the phrase began
+(at story index k) and that token is forbidden at index k: a ban keyed by absolute story index, which the one
+Sampler applies before sampling there (sampling.py), in every mode and at every verify-trie node at that
+position. Decoding then goes on from k. A rewind to k drops the bans at indices after k (they were about text
+that is gone); bans at k accumulate. A position takes at most MAX_BANS_AT bans: a phrase completing once that
+many tokens are banned where it begins stays in the text (with a few hundred tokens to choose from, it never
+happens in practice). Phrases are only looked for in the generated text: one that begins in the prompt is left
+alone.
+
+The mechanism is the simplest exact one: on a rewind the engine is started again from ids[:k] with the ban, a
+fresh prefill, exactly as a resume starts. AR and TokenSwift rewind at the same tokens, so both write the same ids.
+
+Nothing shown is taken back
+---------------------------
+BannedEngine holds back the tail of the text that could still become a banned phrase and passes on only what no
+later rewind can touch. A phrase that completes later begins at a character c of the text now only if the text
+from c to the end is a prefix of it, or the text from c up to a token that a later rewind returns to is (the
+text after that token is then written anew). A rewind returns to the token where such a phrase begins, so the
+tokens a rewind can return to are worked out from the last one back (`PhraseWatch.keep`), and everything before
+the first of them is shown. Looking at the rewind points, not only at the end, matters: after a rewind the text
+goes on differently and may complete a phrase that begins earlier and was no prefix of the text before. Emitted
+tokens are therefore final.
+
+Resume is exact
+---------------
+The run's state is its ids and its bans; bans only ever act at the index where they were made, and a rewind
+drops those after it. Take a resume from any prefix ids[:e] of the finished text, and the last moment the
+uninterrupted run reached length e. From then on it never went below e (or it would have had to reach e again),
+so no ban at an index >= e existed then (a rewind below e would have dropped it; one at e would need a later
+rewind to e) and none before e mattered any more: its state was (ids[:e], no bans that can act), which is
+exactly the resumed run's. Both then make the same tokens, rewinds and bans: the held tail is regenerated and
+re-finds the same bans. Up to the rounding of a prefill against a step, as for any resume (design §3), and
+except after a position ran out of bans (MAX_BANS_AT), where the phrase let through is shown at once.
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import time
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING
+
+from tokenswift.text.detok import IncrementalDetokenizer
+
+if TYPE_CHECKING:
+    from tokenswift.decode.engine import Engine
+    from tokenswift.text.context_window import WindowPlan
+
+MAX_PHRASES = 500
+PHRASE_CHARS = (2, 200)  # a phrase's length after stripping, in characters
+MAX_BANS_AT = 32  # bans one position takes; then the phrase that begins there stays (never seen in practice)
+
+# Stock phrases of machine-written fiction, offered to the writer as a start (the Write tab's ban box).
+STARTER_BANS = (
+    "shivers down her spine", "shivers down his spine", "sent shivers", "a testament to", "barely above a whisper",
+    "in a world where", "tapestry of", "couldn't help but", "little did", "the air was thick with",
+    "a mix of", "a mixture of", "a sense of", "it's not just", "palpable", "unbeknownst to",
+    "eyes sparkling with", "with a mischievous glint", "a wave of", "heart pounding in", "in the grand scheme",
+    "the weight of the world", "every fiber of", "a dance of", "the scent of", "the hum of",
+    "maybe, just maybe", "stark contrast", "ministrations", "ever-changing", "the world around",
+    "a symphony of", "the silence was deafening", "time seemed to", "for what felt like", "journey of",
+)
+
+
+def normal(text: str) -> str:
+    """How phrases and text are compared: lower case, curly apostrophes as straight (length-preserving per
+    character, so a token's share of the text keeps its length)."""
+    return text.lower().replace("\u2019", "'").replace("\u2018", "'")
+
+
+def phrase_problem(phrases: Sequence[str]) -> str | None:
+    """Why these phrases cannot be banned (None: they can). Settings._check names the field."""
+    if len(phrases) > MAX_PHRASES:
+        return f"at most {MAX_PHRASES} phrases, got {len(phrases)}"
+    low, high = PHRASE_CHARS
+    for phrase in phrases:
+        if not isinstance(phrase, str) or not low <= len(phrase.strip()) <= high:
+            return f"each phrase has {low} to {high} characters, got {str(phrase)[:40]!r}"
+        if not any(ch.isalnum() for ch in phrase):
+            return f"a phrase needs a letter or digit (spaces and punctuation alone match everywhere): {phrase[:40]!r}"
+    return None
+
+
+def merged(phrases: Iterable[str]) -> tuple[str, ...]:
+    """The phrases stripped, each once: a later one equal to an earlier one but for case is dropped."""
+    seen, out = set(), []
+    for phrase in phrases:
+        text = str(phrase).strip()
+        if normal(text) not in seen:
+            seen.add(normal(text))
+            out.append(text)
+    return tuple(out)
+
+
+def read_phrases(text: str) -> list[str]:
+    """One phrase a line; blank lines and lines starting with '#' are skipped (a ban file, the Write tab's box)."""
+    return [line.strip() for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+
+
+class PhraseWatch:
+    """The text of the tokens not yet shown, one piece per token, checked against the phrases."""
+
+    def __init__(self, phrases: Iterable[str], tokenizer, context: Sequence[int]):
+        self.phrases = sorted({normal(p.strip()) for p in phrases})
+        self.tokenizer = tokenizer
+        self.pieces: list[str] = []  # each watched token's text, as compared (`normal`)
+        self.text = ""
+        # The ids before the watched tokens are the detokenizer's context: a token's text depends on its neighbours.
+        self.detok = IncrementalDetokenizer(tokenizer, list(context))
+
+    def push(self, token: int) -> int | None:
+        """Add a token; returns the index (among the watched tokens) where a phrase it completes begins."""
+        end = len(self.text)
+        piece = normal(self.detok.push([token]))
+        self.pieces.append(piece)
+        self.text += piece
+        if not piece:
+            return None
+        # A phrase completed now ends inside the new piece; anything earlier was caught when it completed.
+        begins = [i for p in self.phrases if (i := self.text.find(p, max(0, end - len(p) + 1))) >= 0]
+        return self._token_at(min(begins)) if begins else None
+
+    def keep(self) -> int:
+        """Index of the first watched token that must stay held (module docstring). A character can begin a phrase
+        later if the text from it to the end is a prefix of one (the phrase may go on), or the text from it up to
+        a later token that a rewind can return to is (after that rewind anything may follow); a token a rewind can
+        return to is one holding such a character. Worked out from the last token back."""
+        starts = [0]
+        for piece in self.pieces:
+            starts.append(starts[-1] + len(piece))
+        first, returns = len(self.pieces), []  # the starts of later tokens a rewind can return to
+        for t in reversed(range(len(self.pieces))):
+            if any(self._is_prefix(self.text[c:]) or any(self._is_prefix(self.text[c:b]) for b in returns)
+                   for c in range(starts[t], starts[t + 1])):
+                first = t
+                returns.append(starts[t])
+        return self._token_at(starts[first])
+
+    def drop(self, n: int) -> None:
+        """Forget the first n watched tokens (they are shown)."""
+        self.text = self.text[sum(len(p) for p in self.pieces[:n]):]
+        self.pieces = self.pieces[n:]
+
+    def cut(self, n: int, context: Sequence[int]) -> None:
+        """Keep the first n watched tokens (a rewind); context: the story's ids up to there."""
+        self.pieces = self.pieces[:n]
+        self.text = "".join(self.pieces)
+        self.detok = IncrementalDetokenizer(self.tokenizer, list(context))
+
+    def _is_prefix(self, s: str) -> bool:
+        i = bisect.bisect_left(self.phrases, s)
+        return i < len(self.phrases) and self.phrases[i].startswith(s)
+
+    def _token_at(self, c: int) -> int:
+        """The token that holds character c (len(pieces) past the end), moved back over tokens with no text of
+        their own: those hold the first bytes of c's character."""
+        start, k = 0, len(self.pieces)
+        for i, piece in enumerate(self.pieces):
+            if c < start + len(piece):
+                k = i
+                break
+            start += len(piece)
+        while k > 0 and not self.pieces[k - 1]:
+            k -= 1
+        return k
+
+
+# open_engine(ids, bans, plan): an Engine from ids, with bans {story index: token ids}, on a window plan (None: the
+# run's first one)
+OpenEngine = Callable[[list[int], dict[int, tuple[int, ...]], "WindowPlan | None"], "Engine"]
+
+
+class BannedEngine:
+    """An Engine under banned phrases, for the Generator and the benchmarks alike: start, ar_step and ts_step
+    return only the tokens that are final, holding back the tail that could still become a banned phrase (module
+    docstring) and rewinding when one completes. At its length (prompt + max_new_tokens ids) or at end-of-text
+    the run shows its held tail (it is no phrase: a completed one rewinds first); past that, tokens pass as they
+    come."""
+
+    def __init__(self, open_engine: OpenEngine, ids: Sequence[int], phrases: Sequence[str], tokenizer,
+                 limit: int, ends: Callable[[int], bool]):
+        """limit: the story length at which the run ends; ends(token): whether the token ends it (end-of-text)."""
+        self.open, self.limit, self.ends = open_engine, limit, ends
+        self.story = list(ids)  # prompt + shown + held
+        self.shown = len(self.story)  # story index of the first held token
+        self.bans: dict[int, tuple[int, ...]] = {}
+        self.done = False
+        self.watch = PhraseWatch(phrases, tokenizer, self.story)
+        self.engine = open_engine(self.story, {}, None)
+        self.metrics = self.engine.metrics  # one record for the whole run, whichever engine runs
+        self._held_alts: list = []  # the held tokens' alternatives, when the engine records them
+        self._out: list[int] = []
+        self._out_alts: list = []
+
+    # -- the Engine's interface -------------------------------------------------------------------------
+
+    def start(self) -> list[int]:
+        return self._screen(self.engine.start())
+
+    def ar_step(self):
+        result = self.engine.ar_step()
+        return dataclasses.replace(result, tokens=self._screen(result.tokens))
+
+    def ts_step(self):
+        result = self.engine.ts_step()
+        return dataclasses.replace(result, tokens=self._screen(result.tokens))
+
+    def take_alternatives(self) -> list | None:
+        """The alternatives of the tokens returned since the last call (None: not recorded)."""
+        if not self.engine.record:
+            return None
+        out, self._out_alts = self._out_alts, []
+        return out
+
+    def context_use(self):
+        return self.engine.context_use()
+
+    @property
+    def policy(self):
+        return self.engine.policy
+
+    @property
+    def drafter(self):
+        return self.engine.drafter
+
+    @property
+    def lm(self):
+        return self.engine.lm
+
+    # -- holding and rewinding ----------------------------------------------------------------------------
+
+    def _screen(self, tokens: list[int]) -> list[int]:
+        """The engine's new tokens through the watch; returns the tokens that became final."""
+        alternatives = self.engine.take_alternatives()
+        while tokens:
+            tokens, alternatives = self._feed(tokens, alternatives)
+        if not self.done:
+            self._show(self.shown + self.watch.keep())
+        out, self._out = self._out, []
+        return out
+
+    def _feed(self, tokens: list[int], alternatives: list | None) -> tuple[list[int], list | None]:
+        """Take tokens up to a completed phrase; after a rewind, returns what the restarted engine emitted."""
+        for i, token in enumerate(tokens):
+            self.story.append(token)
+            if alternatives is not None:
+                self._held_alts.append(alternatives[i])
+            if self.done:  # past the run's end: nothing is held
+                self._show(len(self.story))
+                continue
+            hit = self.watch.push(token)
+            if hit is not None:
+                k = self.shown + hit
+                if len(self.bans.get(k, ())) < MAX_BANS_AT:
+                    return self._rewind(k)
+                self._show(len(self.story))  # a position out of bans: the phrase stays
+            if len(self.story) >= self.limit or self.ends(token):
+                self.done = True
+                self._show(len(self.story))
+        return [], None
+
+    def _show(self, upto: int) -> None:
+        """Make story[shown:upto] final."""
+        n = upto - self.shown
+        self._out += self.story[self.shown:upto]
+        self._out_alts += self._held_alts[:n]
+        self._held_alts = self._held_alts[n:]
+        self.watch.drop(n)
+        self.shown = upto
+
+    def _rewind(self, k: int) -> tuple[list[int], list | None]:
+        """Back to story index k with its token banned there; the engine starts again from ids[:k]."""
+        t0 = time.perf_counter()
+        self.bans = {p: b for p, b in self.bans.items() if p < k} | {k: (*self.bans.get(k, ()), self.story[k])}
+        del self.story[k:]
+        del self._held_alts[k - self.shown:]
+        self.watch.cut(k - self.shown, self.story)
+        prefill_s = self.metrics.prefill_s
+        self.engine = self.open(self.story, {k: self.bans[k]}, self.engine.plan)
+        self.engine.metrics = self.metrics
+        tokens = self.engine.start()
+        self.metrics.prefill_s = prefill_s
+        self.metrics.add_rewind(time.perf_counter() - t0)
+        return tokens, self.engine.take_alternatives()

@@ -1,0 +1,80 @@
+"""DRY and XTC, the repetition and cliché controls writers set in KoboldCpp and llama.cpp, as row-wise functions.
+
+DRY ("don't repeat yourself"): when the token about to be written would extend a sequence that already occurred
+in the last `range` tokens by a match of length L >= allowed_length, that token's logit is lowered by
+multiplier · base^(L − allowed_length). A match never runs across a sequence breaker (a token whose text
+contains one of the breaker strings: a newline, a colon, a quote, an asterisk by default).
+
+XTC ("exclude top choices"): with probability p, when two or more tokens have probability >= threshold, every
+one of them but the least likely is removed. Its draw is keyed by (seed, absolute position), like the sampling
+noise (sampling.py): plain decoding and every trie node at that position draw the same, so TokenSwift stays
+exactly lossless with it on.
+
+Both read only a row's own history (the window the engine builds for each trie node) and its position, so a
+node of the verification trie is processed exactly as plain decoding processes that position.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from tokenswift.sampling.keys import M32, mix32, position_key
+
+MAX_EXPONENT = 40  # base^(L - allowed) beyond this is a ban anyway; capped so the penalty stays finite
+XTC_SALT = 0x3C6EF372
+
+
+def breaker_ids(token_texts: tuple[str, ...], breakers: tuple[str, ...]) -> torch.Tensor:
+    """[vocab] bool: tokens whose text contains a sequence breaker (token_texts: LoadedModel.token_texts)."""
+    return torch.tensor([any(b in text for b in breakers) for text in token_texts], dtype=torch.bool)
+
+
+def dry_penalties(windows: torch.Tensor, breakers: torch.Tensor, multiplier: float, base: float,
+                  allowed: int, vocab_size: int) -> torch.Tensor:
+    """[R, vocab] amounts to subtract from the logits. windows: [R, n] token ids, oldest first, -1 = no token.
+
+    Reversed, row r reads rev[0] = the last token. For each shift s, the match length is the number of leading
+    k with rev[k] == rev[k + s] (no breaker, no padding): the tokens before position n-s repeat the text's
+    end that far, so rev[s - 1], the token that followed them, would extend the repeat to L + 1."""
+    rows, n = windows.shape
+    if n < 2:
+        return torch.zeros(rows, vocab_size, dtype=torch.float64, device=windows.device)
+    rev = windows.flip(1)
+    ok = (rev >= 0) & ~breakers[rev.clamp_min(0)]
+    # A match longer than allowed + MAX_EXPONENT gets the same (capped) penalty: only that many of its tokens need
+    # comparing, so the cost grows with the range, not with its square.
+    k = torch.arange(min(n, allowed + MAX_EXPONENT + 1), device=windows.device)
+    s = torch.arange(1, n, device=windows.device)
+    idx = k[None, :] + s[:, None]  # [n-1, K]
+    inside = idx < n
+    shifted = rev[:, idx.clamp(max=n - 1)]  # [R, n-1, K]
+    match = (rev[:, None, :len(k)] == shifted) & inside[None] & ok[:, None, :len(k)]
+    length = match.to(torch.int64).cumprod(-1).sum(-1)  # [R, n-1]
+    follower = rev[:, s - 1]
+    exponent = (length - allowed).clamp(max=MAX_EXPONENT).to(torch.float64)
+    amount = torch.where((length >= allowed) & (follower >= 0), multiplier * base ** exponent, 0.0)
+    out = torch.zeros(rows, vocab_size + 1, dtype=torch.float64, device=windows.device)
+    out.scatter_reduce_(1, torch.where(follower >= 0, follower, vocab_size), amount, "amax")
+    return out[:, :vocab_size]
+
+
+def xtc_draws(seed: int, positions: list[int] | torch.Tensor, device) -> torch.Tensor:
+    """[R] uniform draws in (0, 1), one per absolute position: XTC acts at a position when its draw < p."""
+    if isinstance(positions, torch.Tensor):
+        keys = position_key(seed, positions)
+    else:
+        keys = torch.tensor([position_key(seed, p) for p in positions], dtype=torch.int64, device=device)
+    h = mix32((mix32(keys ^ XTC_SALT) + XTC_SALT) & M32)
+    return (h.double() + 0.5) * 2.0**-32
+
+
+def xtc_filter(scores: torch.Tensor, threshold: float, act: torch.Tensor) -> torch.Tensor:
+    """Rows where `act`: with two or more tokens at probability >= threshold, keep only the least likely of them."""
+    probs = scores.softmax(dim=-1)
+    top = probs >= threshold
+    enough = top.sum(-1, keepdim=True) >= 2
+    least = torch.where(top, probs, math.inf).argmin(-1, keepdim=True)
+    remove = top.scatter(-1, least, False) & enough & act[:, None]
+    return scores.masked_fill(remove, -math.inf)

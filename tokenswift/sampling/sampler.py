@@ -1,0 +1,215 @@
+"""Samplers: the contextual penalty, temperature, top-k/top-p/min-p/η filters, and position-keyed noise.
+
+Every function here is row-wise: row r of a batch is processed exactly as it would be alone, so a node of
+the verification trie gets the same token as plain decoding would at that position.
+
+Position-keyed common random numbers (design §3)
+-------------------------------------------------
+The token chosen at absolute position t is argmax_i (z_i / T + g_i(seed, t)), the Gumbel-max trick, where
+z are the processed logits and g_i = -log(-log(u_i)) with u_i built from a counter-based integer hash of
+(seed, t, i). There is no RNG state: the noise for position t is the same whether it is drawn by plain
+decoding, by any node at depth d with L + d = t, on CPU or CUDA (integer arithmetic is exact on both; only
+the final float64 log may differ in the last ulp), and whatever other rows share the batch. Because every
+candidate at a position sees the same noise, at most one child of a trie node can be the target's token:
+that is what makes tree verification exactly lossless. Greedy decoding (T = 0) is the same rule without
+noise.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Collection, Mapping
+
+import torch
+
+from tokenswift.decode.settings import Settings
+from tokenswift.sampling.dry_xtc import dry_penalties, xtc_draws, xtc_filter
+from tokenswift.sampling.keys import M32, mix32, position_key
+
+
+class Noise:
+    """Gumbel noise g[r, i] for rows at given absolute positions."""
+
+    def __init__(self, seed: int, vocab_size: int, device):
+        self.seed = seed
+        ids = torch.arange(vocab_size, dtype=torch.int64, device=device)
+        self.token_mix = mix32((ids * 0x9E3779B1 + 0x7F4A7C15) & M32)
+
+    def gumbel(self, positions: list[int] | torch.Tensor, ids: torch.Tensor | None = None) -> torch.Tensor:
+        """[R, V] noise, or [R, len(ids)] for the token ids `ids` only (each value as in the full row).
+
+        positions: host ints, or an int64 device tensor (inside a captured graph): position_key and mix32 give
+        the same integers for both."""
+        if isinstance(positions, torch.Tensor):
+            keys = position_key(self.seed, positions)[:, None]
+        else:
+            keys = torch.tensor([position_key(self.seed, p) for p in positions], dtype=torch.int64,
+                                device=self.token_mix.device)[:, None]
+        mix = self.token_mix if ids is None else self.token_mix[ids]
+        h = mix32(mix[None, :] ^ keys)
+        h = mix32((h + keys) & M32)
+        u = (h.double() + 0.5) * 2.0**-32
+        return -torch.log(-torch.log(u))
+
+
+def penalty_mask(windows: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """windows: [R, W] token ids padded with -1 -> [R, vocab] bool: token occurs in the row's window."""
+    idx = torch.where(windows < 0, vocab_size, windows)
+    mask = torch.zeros(windows.shape[0], vocab_size + 1, dtype=torch.bool, device=windows.device)
+    mask.scatter_(1, idx, True)
+    return mask[:, :vocab_size]
+
+
+def apply_penalty(logits: torch.Tensor, mask: torch.Tensor, theta: float) -> torch.Tensor:
+    """Sign-aware contextual penalty (design §6): positive logits of windowed tokens are divided by θ,
+    negative ones multiplied, so both become less likely (the paper's Eq. 3 read literally would raise
+    negative logits)."""
+    penalised = torch.where(logits > 0, logits / theta, logits * theta)
+    return torch.where(mask, penalised, logits)
+
+
+def top_k_filter(scores: torch.Tensor, k: int) -> torch.Tensor:
+    k = min(k, scores.shape[-1])
+    kth = torch.topk(scores, k, dim=-1).values[..., -1:]
+    return scores.masked_fill(scores < kth, -math.inf)
+
+
+def top_p_filter(scores: torch.Tensor, top_p: float, min_keep: int) -> torch.Tensor:
+    """Keep the smallest set of most likely tokens whose probability reaches top_p."""
+    sorted_scores, order = torch.sort(scores, dim=-1, descending=False, stable=True)
+    cumulative = sorted_scores.softmax(dim=-1).cumsum(dim=-1)
+    remove = cumulative <= (1 - top_p)
+    remove[..., -min_keep:] = False
+    return scores.masked_fill(remove.scatter(-1, order, remove), -math.inf)
+
+
+def min_p_filter(scores: torch.Tensor, min_p: float, min_keep: int) -> torch.Tensor:
+    """Drop tokens whose probability is below min_p times the most likely token's."""
+    probs = scores.softmax(dim=-1)
+    remove = probs < min_p * probs.amax(dim=-1, keepdim=True)
+    return _keep_best(scores, remove, min_keep)
+
+
+def eta_filter(scores: torch.Tensor, epsilon: float, min_keep: int) -> torch.Tensor:
+    """η-sampling: drop tokens below η = min(ε, √ε · exp(−H)), H the entropy of the distribution."""
+    log_probs = scores.log_softmax(dim=-1)
+    probs = log_probs.exp()
+    entropy = -(probs * log_probs.nan_to_num(neginf=0.0)).sum(dim=-1, keepdim=True)
+    eta = torch.clamp(math.sqrt(epsilon) * torch.exp(-entropy), max=epsilon)
+    return _keep_best(scores, probs < eta, min_keep)
+
+
+def _keep_best(scores: torch.Tensor, remove: torch.Tensor, min_keep: int) -> torch.Tensor:
+    if min_keep == 1:  # the one best token (the first of equals, as the stable sort below): no full sort
+        remove = remove.scatter(-1, scores.argmax(dim=-1, keepdim=True), False)
+        return scores.masked_fill(remove, -math.inf)
+    order = torch.argsort(scores, dim=-1, descending=True, stable=True)
+    ranked = remove.gather(-1, order)
+    ranked[..., :min_keep] = False
+    return scores.masked_fill(ranked.scatter(-1, order, ranked), -math.inf)
+
+
+class Sampler:
+    """Turns raw logits into tokens under one Settings, with the noise of each row's position."""
+
+    def __init__(self, settings: Settings, vocab_size: int, device, eos_ids: tuple[int, ...] = (),
+                 breakers: torch.Tensor | None = None, bans: Mapping[int, Collection[int]] | None = None):
+        """breakers: [vocab] bool, DRY's sequence breakers (dry_xtc.breaker_ids); needed when DRY is on.
+        bans: {story index: token ids} forbidden at that position only (banned.py's rewinds)."""
+        self.s = settings
+        self.breakers = breakers.to(device) if breakers is not None else None
+        if settings.dry_multiplier > 0 and self.breakers is None:
+            raise ValueError("DRY is on: the sampler needs the sequence breakers' token ids")
+        self.vocab_size = vocab_size
+        self.noise = Noise(settings.seed, vocab_size, device) if settings.temperature > 0 else None
+        # Banning end-of-text is part of the sampling rule, so plain decoding and every trie node obey it alike.
+        self.banned = None
+        if settings.ban_eos and eos_ids:
+            self.banned = torch.zeros(vocab_size, dtype=torch.bool, device=device)
+            self.banned[list(eos_ids)] = True
+        # A banned phrase's bans are part of the rule too, keyed by position like the noise: every row sampled at
+        # that position, plain or a trie node, eager or captured (a device comparison, no host sync), obeys them.
+        self.bans = {}
+        for position, tokens in (bans or {}).items():
+            self.bans[position] = torch.zeros(vocab_size, dtype=torch.bool, device=device)
+            self.bans[position][list(tokens)] = True
+
+    def penalize(self, logits: torch.Tensor, windows: torch.Tensor | None,
+                 vocab: torch.Tensor | None = None) -> torch.Tensor:
+        """The penalty (and the end-of-text ban): the scores every later filter starts from.
+
+        vocab: the token ids of the columns when `logits` covers part of the vocabulary (a drafter's draft
+        vocabulary: proposals only, where filtering within it is close enough and much cheaper)."""
+        s = self.s
+        z = logits.float() if logits.dtype in (torch.bfloat16, torch.float16) else logits
+        if self.banned is not None:
+            z = z.masked_fill(self.banned if vocab is None else self.banned[vocab], -math.inf)
+        if windows is not None and s.penalty != 1.0 and s.penalty_length > 0:
+            mask = penalty_mask(windows[:, -s.penalty_length:], self.vocab_size)
+            z = apply_penalty(z, mask if vocab is None else mask[:, vocab], s.penalty)
+        if windows is not None and s.dry_multiplier > 0:
+            dry = dry_penalties(windows[:, -s.dry_range:], self.breakers, s.dry_multiplier, s.dry_base,
+                                s.dry_allowed_length, self.vocab_size)
+            z = z - (dry if vocab is None else dry[:, vocab]).to(z.dtype)
+        return z
+
+    def process(self, logits: torch.Tensor, windows: torch.Tensor | None, vocab: torch.Tensor | None = None,
+                positions: list[int] | torch.Tensor | None = None) -> torch.Tensor:
+        """Penalty, DRY, temperature, filters and XTC: [R, V] scores, -inf where a token may not be chosen.
+        positions: each row's absolute position (XTC's draw is keyed by it)."""
+        s = self.s
+        z = self.penalize(logits, windows, vocab)
+        if self.bans and positions is not None:
+            z = self.ban(z, positions, vocab)
+        if s.temperature == 0:
+            return z
+        z = z / s.temperature
+        if s.top_k:
+            z = top_k_filter(z, s.top_k)
+        if s.top_p < 1.0:
+            z = top_p_filter(z, s.top_p, s.min_keep)
+        if s.min_p > 0:
+            z = min_p_filter(z, s.min_p, s.min_keep)
+        if s.eta > 0:
+            z = eta_filter(z, s.eta, s.min_keep)
+        if s.xtc_probability > 0 and positions is not None:
+            z = xtc_filter(z, s.xtc_threshold, xtc_draws(s.seed, positions, z.device) < s.xtc_probability)
+        return z
+
+    def ban(self, z: torch.Tensor, positions: list[int] | torch.Tensor,
+            vocab: torch.Tensor | None = None) -> torch.Tensor:
+        """Scores with each row's banned tokens at -inf (rows at the positions `positions`)."""
+        if not isinstance(positions, torch.Tensor):
+            positions = torch.tensor(positions, dtype=torch.int64, device=z.device)
+        for position, banned in self.bans.items():
+            here = (positions == position)[:, None] & (banned if vocab is None else banned[vocab])[None, :]
+            z = z.masked_fill(here, -math.inf)
+        return z
+
+    def choose(self, scores: torch.Tensor, positions: list[int] | torch.Tensor) -> torch.Tensor:
+        """Tokens for rows of processed scores; positions[r] = absolute position of the token chosen.
+
+        Positions as a device tensor keep every operation on the device with static shapes (no host sync): what
+        a captured graph needs. One row with host positions draws noise for its finite scores only."""
+        if self.noise is None:
+            return scores.argmax(dim=-1)
+        if scores.shape[0] != 1 or isinstance(positions, torch.Tensor):
+            return (scores.double() + self.noise.gumbel(positions)).argmax(dim=-1)
+        ids, noisy = self.noisy(scores[0], positions[0])
+        if len(ids) == 0:
+            return scores.argmax(dim=-1)
+        return ids[noisy.argmax()].view(1)
+
+    def noisy(self, row: torch.Tensor, position: int,
+              vocab: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """The tokens one processed row leaves finite, and their scores plus the noise of `position` (float64).
+
+        A filtered row leaves a few finite scores: noise is drawn for those tokens only. Candidates keep their
+        vocabulary order, so the first of equal maxima wins as in the full row. vocab: the columns' token ids."""
+        columns = torch.isfinite(row).nonzero().squeeze(1)
+        ids = columns if vocab is None else vocab[columns]
+        return ids, row[columns].double() + self.noise.gumbel([position], ids)[0]
+
+    def sample(self, logits: torch.Tensor, windows: torch.Tensor | None,
+               positions: list[int] | torch.Tensor) -> torch.Tensor:
+        return self.choose(self.process(logits, windows, positions=positions), positions)

@@ -1,0 +1,1 @@
+"""The writer's text: prompting, the context window, World Info, detokenization, writing presets."""

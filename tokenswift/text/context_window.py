@@ -1,0 +1,245 @@
+"""Context shifting: what the model sees of a draft longer than its context, with a pinned Memory and an
+Author's Note (KoboldCpp's ContextShift, NovelAI's Memory / Author's Note), and World Info (world_info.py).
+
+The model sees a *window*: the prompt's leading BOS (an attention sink, when the tokenizer adds one), then
+the Memory and the World Info entries active there, then the most recent story tokens (the prompt's text and
+the generated text) with the Author's Note inserted `note_depth` tokens before their end. An instruction draft
+keeps its chat format instead (PinnedText.frame): the Memory and World Info inside the system turn, the
+instruction's turn, then the story as the assistant's open turn; the note is a user turn of its own near the
+end (WindowPlan.layout says why).
+
+When the next token would not fit in the window, the oldest story tokens are dropped, `step` at a time (a
+quarter of the window by default), so the cost of rebuilding is paid once per `step` tokens, not per token.
+
+Exactness (design §3): the window used to predict the token at story index t is a pure function of t,
+the token ids, the Memory, the note and these options. Windows change only at *boundaries*:
+
+    b0 = the prompt's length; b1 = the first t whose window would overflow; b(i+1) = b(i) + step + 1
+
+and the window of boundary b holds the story up to b (the newest `keep` tokens once anything is dropped).
+A token t in [b(i), b(i+1)) is predicted from window(b(i)) + story[b(i):t]. So plain decoding shifts
+before predicting b(i+1), TokenSwift cuts its candidates so that no iteration predicts past a boundary,
+and a resumed run rebuilds window(b(i)) + story[b(i):t]: all three see the same window for every token.
+
+World Info whose entries are not all constant adds *checkpoints* (every world_info.CHECKPOINT story tokens from
+the prompt's end). At a checkpoint c in (b(i), t] whose active entries (read in story[:c]) differ from those of
+the window in use, the window is built again at c: window(b(i)) with c's entries and the story up to c, so the
+same oldest story token. Its entries take a fixed budget (`reserve`, counted in `fixed`) whichever are in, so
+the boundaries keep their formula and every such window fits. Checkpoints are a function of the ids alone, so
+plain decoding, TokenSwift (no iteration predicts past a checkpoint either) and a resumed run (WindowPlan.built
+walks the checkpoints since b(i)) again see the same window for every token.
+
+The mechanism is re-prefilling the window (not re-rotating cached keys as ContextShift does): the kept
+tokens' keys and values then depend only on the window's own tokens. Re-rotated keys would still carry
+what their layers saw of the dropped text, which a resume from stored ids could not rebuild, and the
+Author's Note, re-inserted near the end at every shift, moves tokens relative to each other anyway.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from tokenswift.decode.settings import Settings, SettingsError
+from tokenswift.text.prompting import ChatFrame, chat_frame, chat_turn, prompt_ids
+from tokenswift.text.world_info import CHECKPOINT, WorldIds, WorldInfo, world_ids
+
+
+@dataclass(frozen=True)
+class PinnedText:
+    """The draft's Memory and Author's Note as token ids, as they sit in the window (pinned_ids); frame: an
+    instruction draft's chat turns, which then take the place of the prompt's first ids; world: its World Info."""
+
+    memory: tuple[int, ...] = ()
+    note: tuple[int, ...] = ()
+    frame: ChatFrame | None = None
+    world: WorldIds | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "memory", tuple(int(t) for t in self.memory))
+        object.__setattr__(self, "note", tuple(int(t) for t in self.note))
+
+
+@dataclass(frozen=True)
+class ContextUse:
+    """What the model sees right now, for the status line ("context: memory 180 + last 7,800 tokens")."""
+
+    memory: int  # pinned tokens (BOS, Memory, World Info, Author's Note)
+    recent: int  # story tokens in the window
+    shifts: int  # windows rebuilt since the run started
+
+
+class WindowPlan:
+    """The boundaries and windows of one run (see the module docstring)."""
+
+    def __init__(self, prompt: Sequence[int], lead: int, pinned: PinnedText, size: int, step: int,
+                 note_depth: int):
+        """prompt: the prompt ids; lead: how many of its first ids (0 or 1: a BOS) stay pinned at the top (a
+        chat frame's turns instead, when pinned has one); size: tokens in one window (the root's position is at
+        most size - 1); step: tokens dropped per shift."""
+        frame = pinned.frame
+        if frame is not None:
+            if tuple(prompt[:len(frame.prompt)]) != frame.prompt:
+                raise SettingsError("prompt", "does not start with its instruction's chat turns")
+            lead = len(frame.prompt)
+        self.prompt, self.prompt_len, self.lead, self.pinned = list(prompt), len(prompt), lead, pinned
+        # (before, after, opener, close): the pinned ids around the Memory, and the assistant turn's markers.
+        self.turns = ((frame.before, frame.after, frame.opener, frame.close) if frame is not None
+                      else (tuple(prompt[:lead]), (), (), ()))
+        before, after, opener, close = self.turns
+        self.head = [*before, *pinned.memory, *after, *opener]
+        self.size, self.step, self.note_depth = size, step, note_depth
+        # World Info's budget, reserved whichever entries are in: the boundaries do not move with them.
+        self.reserve = pinned.world.reserve(size) if pinned.world is not None else 0
+        self.dynamic = pinned.world is not None and pinned.world.info.dynamic
+        self.fixed = (len(self.head) + self.reserve
+                      + (len(close) + len(pinned.note) + len(opener) if pinned.note else 0))
+        # Story tokens kept right after a shift: the window then has room for exactly `step` more.
+        self.keep = size - step - self.fixed
+        if self.keep < 1:
+            what = "Memory, Author's Note and World Info" if self.reserve else "Memory and Author's Note"
+            raise SettingsError("shift_step", f"{what} ({self.fixed} tokens) plus shift_step "
+                                              f"({step}) leave no room in a window of {size} tokens")
+        story0 = self.prompt_len - lead
+        self.fits0 = self.fixed + story0 <= size - 1  # the whole prompt fits with room to predict
+        first_len = self.fixed + (story0 if self.fits0 else self.keep)
+        self.b1 = self.prompt_len + size - first_len + 1
+
+    def with_pinned(self, pinned: PinnedText) -> WindowPlan:
+        """The same plan with another Memory / note (an edit picked up at a shift). Its boundaries may differ,
+        but every later window is still a pure function of t, the ids and the new text, so a run resumed
+        with that text continues exactly as this one."""
+        return WindowPlan(self.prompt, self.lead, pinned, self.size, self.step, self.note_depth)
+
+    def boundary(self, t: int) -> int:
+        """The boundary whose window predicts the token at story index t (t >= the prompt's length)."""
+        if t < self.b1:
+            return self.prompt_len
+        return self.b1 + (t - self.b1) // (self.step + 1) * (self.step + 1)
+
+    def next_boundary(self, t: int) -> int:
+        """The first boundary after the one that predicts t."""
+        b = self.boundary(t)
+        return self.b1 if b == self.prompt_len else b + self.step + 1
+
+    def next_checkpoint(self, t: int) -> int:
+        """The first checkpoint after t (world_info.CHECKPOINT); past the next boundary when there are none."""
+        if not self.dynamic:
+            return self.next_boundary(t) + 1
+        return t + CHECKPOINT - (t - self.prompt_len) % CHECKPOINT
+
+    def active(self, ids: Sequence[int], at: int) -> tuple[int, ...]:
+        """The World Info entries a window built at story index `at` holds: those active in ids[:at]."""
+        world = self.pinned.world
+        if world is None:
+            return ()
+        return world.chosen(ids[max(self.lead, at - world.info.depth):at], self.reserve)
+
+    def built(self, ids: Sequence[int], t: int) -> int:
+        """Where the window that predicts t was built: its boundary b, or the latest checkpoint in (b, t] whose
+        entries differ from those of the window before it (the same walk a run makes, one checkpoint at a time)."""
+        at = self.boundary(t)
+        if not self.dynamic:
+            return at
+        entries, c = self.active(ids, at), self.next_checkpoint(at)
+        while c <= t:
+            if (now := self.active(ids, c)) != entries:
+                at, entries = c, now
+            c += CHECKPOINT
+        return at
+
+    def pinned_size(self, entries: Sequence[int]) -> int:
+        """The window's tokens besides the story: `fixed`, with these World Info entries in place of the reserve."""
+        world = self.pinned.world
+        return self.fixed - self.reserve + (sum(len(world.contents[i]) for i in entries) if world else 0)
+
+    def kept_start(self, b: int) -> int:
+        """Story index of the oldest token window(b) keeps."""
+        if b == self.prompt_len and self.fits0:
+            return self.lead
+        return b - self.keep
+
+    def window(self, ids: Sequence[int], b: int, at: int | None = None) -> list[int]:
+        """The window of boundary b, built at `at` (b when None): pinned head and World Info, kept story up to
+        `at` with the note `note_depth` tokens before its end."""
+        return [t for _, piece in self.layout(ids, b, at) for t in piece]
+
+    def layout(self, ids: Sequence[int], b: int, at: int | None = None) -> list[tuple[str, list[int]]]:
+        """window(b) (built at `at`) in labelled pieces: "frame" (BOS, chat turns), "memory", "world info" (one
+        per entry), "story" and "note".
+
+        In a chat draft the note is a user turn: the story before it is a closed assistant turn, and the last
+        `note_depth` tokens reopen the assistant's turn after it. Written inside the open turn, the note would
+        read as the model's own story (it would go on from it, or echo it); in the system or instruction turn
+        it would sit a whole window away from the end. As the turn just before the one being written, it is
+        where chat models are trained to take direction, and the reopened turn's story keeps the join."""
+        at = b if at is None else at
+        kept = list(ids[self.kept_start(b):at])
+        before, after, opener, close = (list(part) for part in self.turns)
+        world = self.pinned.world
+        entries = [("world info", list(world.contents[i])) for i in self.active(ids, at)] if world else []
+        pieces = [("frame", before), ("memory", list(self.pinned.memory)), *entries, ("frame", after)]
+        if not self.pinned.note:
+            return [*pieces, ("frame", opener), ("story", kept)]
+        cut = max(0, len(kept) - self.note_depth)
+        if cut:  # else the note follows the instruction's turn (no empty assistant turn before it)
+            pieces += [("frame", opener), ("story", kept[:cut]), ("frame", close)]
+        return [*pieces, ("note", list(self.pinned.note)), ("frame", opener), ("story", kept[cut:])]
+
+    def seen(self, ids: Sequence[int]) -> list[tuple[str, list[int]]]:
+        """What predicts the token after ids, labelled as layout, after the story no longer in view
+        ("shifted") and with the story written since the window was built."""
+        b = self.boundary(len(ids))
+        at = self.built(ids, len(ids))
+        return [("shifted", list(ids[self.lead:self.kept_start(b)])), *self.layout(ids, b, at),
+                ("story", list(ids[at:]))]
+
+
+def window_plan(settings: Settings, prompt: Sequence[int], lead: int, pinned: PinnedText,
+                model_context: int) -> WindowPlan:
+    """The plan for these settings; a window larger than the model's trained context is refused (no RoPE
+    scaling is applied behind the writer's back)."""
+    size = settings.context_window or model_context
+    if size > model_context:
+        raise SettingsError("context_window", f"{size} exceeds the model's context of {model_context} tokens "
+                                              "(no RoPE scaling is applied)")
+    step = settings.shift_step or max(1, size // 4)
+    if step >= size:
+        raise SettingsError("shift_step", f"must be smaller than the window ({size} tokens)")
+    return WindowPlan(prompt, lead, pinned, size, step, settings.note_depth)
+
+
+def leading_bos(lm, prompt: Sequence[int]) -> int:
+    """1 when the prompt starts with the BOS the tokenizer adds itself (kept at the top of every window as the
+    attention sink the model was trained with), else 0."""
+    bos = getattr(lm.tokenizer, "bos_token_id", None)
+    if bos is None or not prompt or prompt[0] != bos:
+        return 0
+    return 1 if lm.encode("x")[:1] == [bos] else 0
+
+
+def pinned_ids(lm, memory: str, note: str, instruction: str | None = None,
+               world: WorldInfo | None = None) -> PinnedText:
+    """Tokenize the writer's Memory and Author's Note (no special tokens: they sit inside the window). In an
+    opening the note is framed as Kobold Lite frames it, so the model reads it as an aside rather than story
+    text. instruction: an instruction draft's, whose chat turns frame the window (the Memory is then the
+    system turn's text, and the note a user turn). world: the draft's World Info (world_info.py)."""
+    def encode(text: str) -> tuple[int, ...]:
+        return tuple(lm.tokenizer(text, add_special_tokens=False).input_ids) if text else ()
+
+    memory, note = memory.strip(), note.strip()
+    lore = world_ids(lm, world, chat=instruction is not None) if world is not None else None
+    if instruction is None:
+        return PinnedText(encode(memory + "\n") if memory else (),
+                          encode(f"\n[Author's note: {note}]\n") if note else (), world=lore)
+    asked = f"Go on with the story from where it stops. Author's note for what comes next: {note}"
+    return PinnedText(encode(memory), tuple(chat_turn(lm, "user", asked)) if note else (),
+                      chat_frame(lm, instruction, memory, system=lore is not None), lore)
+
+
+def draft_context(lm, text: str, form: str, memory: str = "", note: str = "",
+                  world: WorldInfo | None = None) -> tuple[list[int], PinnedText]:
+    """A new draft's prompt ids and pinned ids, from its text: an opening, or (form "instruction") the instruction,
+    whose chat turns then stay at the top of every window, as the app's worker keeps an instruction draft's
+    (worker/job.py). Without them in the pinned ids a shift would drop the turns with the oldest story."""
+    return prompt_ids(lm, text, form), pinned_ids(lm, memory, note, text if form == "instruction" else None, world)

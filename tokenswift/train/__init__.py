@@ -1,0 +1,1 @@
+"""Training and evaluating drafters: data, features, heads, the draft layer."""

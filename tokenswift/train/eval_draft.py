@@ -1,0 +1,91 @@
+"""Held-out acceptance of a draft layer: the points of its learning curve (train_draft.py).
+
+Measured on stored teacher data of eval-split books, with the book's tokens as the accepted path (teacher
+forcing), for each depth of a drafted chain: how often the draft's guess is the token the model itself would
+choose there, greedily and at T=1 with min-p (both drawing with the same noise, as the engine does).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from tokenswift.draft.draft_layer import DraftLayer
+from tokenswift.train.draft_loss import distill_loss, soft_targets, unrolled_states
+
+
+@torch.no_grad()
+def evaluate(layer: DraftLayer, embed, head_rows: torch.Tensor, rows: dict[str, torch.Tensor], rope, depth: int,
+             to_draft: torch.Tensor, min_p: float = 0.1, seed: int = 0, chunk: int = 8) -> dict:
+    """Held-out acceptance per chain depth, with the book's tokens as the accepted path (teacher forcing).
+
+    greedy: the draft's top-1 is the model's top-1. T=1 (min-p): both choose with the same Gumbel noise over
+    their min-p-filtered distributions (as the engine draws and ranks drafts); accepted when they agree.
+    tokens/step: 1 + a1 + a1·a2 + ... (a chain of `depth`), treating depths as independent."""
+    generator = torch.Generator().manual_seed(seed)
+    vocab = layer.vocab
+    agree = torch.zeros(2, depth)
+    counted = torch.zeros(depth)
+    loss_sum = 0.0
+    n = rows["tokens"].shape[0]
+    for start in range(0, n, chunk):
+        batch = {k: v[start:start + chunk] for k, v in rows.items()}
+        states = unrolled_states(layer, embed, batch, rope, depth)
+        ids, probs = soft_targets(batch, to_draft)
+        teacher_top = batch["top_ids"][:, 1:, 0]
+        t_logp = batch["top_logp"][:, 1:].float()
+        t_ids = batch["top_ids"][:, 1:]
+        for s, st in enumerate(states):
+            logits = layer.logits(st, head_rows).float()
+            if s == 0:
+                loss_sum += float(distill_loss(logits, ids, probs, 0)) * len(st)
+            sl = slice(s, None)
+            draft_top = vocab[logits[:, sl].argmax(-1)]
+            agree[0, s] += float((draft_top == teacher_top[:, sl]).sum())
+            agree[1, s] += float(_noisy_agreement(logits[:, sl], vocab, to_draft, t_logp[:, sl], t_ids[:, sl], min_p,
+                                                  generator))
+            counted[s] += draft_top.numel()
+    rates = agree / counted
+    out = {"greedy": rates[0].tolist(), "t1": rates[1].tolist(), "loss": loss_sum / n}
+    for name in ("greedy", "t1"):
+        tau, run = 1.0, 1.0
+        for a in out[name]:
+            run *= a
+            tau += run
+        out[f"tokens_per_step_{name}"] = tau
+    return out
+
+
+def _noisy_agreement(logits, vocab, to_draft, t_logp, t_ids, min_p, generator) -> torch.Tensor:
+    """Rows where argmax(min-p(draft) + g) == argmax(min-p(model) + g), with g one Gumbel draw per token id and
+    row: drawn over the draft vocabulary, and apart for the model's guesses outside it."""
+    g = _gumbel(logits.shape, generator)
+    logq = torch.log_softmax(logits, -1)
+    logq = logq.masked_fill(logq < logq.max(-1, keepdim=True).values + math.log(min_p), -math.inf)
+    draft = vocab[(logq + g).argmax(-1)]
+    inside = to_draft[t_ids]
+    g_model = torch.where(inside >= 0, g.gather(-1, inside.clamp_min(0)), _gumbel(t_ids.shape, generator))
+    logp = t_logp.masked_fill(t_logp < t_logp[..., :1] + math.log(min_p), -math.inf)
+    model = t_ids.gather(-1, (logp + g_model).argmax(-1, keepdim=True))[..., 0]
+    return (draft == model).sum()
+
+
+def _gumbel(shape, generator) -> torch.Tensor:
+    return -torch.log(-torch.log(torch.rand(shape, generator=generator).clamp(1e-12, 1 - 1e-7)))
+
+
+def print_curve(curve: list) -> None:
+    print(f"{'tokens':>10} {'unique':>10} | {'greedy a1/a2/a3':>17} {'tok/step':>8} | {'T=1 a1/a2/a3':>17} "
+          f"{'tok/step':>8} | {'loss':>6}")
+    for p in curve:
+        g, s = p["greedy"], p["t1"]
+        print(f"{p['tokens']:>10,} {p['unique_tokens']:>10,} | {' '.join(f'{a:.3f}' for a in g):>17} "
+              f"{p['tokens_per_step_greedy']:>8.3f} | {' '.join(f'{a:.3f}' for a in s):>17} "
+              f"{p['tokens_per_step_t1']:>8.3f} | {p['loss']:>6.3f}")
+
+
+def point_line(p: dict) -> str:
+    return (f"{p['tokens']:,} tokens: greedy {' / '.join(f'{a:.3f}' for a in p['greedy'])} "
+            f"({p['tokens_per_step_greedy']:.2f} tok/step), T=1 {' / '.join(f'{a:.3f}' for a in p['t1'])} "
+            f"({p['tokens_per_step_t1']:.2f} tok/step), loss {p['loss']:.3f}")
