@@ -44,8 +44,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--heads", help="draft heads that speed TokenSwift up (default: <model>/heads, or the heads "
                                   "shipped for a .gguf file; 'none' turns them off)")
     p.add_argument("--device", default="cpu", help="where the model runs: cpu, cuda or cuda:N (default: %(default)s)")
-    p.add_argument("--dtype", default="float32",
-                   help="number precision: float32, bfloat16 (GPUs), float16, float64 (default: %(default)s)")
+    p.add_argument("--dtype", help="number precision: float32, bfloat16 (GPUs), float16, float64 (default: bfloat16 on "
+                                  "a GPU, float32 on the CPU)")
     p.add_argument("--threads", type=int,
                    help="CPU threads the model may use (default: 1 for models under 100M parameters, where more "
                         "only wait; else every core but one, which the page and your browser need)")
@@ -90,9 +90,11 @@ def default_model() -> str | None:
 
 def spawn_worker(args: argparse.Namespace, fast: bool = True) -> multiprocessing.Process:
     """fast=False: without the CUDA fast path, whatever --no-fast says (the supervisor's choice after a lost device)."""
+    from tokenswift.model.loading import default_dtype
     from worker import WorkerConfig, run_worker
 
-    config = WorkerConfig(db=args.db, model=args.model, heads=args.heads, device=args.device, dtype=args.dtype,
+    dtype = args.dtype or default_dtype(args.device)
+    config = WorkerConfig(db=args.db, model=args.model, heads=args.heads, device=args.device, dtype=dtype,
                           threads=args.threads, spare_cores=SPARE_CORES, adaptive=not args.fixed_batch,
                           fast=fast and not args.no_fast,
                           parent_pid=os.getpid())

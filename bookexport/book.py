@@ -1,9 +1,4 @@
-"""The book being exported, and the one entry point: export_book(book, fmt) -> (bytes, media type, file name).
-
-Every format is built from the same chapter split (bookexport.chapters) and, except plain text, the same
-paragraphs (bookexport.reflow), so the TOC a writer sees in an e-reader matches the headings in Word and
-in the Markdown copy.
-"""
+"""The book being exported: its record, and the normal form every format reads (title, newlines, identifier)."""
 
 from __future__ import annotations
 
@@ -12,21 +7,6 @@ import re
 import unicodedata
 import uuid
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
-
-from bookexport import docx_file, epub, text_formats
-from bookexport.chapters import WORDS_PER_CHAPTER, split_chapters
-
-FORMATS = ("txt", "md", "epub", "docx")
-
-MEDIA_TYPES = {
-    "txt": "text/plain; charset=utf-8",
-    "md": "text/markdown; charset=utf-8",
-    "epub": "application/epub+zip",
-    "docx": "application/vnd.openxmlformats-officedocument.wordprocessingml.document",
-}
-RENDERERS = {"txt": text_formats.render_txt, "md": text_formats.render_md, "epub": epub.render,
-             "docx": docx_file.render}
 
 DEFAULT_TITLE = "Untitled"
 DEFAULT_LANGUAGE = "en"
@@ -46,23 +26,6 @@ class Book:
     wrapped: bool = True
 
 
-def export_book(
-    book: Book, fmt: str, words_per_chapter: int = WORDS_PER_CHAPTER, *, modified: datetime | None = None
-) -> tuple[bytes, str, str]:
-    """Render ``book`` as ``fmt`` and return (data, media type, suggested file name).
-
-    ``modified`` stamps EPUB ``dcterms:modified`` and the DOCX core properties (naive means UTC; default:
-    now). With it fixed, the EPUB bytes are identical for identical input.
-    """
-    key = fmt.strip().lower().lstrip(".")
-    if key not in RENDERERS:
-        raise ValueError(f"unknown export format {fmt!r}; choose one of: {', '.join(FORMATS)}")
-    book = _normalized(book)
-    chapters = split_chapters(book.text, words_per_chapter, opening_heading=book.title)
-    data = RENDERERS[key](book, chapters, _utc_seconds(modified))
-    return data, MEDIA_TYPES[key], f"{slugify(book.title)}.{key}"
-
-
 def slugify(title: str) -> str:
     """A file-name-safe slug: "Café Noir: A Novel" -> "cafe-noir-a-novel"; non-Latin letters are kept."""
     decomposed = unicodedata.normalize("NFKD", title)
@@ -71,7 +34,7 @@ def slugify(title: str) -> str:
     return slug[:80].rstrip("-") or DEFAULT_TITLE.lower()
 
 
-def _normalized(book: Book) -> Book:
+def normalized(book: Book) -> Book:
     title = " ".join(book.title.split()) or DEFAULT_TITLE
     author = " ".join(book.author.split())
     text = _normalize_newlines(book.text)
@@ -89,9 +52,3 @@ def _default_identifier(title: str, author: str, text: str) -> str:
 
 def _normalize_newlines(text: str) -> str:
     return text.replace("\r\n", "\n").replace("\r", "\n")
-
-
-def _utc_seconds(moment: datetime | None) -> datetime:
-    moment = moment or datetime.now(UTC)
-    moment = moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
-    return moment.replace(microsecond=0)

@@ -6,13 +6,12 @@ import io
 from datetime import datetime
 from typing import TYPE_CHECKING
 
+from bookexport.book import Book
 from bookexport.reflow import paragraphs
 from bookexport.xmltext import xml_safe
 
 if TYPE_CHECKING:
     from docx.opc.coreprops import CoreProperties
-
-    from bookexport.book import Book
 
 
 def render(book: Book, chapters: list[tuple[str, str]], modified: datetime) -> bytes:

@@ -7,13 +7,10 @@ import html
 import io
 import zipfile
 from datetime import datetime
-from typing import TYPE_CHECKING
 
+from bookexport.book import Book
 from bookexport.reflow import paragraphs
 from bookexport.xmltext import xml_safe
-
-if TYPE_CHECKING:
-    from bookexport.book import Book
 
 _ZIP_EPOCH = (1980, 1, 1, 0, 0, 0)  # fixed entry times keep the archive byte-for-byte reproducible
 _XHTML_HEAD = (

@@ -4,12 +4,9 @@ from __future__ import annotations
 
 import re
 from datetime import datetime
-from typing import TYPE_CHECKING
 
+from bookexport.book import Book
 from bookexport.reflow import paragraphs
-
-if TYPE_CHECKING:
-    from bookexport.book import Book
 
 
 def render_txt(book: Book, chapters: list[tuple[str, str]], _: datetime) -> bytes:

@@ -118,7 +118,7 @@ summary() {
     "$PY" - "$OUT" <<'EOF' | tee "$OUT/summary.txt"
 import json, sys
 from pathlib import Path
-from tokenswift.bench.gpu import summary_rows
+from tokenswift.bench.gpu_report import summary_rows
 out = Path(sys.argv[1])
 for path in sorted(out.glob("bench_gpu_*.json")):
     data = json.loads(path.read_text())

@@ -33,9 +33,9 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import OperationalError
 
 from storage.errors import StoreError
+from storage.home import data_home
 from storage.migrate import upgrade
 from storage.repo import Store
-from tokenswift.model.home import data_home
 
 BUSY_TIMEOUT_MS = 10_000
 WAL_AUTOCHECKPOINT_PAGES = 256
@@ -44,7 +44,7 @@ WRITE_OPTION = "tokenswift_write"  # execution option read by _begin: BEGIN IMME
 
 
 def default_url() -> str:
-    """A SQLite file in the app data dir (model/home.py): $TOKENSWIFT_HOME or ~/.local/share/tokenswift-studio."""
+    """A SQLite file in the app data dir (storage/home.py): $TOKENSWIFT_HOME or ~/.local/share/tokenswift-studio."""
     return f"sqlite:///{data_home() / 'studio.db'}"
 
 

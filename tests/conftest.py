@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,20 @@ REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
 STORIES = SHARED / "models" / "stories260k"
 BOOKS = SHARED / "data" / "books"
+
+
+# A test that needs one of these starts a process or server (the app, Chromium, PostgreSQL, a worker), loads the
+# 135M default model or trains (heads, the draft layer), seconds each, so it is slow by what it uses:
+# `-m "not slow"` leaves it out, the full run keeps it.
+SLOW_FIXTURES = {"studio_app", "chromium", "pg_cluster", "workers", "smollm2", "gguf_path", "trained"}
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        params = item.callspec.params if hasattr(item, "callspec") else {}
+        on_server = "postgresql" in (params.get("db_url"), params.get("blank_db_url"))
+        if on_server or SLOW_FIXTURES & set(item.fixturenames):
+            item.add_marker(pytest.mark.slow)
 
 
 def need_shared(path: Path = STORIES) -> Path:
@@ -81,6 +96,14 @@ def db_url(request, tmp_path):
     yield from backend_url(request, tmp_path, migrated=True)
 
 
+@pytest.fixture(params=["sqlite"])
+def sqlite_db_url(request, tmp_path):
+    """db_url on SQLite alone, for modules whose tests pass the store through (the store's own tests run both
+    backends): such a module sets `db_url = sqlite_db_url` and marks with both_backends the tests where the
+    backends behave differently."""
+    yield from backend_url(request, tmp_path, migrated=True)
+
+
 @pytest.fixture(params=BACKENDS)
 def blank_db_url(request, tmp_path):
     """An empty database on each backend, for the migration tests."""
@@ -92,6 +115,80 @@ def only_sqlite(test):
     return pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)(test)
 
 
+def both_backends(test):
+    """Where a module takes db_url on SQLite alone (sqlite_db_url): this test on both backends."""
+    return pytest.mark.parametrize("db_url", BACKENDS, indirect=True)(test)
+
+
 def only_postgresql(test):
     """For what only a database server does (go down and come back)."""
     return pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)(test)
+
+
+@dataclass(frozen=True)
+class StudioApp:
+    url: str
+    db: Path  # its SQLite file, for reading what the worker was given
+
+
+@pytest.fixture(scope="session")
+def studio_app(tmp_path_factory):
+    """One `python app.py` (server, worker, stories260k, login ann:secret) for every UI and browser test: each
+    start cost 20-60 s on a loaded 2-core machine. Tests share its store, so they find their drafts by the ids
+    the page shows, never by a fixed number."""
+    from studio_app import AUTH, running_app
+
+    tmp = tmp_path_factory.mktemp("studio-app")
+    with running_app(tmp, "--auth", ":".join(AUTH)) as url:
+        yield StudioApp(url, tmp / "studio.db")
+
+
+@pytest.fixture(scope="session")
+def chromium():
+    """One Chromium for the session; each test module opens its own profile in it (app_page)."""
+    from studio_app import ARGS, CHROMIUM, SHOTS
+
+    if not CHROMIUM.exists():
+        pytest.skip("/usr/bin/chromium is absent: install Debian's package (apt-get install chromium)")
+    sync_api = pytest.importorskip("playwright.sync_api")
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    with sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture(scope="module")
+def app_page(chromium, studio_app):
+    """A fresh browser profile per test module, logged in to the shared app with the model ready."""
+    from playwright.sync_api import expect
+    from studio_app import log_in
+
+    context = chromium.new_context(viewport={"width": 1400, "height": 1000}, accept_downloads=True)
+    context.set_default_timeout(20_000)
+    page = context.new_page()
+    page.app_url = studio_app.url
+    log_in(page, studio_app.url)
+    expect(page.locator("#ts-banner")).to_contain_text("ready", timeout=30_000)
+    yield page
+    context.close()
+
+
+@pytest.fixture(scope="session")
+def ar_runs():
+    """Plain decoding's tokens, computed once per session and shared by the exactness tests:
+    run(lm, settings, prompt, pinned=None) -> ids in mode "ar". With ignore_eos a shorter run is the longer one's
+    prefix (shifts too fall at tokens fixed by the text), so the longest run asked for serves every length."""
+    from tokenswift.decode.generate import Generator
+
+    cache: dict[tuple, tuple[object, list[int]]] = {}  # the model is kept with its runs: its id stays its own
+
+    def run(lm, settings, prompt: list[int], pinned=None) -> list[int]:
+        assert settings.ignore_eos or settings.ban_eos, "only a run that cannot end early is a prefix of a longer one"
+        s = settings.replace(mode="ar")
+        key = (id(lm), s.replace(max_new_tokens=1).to_json(), tuple(prompt), repr(pinned))
+        if len(cache.get(key, (lm, []))[1]) < s.max_new_tokens:
+            cache[key] = (lm, Generator(lm, s, prompt, pinned=pinned).run())
+        return cache[key][1][:s.max_new_tokens]
+
+    return run

@@ -13,7 +13,7 @@ import zipfile
 from types import SimpleNamespace
 
 import pytest
-from conftest import need_shared, only_postgresql, only_sqlite
+from conftest import both_backends, need_shared, only_postgresql, only_sqlite, sqlite_db_url
 from fastapi.testclient import TestClient
 from sqlalchemy import event
 
@@ -21,10 +21,14 @@ from storage import open_store
 from storage.records import ModelSpec, Owner, Progress
 from ui import tokens as tokens_module
 from ui.api import create_app
+from ui.follow import Commits
 
 GOOD = {"prompt": "Once upon a time", "max_new_tokens": 300, "mode": "tokenswift", "seed": 7,
         "settings": {"temperature": 0.8, "top_p": 0.9, "min_p": 0.05, "eta": 0.0, "penalty": 1.2,
                      "penalty_window": 512, "ngram_topk": 8, "tree": [1, 3, 3], "budget": 256, "drafter": "paper"}}
+
+
+db_url = sqlite_db_url  # the API passes the store through: SQLite, and both_backends where they differ
 
 
 @pytest.fixture
@@ -224,6 +228,18 @@ def test_tokenizers_are_loaded_once_per_model_and_failures_retried_later(store, 
     assert counter.measure("a") is None and loads == ["good", "broken", "broken"]
 
 
+def test_the_app_keeps_converted_gguf_files_in_its_own_folder(stories_path, tmp_path, monkeypatch):
+    """The engine caches a GGUF conversion where it is told (by default $TOKENSWIFT_CACHE); the app tells it
+    $TOKENSWIFT_HOME/gguf-cache (storage/home.py), so the studio's files stay in one folder."""
+    from gguf_files import write_gguf
+
+    monkeypatch.setenv("TOKENSWIFT_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("TOKENSWIFT_CACHE", str(tmp_path / "engine-cache"))
+    write_gguf(tmp_path / "tiny.gguf", stories_path)
+    assert tokens_module._load(str(tmp_path / "tiny.gguf")).tokenizer("Once upon a time").input_ids
+    assert any((tmp_path / "home" / "gguf-cache").iterdir()) and not (tmp_path / "engine-cache").exists()
+
+
 def test_delete_a_draft(client, store):
     gen_id = client.post("/api/generations", json=GOOD).json()["id"]
     refused = client.delete(f"/api/generations/{gen_id}")
@@ -374,6 +390,7 @@ OUT_OF_RANGE = [
 ]
 
 
+@both_backends  # the store's integer range is the backend's
 @pytest.mark.parametrize(("payload", "field"), OUT_OF_RANGE, ids=[f"{f}-{i}" for i, (_, f) in enumerate(OUT_OF_RANGE)])
 def test_integers_beyond_the_store_and_broken_unicode_are_422_not_500(client, store, payload, field):
     response = post_raw(client, payload)
@@ -410,6 +427,7 @@ def test_path_ids_outside_the_store_range_are_422(client, ident):
     assert client.get(f"/api/generations/1?since={ident}").status_code == (422 if ident != 0 else 404)
 
 
+@both_backends  # SQLite's commit counter, or none: every poll reads
 def test_polls_since_a_chunk_read_only_the_new_text(client, store):
     gen_id = client.post("/api/generations", json=GOOD).json()["id"]
     owner = Owner.here("test-worker")
@@ -496,7 +514,7 @@ def test_one_end_of_text_rule_whatever_the_length_for_write_compare_api_and_cli(
     """It used to ban end-of-text only above 3,000 tokens: a 500-token comparison stopped where the model
     ended the text while a 5,000-token draft went on, and the command line never banned it."""
     from tokenswift.cli.main import build_parser
-    from ui.api import GenerationIn, to_settings
+    from ui.api_input import GenerationIn, to_settings
     from ui.compare import queue_runs
     from ui.dry_xtc_panel import NAMES
     from ui.forms import DEFAULTS, SAMPLERS, SettingsForm
@@ -535,35 +553,79 @@ def running(client, store) -> tuple[int, Owner]:
     return gen_id, owner
 
 
-def timed_get(client, path: str):
-    start = time.monotonic()
-    body = client.get(path).json()
-    return body, time.monotonic() - start
+class Waits:
+    """Counts the status reads that found nothing new and wait for a commit (ui/follow.py), so a test acts once
+    they wait, in that order, not after a guessed delay. `began`: waits begun so far (a read woken by a commit
+    that was not its draft's, or by PostgreSQL's fallback, waits again); `waiting`: those waiting now."""
+
+    def __init__(self, monkeypatch):
+        self.began = self.waiting = 0
+        after = Commits.after
+
+        async def counted(commits, version, timeout_s):
+            self.began += 1
+            self.waiting += 1
+            try:
+                await after(commits, version, timeout_s)
+            finally:
+                self.waiting -= 1
+
+        monkeypatch.setattr(Commits, "after", counted)
+
+    def until(self, n: int) -> None:
+        deadline = time.monotonic() + 60
+        while self.waiting < n:
+            assert time.monotonic() < deadline, f"{self.waiting} of {n} status reads wait after 60 s"
+            time.sleep(0.01)
 
 
-def test_a_long_poll_answers_as_soon_as_text_past_its_chunk_arrives(client, store):
+class Poll(threading.Thread):
+    """A status read in a thread of its own; answer() waits for it (60 s at most) and says how long it took."""
+
+    def __init__(self, client, path: str):
+        super().__init__()
+        self.client, self.path, self.began = client, path, time.monotonic()
+        self.start()
+
+    def run(self) -> None:
+        self.body = self.client.get(self.path).json()
+        self.took = time.monotonic() - self.began
+
+    def answer(self) -> tuple[dict, float]:
+        self.join(60)
+        assert not self.is_alive(), f"{self.path}: no answer within 60 s"
+        return self.body, self.took
+
+
+@both_backends  # woken by the commit counter, or by the fallback tick
+def test_a_long_poll_answers_as_soon_as_text_past_its_chunk_arrives(client, store, monkeypatch):
     gen_id, owner = running(client, store)
-    writer = threading.Timer(0.5, lambda: store.append_progress(gen_id, owner, Progress([6], " upon", 0.2)))
-    writer.start()
-    body, took = timed_get(client, f"/api/generations/{gen_id}?since=1&wait=8")
-    writer.join()
+    waits = Waits(monkeypatch)
+    poll = Poll(client, f"/api/generations/{gen_id}?since=1&wait=10")
+    waits.until(1)  # it found nothing past chunk 1 and waits
+    store.append_progress(gen_id, owner, Progress([6], " upon", 0.2))
+    body, took = poll.answer()
     assert (body["text"], body["next_since"], body["status"]) == (" upon", 2, "running")
-    assert 0.45 <= took < 4  # woken by the commit (within a tick, or PostgreSQL's fallback), not the 8 s timeout
-    body, took = timed_get(client, f"/api/generations/{gen_id}?since=1&wait=8")
-    assert body["text"] == " upon" and took < 1  # text past chunk 1 is there already: no wait
+    assert took < 10  # woken by the commit (within a tick, or PostgreSQL's fallback), not at its 10 s timeout
+    began = waits.began
+    body = client.get(f"/api/generations/{gen_id}?since=1&wait=10").json()
+    assert body["text"] == " upon" and waits.began == began  # text past chunk 1 is there already: no wait
 
 
-def test_a_long_poll_without_new_text_answers_at_its_timeout_and_a_stopped_draft_at_once(client, store):
+@both_backends
+def test_a_long_poll_without_new_text_answers_at_its_timeout_and_a_stopped_draft_at_once(client, store, monkeypatch):
     gen_id, owner = running(client, store)
-    other = threading.Timer(0.2, lambda: client.post("/api/generations", json=GOOD))  # a commit, not this draft's
-    other.start()
-    body, took = timed_get(client, f"/api/generations/{gen_id}?since=1&wait=1.5")
-    other.join()
+    waits = Waits(monkeypatch)
+    poll = Poll(client, f"/api/generations/{gen_id}?since=1&wait=1.5")
+    waits.until(1)
+    assert client.post("/api/generations", json=GOOD).status_code == 201  # a commit while it waits, not its draft's
+    body, took = poll.answer()
     assert (body["text"], body["next_since"], body["status"]) == ("", 1, "running")
-    assert 1.5 <= took < 4
+    assert took >= 1.5  # not answered at the other draft's commit
     store.append_progress(gen_id, owner, Progress([6], " upon", 0.2), finish="done")
-    body, took = timed_get(client, f"/api/generations/{gen_id}?since=2&wait=8")
-    assert (body["text"], body["status"]) == ("", "done") and took < 1  # nothing more will come: no wait
+    began = waits.began
+    body = client.get(f"/api/generations/{gen_id}?since=2&wait=10").json()
+    assert (body["text"], body["status"]) == ("", "done") and waits.began == began  # nothing more will come: no wait
     assert client.get(f"/api/generations/{gen_id}?wait=0").json()["text"] == "Once upon"  # wait=0: a plain read
 
 
@@ -576,24 +638,17 @@ def test_bad_waits_are_422_naming_wait(client, query):
     assert detail["loc"] == ["query", "wait"] and detail["msg"].startswith("wait: ")
 
 
-def test_many_long_polls_share_one_watcher_that_stops_when_they_are_answered(client, store):
+@both_backends
+def test_many_long_polls_share_one_watcher_that_stops_when_they_are_answered(client, store, monkeypatch):
     gen_id, owner = running(client, store)
-    answers = []
-
-    def follow():
-        answers.append(client.get(f"/api/generations/{gen_id}?since=1&wait=8").json()["text"])
-
-    followers = [threading.Thread(target=follow) for _ in range(8)]
-    for t in followers:
-        t.start()
-    time.sleep(0.5)
+    waits = Waits(monkeypatch)
+    polls = [Poll(client, f"/api/generations/{gen_id}?since=1&wait=10") for _ in range(8)]
+    waits.until(8)
     watchers = [t for t in threading.enumerate() if t.name == "status-long-poll"]
     assert len(watchers) == 1  # one thread asks the store for all eight
     store.append_progress(gen_id, owner, Progress([6], " upon", 0.2))
-    for t in followers:
-        t.join(6)
-    assert answers == [" upon"] * 8
-    watchers[0].join(2)
+    assert [poll.answer()[0]["text"] for poll in polls] == [" upon"] * 8
+    watchers[0].join(60)
     assert not watchers[0].is_alive()  # nobody waits: no thread left polling the store
 
 

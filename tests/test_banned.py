@@ -11,7 +11,7 @@ import json
 
 import pytest
 import torch
-from test_context_shift import MEMORY, NOTE, WINDOW, first_difference
+from test_context_shift import MEMORY, NARROW, NOTE, first_difference
 from test_exactness import PROMPT, random_heads, tiny_qwen  # noqa: F401 - tiny_qwen: a fixture
 from test_presets_browser import app as browser_app  # noqa: F401 - a fixture, for the browser test
 from test_presets_browser import start
@@ -59,6 +59,7 @@ def lm(stories64):
     return dataclasses.replace(stories64, heads=random_heads(stories64, 3), draft_layer=layer)
 
 
+@pytest.mark.slow
 def test_a_banned_phrase_is_rewound_and_never_appears(lm):
     s = Settings(mode="ar", max_new_tokens=160, seed=1, ignore_eos=True, **GREEDY)
     plain, _ = run(lm, s)
@@ -69,6 +70,7 @@ def test_a_banned_phrase_is_rewound_and_never_appears(lm):
     assert first_difference(plain, banned) == start
 
 
+@pytest.mark.slow
 def test_shown_text_never_ends_in_what_could_become_a_phrase(lm):
     """Every event but the last leaves the shown text without a tail that begins a banned phrase: a rewind only
     ever removes tokens that were held back."""
@@ -100,6 +102,7 @@ CASES = [("fused", 20, False, GREEDY), ("fused", 20, True, MIN_P), ("paper", 5, 
          penalty_length=32)), ("layer", 20, False, MIN_P)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("drafter", "k", "adaptive", "sampling"), CASES)
 def test_tokenswift_equals_ar_with_bans(lm, drafter, k, adaptive, sampling):
     s = Settings(max_new_tokens=400, seed=1, ignore_eos=True, ngram_topk=k, budget=48, drafter=drafter, ban=BANS,
@@ -110,19 +113,21 @@ def test_tokenswift_equals_ar_with_bans(lm, drafter, k, adaptive, sampling):
     assert not contains_ban(lm, ids) and contains_ban(lm, run(lm, s.replace(mode="ar", ban=()))[0])
 
 
+@pytest.mark.slow
 def test_tokenswift_equals_ar_with_bans_across_shifts_with_memory_and_resume(lm):
     prompt, pinned = lm.encode(PROMPT), pinned_ids(lm, MEMORY, NOTE)
-    s = Settings(max_new_tokens=1000, seed=4, ignore_eos=True, context_window=WINDOW, note_depth=100, tree=(1, 2, 2),
+    s = Settings(max_new_tokens=600, seed=4, ignore_eos=True, context_window=NARROW, note_depth=100, tree=(1, 2, 2),
                  ban=(*BANS, "her mom", "the sky", "one day"), **MIN_P)
     expected = Generator(lm, s.replace(mode="ar"), prompt, pinned=pinned).run()
     gen = Generator(lm, s, prompt, pinned=pinned)
     assert first_difference(gen.run(), expected) is None and not contains_ban(lm, expected)
     assert gen.metrics().shifts >= 2 and gen.metrics().rewinds >= 2
-    for e in (333, 700):
+    for e in (150, 333):  # before the first shift and past it
         resumed = Generator(lm, s, prompt, generated_ids=expected[:e], pinned=pinned)
         assert first_difference(resumed.run(), expected) is None, e
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["ar", "tokenswift"])
 def test_a_run_resumed_from_any_prefix_writes_the_same_ids(lm, mode):
     """A pause (the ids shown so far) or a crash (the ids stored so far) resumes exactly: also from just before,
@@ -139,6 +144,7 @@ def test_a_run_resumed_from_any_prefix_writes_the_same_ids(lm, mode):
         assert first_difference(run(lm, s, generated_ids=shown[:e])[0], shown) is None, e
 
 
+@pytest.mark.slow
 def test_the_end_of_a_run_with_tokens_held_back(lm):
     s = Settings(mode="tokenswift", seed=1, ignore_eos=True, **GREEDY)
     plain, _ = run(lm, s.replace(max_new_tokens=160))
@@ -153,6 +159,7 @@ def test_the_end_of_a_run_with_tokens_held_back(lm):
     assert text_of(lm, ids).endswith("bird") and "bird" not in text_of(lm, ids[:-1])
 
 
+@pytest.mark.slow
 def test_end_of_text_shows_the_tokens_held_back(tiny_qwen):  # noqa: F811 - the fixture
     """test_exactness's tiny Qwen2 ends with end-of-text at token 126 (seed 1). With a phrase banned that its last
     tokens begin, they are held when end-of-text comes, and shown then: the same ids in both modes."""

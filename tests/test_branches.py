@@ -9,9 +9,9 @@ from __future__ import annotations
 import re
 
 import pytest
+from conftest import sqlite_db_url
 from fastapi.testclient import TestClient
-from test_ui_browser import ARGS, CHROMIUM, SHOTS, log_in
-from test_ui_events import running_app
+from studio_app import SHOTS
 from test_worker import one_torch_thread
 
 from storage import open_store
@@ -35,6 +35,9 @@ def run_next_job(store, lm, model: str) -> int:
                          lambda: False).run()
     assert outcome == "done"
     return job.id
+
+
+db_url = sqlite_db_url  # the branch verbs are plain queries: the store's own tests run both backends
 
 
 @pytest.fixture
@@ -133,45 +136,39 @@ def test_bad_positions_and_tokens_are_refused_by_name_and_change_nothing(drafted
 
 
 @pytest.mark.browser
-def test_click_a_word_pick_an_alternative_and_follow_the_branch(tmp_path):
-    sync_api = pytest.importorskip("playwright.sync_api")
-    if not CHROMIUM.exists():
-        pytest.skip("/usr/bin/chromium is absent: install Debian's package (apt-get install chromium)")
-    expect = sync_api.expect
-    wait = {"timeout": 30_000}
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    with running_app(tmp_path, "--auth", "ann:secret") as url, sync_api.sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
-        page = browser.new_context(viewport={"width": 1400, "height": 1000}).new_page()
-        page.set_default_timeout(30_000)
-        log_in(page, url)
-        expect(page.locator("#ts-banner")).to_contain_text("ready", **wait)
-        page.locator("#write-prompt textarea").fill("Once upon a time, a little fox found a key by the sea.")
-        page.locator("#write-target input").fill("80")
-        page.locator("#write-start").click()
-        expect(page.locator("#write-status")).to_contain_text("Done", timeout=120_000)
-        page.locator("#write-branch-box").get_by_text("Alternatives and branches").click()
-        expect(page.locator("#write-branches input")).to_have_value(re.compile(r"^#1 original"), **wait)
-        words, info = page.locator("#write-words .ts-tok"), page.locator("#write-alt-info")
-        expect(words.first).to_be_visible(**wait)
-        options = page.locator("#write-alternatives label")
-        for i in range(words.count()):  # the first word where the model had another likely one
-            words.nth(i).click()
-            expect(info).to_contain_text(f"At token {int(words.nth(i).get_attribute('data-pos')):,} the model wrote",
-                                         **wait)
-            if options.count():
-                break
-        picked = options.first.inner_text()
-        options.first.click()
-        page.locator("#write-branch").click()
-        expect(page.locator("#write-status")).to_contain_text("Branched: Draft #2", **wait)
-        expect(page.locator("#write-branches input")).to_have_value(re.compile(r"^#2 branch of #1 at token"), **wait)
-        expect(page.locator("#write-status")).to_contain_text("Done", timeout=120_000)
-        chosen = re.search(r"“(.*)”", picked).group(1).replace("␣", " ")
-        assert chosen.strip() in page.locator("#write-text textarea").input_value()
-        page.screenshot(path=SHOTS / "10-branch.png", full_page=True)
-        page.locator("#write-branches input").click()  # switch back to the original
-        page.locator("#write-branches li", has_text="#1 original").click()
-        expect(page.locator("#write-status")).to_contain_text("Draft #1", **wait)
-        expect(page.locator("#write-branches input")).to_have_value(re.compile(r"^#1 original"), **wait)
-        browser.close()
+def test_click_a_word_pick_an_alternative_and_follow_the_branch(app_page):
+    from playwright.sync_api import expect
+
+    page, wait = app_page, {"timeout": 30_000}
+    page.set_default_timeout(30_000)
+    page.locator("#write-prompt textarea").fill("Once upon a time, a little fox found a key by the sea.")
+    page.locator("#write-target input").fill("80")
+    page.locator("#write-start").click()
+    expect(page.locator("#write-status")).to_contain_text("Done", timeout=120_000)
+    original = re.search(r"Draft #(\d+)", page.locator("#write-status").inner_text()).group(1)
+    page.locator("#write-branch-box").get_by_text("Alternatives and branches").click()
+    expect(page.locator("#write-branches input")).to_have_value(re.compile(rf"^#{original} original"), **wait)
+    words, info = page.locator("#write-words .ts-tok"), page.locator("#write-alt-info")
+    expect(words.first).to_be_visible(**wait)
+    options = page.locator("#write-alternatives label")
+    for i in range(words.count()):  # the first word where the model had another likely one
+        words.nth(i).click()
+        expect(info).to_contain_text(f"At token {int(words.nth(i).get_attribute('data-pos')):,} the model wrote",
+                                     **wait)
+        if options.count():
+            break
+    picked = options.first.inner_text()
+    options.first.click()
+    page.locator("#write-branch").click()
+    expect(page.locator("#write-status")).to_contain_text("Branched: Draft #", **wait)
+    branch = re.search(r"Branched: Draft #(\d+)", page.locator("#write-status").inner_text()).group(1)
+    expect(page.locator("#write-branches input")).to_have_value(
+        re.compile(rf"^#{branch} branch of #{original} at token"), **wait)
+    expect(page.locator("#write-status")).to_contain_text("Done", timeout=120_000)
+    chosen = re.search(r"“(.*)”", picked).group(1).replace("␣", " ")
+    assert chosen.strip() in page.locator("#write-text textarea").input_value()
+    page.screenshot(path=SHOTS / "10-branch.png", full_page=True)
+    page.locator("#write-branches input").click()  # switch back to the original
+    page.locator("#write-branches li", has_text=f"#{original} original").click()
+    expect(page.locator("#write-status")).to_contain_text(f"Draft #{original}", **wait)
+    expect(page.locator("#write-branches input")).to_have_value(re.compile(rf"^#{original} original"), **wait)

@@ -47,6 +47,7 @@ def generated(stories_path, tmp_path_factory):
     return results
 
 
+@pytest.mark.slow
 def test_generate_modes_agree(generated):
     (ar, _, _), (ts, _, _) = generated["ar"], generated["tokenswift"]
     assert len(ar["tokens"]) == 300
@@ -54,6 +55,7 @@ def test_generate_modes_agree(generated):
     assert ts["text"] == ar["text"] and ts["prompt_tokens"] == ar["prompt_tokens"] > 1
 
 
+@pytest.mark.slow
 def test_generate_json_and_stream(generated):
     for mode, (data, stdout, stderr) in generated.items():
         assert set(data) >= {"prompt_tokens", "tokens", "text", "metrics"}
@@ -148,6 +150,7 @@ def test_usage_errors_are_one_line(capsys, stories_path):
     assert_usage_error(code, err, "--max-new-tokens")
 
 
+@pytest.mark.slow
 def test_subprocess_error_exit(stories_path):
     """The real process: exit status 2 and one line (this one is caught before torch is even imported)."""
     proc = launch(*gen_args(stories_path, "--penalty", "0.5"))
@@ -164,6 +167,7 @@ BENCH_KEYS = {"ar_tokens_per_s", "ts_tokens_per_s", "speedup", "identical", "fir
               "speedup_min", "speedup_max", "speedup_overall", "slices", "drafter", "pass_costs"}
 
 
+@pytest.mark.slow
 def test_bench(capsys, stories_path, tmp_path):
     out = tmp_path / "bench.json"
     code = cli.main(["bench", "--model", str(stories_path), "--dtype", "float64", "--device", "cpu",
@@ -233,6 +237,7 @@ def test_bench_ar(capsys, stories_path, tmp_path):
     assert "skipped" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_the_readme_generate_example_writes_what_it_says(tmp_path, stories_path):
     """The README's first example, run as printed (its output file moved to tmp): all its tokens, no early end."""
     import re

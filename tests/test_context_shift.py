@@ -1,6 +1,6 @@
 """Context shifting (tokenswift/text/context_window.py): drafts longer than the window, with Memory and Author's
 Note, emit exactly the same tokens in plain decoding and TokenSwift (float64, stories260k with a 512-token
-window), uninterrupted or resumed anywhere, also right at a shift."""
+window; the many-shifts cases a 256-token one), uninterrupted or resumed anywhere, also right at a shift."""
 
 from __future__ import annotations
 
@@ -15,8 +15,9 @@ from tokenswift.decode.settings import Settings, SettingsError
 from tokenswift.model.fastpath import FastOptions
 from tokenswift.text.context_window import PinnedText, WindowPlan, pinned_ids
 
-N = 2000
+N = 1000
 WINDOW = 512
+NARROW = 256  # the many-shifts cases: N tokens through it shift 12 times, a quarter window (64 tokens) each
 PROMPT = "The old lighthouse keeper climbed the stairs and"
 MEMORY = "Tom is a fisherman. Lily is his sister. They live by the sea."
 NOTE = "Lily finds a shell."
@@ -31,23 +32,6 @@ def lm_with(lm, seed: int | None):
 @pytest.fixture(scope="module")
 def pinned(stories64):
     return pinned_ids(stories64, MEMORY, NOTE)
-
-
-@pytest.fixture(scope="module")
-def ar_reference(stories64, pinned):
-    prompt = stories64.encode(PROMPT)
-    cache = {}
-
-    def get(sampler: str, seed: int, with_pinned: bool) -> list[int]:
-        key = (sampler, seed, with_pinned)
-        if key not in cache:
-            s = settings(sampler, seed, mode="ar")
-            gen = Generator(stories64, s, prompt, pinned=pinned if with_pinned else None)
-            cache[key] = gen.run()
-            assert gen.metrics().shifts >= 10  # 2,000 tokens through a 512-token window: 12-13 shifts
-        return cache[key]
-
-    return prompt, get
 
 
 def settings(sampler: str, seed: int, **changes) -> Settings:
@@ -66,23 +50,22 @@ CASES = [("greedy", 0, False, False), ("minp-penalty", 20, True, True), ("top-p"
          ("eta", 0, True, True)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("sampler", "k", "with_pinned", "adaptive"), CASES)
-def test_tokenswift_equals_ar_across_many_shifts(stories64, ar_reference, pinned, sampler, k, with_pinned,
-                                                  adaptive):
-    prompt, reference = ar_reference
-    seed = 3
-    lm = lm_with(stories64, seed)
-    gen = Generator(lm, settings(sampler, seed, ngram_topk=k), prompt, options=EngineOptions(adaptive=adaptive),
-                    pinned=pinned if with_pinned else None)
+def test_tokenswift_equals_ar_across_many_shifts(stories64, ar_runs, pinned, sampler, k, with_pinned, adaptive):
+    prompt, seed = stories64.encode(PROMPT), 3
+    s, pins = settings(sampler, seed, ngram_topk=k, context_window=NARROW), pinned if with_pinned else None
+    gen = Generator(lm_with(stories64, seed), s, prompt, options=EngineOptions(adaptive=adaptive), pinned=pins)
     tokens = gen.run()
-    assert first_difference(tokens, reference(sampler, seed, with_pinned)) is None
+    assert first_difference(tokens, ar_runs(stories64, s, prompt, pins)) is None
     m = gen.metrics()
     assert m.shifts >= 10 and m.steps < N  # many shifts, and drafts were accepted between them
     use = gen.context_use()
     assert use.memory == (1 + len(pinned.memory) + len(pinned.note) if with_pinned else 1)  # BOS pinned too
-    assert use.memory + use.recent <= WINDOW
+    assert use.memory + use.recent <= NARROW
 
 
+@pytest.mark.slow
 def test_resume_anywhere_continues_the_same_stream(stories64, pinned):
     """Paused just before, at and just after a shift, and mid-window: the resumed run rebuilds the window of
     the last shift and continues exactly; n-grams keep the whole draft's statistics (they are rebuilt from
@@ -102,6 +85,7 @@ def test_resume_anywhere_continues_the_same_stream(stories64, pinned):
         assert resumed.run() == straight, (mode, cut)
 
 
+@pytest.mark.slow
 def test_memory_and_note_edits_apply_from_the_resume(stories64, pinned):
     prompt = stories64.encode(PROMPT)
     s = settings("greedy", 1, max_new_tokens=700, ngram_topk=20)
@@ -119,6 +103,7 @@ def test_memory_and_note_edits_apply_from_the_resume(stories64, pinned):
     assert resumed == Generator(lm, s.replace(mode="ar"), prompt, generated_ids=first[:400], pinned=edited).run()
 
 
+@pytest.mark.slow
 def test_an_edit_during_a_run_applies_from_the_next_shift(stories64, pinned):
     """The worker reads Memory and note again at every shift: both modes pick an edit up at the same token,
     and a run resumed later with the edited text continues exactly."""
@@ -143,6 +128,7 @@ def test_an_edit_during_a_run_applies_from_the_next_shift(stories64, pinned):
     assert Generator(lm, s, prompt, generated_ids=runs["ar"][:cut], pinned=edited).run() == runs["ar"]
 
 
+@pytest.mark.slow
 def test_fast_path_keys_the_noise_by_story_index_across_shifts(stories64):
     prompt = stories64.encode(PROMPT)
     s = settings("minp-penalty", 2, max_new_tokens=450, context_window=160, ngram_topk=5, tree=(1, 2, 2))
@@ -154,6 +140,7 @@ def test_fast_path_keys_the_noise_by_story_index_across_shifts(stories64):
         assert gen.run() == expected and gen.metrics().shifts >= 4
 
 
+@pytest.mark.slow
 def test_a_run_that_fits_is_unchanged_and_shifting_off_refuses(stories64):
     prompt = stories64.encode(PROMPT)
     s = Settings(mode="ar", max_new_tokens=300, seed=4, ignore_eos=True, **SAMPLERS["top-p"])
@@ -184,6 +171,7 @@ def test_window_plan_boundaries_and_layout():
     assert full.value.field == "shift_step"
 
 
+@pytest.mark.slow
 def test_bench_shift_prints_a_table_and_writes_json(stories_path, tmp_path, capsys):
     import json
 

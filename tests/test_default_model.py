@@ -42,12 +42,12 @@ def home(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def smollm2(gguf_path, home):
-    old = os.environ.get("TOKENSWIFT_HOME")
-    os.environ["TOKENSWIFT_HOME"] = str(home)
+    old = os.environ.get("TOKENSWIFT_CACHE")
+    os.environ["TOKENSWIFT_CACHE"] = str(home)  # the engine's GGUF cache, as the CLI below finds it
     try:
         yield load_model(str(gguf_path), dtype="float32")
     finally:
-        os.environ.pop("TOKENSWIFT_HOME") if old is None else os.environ.__setitem__("TOKENSWIFT_HOME", old)
+        os.environ.pop("TOKENSWIFT_CACHE") if old is None else os.environ.__setitem__("TOKENSWIFT_CACHE", old)
 
 
 def test_logits_match_transformers_on_the_same_file(smollm2, gguf_path):
@@ -93,7 +93,7 @@ def test_cli_without_model_writes_english_with_the_writing_defaults(gguf_path, h
     stays readable (known words) and varied (distinct-2), where the old defaults wrote word salad (51% known)."""
     if not (BOOKS / "eval.jsonl.xz").exists():
         pytest.skip(f"{BOOKS} is absent: this test needs the read-only ../shared folder beside the repo")
-    env = {**os.environ, "TOKENSWIFT_HOME": str(home), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    env = {**os.environ, "TOKENSWIFT_CACHE": str(home), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
     prompt = "The old lighthouse keeper climbed the winding stairs, lantern in hand, and"
     done = subprocess.run([sys.executable, "-m", "tokenswift", "generate", "--prompt", prompt,
                            "--max-new-tokens", "1000", "--seed", "1", "--mode", "ar", "--threads", "1"],

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from tokenswift.text.detok import IncrementalDetokenizer
 
 TEXT = "Once upon a time, “Lily” said: don't go — the café was closed.\n\nThe end. Ünïcödé ✓ 漢字"
@@ -27,6 +29,7 @@ def test_stream_equals_whole_decode(stories32):
         assert head + stream(tok, ids, prompt, sizes) == whole
 
 
+@pytest.mark.slow
 def test_model_output_streams_exactly(stories32):
     from tokenswift.decode.generate import Generator
     from tokenswift.decode.settings import Settings

@@ -110,6 +110,7 @@ def test_comparison_runs_stay_out_of_the_writers_books(store):
     assert store.get_generation(running.id, with_text=False).session_id == compare.id
 
 
+@pytest.mark.slow
 def test_tokenswift_after_an_edit_equals_plain_decoding_from_the_edited_text(store, stories64):
     """Resume of a paused draft and Continue of a finished one, both after an edit, through a real worker."""
     from tokenswift.decode.generate import Generator

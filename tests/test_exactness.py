@@ -1,5 +1,5 @@
 """TokenSwift emits exactly the tokens of plain decoding (design §3), in float64 where a rounding flip is
-practically impossible: over 2000+ tokens, several samplers, k in {0, 5, 20}, with and without heads, and a
+practically impossible: over 1000 tokens, several samplers, k in {0, 5, 20}, with and without heads, and a
 small partial-cache budget so the cache is re-selected many times."""
 
 from __future__ import annotations
@@ -10,12 +10,11 @@ from tiny_models import hf_model, save_checkpoint
 
 from tokenswift.decode.engine import Engine
 from tokenswift.decode.generate import Generator
-from tokenswift.decode.options import EngineOptions
 from tokenswift.decode.settings import Settings
 from tokenswift.draft.heads import new_heads
 from tokenswift.model.loading import load_model
 
-N = 2000
+N = 1000
 PROMPT = "The old lighthouse keeper climbed the stairs and"
 
 SAMPLERS = {
@@ -26,14 +25,17 @@ SAMPLERS = {
 }
 # (drafter, sampler, k, heads, seed, tokens). The paper's drafter: k in {0, 5, 20} each with and without heads,
 # across the four samplers and five seeds; one long run, the others long enough for 10+ partial-cache
-# re-selections (budget 48: one every 32 tokens). The fused drafter: every sampler, k in {0, 20}, with and
-# without heads.
-CASES = [("paper", "minp-penalty", 20, True, 3, N), ("paper", "greedy", 0, True, 1, 600),
-         ("paper", "greedy", 20, False, 1, 600), ("paper", "minp-penalty", 5, True, 2, 600),
-         ("paper", "top-p", 0, False, 4, 600), ("paper", "eta", 5, False, 5, 600),
-         ("fused", "greedy", 0, True, 1, 600), ("fused", "greedy", 20, False, 1, 600),
-         ("fused", "minp-penalty", 20, True, 3, 600), ("fused", "minp-penalty", 0, True, 2, 600),
-         ("fused", "top-p", 20, True, 4, 600), ("fused", "eta", 20, False, 5, 600)]
+# re-selections (budget 48: one every 32 tokens; 400 tokens give 12). The fused drafter: every sampler,
+# k in {0, 20}, with and without heads.
+SHORT = 400
+CASES = [("paper", "minp-penalty", 20, True, 3, N), ("paper", "greedy", 0, True, 1, SHORT),
+         ("paper", "greedy", 20, False, 1, SHORT), ("paper", "minp-penalty", 5, True, 2, SHORT),
+         ("paper", "top-p", 0, False, 4, SHORT), ("paper", "eta", 5, False, 5, SHORT),
+         ("fused", "greedy", 0, True, 1, SHORT), ("fused", "greedy", 20, False, 1, SHORT),
+         ("fused", "minp-penalty", 20, True, 3, SHORT), ("fused", "minp-penalty", 0, True, 2, SHORT),
+         ("fused", "top-p", 20, True, 4, SHORT), ("fused", "eta", 20, False, 5, SHORT)]
+# The edit-test loop (-m "not slow") keeps one quick case per drafter; the full run takes them all.
+QUICK = [("paper", "greedy", 20, False, 1, SHORT), ("fused", "greedy", 20, False, 1, SHORT)]
 
 def random_heads(lm, seed):
     """Odd seeds give heads that read the next token (heads.py), even seeds the paper's heads."""
@@ -52,20 +54,18 @@ def with_heads(lm, heads):
 
 
 @pytest.fixture(scope="module")
-def ar_reference(stories64):
+def ar_reference(stories64, ar_runs):
+    """(the prompt, reference(sampler, seed, n): plain decoding's first n tokens)."""
     prompt = stories64.encode(PROMPT)
-    cache = {}
 
-    def get(name, seed):
-        if (name, seed) not in cache:
-            s = Settings(mode="ar", max_new_tokens=N, seed=seed, ignore_eos=True, **SAMPLERS[name])
-            cache[name, seed] = Generator(stories64, s, prompt).run()
-        return cache[name, seed]
+    def get(name, seed, n):
+        return ar_runs(stories64, Settings(max_new_tokens=n, seed=seed, ignore_eos=True, **SAMPLERS[name]), prompt)
 
     return prompt, get
 
 
-@pytest.mark.parametrize(("drafter", "sampler", "k", "heads", "seed", "n"), CASES)
+@pytest.mark.parametrize(("drafter", "sampler", "k", "heads", "seed", "n"),
+                         [c if c in QUICK else pytest.param(*c, marks=pytest.mark.slow) for c in CASES])
 def test_tokenswift_equals_ar_on_stories260k(stories64, ar_reference, drafter, sampler, k, heads, seed, n):
     prompt, reference = ar_reference
     lm = with_heads(stories64, random_heads(stories64, seed) if heads else None)
@@ -73,7 +73,7 @@ def test_tokenswift_equals_ar_on_stories260k(stories64, ar_reference, drafter, s
                  drafter=drafter, **SAMPLERS[sampler])
     gen = Generator(lm, s, prompt)
     tokens = gen.run()
-    expected = reference(sampler, seed)[:n]
+    expected = reference(sampler, seed, n)
     first = next((i for i, (a, b) in enumerate(zip(tokens, expected, strict=True)) if a != b), None)
     assert first is None, f"diverged at token {first}"
     m = gen.metrics()
@@ -82,6 +82,7 @@ def test_tokenswift_equals_ar_on_stories260k(stories64, ar_reference, drafter, s
         assert gen._engine.drafter.partial.selections > 10  # the partial cache was rebuilt many times
 
 
+@pytest.mark.slow
 def test_fused_drafter_proposes_from_the_heads_vocabulary_only(stories64, ar_reference):
     prompt, reference = ar_reference
     vocab = torch.arange(0, stories64.config.vocab_size, 3)
@@ -91,7 +92,7 @@ def test_fused_drafter_proposes_from_the_heads_vocabulary_only(stories64, ar_ref
     engine.start()
     levels = engine.drafter.propose(engine.root, engine.length, None, 3, engine.length + 1)
     assert len(levels) == 3 and {t for level in levels for t in level} <= set(vocab.tolist())
-    assert Generator(lm, s, prompt).run() == reference("minp-penalty", 2)[:300]
+    assert Generator(lm, s, prompt).run() == reference("minp-penalty", 2, 300)
 
 
 @pytest.fixture(scope="module")
@@ -101,39 +102,33 @@ def tiny_qwen(tmp_path_factory, stories_path):
     return load_model(str(directory), dtype="float64")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("sampler", "k", "heads"), [("greedy", 20, True), ("minp-penalty", 5, False),
                                                       ("top-p", 0, True)])
 def test_tokenswift_equals_ar_on_tiny_qwen2(tiny_qwen, sampler, k, heads):
     prompt = tiny_qwen.encode(PROMPT)
-    s = Settings(max_new_tokens=N, seed=9, ignore_eos=True, ngram_topk=k, budget=40, sinks=8,
+    s = Settings(max_new_tokens=SHORT, seed=9, ignore_eos=True, ngram_topk=k, budget=40, sinks=8,
                  **SAMPLERS[sampler])
     expected = Generator(tiny_qwen, s.replace(mode="ar"), prompt).run()
     lm = with_heads(tiny_qwen, random_heads(tiny_qwen, 1) if heads else None)
     assert Generator(lm, s, prompt).run() == expected
 
 
-def test_padded_verify_batch_gives_the_same_tokens(stories64, ar_reference):
-    prompt, reference = ar_reference
-    s = Settings(max_new_tokens=400, seed=2, ignore_eos=True, ngram_topk=20, budget=48, **SAMPLERS["minp-penalty"])
-    lm = with_heads(stories64, random_heads(stories64, 2))
-    padded = Generator(lm, s, prompt, options=EngineOptions(pad_verify=True)).run()
-    unpadded = Generator(lm, s, prompt, options=EngineOptions(pad_verify=False)).run()
-    assert padded == unpadded == reference("minp-penalty", 2)[:400]
-
-
+@pytest.mark.slow
 @pytest.mark.parametrize(("mode", "drafter"), [("tokenswift", "fused"), ("tokenswift", "paper"), ("ar", "fused")])
 def test_resume_continues_the_same_stream(stories64, mode, drafter):
     prompt = stories64.encode(PROMPT)
-    s = Settings(mode=mode, max_new_tokens=600, seed=5, ignore_eos=True, budget=48, drafter=drafter,
+    s = Settings(mode=mode, max_new_tokens=400, seed=5, ignore_eos=True, budget=48, drafter=drafter,
                  **SAMPLERS["minp-penalty"])
     lm = with_heads(stories64, random_heads(stories64, 5))
     straight = Generator(lm, s, prompt).run()
-    half = Generator(lm, s.replace(max_new_tokens=300), prompt).run()
-    assert half == straight[:300]
+    half = Generator(lm, s.replace(max_new_tokens=200), prompt).run()
+    assert half == straight[:200]
     resumed = Generator(lm, s, prompt, generated_ids=half).run()
     assert resumed == straight
 
 
+@pytest.mark.slow
 def test_changing_k_and_tree_changes_speed_not_text(stories64):
     prompt = stories64.encode(PROMPT)
     # A tiny budget re-selects the partial cache every few iterations, also when n-gram paths run deeper
@@ -145,6 +140,7 @@ def test_changing_k_and_tree_changes_speed_not_text(stories64):
     assert len(texts) == 1
 
 
+@pytest.mark.slow
 def test_sliding_window_model_tokenswift_equals_ar(tmp_path, stories_path):
     """Mistral-style local attention: every pass (prefill, AR step, verify) must hide the same old keys."""
     save_checkpoint(hf_model("mistral-window", seed=4, max_position_embeddings=4096), tmp_path, stories_path)
@@ -155,6 +151,7 @@ def test_sliding_window_model_tokenswift_equals_ar(tmp_path, stories_path):
     assert Generator(with_heads(lm, random_heads(lm, 2)), s, prompt).run() == expected
 
 
+@pytest.mark.slow
 def test_banned_end_of_text_is_part_of_the_sampling_rule(tiny_qwen):
     """Seed 1 ends with EOS at token 126; banned, both modes write 600 tokens, the same ones, and nothing
     changes before the point where EOS was drawn."""

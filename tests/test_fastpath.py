@@ -27,9 +27,9 @@ from tokenswift.decode.trie import build_trie, verify_inputs
 from tokenswift.model import fastpath
 from tokenswift.model.attention import ATTENTION, BLOCK, FlexAttention, Visible, effective_kind
 from tokenswift.model.fastpath import FastOptions, FastPasses, Pass
-from tokenswift.model.forward import causal_mask, with_prefix
 from tokenswift.model.kv_cache import KVCache
 from tokenswift.model.loading import ROPE_SLACK
+from tokenswift.model.masks import causal_mask, with_prefix
 from tokenswift.sampling.in_graph import DeviceSampler, pack_verify_inputs, trie_paths
 from tokenswift.sampling.sampler import Sampler
 
@@ -95,6 +95,7 @@ def host_targets(sampler, logits, trie, ids, start: int, w: int) -> list[int]:
 # -- the passes against the eager model -------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("name", "kind"), [("llama3.1-8b", "sdpa"), ("llama3.1-8b", "flex"),
                                             ("qwen2.5-1.5b", "flex-fold"), ("qwen2.5-1.5b", "sdpa")])
 def test_passes_match_the_eager_model(name, kind):
@@ -132,6 +133,7 @@ def test_passes_match_the_eager_model(name, kind):
         assert close(passes.draft(partial_f, int(ids[length]), length, 40, rows=4), ref, 1e-10)
 
 
+@pytest.mark.slow
 def test_flex_passes_are_built_for_a_power_of_two_above_the_filled_length(monkeypatch):
     """Not the cache's capacity: the decoding kernel sizes its split-KV tiles by the KV length it is given."""
     monkeypatch.setattr(fastpath, "FLEX_MIN_SPAN", 128)
@@ -150,6 +152,8 @@ def test_flex_passes_are_built_for_a_power_of_two_above_the_filled_length(monkey
             assert close(passes.verify(trie, n + 1, shape.slots)[0], ref, 1e-10)
     spans = sorted({p.attention.span for p in passes.passes.values()})
     assert spans == [128, 256, 512, 1000]  # 101 -> 128, ..., 601 + 28 rows -> 1024, capped at the capacity
+    # Every pass calls the loaded model's one flex kernel (compiled once per model on CUDA), none of its own.
+    assert all(p.attention.kernel is lm.flex for p in passes.passes.values())
 
 
 @pytest.mark.parametrize("fold", [False, True])
@@ -188,6 +192,7 @@ def test_kernel_choice_follows_the_group_size():
     assert options == {1: None, 27: None, 121: {"BLOCK_M": BLOCK}}  # 4 * 121 rows: tile capped at 128
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["flex", "flex-fold", "sdpa"])
 def test_a_pass_is_one_graph_for_every_length(kind):
     """fullgraph tracing fails on any host sync or data-dependent branch, and a second call at another
@@ -247,6 +252,7 @@ def with_heads(lm):
     return dataclasses.replace(lm, heads=random_heads(lm.config, lm.device, lm.dtype, seed=2))
 
 
+@pytest.mark.slow
 def test_the_rope_table_is_built_once_for_the_whole_context(stories64):
     """Captured graphs read the RoPE table: engines of any size use the one built at load, and what would not
     fit it is refused before a run starts."""
@@ -262,6 +268,7 @@ def test_the_rope_table_is_built_once_for_the_whole_context(stories64):
         Generator(stories64, Settings(tree=(1, 40, 40), ngram_topk=0), prompt)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("drafter", ["paper", "fused"])
 def test_fast_engine_emits_the_same_tokens(stories64, drafter):
     """Both drafters on the static-shape passes: the fused one drafts from the states the AR and verify passes
@@ -277,6 +284,7 @@ def test_fast_engine_emits_the_same_tokens(stories64, drafter):
     assert gen.metrics().verify_batch == 1 + (1 + 2 + 4) + 5 * 4  # padded to the fixed batch
 
 
+@pytest.mark.slow
 def test_adaptive_batch_keeps_the_text(stories64):
     prompt = stories64.encode(PROMPT)
     s = Settings(max_new_tokens=300, seed=2, ignore_eos=True, ngram_topk=20, budget=48, **MINP)
@@ -303,6 +311,7 @@ def test_adaptive_without_heads_or_ngrams_takes_plain_steps(stories64):
     assert gen.metrics().to_dict()["plain_share"] == 1.0
 
 
+@pytest.mark.slow
 def test_fast_passes_are_bounded_least_recently_used_first(stories64):
     """Many spans and batch shapes (adaptive, a 32-slot bucket) through a bound of 4 passes: never more are kept,
     and evicted passes built again give the same text."""
@@ -328,6 +337,7 @@ class PlainWhenever(CandidatePolicy):
         return True
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("drafter", ["paper", "fused"])
 def test_plain_steps_inside_tokenswift_keep_the_text(stories64, drafter):
     prompt = stories64.encode(PROMPT)

@@ -14,10 +14,10 @@ from tokenswift.decode.generate import Generator
 from tokenswift.decode.settings import Settings
 from tokenswift.model import gguf_checkpoint
 from tokenswift.model.errors import ModelLoadError
-from tokenswift.model.forward import causal_mask
-from tokenswift.model.int4 import Q4Linear
 from tokenswift.model.kv_cache import KVCache
 from tokenswift.model.loading import load_model
+from tokenswift.model.masks import causal_mask
+from tokenswift.model.quant import QuantLinear
 
 
 def our_logits(lm, ids: torch.Tensor) -> torch.Tensor:
@@ -37,8 +37,9 @@ def reference_logits(path, ids: torch.Tensor) -> torch.Tensor:
 
 @pytest.fixture()
 def home(tmp_path, monkeypatch):
-    monkeypatch.setenv("TOKENSWIFT_HOME", str(tmp_path / "home"))
-    return tmp_path / "home"
+    """The engine's cache directory ($TOKENSWIFT_CACHE) for this test: conversions and kernels land there."""
+    monkeypatch.setenv("TOKENSWIFT_CACHE", str(tmp_path / "cache"))
+    return tmp_path / "cache"
 
 
 @pytest.mark.parametrize("case,qtype", [("llama-gqa-tied", "F32"), ("llama-mha", "Q8_0"), ("llama-gqa-tied", "Q4_1"),
@@ -70,7 +71,9 @@ def test_gguf_is_converted_once_and_cached(tmp_path, home, stories_path):
     made = (first / "model.safetensors").stat().st_mtime_ns
     again = gguf_checkpoint.hf_directory(path)
     assert again == first and (again / "model.safetensors").stat().st_mtime_ns == made
-    assert first.parent == home / "gguf-cache"
+    assert first.parent == home  # $TOKENSWIFT_CACHE
+    elsewhere = gguf_checkpoint.hf_directory(path, tmp_path / "app-cache")  # a caller's own folder (the app's)
+    assert elsewhere.parent == tmp_path / "app-cache" and (elsewhere / "model.safetensors").is_file()
     record = gguf_checkpoint.source_record(first)
     assert record["sha256"] == gguf_checkpoint.file_hash(path) and record["architecture"] == "llama"
     (first / gguf_checkpoint.SOURCE_NAME).unlink()  # an interrupted conversion: converted again, complete
@@ -110,22 +113,26 @@ def test_cli_reports_a_bad_gguf_in_one_line(tmp_path, home, capsys):
     assert len(err) == 1 and err[0].startswith("error: GGUF file") and "junk.gguf" in err[0]
 
 
-@pytest.mark.parametrize("qtype", ["Q4_1", "Q4_0"])
+@pytest.mark.parametrize("qtype", ["Q4_1", "Q4_0", "Q8_0"])
 def test_q4_runs_the_files_own_4bit_blocks(tmp_path, home, stories_path, qtype):
     path = tmp_path / f"q4-{qtype}.gguf"
     write_gguf(path, stories_path, "llama-gqa-tied", qtype)  # Llama: Q and K rows are stored interleaved
     dense, lm = load_model(str(path)), load_model(str(path), dtype="q4")
-    assert lm.precision == "q4" and lm.dtype == torch.bfloat16
-    for i, layer in enumerate(lm.model.model.layers):
-        for name in ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
-                     "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"):
-            owner, attr = name.split(".")
-            packed = getattr(getattr(layer, owner), attr)
-            assert isinstance(packed, Q4Linear)
-            weight = getattr(getattr(dense.model.model.layers[i], owner), attr).weight
-            # the file's own values: only the bfloat16 rounding of each block's scale and offset differs
-            unpacked = packed(torch.eye(packed.in_features)).float().t()  # the identity's product is W
-            assert torch.allclose(unpacked, weight, rtol=2e-2, atol=2e-3), (i, name)
+    assert lm.precision == "q4" and lm.dtype == torch.float32
+    products = [(f"{i}.{name}", getattr(getattr(layer, owner), attr), getattr(getattr(ref, owner), attr).weight)
+                for i, (layer, ref) in enumerate(zip(lm.model.model.layers, dense.model.model.layers, strict=True))
+                for name in ("self_attn.qkv_proj", "self_attn.o_proj", "mlp.gate_up_proj", "mlp.down_proj")
+                for owner, attr in [name.split(".")]]
+    products.append(("head", lm.model.quantized_head, dense.model.head_weight))
+    for name, packed, weight in products:
+        assert isinstance(packed, QuantLinear) and packed.kind == qtype, name
+        rows = torch.randn(3, packed.in_features, generator=torch.Generator().manual_seed(2))
+        # the file's own values times activations rounded to 8 bits per block, as llama.cpp multiplies them
+        ours, exact = packed(rows), rows @ weight.t()
+        assert (ours - exact).norm() / exact.norm() < 0.02, name
+        assert torch.equal(packed(rows[1:2]), ours[1:2]), name  # a row's product does not depend on the others
+    x = torch.randn(2, lm.config.dim)
+    assert torch.equal(lm.model.head(x), lm.model.quantized_head(x))
     ids = torch.randint(3, lm.config.vocab_size, (48,), generator=torch.Generator().manual_seed(0))
     ours, reference = our_logits(lm, ids).float(), our_logits(dense, ids)
     assert (ours.argmax(-1) == reference.argmax(-1)).float().mean() >= 0.9
@@ -139,10 +146,10 @@ def test_q4_runs_the_files_own_4bit_blocks(tmp_path, home, stories_path, qtype):
 
 
 def test_q4_refuses_what_it_cannot_run(tmp_path, home, stories_path):
-    eight = tmp_path / "q8.gguf"
-    write_gguf(eight, stories_path, "llama-gqa-tied", "Q8_0")
-    with pytest.raises(ModelLoadError, match="Q4_0 or Q4_1 projections.*Q8_0"):
-        load_model(str(eight), dtype="q4")
+    half = tmp_path / "f16.gguf"
+    write_gguf(half, stories_path, "llama-gqa-tied", "F16")
+    with pytest.raises(ModelLoadError, match="Q4_0, Q4_1 or Q8_0 projections.*F16"):
+        load_model(str(half), dtype="q4")
     biased = tmp_path / "qwen2.gguf"
     write_gguf(biased, stories_path, "qwen2-bias-gqa", "Q4_1")
     with pytest.raises(ModelLoadError, match="without attention biases"):

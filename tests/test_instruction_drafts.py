@@ -79,6 +79,7 @@ def test_memory_sits_in_the_system_turn_and_the_note_in_a_user_turn(smollm2):
         "<|im_start|>assistant\n was alone.")
 
 
+@pytest.mark.slow
 def test_chat_draft_is_exact_across_shifts_and_resume(chat64):
     prompt = prompt_ids(chat64, INSTRUCTION, "instruction")
     pinned = pinned_ids(chat64, MEMORY, NOTE, INSTRUCTION)
@@ -96,6 +97,7 @@ def test_chat_draft_is_exact_across_shifts_and_resume(chat64):
         assert resumed.run() == reference, cut
 
 
+@pytest.mark.slow
 def test_continue_after_an_edit_goes_on_inside_the_assistant_turn(tmp_path, chat64):
     """The edited text went back as a new user message (the model answered it: "alone.Bonjour")."""
     from worker import WorkerConfig

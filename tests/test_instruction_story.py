@@ -204,6 +204,7 @@ def chat_model(stories_path, tmp_path_factory):
     return folder
 
 
+@pytest.mark.slow
 def test_the_cli_keeps_an_instructions_chat_turns_through_shifts(capsys, tmp_path, chat_model):
     """generate --instruction and bench-shift gave the engine no chat turns to keep: the first shift dropped the
     instruction's turn with the oldest story."""

@@ -8,8 +8,7 @@ import json
 import re
 
 import pytest
-from test_ui_browser import ARGS, CHROMIUM, SHOTS, log_in
-from test_ui_events import running_app
+from studio_app import SHOTS
 
 from storage import open_store
 from tokenswift.decode.settings import Settings
@@ -28,24 +27,11 @@ BOXES = ["#write-theta input", "#write-w input", "#write-sampler-value input", "
 
 
 @pytest.fixture(scope="module")
-def app(tmp_path_factory):
+def app(app_page, studio_app):
     """(the page, logged in on the Write tab with its settings open; the app's SQLite file)."""
-    if not CHROMIUM.exists():
-        pytest.skip("/usr/bin/chromium is absent: install Debian's package (apt-get install chromium)")
-    sync_api = pytest.importorskip("playwright.sync_api")
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    tmp = tmp_path_factory.mktemp("presets-browser")
-    with running_app(tmp, "--auth", "ann:secret") as url, sync_api.sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
-        context = browser.new_context(viewport={"width": 1400, "height": 1000}, accept_downloads=True)
-        context.set_default_timeout(20_000)
-        page = context.new_page()
-        log_in(page, url)
-        sync_api.expect(page.locator("#ts-banner")).to_contain_text("ready", timeout=30_000)
-        page.locator("#write-settings").get_by_text("Settings (presets").first.click()
-        page.locator("#write-dry-xtc").get_by_text("Repetition and stock phrases").first.click()
-        yield page, tmp / "studio.db"
-        browser.close()
+    app_page.locator("#write-settings").get_by_text("Settings (presets").first.click()
+    app_page.locator("#write-dry-xtc").get_by_text("Repetition and stock phrases").first.click()
+    return app_page, studio_app.db
 
 
 def upload(page, path) -> None:

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from tokenswift.decode.settings import Settings
+from tokenswift.sampling.keys import mix32, position_key
 from tokenswift.sampling.sampler import (
     Noise,
     Sampler,
@@ -15,9 +16,7 @@ from tokenswift.sampling.sampler import (
     apply_penalty,
     eta_filter,
     min_p_filter,
-    mix32,
     penalty_mask,
-    position_key,
     top_k_filter,
     top_p_filter,
 )

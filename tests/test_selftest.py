@@ -71,6 +71,7 @@ class Faults:
         return Kernel(inner, self) if kind in self.kinds else inner
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("name", "kind"), [("llama3.1-8b", "flex"), ("llama3.1-8b", "sdpa"),
                                             ("qwen2.5-1.5b", "auto"), ("qwen2.5-1.5b", "sdpa")])
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
@@ -122,6 +123,7 @@ def test_a_fast_path_failing_mid_run_resumes_on_the_next_path_with_the_same_text
     assert Generator(lm, s, prompt, generated_ids=saved, options=below).run() == expected
 
 
+@pytest.mark.slow
 def test_capture_and_compilation_are_booked_apart_from_decoding(stories64):
     """A pass whose first call takes seconds (as a CUDA-graph capture or a kernel compilation may): they land in
     capture_s, not in the step times that time saved and the adaptive policy read. Checked as bookkeeping on one
@@ -224,6 +226,7 @@ def kernel_layouts(slot_major: bool) -> set:
     return seen
 
 
+@pytest.mark.slow
 def test_the_flex_kernel_sees_one_layout_whatever_the_capacity():
     """The engine's slot-major cache gives the kernel the same shapes and strides in every job, so torch.compile
     builds it once per pass shape and span, not once per job; the head-major layout would not."""
@@ -262,8 +265,7 @@ def test_every_fast_path_tensor_is_allocated_on_the_models_device(kind):
     partial = KVCache(cfg.n_layers, cfg.n_kv_heads, 65, cfg.head_dim, "meta", lm.dtype)
     ids = torch.zeros(4096, dtype=torch.long, device="meta")
     sampler = Sampler(Settings(seed=1, **MINP), cfg.vocab_size, "meta")
-    # sample_in_graph off: a sampled token's host read has no value on meta
-    passes = FastPasses(lm, cache, FastOptions(attention=kind, sample_in_graph=False), sampler, ids)
+    passes = FastPasses(lm, cache, FastOptions(attention=kind), sampler, ids)
     trie = build_trie(3, [[1], [2, 3]], [])
     with torch.inference_mode():
         for name, t, c, end, kw in (("ar", 1, cache, 201, {}), ("draft", 1, partial, 41, dict(
@@ -301,11 +303,12 @@ class HostSyncs(TorchFunctionMode):
         return func(*args, **kwargs)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("drafter", ["fused", "paper"])
 def test_host_syncs_per_iteration_on_the_fast_path(stories64, drafter):
     """The same code as on a GPU: an AR step reads its token once; a TokenSwift iteration reads the targets once
     (fastpath.py) and sends its ids through pinned memory (engine.py: none). What remains is the drafts' top-k, a
-    nonzero and a read per draft depth plus the noise keys' upload (drafting.py, sampling.py)."""
+    nonzero and a read per draft depth (drafting.py, sampler.py) plus the noise keys' upload (keys.py)."""
     lm = dataclasses.replace(stories64, heads=random_heads(stories64.config, "cpu", torch.float64, seed=2))
     prompt = lm.encode(PROMPT)
     s = Settings(max_new_tokens=400, seed=2, ignore_eos=True, ngram_topk=5, tree=(1, 2, 2), budget=48,
@@ -320,7 +323,7 @@ def test_host_syncs_per_iteration_on_the_fast_path(stories64, drafter):
         with HostSyncs() as syncs:
             for _ in range(10):
                 step()
-        drafts = {"drafting.py": 10 * depth, "sampling.py": 20 * depth} if depth else {}
+        drafts = {"drafting.py": 10 * depth, "sampler.py": 10 * depth, "keys.py": 10 * depth} if depth else {}
         assert syncs.by_file == {"fastpath.py": 10, **drafts}
     draft_passes = [p for key, p in engine.fast.passes.items() if key[0] == "draft"]
     assert [p.sampled for p in draft_passes] == ([None] if drafter == "paper" else [])  # no sample for nothing

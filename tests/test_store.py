@@ -68,6 +68,7 @@ def test_default_store_lives_in_the_app_data_dir(tmp_path, monkeypatch):
     assert (tmp_path / "home" / "studio.db").exists()
 
 
+@pytest.mark.slow
 def test_three_processes_migrating_a_new_database_at_once(blank_db_url):
     """SQLite: the write lock; PostgreSQL: the advisory lock. Either way one migrates, the others wait."""
     code = "import sys; from storage import open_store; open_store(sys.argv[1]).close()"
@@ -125,6 +126,7 @@ print(json.dumps(ids))
 """
 
 
+@pytest.mark.slow
 def test_processes_share_the_queue_without_double_claims(tmp_path, db_url, store):
     ids = queue(store, 40)
     go = tmp_path / "go"

@@ -1,21 +1,66 @@
 """Time saved is counted against a robust AR step time: on a shared CPU one slow step (another process had
-the core) must not count as seconds saved for every iteration until the next probe."""
+the core) must not count as seconds saved for every iteration until the next probe.
+
+The engine runs for real (stories260k, float64) on a fake clock, so every timing is a count of clock reads and
+the runs compare exactly, whatever the machine's speed."""
 
 from __future__ import annotations
 
-from collections import deque
+import time
 
-from tokenswift.decode.engine import AR_SAMPLES, ar_estimate
-from tokenswift.decode.metrics import RunMetrics
+import pytest
+
+import tokenswift.decode.engine as engine_module
+from tokenswift.decode.generate import Generator
+from tokenswift.decode.settings import Settings
+
+SETTINGS = Settings(mode="tokenswift", seed=3, max_new_tokens=80, temperature=1.0, min_p=0.1)
+SLOW_S = 0.5  # what a probe costs while another process has the core
 
 
-def test_one_slow_ar_timing_does_not_inflate_time_saved():
-    times = deque([0.010, 0.011, 0.010, 0.012], maxlen=AR_SAMPLES)
-    times.append(0.500)  # one plain step that waited for the CPU
-    steady, spiked = RunMetrics("tokenswift"), RunMetrics("tokenswift")
-    steady.ar_latency_s, spiked.ar_latency_s = ar_estimate(times), 0.500
-    for metrics in (steady, spiked):
-        for _ in range(10):  # ten iterations of 3 tokens in 0.03 s each: exactly break-even at 0.010 s a token
-            metrics.add_step(3, 2, 0, False, 0.01, 0.015, 0.005)
-    assert abs(steady.time_saved_s) < 0.05  # about what it is: nothing saved
-    assert spiked.time_saved_s > 14  # what one raw outlier used to add, and then drift back from
+class Clock:
+    """time.perf_counter: a millisecond passes at each read, and `stall` seconds more when asked."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        self.now += 0.001
+        return self.now
+
+    def stall(self) -> None:
+        self.now += SLOW_S
+
+
+def run_with_probes(stories64, monkeypatch, slow) -> tuple[list[int], float, float]:
+    """A TokenSwift run that probes AR at every iteration; the probes whose number `slow` accepts stall the clock.
+    Returns the ids, the time saved and the final AR step time."""
+    clock, probes = Clock(), []
+    monkeypatch.setattr(time, "perf_counter", clock)
+    monkeypatch.setattr(engine_module, "PROBE_INTERVAL_S", 0.0)
+    ar_token = engine_module.Engine._ar_token
+
+    def probe(engine, n):
+        probes.append(n)
+        if slow(len(probes)):
+            clock.stall()
+        return ar_token(engine, n)
+
+    monkeypatch.setattr(engine_module.Engine, "_ar_token", probe)
+    gen = Generator(stories64, SETTINGS, stories64.encode("Once upon a time"))
+    ids = gen.run()
+    assert len(probes) > 8  # one an iteration
+    metrics = gen.metrics()
+    return ids, metrics.time_saved_s, metrics.ar_latency_s
+
+
+def test_one_slow_ar_probe_does_not_inflate_time_saved(stories64, monkeypatch):
+    steady = run_with_probes(stories64, monkeypatch, lambda probe: False)
+    spiked = run_with_probes(stories64, monkeypatch, lambda probe: probe == 4)
+    slow = run_with_probes(stories64, monkeypatch, lambda probe: True)
+    assert steady[0] == spiked[0] == slow[0]  # timings change speed only, never text
+    # The outlier is not counted as seconds saved (a raw last probe would add about SLOW_S a token)...
+    assert spiked[1] == pytest.approx(steady[1], abs=1e-6)
+    # ... while an AR step that stays slow is what time saved is counted against.
+    assert slow[2] == pytest.approx(steady[2] + SLOW_S)
+    assert slow[1] > steady[1] + SLOW_S * (SETTINGS.max_new_tokens // 2)

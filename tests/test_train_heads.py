@@ -20,6 +20,10 @@ from safetensors.torch import load_file, save_file
 from tokenswift.draft.heads import HeadsError, load_heads
 from tokenswift.model.loading import read_state_dict
 from tokenswift.train import eval_heads as ev
+from tokenswift.train import head_config as hc
+from tokenswift.train import head_model as hm
+from tokenswift.train import import_heads as ih
+from tokenswift.train import self_distill as sd
 from tokenswift.train import train_heads as th
 from tokenswift.train.data import DataError, load_sequences, opening_tokens, pack
 
@@ -30,16 +34,16 @@ QUICK = dict(seq_len=64, batch=8, warmup=5, lr=2e-2, min_lr=2e-3, progress=False
 def trained(stories_path, stories32, tmp_path_factory):
     """One short self-distillation run: 4,000 generated tokens, 60 steps of 8 x 64 tokens."""
     out = tmp_path_factory.mktemp("heads")
-    cfg = th.TrainConfig(model=str(stories_path), out=str(out), steps=60, checkpoint_every=30,
-                         distill=th.DistillConfig(tokens=4000, sample_tokens=256), **QUICK)
+    cfg = hc.TrainConfig(model=str(stories_path), out=str(out), steps=60, checkpoint_every=30,
+                         distill=hc.DistillConfig(tokens=4000, sample_tokens=256), **QUICK)
     return cfg, th.train_heads(cfg, lm=stories32)
 
 
 @pytest.fixture(scope="module")
 def heldout(stories32, tmp_path_factory):
-    docs = th.self_distill(stories32, th.DistillConfig(tokens=1200), [[1]], 300, seed=10_000, progress=False)
+    docs = sd.self_distill(stories32, hc.DistillConfig(tokens=1200), [[1]], 300, seed=10_000, progress=False)
     path = tmp_path_factory.mktemp("heldout") / "heldout.jsonl"
-    th.write_distilled(path, docs, stories32)
+    sd.write_distilled(path, docs, stories32)
     return path
 
 
@@ -65,24 +69,24 @@ def test_training_beats_untrained_heads_on_heldout_text(trained, heldout, storie
 
 def test_untrained_heads_repeat_the_base_head(stories32):
     tokens = torch.tensor([stories32.encode("Once upon a time, there was a little dog named Max.")])
-    hidden = th.base_hidden(stories32, tokens)
+    hidden = hm.base_hidden(stories32, tokens)
     base = stories32.model.head(stories32.model.model.norm(hidden)).float()
     for next_token in (False, True):
-        heads = th.initial_heads(stories32, next_token=next_token)
-        for i, logits in enumerate(th.draft_logits(stories32, heads, hidden, tokens), start=1):
+        heads = hm.initial_heads(stories32, next_token=next_token)
+        for i, logits in enumerate(hm.draft_logits(stories32, heads, hidden, tokens), start=1):
             torch.testing.assert_close(logits, base[:, : -(i + 1)], rtol=0, atol=1e-5)
 
 
 def test_base_hidden_is_the_engines_prenorm_state(stories32):
     """The training h0 gives the engine's logits once the final norm is applied."""
-    from tokenswift.model.forward import causal_mask
     from tokenswift.model.kv_cache import KVCache
+    from tokenswift.model.masks import causal_mask
 
     ids = torch.tensor(stories32.encode("Tom saw a big red ball in the park."))
     cfg, t = stories32.config, len(ids)
     cache = KVCache(cfg.n_layers, cfg.n_kv_heads, t, cfg.head_dim, "cpu", torch.float32)
     out = stories32.model(ids, torch.arange(t), cache, 0, causal_mask(0, t, torch.arange(t), None, "cpu"))
-    hidden = th.base_hidden(stories32, ids[None])[0]
+    hidden = hm.base_hidden(stories32, ids[None])[0]
     assert torch.equal(hidden, out.hidden)
     assert torch.equal(stories32.model.head(stories32.model.model.norm(hidden)), out.logits)
 
@@ -91,10 +95,10 @@ def test_saved_heads_reload_to_identical_logits(trained, stories32):
     cfg, result = trained
     loaded = load_heads(Path(cfg.out), stories32.config, "cpu", torch.float32)
     tokens = torch.tensor([stories32.encode("Lily and Ben went to the beach to build a sandcastle.")])
-    hidden = th.base_hidden(stories32, tokens)
+    hidden = hm.base_hidden(stories32, tokens)
     assert loaded.next_token and result.heads.next_token  # the default: heads that read the next token
-    for ours, theirs in zip(th.draft_logits(stories32, result.heads, hidden, tokens),
-                            th.draft_logits(stories32, loaded, hidden, tokens), strict=True):
+    for ours, theirs in zip(hm.draft_logits(stories32, result.heads, hidden, tokens),
+                            hm.draft_logits(stories32, loaded, hidden, tokens), strict=True):
         assert torch.equal(ours, theirs)
     # the draft vocabulary: every id of this 512-token model, the training text's most frequent first
     assert torch.equal(loaded.vocab, result.heads.vocab) and sorted(loaded.vocab.tolist()) == list(range(512))
@@ -128,7 +132,7 @@ def test_sampled_loss_on_cached_features_learns(trained, heldout, stories_path, 
     """The CPU recipe: the frozen model runs once per sequence into --features, the heads train on the target,
     the model's own top-k and random negatives; they must beat untrained heads on held-out text."""
     data = (str(Path(trained[0].out) / th.DISTILL_NAME),)
-    cfg = th.TrainConfig(model=str(stories_path), out=str(tmp_path / "heads"), data=data, steps=60,
+    cfg = hc.TrainConfig(model=str(stories_path), out=str(tmp_path / "heads"), data=data, steps=60,
                          checkpoint_every=60, features=str(tmp_path / "features"), loss="sampled", topk=8,
                          negatives=128, **QUICK)
     result = th.train_heads(cfg, lm=stories32)
@@ -148,7 +152,7 @@ def test_features_hold_the_models_own_states_and_resume(trained, stories32, tmp_
     store = hf.open_or_create(tmp_path / "f", tokens, stories32.config.dim, 4, "stories", "id")
     hf.extract(stories32, store, progress=False, save_every=2)
     whole = (store.hidden.copy(), store.topk.copy())
-    hidden = th.base_hidden(stories32, tokens[2:3])[0]
+    hidden = hm.base_hidden(stories32, tokens[2:3])[0]
     assert torch.equal(torch.from_numpy(whole[0][2].astype("float32")), hidden.half().float())
     logits = stories32.model.head(stories32.model.model.norm(hidden))
     assert torch.equal(torch.from_numpy(whole[1][2]).long(), logits.topk(4, dim=-1).indices)
@@ -170,7 +174,7 @@ def test_vocab_loss_learns_and_reading_the_next_token_drafts_better(trained, hel
     rows = {}
     for next_token in (False, True):
         out = tmp_path / f"heads-{next_token}"
-        cfg = th.TrainConfig(model=str(stories_path), out=str(out), data=data, steps=60, checkpoint_every=60,
+        cfg = hc.TrainConfig(model=str(stories_path), out=str(out), data=data, steps=60, checkpoint_every=60,
                              loss="vocab", draft_vocab=256, next_token=next_token, **QUICK)
         result = th.train_heads(cfg, lm=stories32)
         assert result.heads.next_token == next_token and result.record["settings"]["loss"] == "vocab"
@@ -190,7 +194,7 @@ def test_distill_loss_learns_what_the_model_itself_writes(trained, heldout, stor
     data = (str(Path(trained[0].out) / th.DISTILL_NAME),)
     rows = {}
     for loss in ("vocab", "distill"):
-        cfg = th.TrainConfig(model=str(stories_path), out=str(tmp_path / loss), data=data, steps=60,
+        cfg = hc.TrainConfig(model=str(stories_path), out=str(tmp_path / loss), data=data, steps=60,
                              checkpoint_every=60, loss=loss, draft_vocab=256, **QUICK)
         result = th.train_heads(cfg, lm=stories32)
         assert result.record["settings"]["loss"] == loss and len(result.heads.vocab) == 256
@@ -208,7 +212,7 @@ def test_training_can_start_from_trained_heads(trained, stories_path, stories32,
     heads of another shape are refused."""
     start, _ = trained
     data = (str(Path(start.out) / th.DISTILL_NAME),)
-    cfg = th.TrainConfig(model=str(stories_path), out=str(tmp_path / "tuned"), data=data, steps=1,
+    cfg = hc.TrainConfig(model=str(stories_path), out=str(tmp_path / "tuned"), data=data, steps=1,
                          checkpoint_every=1, loss="distill", draft_vocab=64, init=start.out,
                          **(QUICK | dict(lr=1e-6, min_lr=1e-7, warmup=0)))
     tuned = th.train_heads(cfg, lm=stories32).heads
@@ -218,18 +222,18 @@ def test_training_can_start_from_trained_heads(trained, stories_path, stories32,
             assert torch.allclose(tuned.state_dict()[name].float(), value, atol=1e-4), name
     assert len(tuned.vocab) == 64  # this run's draft vocabulary, not the one the heads came with
     with pytest.raises(HeadsError, match="gamma 3"):
-        th.train_heads(th.TrainConfig(**(vars(cfg) | dict(gamma=2, out=str(tmp_path / "other")))), lm=stories32)
+        th.train_heads(hc.TrainConfig(**(vars(cfg) | dict(gamma=2, out=str(tmp_path / "other")))), lm=stories32)
 
 
 @pytest.mark.parametrize("loss", ["vocab", "distill"])
 def test_vocab_and_distill_losses_need_a_draft_vocabulary(loss):
     with pytest.raises(ValueError, match="needs a draft vocabulary"):
-        th.TrainConfig(model="m", out="o", data=("x.txt",), loss=loss, draft_vocab=0)
+        hc.TrainConfig(model="m", out="o", data=("x.txt",), loss=loss, draft_vocab=0)
 
 
 def test_sampled_loss_needs_features():
     with pytest.raises(ValueError, match="needs --features"):
-        th.TrainConfig(model="m", out="o", data=("x.txt",), loss="sampled")
+        hc.TrainConfig(model="m", out="o", data=("x.txt",), loss="sampled")
 
 
 # -- resume -------------------------------------------------------------------------------------------
@@ -244,24 +248,24 @@ def test_resume_after_interruption_gives_the_uninterrupted_heads(trained, storie
     data = (str(Path(trained[0].out) / th.DISTILL_NAME),)  # the distilled text, read back as --data
     settings = dict(QUICK, model=str(stories_path), data=data, steps=9, batch=3, grad_accum=2,
                     checkpoint_every=3, warmup=2)
-    whole = th.train_heads(th.TrainConfig(out=str(tmp_path / "whole"), **settings), lm=stories32)
+    whole = th.train_heads(hc.TrainConfig(out=str(tmp_path / "whole"), **settings), lm=stories32)
 
     def crash(step, _metrics):
         if step == 5:
             raise Interrupted
 
     with pytest.raises(Interrupted):
-        th.train_heads(th.TrainConfig(out=str(tmp_path / "split"), **settings), lm=stories32, on_step=crash)
+        th.train_heads(hc.TrainConfig(out=str(tmp_path / "split"), **settings), lm=stories32, on_step=crash)
     assert torch.load(tmp_path / "split" / th.CHECKPOINT_NAME, weights_only=True)["step"] == 3
     steps = []
-    resumed = th.train_heads(th.TrainConfig(out=str(tmp_path / "split"), resume=True, **settings), lm=stories32,
+    resumed = th.train_heads(hc.TrainConfig(out=str(tmp_path / "split"), resume=True, **settings), lm=stories32,
                              on_step=lambda step, _: steps.append(step))
     assert steps == [4, 5, 6, 7, 8, 9]
     for name, tensor in whole.heads.state_dict().items():
         assert torch.equal(tensor, resumed.heads.state_dict()[name]), name
     assert whole.record["final"] == resumed.record["final"]
 
-    changed = th.TrainConfig(out=str(tmp_path / "split"), resume=True, **(settings | {"lr": 1e-2}))
+    changed = hc.TrainConfig(out=str(tmp_path / "split"), resume=True, **(settings | {"lr": 1e-2}))
     with pytest.raises(ValueError, match="lr: 0.02 -> 0.01"):
         th.train_heads(changed, lm=stories32)
 
@@ -274,7 +278,7 @@ def test_data_order_is_a_function_of_seed_and_position():
 
 
 def test_schedule_warms_up_then_decays_to_min_lr():
-    cfg = th.TrainConfig(model="m", out="o", data=("x",), steps=100, warmup=10, lr=1e-2, min_lr=1e-3)
+    cfg = hc.TrainConfig(model="m", out="o", data=("x",), steps=100, warmup=10, lr=1e-2, min_lr=1e-3)
     factors = [th.lr_factor(s, cfg) for s in range(101)]
     assert factors[:11] == sorted(factors[:11]) and factors[10] == pytest.approx(1.0)
     assert factors[10:] == sorted(factors[10:], reverse=True) and factors[100] == pytest.approx(0.1)
@@ -327,7 +331,7 @@ def test_missing_file_and_missing_data_are_errors(stories32, tmp_path):
     with pytest.raises(DataError, match="fewer than one sequence"):
         pack([[1, 2, 3]], seq_len=8)
     with pytest.raises(ValueError, match="--data FILE... or --self-distill"):
-        th.TrainConfig(model="m", out="o")
+        hc.TrainConfig(model="m", out="o")
 
 
 # -- import of official heads ------------------------------------------------------------------------
@@ -360,8 +364,8 @@ def official_checkpoint(stories_path, path, sharded: bool) -> dict[str, torch.Te
 def test_import_official_heads_reproduces_the_tensors(stories_path, stories32, tmp_path, sharded):
     source = official_checkpoint(stories_path, tmp_path / "official", sharded)
     parser = argparse.ArgumentParser()
-    th.add_import_arguments(parser)
-    th.run_import(parser.parse_args(["--from", str(tmp_path / "official"), "--out", str(tmp_path / "ours")]))
+    ih.add_import_arguments(parser)
+    ih.run_import(parser.parse_args(["--from", str(tmp_path / "official"), "--out", str(tmp_path / "ours")]))
     ours = load_file(str(tmp_path / "ours" / "heads.safetensors"))
     assert len(ours) == len(source) == 9
     for name, tensor in source.items():
@@ -372,7 +376,7 @@ def test_import_official_heads_reproduces_the_tensors(stories_path, stories32, t
 
 def test_import_without_heads_is_an_error(stories_path, tmp_path):
     with pytest.raises(HeadsError, match="no model.medusa_layers"):
-        th.import_heads(th.ImportConfig(str(stories_path), str(tmp_path / "ours")))
+        ih.import_heads(ih.ImportConfig(str(stories_path), str(tmp_path / "ours")))
 
 
 # -- command-line surface ------------------------------------------------------------------------------
@@ -380,21 +384,21 @@ def test_import_without_heads_is_an_error(stories_path, tmp_path):
 
 def test_train_arguments_map_onto_the_config():
     parser = argparse.ArgumentParser()
-    th.add_arguments(parser)
+    hc.add_arguments(parser)
     args = parser.parse_args(["--model", "m", "--self-distill", "5000", "--data", "a.txt", "b.jsonl", "--out", "o",
                               "--seq-len", "512", "--doc-tokens", "0", "--grad-accum", "4", "--lr", "1e-3",
                               "--temperature", "0.8", "--min-p", "0.05", "--resume"])
-    cfg = th.config_from_args(args)
+    cfg = hc.config_from_args(args)
     assert cfg.data == ("a.txt", "b.jsonl") and cfg.seq_len == 512 and cfg.doc_tokens is None
     assert cfg.grad_accum == 4 and cfg.lr == 1e-3 and cfg.resume and cfg.steps == 200
-    assert cfg.distill == th.DistillConfig(tokens=5000, temperature=0.8, min_p=0.05)
+    assert cfg.distill == hc.DistillConfig(tokens=5000, temperature=0.8, min_p=0.05)
     assert cfg.features is None and cfg.loss == "full" and cfg.draft_vocab == 8192
     args = parser.parse_args(["--model", "m", "--data", "a.txt", "--out", "o", "--features", "f", "--loss",
                               "sampled", "--topk", "8", "--negatives", "512", "--draft-vocab", "0"])
-    cfg = th.config_from_args(args)
+    cfg = hc.config_from_args(args)
     assert (cfg.features, cfg.loss, cfg.topk, cfg.negatives, cfg.draft_vocab) == ("f", "sampled", 8, 512, 0)
     assert cfg.next_token
-    cfg = th.config_from_args(parser.parse_args(["--model", "m", "--data", "a.txt", "--out", "o", "--loss", "vocab",
+    cfg = hc.config_from_args(parser.parse_args(["--model", "m", "--data", "a.txt", "--out", "o", "--loss", "vocab",
                                                  "--no-next-token"]))
     assert cfg.loss == "vocab" and not cfg.next_token
 

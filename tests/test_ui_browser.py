@@ -11,13 +11,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from conftest import REPO
-from test_ui_events import running_app
-
-CHROMIUM = Path("/usr/bin/chromium")
-ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-        "--disable-sync", "--no-first-run", "--disable-quic"]
-SHOTS = REPO / "artifacts" / "screenshots"
+from studio_app import SHOTS, log_in
 
 pytestmark = pytest.mark.browser
 
@@ -51,31 +45,10 @@ def settled(page, elem: str) -> None:
     expect(page.locator(f"{elem} [data-testid=status-tracker]:not(.hide)")).to_have_count(0)
 
 
-def log_in(page, url: str) -> None:
-    page.goto(url)
-    page.get_by_label("username").fill("ann")
-    page.get_by_label("password").fill("secret")
-    page.get_by_role("button", name="Login").click()
-
-
 @pytest.fixture(scope="module")
-def page(tmp_path_factory):
-    if not CHROMIUM.exists():
-        pytest.skip("/usr/bin/chromium is absent: install Debian's package (apt-get install chromium)")
-    sync_api = pytest.importorskip("playwright.sync_api")
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    with running_app(tmp_path_factory.mktemp("ui-browser"), "--auth", "ann:secret") as url, \
-            sync_api.sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
-        context = browser.new_context(viewport={"width": 1400, "height": 1000}, accept_downloads=True)
-        context.set_default_timeout(20_000)
-        page = context.new_page()
-        page.app_url = url
-        log_in(page, url)
-        sync_api.expect(page.locator("#ts-banner")).to_contain_text("ready", timeout=30_000)
-        page.screenshot(path=SHOTS / "01-first-visit.png", full_page=True)
-        yield page
-        browser.close()
+def page(app_page):
+    app_page.screenshot(path=SHOTS / "01-first-visit.png", full_page=True)
+    return app_page
 
 
 def test_write_pause_resume(page):
@@ -94,10 +67,11 @@ def test_write_pause_resume(page):
     expect(status).to_contain_text("Paused", timeout=30_000)
     expect(page.locator("#write-resume")).to_be_enabled()
     page.screenshot(path=SHOTS / "02-write-paused.png", full_page=True)
-    paused_at = int(re.search(r"([\d,]+) / 6,000 tokens", status.inner_text()).group(1).replace(",", ""))
+    draft, paused_at = re.search(r"Draft #(\d+) · ([\d,]+) / 6,000 tokens", status.inner_text()).groups()
+    paused_at = int(paused_at.replace(",", ""))
     assert 0 < paused_at < 6000
     page.reload()  # a reopened tab finds its draft where it is
-    expect(status).to_contain_text(f"Paused — Draft #1 · {paused_at:,} / 6,000 tokens", timeout=30_000)
+    expect(status).to_contain_text(f"Paused — Draft #{draft} · {paused_at:,} / 6,000 tokens", timeout=30_000)
     expect(text).to_have_value(re.compile(r"fox found a key"))
     page.locator("#write-resume").click()
     expect(status).to_contain_text("Done", timeout=240_000)  # a shared 2-core machine may write 50 tokens/s

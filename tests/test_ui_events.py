@@ -6,11 +6,8 @@ Outputs are looked up by component label (view_api), so a reordering of outputs 
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
-import signal
-import socket
 import subprocess
 import sys
 import time
@@ -20,6 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 from conftest import REPO, need_shared
+from studio_app import AUTH, running_app
 
 from ui import views
 from ui.dry_xtc_panel import NAMES
@@ -28,70 +26,6 @@ from ui.forms import DEFAULTS, SAMPLERS, SettingsForm
 FORM = ["TokenSwift", 200, 1.2, 1024, 20, "top-p", 0.9, 1.0, 3, 0]  # mode target θ W k sampler value T seed budget
 DRY_XTC = [getattr(SettingsForm(), name) for name in NAMES]  # after past-the-context: the writing defaults
 BAN = "big tree"  # the Write tab's banned phrases, after DRY and XTC
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@contextlib.contextmanager
-def running_app(tmp: Path, *extra: str, ready: bool = True):
-    """`python app.py` on a free port with its own store; yields the base URL. With ready, waits until the
-    worker reports the model loaded."""
-    model = need_shared()
-    port = free_port()
-    cmd = [sys.executable, "app.py", "--port", str(port), "--db", f"sqlite:///{tmp / 'studio.db'}",
-           "--model", str(model), "--device", "cpu", "--threads", "1", *extra]
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENSWIFT_HOME": str(tmp), "GRADIO_ANALYTICS_ENABLED": "False",
-           "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
-    log = open(tmp / "app.log", "w")  # noqa: SIM115 - closed below, after the process
-    proc = subprocess.Popen(["nice", *cmd], cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    auth = _auth(extra)
-    try:
-        deadline = time.monotonic() + 90
-        while True:
-            assert proc.poll() is None, f"app exited: {(tmp / 'app.log').read_text()[-3000:]}"
-            assert time.monotonic() < deadline, f"app not ready: {(tmp / 'app.log').read_text()[-3000:]}"
-            with contextlib.suppress(httpx.HTTPError):
-                health = httpx.get(f"{url}/api/health", auth=auth, timeout=2)
-                if health.is_success and (not ready or health.json()["load_status"] == "ready"):
-                    break
-            time.sleep(0.5)
-        yield url
-    finally:
-        children = child_pids(proc.pid)  # the spawned worker
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(40)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
-    assert proc.returncode == 0, (tmp / "app.log").read_text()[-3000:]
-    deadline = time.monotonic() + 5  # the worker (and multiprocessing's resource tracker) end with the app
-    while [pid for pid in children if Path(f"/proc/{pid}").exists()] and time.monotonic() < deadline:
-        time.sleep(0.1)
-    left = [Path(f"/proc/{pid}/cmdline").read_bytes()[:200] for pid in children if Path(f"/proc/{pid}").exists()]
-    assert not left, f"outlived the app: {left}"
-
-
-def child_pids(parent: int) -> list[int]:
-    pids = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        with contextlib.suppress(OSError, IndexError):
-            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == parent:
-                pids.append(int(stat.parent.name))
-    return pids
-
-
-def _auth(extra: tuple[str, ...]):
-    if "--auth" in extra:
-        user, _, password = extra[extra.index("--auth") + 1].partition(":")
-        return (user, password)
-    return None
 
 
 class UI:
@@ -130,13 +64,9 @@ def value(update):
     return update.get("value") if isinstance(update, dict) else update
 
 
-AUTH = ("ann", "secret")
-
-
-@pytest.fixture(scope="module")
-def app(tmp_path_factory):
-    with running_app(tmp_path_factory.mktemp("ui-events"), "--auth", ":".join(AUTH)) as url:
-        yield url
+@pytest.fixture
+def app(studio_app):
+    return studio_app.url
 
 
 @pytest.fixture
@@ -440,6 +370,7 @@ def test_model_tab(ui, tmp_path):
     assert "the worker loads it" in ok["Model message"] and "stories260k" in ok["Model details"]
 
 
+@pytest.mark.slow  # an app of its own, and a worker started later
 def test_no_worker_yet_the_model_is_saved_and_prompts_are_checked(tmp_path):
     """--no-worker: a model chosen before any worker exists is kept, prompts are measured with its tokenizer,
     and a worker started later without --model loads that choice and writes the draft that waited."""
@@ -629,6 +560,7 @@ def test_a_failed_load_is_told_plainly_and_points_at_the_default_model():
     assert "not found: OSError" in views.model_details([worker], ModelSpec("org/name"), 0)  # the reason: Model tab
 
 
+@pytest.mark.slow
 def test_a_model_that_cannot_load_is_refused_before_anything_changes(tmp_path, monkeypatch):
     """A hub id that was not downloaded used to be saved (the worker unloaded the working model and failed, and
     the banner advised the 260K test model). Now it is refused here, offline, with one sentence on how to get

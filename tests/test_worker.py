@@ -18,12 +18,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from conftest import only_sqlite
+from conftest import both_backends, only_sqlite, sqlite_db_url
 from sqlalchemy import event, text
 
 from storage import open_store
 from storage.db import make_engine
-from storage.records import ModelSpec, Owner, utcnow
+from storage.records import ModelSpec, Owner
 from tokenswift.decode.settings import Settings
 from worker import WorkerConfig, run_worker
 
@@ -119,6 +119,9 @@ class Workers:
             log.close()
 
 
+db_url = sqlite_db_url  # SQLite, and both_backends for what each recovers differently
+
+
 @pytest.fixture
 def workers(tmp_path, stories_path, db_url):
     started = Workers(tmp_path, stories_path, db_url)
@@ -158,6 +161,7 @@ def assert_complete_and_exact(store, workers, gen_id: int, straight: Straight, k
     assert gen.text == straight.text and gen.produced_tokens == SETTINGS.max_new_tokens
 
 
+@both_backends  # recovery: each backend's locks, leases and lost connections
 def test_pause_kill_9_and_shutdown_leave_exactly_the_straight_run(store, workers, straight):
     """One job through every interruption; each phase checks that what was committed stays as it was.
     (One test rather than three: each worker start costs seconds of torch import and model load.)"""
@@ -167,14 +171,14 @@ def test_pause_kill_9_and_shutdown_leave_exactly_the_straight_run(store, workers
 
     # 1. Pause: saved and released within an iteration; the worker moves on to the next jobs.
     store.request_pause(gen_id)
-    workers.wait_until(lambda: store.get_generation(gen_id, with_text=False).status == "paused", 10, proc)
+    workers.wait_until(lambda: store.get_generation(gen_id, with_text=False).status == "paused", 60, proc)
     paused = store.get_generation(gen_id, with_text=False)
     assert paused.produced_tokens < SETTINGS.max_new_tokens and paused.control is None
     kept = raw_chunks(workers, gen_id)
 
     # 2. Resume, then kill -9 mid-generation: the job is left "running" with a dead owner.
     store.request_resume(gen_id)
-    workers.wait_until(lambda: len(store.chunks(gen_id)) >= len(kept) + 2, 30, proc)
+    workers.wait_until(lambda: len(store.chunks(gen_id)) >= len(kept) + 2, 90, proc)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     kept = committed_prefix_kept(workers, gen_id, kept)
@@ -183,9 +187,9 @@ def test_pause_kill_9_and_shutdown_leave_exactly_the_straight_run(store, workers
 
     # 3. A new worker sees the dead pid at once, resumes; SIGTERM (app.py's shutdown) hands it back.
     proc = workers.start()
-    workers.wait_until(lambda: len(store.chunks(gen_id)) >= len(kept) + 2, 60, proc)
+    workers.wait_until(lambda: len(store.chunks(gen_id)) >= len(kept) + 2, 90, proc)
     proc.send_signal(signal.SIGTERM)
-    workers.finish(proc, 30)
+    workers.finish(proc, 60)
     assert store.get_generation(gen_id, with_text=False).status in ("queued", "done")
     kept = committed_prefix_kept(workers, gen_id, kept)
 
@@ -214,9 +218,9 @@ def test_a_draft_past_the_window_survives_pause_and_kill_9_exactly(store, worker
     produced = lambda: store.get_generation(gen_id, with_text=False).produced_tokens  # noqa: E731
     workers.wait_until(lambda: produced() >= 200, 90, proc)
     store.request_pause(gen_id)
-    workers.wait_until(lambda: store.get_generation(gen_id, with_text=False).status == "paused", 10, proc)
+    workers.wait_until(lambda: store.get_generation(gen_id, with_text=False).status == "paused", 60, proc)
     store.request_resume(gen_id)
-    workers.wait_until(lambda: produced() >= 520, 60, proc)  # past the first shift (~470 generated)
+    workers.wait_until(lambda: produced() >= 520, 90, proc)  # past the first shift (~470 generated)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     assert produced() < SHIFTING.max_new_tokens
@@ -254,8 +258,7 @@ def test_fifo_cancel_and_failures_while_the_worker_serves_on(store, workers, sto
     long_id = ids[1]
     workers.wait_until(lambda: len(store.chunks(long_id)) >= 2, 90, proc)
     store.request_cancel(long_id)
-    asked = utcnow()
-    workers.wait_until(lambda: store.get_generation(long_id, with_text=False).status == "cancelled", 10, proc)
+    workers.wait_until(lambda: store.get_generation(long_id, with_text=False).status == "cancelled", 60, proc)
     proc.join(120)
     assert proc.exitcode == 0
 
@@ -264,15 +267,38 @@ def test_fifo_cancel_and_failures_while_the_worker_serves_on(store, workers, sto
     assert "prompt_format" in gens[5].error and "no chat template" in gens[5].error
     assert "cannot load model '/nonexistent/model'" in gens[0].error
     assert "context" in gens[3].error and "max_new_tokens" in gens[3].error
-    # An iteration of this model takes milliseconds; the worker looks for requests after every one. (A
-    # token count would be tighter but flaky: this test process may stall on a busy machine.)
-    assert (gens[1].finished_at - asked).total_seconds() < 2.0
     assert 0 < gens[1].produced_tokens < 20_000
     assert [len(store.get_tokens(g.id).generated_ids) for g in gens] == [0, gens[1].produced_tokens, 30, 0, 30, 0]
     starts = [g.started_at for g in gens]
     assert starts == sorted(starts)  # FIFO
     assert all(a.finished_at <= b.started_at for a, b in zip(gens, gens[1:], strict=False))  # one at a time
     assert gens[2].model == model
+
+
+def test_a_cancel_ends_the_job_at_the_next_iteration(tmp_path, stories64, stories_path):
+    """The worker looks for requests after every iteration: a cancel asked for during one (here from the
+    callback the job calls each iteration) ends the job after the next, whatever the machine's speed."""
+    from worker.job import FlushPolicy, JobRun
+
+    store = open_store(f"sqlite:///{tmp_path / 'studio.db'}")
+    gen_id = store.enqueue_generation(PROMPT, SHORT.replace(max_new_tokens=400)).id
+    owner = Owner.here("w")
+    asked_at = []
+
+    def stopping() -> bool:
+        if not asked_at and len(run.gen.produced) >= 40:
+            store.request_cancel(gen_id)
+            asked_at.append(len(run.gen.produced))
+        return False
+
+    try:
+        with one_torch_thread():
+            run = JobRun(store, owner, store.claim_next(owner), stories64,
+                         ModelSpec(str(stories_path), None, "cpu", "float64"), FlushPolicy(60.0, 1000), stopping)
+            assert run.run() == "cancelled"
+        assert store.get_generation(gen_id).produced_tokens == asked_at[0] + 1  # AR: one token an iteration
+    finally:
+        store.close()
 
 
 def test_the_saved_model_choice_and_the_command_lines_override(db_url):
@@ -361,18 +387,47 @@ def test_a_full_database_pauses_the_job_with_the_reason_and_resume_loses_nothing
     store.close()
 
 
-@pytest.fixture
-def small_disk(tmp_path):
-    """An 8 MB tmpfs (root only: CI runs as root)."""
-    disk = tmp_path / "disk"
-    disk.mkdir()
+def mount_tmpfs(folder: Path, megabytes: int, owner=None) -> None:
+    """A small tmpfs at `folder` (root only: CI runs as root), owned by `owner` (a pwd entry) when given."""
     if os.geteuid() != 0:
         pytest.skip("mounting a small tmpfs needs root; the SQLITE_FULL test above covers the job without it")
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(disk)], capture_output=True)
+    folder.mkdir()
+    options = f"size={megabytes}m" + (f",uid={owner.pw_uid},gid={owner.pw_gid},mode=0700" if owner else "")
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(folder)], capture_output=True)
     if mounted.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode(errors='replace').strip()}")
-    yield disk
-    subprocess.run(["umount", "-l", str(disk)], check=False)
+
+
+@pytest.fixture
+def small_disk(request, tmp_path, workers):
+    """A small tmpfs holding the workers' store: the SQLite file, or the PostgreSQL database moved into a
+    tablespace there (its WAL stays on the server's own disk, as on a server whose data disk fills up)."""
+    if workers.db.startswith("sqlite"):
+        disk = tmp_path / "disk"
+        mount_tmpfs(disk, 8)
+        workers.db = f"sqlite:///{disk / 'studio.db'}"
+        try:
+            yield disk
+        finally:
+            subprocess.run(["umount", "-l", str(disk)], check=False)
+        return
+    cluster = request.getfixturevalue("pg_cluster")
+    name = workers.db.rsplit("/", 1)[1]
+    disk = cluster.root / f"disk-{name}"  # under the cluster's folder: the server's user can reach it
+    mount_tmpfs(disk, 32, cluster.user)  # a fresh database takes about 8 MB
+    space = disk / "tablespace"
+    space.mkdir()
+    if cluster.user:
+        os.chown(space, cluster.user.pw_uid, cluster.user.pw_gid)
+    try:
+        cluster.execute(f"CREATE TABLESPACE small_{name} LOCATION '{space}'")
+        cluster.execute(f"ALTER DATABASE {name} SET TABLESPACE small_{name}")
+        yield disk
+    finally:
+        workers.close()  # the database goes before its tablespace, and that before the disk
+        cluster.drop_database(workers.db)
+        cluster.execute(f"DROP TABLESPACE IF EXISTS small_{name}")
+        subprocess.run(["umount", "-l", str(disk)], check=False)
 
 
 def fill(folder: Path) -> Path:
@@ -388,27 +443,36 @@ def fill(folder: Path) -> Path:
     return filler
 
 
+# What each backend's driver says when the disk is full.
+DISK_FULL = {"sqlite": "database or disk is full", "postgresql": "No space left on device"}
+
+
+@both_backends  # a full SQLite file, or PostgreSQL's tablespace
 def test_a_full_disk_in_a_real_worker_is_transient(small_disk, workers, stories64):
-    """The worker process on a real file system that fills up mid-job: health says so, the job ends paused
-    with the reason (once that much can be written), and after Resume the ids are an uninterrupted run's."""
+    """The worker process with its store on a real file system that fills up mid-job: the job ends paused with
+    the reason (once that much can be written), and after Resume the ids are an uninterrupted run's. On SQLite
+    health says so at once, and not even the pause can be written until there is space again."""
     from storage.health import store_problem
 
+    backend = "sqlite" if workers.db.startswith("sqlite") else "postgresql"
     settings = SHORT.replace(max_new_tokens=800)
-    workers.db = f"sqlite:///{small_disk / 'studio.db'}"
     store = open_store(workers.db)
     gen_id = store.enqueue_generation(PROMPT, settings).id
     proc = workers.start()
     workers.wait_until(lambda: len(store.chunks(gen_id)) >= 2, 90, proc)
     filler = fill(small_disk)
-    assert "full" in store_problem(store)
     before = store.get_generation(gen_id, with_text=False)
-    workers.wait_until(lambda: "could not record the pause either" in workers.log(), 60, proc)
-    assert store.get_generation(gen_id, with_text=False).status == "running"  # the pause cannot be written yet
+    # PostgreSQL still fills free space in pages it has: the write that fails is the first one needing a new page.
+    workers.wait_until(lambda: "the store could not be written" in workers.log(), 120, proc)
+    if backend == "sqlite":  # a file's disk is checked directly; a server's only by a write that fails
+        assert "full" in store_problem(store)
+        workers.wait_until(lambda: "could not record the pause either" in workers.log(), 60, proc)
+        assert store.get_generation(gen_id, with_text=False).status == "running"  # the pause cannot be written yet
     filler.unlink()
     workers.wait_until(lambda: store.get_generation(gen_id, with_text=False).status == "paused", 60, proc)
     assert store_problem(store) is None
     paused = store.get_generation(gen_id, with_text=False)
-    assert "database or disk is full" in paused.error and paused.produced_tokens >= before.produced_tokens
+    assert DISK_FULL[backend] in paused.error and paused.produced_tokens >= before.produced_tokens, paused.error
     store.request_resume(gen_id)
     workers.wait_until(lambda: store.get_generation(gen_id, with_text=False).status == "done", 120, proc)
     assert store.get_tokens(gen_id).generated_ids == reference_ids(stories64, settings)
@@ -609,6 +673,7 @@ def test_a_worker_that_exited_cleanly_is_not_restarted():
         supervisor.stop()
 
 
+@both_backends  # the killed worker's claim is recovered by each backend's rules
 def test_the_app_respawns_a_killed_worker_and_the_job_finishes_exactly(store, workers, straight, stories_path):
     """app.py's supervisor over a real spawned worker: kill -9 it mid-job, a new one starts and finishes the job
     with the ids and text of one uninterrupted run."""

@@ -205,6 +205,7 @@ def followed(gen: Generator) -> list[int]:
 CASES = [("minp-penalty", 20, 384, True, False), ("top-p", 0, None, False, True)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("sampler", "k", "window", "with_pinned", "adaptive"), CASES)
 def test_tokenswift_equals_ar_while_entries_come_and_go(stories64, sampler, k, window, with_pinned, adaptive):
     lm, prompt = lm_with(stories64, 4), stories64.encode(PROMPT)
@@ -228,6 +229,7 @@ def test_tokenswift_equals_ar_while_entries_come_and_go(stories64, sampler, k, w
         assert differ is not None and differ >= entered - len(prompt)
 
 
+@pytest.mark.slow
 def test_resume_from_stored_ids_continues_the_same_stream(stories64):
     """Cut just before, at and after a checkpoint where the entries changed, and at a shift."""
     lm, prompt = lm_with(stories64, 4), stories64.encode(PROMPT)
@@ -283,6 +285,7 @@ def test_migration_0006_gives_existing_drafts_no_world_info(tmp_path):
     store.close()
 
 
+@pytest.mark.slow
 def test_the_worker_places_world_info_and_picks_an_edit_up_at_the_next_shift(tmp_path, stories64, stories_path):
     from worker.job import FlushPolicy, JobRun, draft_pinned
 
@@ -328,6 +331,7 @@ def test_what_the_model_sees_labels_the_world_info(tmp_path):
 # -- the command line, the API, the Write tab -----------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_cli_generate_and_bench_take_a_world_info_file(stories_path, stories64, tmp_path, capsys):
     from tokenswift.cli import main as cli
 
@@ -401,41 +405,32 @@ def test_the_write_tab_names_a_bad_entry_in_plain_words():
 
 
 @pytest.mark.browser
-def test_an_imported_world_info_reaches_the_draft_and_what_the_model_sees(tmp_path):
-    from test_ui_browser import ARGS, CHROMIUM, SHOTS, log_in
-    from test_ui_events import running_app
+def test_an_imported_world_info_reaches_the_draft_and_what_the_model_sees(app_page, studio_app, tmp_path):
+    from playwright.sync_api import expect
+    from studio_app import SHOTS
 
-    if not CHROMIUM.exists():
-        pytest.skip("/usr/bin/chromium is absent: install Debian's package (apt-get install chromium)")
-    sync_api = pytest.importorskip("playwright.sync_api")
-    expect = sync_api.expect
     lore = tmp_path / "lore.json"
     lore.write_text(json.dumps({"entries": [entry([], "Red is a fox who loves berries.", constant=True),
                                             entry(["Lily"], secondary_keys=["x y"])]}))
-    with running_app(tmp_path, "--auth", "ann:secret") as url, sync_api.sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
-        page = browser.new_context(viewport={"width": 1400, "height": 1000}).new_page()
-        page.set_default_timeout(SLOW)
-        log_in(page, url)
-        expect(page.locator("#ts-banner")).to_contain_text("ready", timeout=SLOW)
-        page.locator("#write-world").get_by_text("World Info (lorebook)").first.click()
-        with page.expect_file_chooser() as chooser:
-            page.locator("#write-world-import").click()
-        chooser.value.set_files(str(lore))
-        status = page.locator("#write-status")
-        expect(status).to_contain_text("lore.json imported: 2 entries", timeout=SLOW)
-        expect(page.locator("#write-world-info")).to_contain_text("Red is a fox who loves berries.", timeout=SLOW)
-        SHOTS.mkdir(parents=True, exist_ok=True)
-        page.locator("#write-world").screenshot(path=SHOTS / "10-world-info.png")
-        page.locator("#write-prompt textarea").fill("The fox ran into the woods.")
-        page.locator("#write-target input").fill("40")
-        page.locator("#write-start").click()
-        expect(status).to_contain_text("Done", timeout=90_000)
-        page.locator("#write-seen-box").get_by_text("What the model sees").first.click()
-        page.locator("#write-seen-show").click()
-        expect(page.locator("#write-seen .ts-seen-world-info")).to_have_text("Red is a fox who loves berries.\n",
-                                                                             timeout=SLOW)
-        browser.close()
-    store = open_store(f"sqlite:///{tmp_path / 'studio.db'}")
-    assert json.loads(store.get_generation(1).world_info)["entries"][1]["secondary_keys"] == ["x y"]
+    page = app_page
+    page.set_default_timeout(SLOW)
+    page.locator("#write-world").get_by_text("World Info (lorebook)").first.click()
+    with page.expect_file_chooser() as chooser:
+        page.locator("#write-world-import").click()
+    chooser.value.set_files(str(lore))
+    status = page.locator("#write-status")
+    expect(status).to_contain_text("lore.json imported: 2 entries", timeout=SLOW)
+    expect(page.locator("#write-world-info")).to_contain_text("Red is a fox who loves berries.", timeout=SLOW)
+    page.locator("#write-world").screenshot(path=SHOTS / "10-world-info.png")
+    page.locator("#write-prompt textarea").fill("The fox ran into the woods.")
+    page.locator("#write-target input").fill("40")
+    page.locator("#write-start").click()
+    expect(status).to_contain_text("Done", timeout=90_000)
+    draft = int(re.search(r"Draft #(\d+)", status.inner_text()).group(1))
+    page.locator("#write-seen-box").get_by_text("What the model sees").first.click()
+    page.locator("#write-seen-show").click()
+    expect(page.locator("#write-seen .ts-seen-world-info")).to_have_text("Red is a fox who loves berries.\n",
+                                                                         timeout=SLOW)
+    store = open_store(f"sqlite:///{studio_app.db}")
+    assert json.loads(store.get_generation(draft).world_info)["entries"][1]["secondary_keys"] == ["x y"]
     store.close()

@@ -28,8 +28,9 @@ from tokenswift.text.writing_presets import (
     read_preset,
     to_settings,
 )
-from ui.api import GenerationIn, create_app
-from ui.api import to_settings as api_settings
+from ui.api import create_app
+from ui.api_input import GenerationIn
+from ui.api_input import to_settings as api_settings
 from ui.forms import FormError, SettingsForm, form_from_settings
 from ui.presets import panel_form
 
@@ -230,6 +231,7 @@ def test_dry_and_xtc_boxes_reach_the_settings_by_one_path():
 # -- exactness -------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_every_built_in_preset_keeps_tokenswift_exact(stories64):
     """Each built-in preset, across context shifts with Memory and Author's Note, n-grams on, and resumed from
     stored ids: TokenSwift writes the tokens of plain decoding."""

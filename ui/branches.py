@@ -25,7 +25,7 @@ from storage.branches import TokenAt
 from storage.errors import Conflict, Invalid
 from storage.records import GenerationRecord
 from tokenswift.text.detok import IncrementalDetokenizer
-from ui.api import GenId, Int, found, invalid, json_object
+from ui.api_input import GenId, Int, found, invalid, json_object
 from ui.limits import printable
 from ui.tokens import PromptTokens
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
 
-from tokenswift.cli.main import escaped_arg
+from tokenswift.cli.flags import escaped_arg
 from tokenswift.decode.settings import DRAFTERS, WRITING_DEFAULTS, Settings, SettingsError, writing_settings
 from tokenswift.sampling.banned import read_phrases
 

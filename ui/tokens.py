@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from storage import Store
+from storage.home import gguf_cache
 from ui import views
 
 log = logging.getLogger(__name__)
@@ -99,7 +100,7 @@ def _load(model: str) -> _Loaded:
 
     path = Path(model).expanduser()
     if is_gguf(path):  # the worker converts the same file into the same cache; whoever is first does it
-        path = hf_directory(path)
+        path = hf_directory(path, gguf_cache())
     source = str(path) if path.is_dir() else model  # else a hub id, from the local cache only
     tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=True)
     try:

@@ -26,7 +26,7 @@ def progress_line(record: GenerationRecord, words: int, latest: MetricPoint | No
     speed = latest.tokens_per_s if latest and latest.tokens_per_s else None
     rate = f" · {speed:,.0f} tokens/s" if speed else ""
     status = record.status
-    if status == "queued" and record.control == "recover":  # requeued when its worker stopped (storage.repo)
+    if status == "queued" and record.control == "recover":  # requeued when its worker stopped (storage.runs)
         return f"{dot('wait')} **Recovering after a restart — loading the model** — {head}{worker_note}"
     if status == "queued":
         wait = f"{ahead} job{'s' if ahead != 1 else ''} ahead" if ahead else "next in line"

@@ -13,7 +13,7 @@ from pathlib import Path
 import gradio as gr
 
 from storage import Conflict, NotFound, Store, StoreError
-from ui import edit, seen, views, write_branches
+from ui import edit, seen, views, write_branch_events
 from ui.forms import SAMPLERS, FormError, SettingsForm, parse_target
 from ui.limits import context_text_problem, unicode_problem
 from ui.live import ACTIVE, Watch
@@ -222,7 +222,7 @@ def wire(p: WriteParts, store: Store, page: gr.Blocks, tokens: PromptTokens, tex
     page.load(attach, p.remembered, [*p.opened, p.limit, p.offer, p.offer_text, p.offered], api_name="write_attach",
               **fast)
     edit.wire(p, store)
-    write_branches.wire(p, store, tokens)
+    write_branch_events.wire(p, store, tokens)
 
 
 def _offer(p: WriteParts, store: Store, offer, shown: int | None) -> dict:

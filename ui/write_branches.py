@@ -3,7 +3,7 @@ likely tokens there with their probabilities (recorded as it wrote, ui/branches.
 writes on from it, and the tab follows it. The original and its branches are listed, to switch between them.
 
 A click on a word fills a hidden position box and presses a hidden button (the token view's own script), so the
-position reaches the server as an ordinary event's input.
+position reaches the server as an ordinary event's input. The events are wired in ui/write_branch_events.py.
 """
 
 from __future__ import annotations
@@ -13,15 +13,11 @@ from dataclasses import dataclass
 
 import gradio as gr
 
-from storage import Conflict, NotFound, Store, StoreError
-from storage.errors import Invalid
-from ui import views
-from ui.branches import NoTokenizer, alternatives, start_branch, token_texts
-from ui.live import Watch
+from storage import Store
+from ui.branches import token_texts
 from ui.tokens import PromptTokens
 
 VIEW_TOKENS = 1_500  # the draft's last tokens in the token view (a page of spans stays quick to draw)
-NOT_RECORDED = "No alternatives recorded for this part (it was written before they were recorded)."
 
 CLICKS = """
 element.addEventListener('click', (event) => {
@@ -104,78 +100,3 @@ def family_choices(store: Store, gen_id: int) -> list[tuple[str, int]]:
         where = "original" if b.position is None else f"branch of #{r.parent_id} at token {b.position:,}"
         labels.append((f"#{r.id} {where} · {r.status} · {r.produced_tokens:,} tokens", r.id))
     return labels
-
-
-def wire(p, store: Store, tokens: PromptTokens) -> None:
-    """p: the tab's WriteParts (p.branching is this module's BranchParts)."""
-    from ui.write_view import problem, show_generation  # here: write_view imports write_parts, which builds these
-
-    b: BranchParts = p.branching
-    fast = {"concurrency_limit": None}
-
-    def refresh(gen_id: int | None):
-        if gen_id is None:
-            return {b.branches: gr.Dropdown(choices=[], value=None), b.words: "", **_cleared(b)}
-        try:
-            return {b.branches: gr.Dropdown(choices=family_choices(store, gen_id), value=gen_id),
-                    b.words: words_html(store, tokens, gen_id), **_cleared(b)}
-        except (NotFound, StoreError) as error:
-            return {b.branches: gr.Dropdown(choices=[], value=None), b.words: "", **_cleared(b),
-                    b.info: f"{views.dot('bad')} {error}"}
-
-    def look(watch: Watch | None, position):
-        if watch is None or position is None:
-            return _cleared(b)
-        try:
-            view = alternatives(store, tokens, watch.gen_id, int(position))
-        except (Invalid, NotFound, NoTokenizer, StoreError) as error:
-            return {**_cleared(b), b.info: f"{views.dot('bad')} {error}"}
-        if not view["recorded"]:
-            return {**_cleared(b), b.info: NOT_RECORDED}
-        own = view["token"]
-        options = [(f"{_shown(a['text'])} · {a['probability']:.1%}", a["token"]) for a in view["alternatives"]
-                   if a["token"] != own]
-        info = (f"At token {view['position']:,} the model wrote **{_shown(view['text'])}** "
-                f"({view['probability']:.1%}). " + ("Its other likely words:" if options else
-                                                     "It had no other likely word there (the sampler's filters "
-                                                     "left only this one)."))
-        return {b.info: info, b.choice: gr.Radio(choices=options, value=None), b.branch: gr.Button(interactive=False),
-                b.at: view["position"]}
-
-    def make_branch(watch: Watch | None, at, token):
-        if watch is None or at is None or token is None:
-            return problem(p, "Branch: click a word, then pick one of its alternatives.")
-        try:
-            gen = start_branch(store, tokens, watch.gen_id, at, int(token))
-        except (Invalid, Conflict, NotFound, NoTokenizer, StoreError) as error:
-            return problem(p, f"Branch: {error}")
-        return {**show_generation(p, store, gen.id, fill_form=False),
-                p.status: f"{views.dot('run')} Branched: Draft #{gen.id} takes the other word at token {at:,} of "
-                          f"#{watch.gen_id} and writes on from it; the original is kept (see *Branches*)."}
-
-    def switch(gen_id):
-        if gen_id is None:
-            return gr.skip()
-        try:
-            return show_generation(p, store, int(gen_id))
-        except (NotFound, StoreError) as error:
-            return problem(p, f"Branches: {error}")
-
-    # A draft opened anywhere (Start, Library, a branch, page load) changes the remembered id: list its family.
-    p.remembered.change(refresh, p.remembered, b.reset, api_name="write_branches_refresh", **fast)
-    shown = lambda watch: refresh(watch.gen_id if watch else None)  # noqa: E731
-    b.show.click(shown, p.watch, b.reset, api_name="write_words", **fast)
-    b.box.expand(shown, p.watch, b.reset, **fast)  # opened: the draft as it is now
-    b.look.click(look, [p.watch, b.position], b.reset[2:], api_name="write_alternatives", **fast)
-    b.choice.input(lambda choice: gr.Button(interactive=choice is not None), b.choice, b.branch, **fast)
-    b.branch.click(make_branch, [p.watch, b.at, b.choice], p.opened, api_name="write_branch", **fast)
-    b.branches.input(switch, b.branches, p.opened, api_name="write_branch_switch", **fast)
-
-
-def _cleared(b: BranchParts) -> dict:
-    return {b.info: "", b.choice: gr.Radio(choices=[], value=None), b.branch: gr.Button(interactive=False), b.at: None}
-
-
-def _shown(text: str) -> str:
-    """A token's text, quoted so that its spaces show ("␣and")."""
-    return "“" + text.replace(" ", "␣").replace("\n", "↵") + "”"

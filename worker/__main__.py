@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from tokenswift.model.loading import default_dtype
 from worker.config import WorkerConfig
 from worker.loop import run_worker
 
@@ -17,8 +18,8 @@ def parse_args(argv: list[str] | None = None) -> WorkerConfig:
                                    "model chosen in the app's Model tab)")
     p.add_argument("--heads", help="draft-heads directory, if not inside the checkpoint")
     p.add_argument("--device", default=defaults.device, help="cpu, cuda or cuda:N")
-    p.add_argument("--dtype", default=defaults.dtype,
-                   help="float32, float64 (CPU), bfloat16, float16, q4 (a GGUF file's 4-bit weights, CPU)")
+    p.add_argument("--dtype", help="float32, float64 (CPU), bfloat16, float16, q4 (a GGUF file's 4-bit weights, CPU) "
+                                  "(default: bfloat16 on a GPU, float32 on the CPU)")
     p.add_argument("--worker-id", default=defaults.worker_id, help="row in the workers table (default: host:pid)")
     p.add_argument("--once", action="store_true", help="exit when the queue is empty")
     p.add_argument("--threads", type=int, help="torch CPU threads")
@@ -36,7 +37,8 @@ def parse_args(argv: list[str] | None = None) -> WorkerConfig:
                    help="... or when this many tokens are pending")
     args = p.parse_args(argv)
     return WorkerConfig(
-        db=args.db, model=args.model, heads=args.heads, device=args.device, dtype=args.dtype,
+        db=args.db, model=args.model, heads=args.heads, device=args.device,
+        dtype=args.dtype or default_dtype(args.device),
         worker_id=args.worker_id, once=args.once, threads=args.threads, adaptive=not args.fixed_batch,
         fast=not args.no_fast, poll_s=args.poll_s,
         lease_s=args.lease_s, flush_s=args.flush_s, flush_tokens=args.flush_tokens,

@@ -6,6 +6,7 @@ import gc
 import logging
 
 from storage import Store
+from storage.home import gguf_cache
 from storage.records import ModelSpec
 from worker.job import sticky_device_error, sticky_text
 
@@ -64,21 +65,18 @@ class ModelHolder:
         self.model, self.spec = None, None
 
     def _load(self, spec: ModelSpec):
-        from tokenswift.model.loading import cpu_threads, load_model
+        from tokenswift.model.loading import load_model
         from tokenswift.model.selftest import device_defaults
 
         self.store.report_model(self.worker_id, spec, "loading")
         log.info("loading %s (heads=%s) on %s/%s", spec.model, spec.heads, spec.device, spec.dtype)
         try:
-            model = load_model(spec.model, device=spec.device, dtype=spec.dtype, heads=spec.heads)
+            model = load_model(spec.model, device=spec.device, dtype=spec.dtype, heads=spec.heads,
+                               cache_dir=gguf_cache(), threads=self.threads, spare_cores=self.spare_cores)
         except Exception as error:  # noqa: BLE001 - bad path, bad checkpoint, OOM: all reported the same way
             if sticky_device_error(error):
                 raise DeviceLost(f"loading {spec.model!r}: {type(error).__name__}: {error}") from error
             raise self._failed(spec, f"{type(error).__name__}: {error}") from error
-        if self.threads is None and (threads := cpu_threads(model, self.spare_cores)):
-            import torch
-
-            torch.set_num_threads(threads)
         self.options = usable(device_defaults(model, self.adaptive, self.fast))  # self-tests the fast path on CUDA
         log.info("decoding path: %s", self.options.path(model.config).describe())
         self.model, self.spec, self.failed = model, spec, None

@@ -150,10 +150,6 @@ def run_worker(config: WorkerConfig) -> None:
     logging.basicConfig(level=logging.INFO, format=log_format)
     logging.getLogger("alembic").setLevel(logging.WARNING)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    if config.threads:
-        import torch
-
-        torch.set_num_threads(config.threads)
     worker = Worker(open_store(config.db), config)
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGTERM, signal.SIGINT):

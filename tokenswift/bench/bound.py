@@ -33,8 +33,8 @@ from tokenswift.decode.adaptive import CandidatePolicy, Shape, accepted_under
 from tokenswift.decode.engine import CAPACITY_SPARE, Engine
 from tokenswift.decode.options import EngineOptions
 from tokenswift.decode.settings import Settings
-from tokenswift.model.forward import causal_mask
 from tokenswift.model.loading import LoadedModel
+from tokenswift.model.masks import causal_mask
 
 
 class WidestShape(CandidatePolicy):

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import torch
 
 from tokenswift.decode.adaptive import CandidatePolicy, ladder
+from tokenswift.decode.engine_window import EngineWindow
 from tokenswift.decode.metrics import RunMetrics
 from tokenswift.decode.ngram import NgramTable
 from tokenswift.decode.options import EngineOptions
@@ -25,15 +26,15 @@ from tokenswift.draft.drafting import Drafter, HeadsDrafter
 from tokenswift.draft.fused_drafter import FusedDrafter
 from tokenswift.draft.layer_drafter import LayerDrafter
 from tokenswift.model.fastpath import FastPasses, padded_capacity
-from tokenswift.model.forward import COLUMN_ROWS, causal_mask, column_product, with_prefix
+from tokenswift.model.forward import COLUMN_ROWS, column_product
 from tokenswift.model.kv_cache import KVCache
 from tokenswift.model.loading import LoadedModel
+from tokenswift.model.masks import causal_mask, with_prefix
 from tokenswift.sampling.alternatives import Alternatives, from_rows, top_rows
 from tokenswift.sampling.dry_xtc import breaker_ids
-from tokenswift.sampling.sampler import Sampler
-from tokenswift.text.context_window import ContextUse, PinnedText, WindowPlan, leading_bos, window_plan
+from tokenswift.sampling.sampler import Sampler, last_ids, node_windows
+from tokenswift.text.context_window import PinnedText, WindowPlan, leading_bos, window_plan
 
-PREFILL_CHUNK = 1024
 CAPACITY_SPARE = 8  # cache slots beyond the longest text and one verify batch
 # How often TokenSwift re-measures an AR step at the current context. The probe's output is thrown away, so it
 # is pure cost (a plain step every 2 s was 2-3% of a CPU run), while the step time it tracks grows by a few
@@ -57,7 +58,7 @@ class StepResult:
     tokens: list[int]  # emitted this iteration; the last one is the new root
 
 
-class Engine:
+class Engine(EngineWindow):
     def __init__(self, lm: LoadedModel, settings: Settings, ids: list[int], prompt_len: int,
                  options: EngineOptions | None = None, plan: WindowPlan | None = None,
                  pinned_source: Callable[[], PinnedText] | None = None, bans: dict[int, tuple[int, ...]] | None = None):
@@ -107,9 +108,8 @@ class Engine:
         if fast is not None:  # only the paper drafter's partial cache reads the verify pass's queries
             self.fast = FastPasses(lm, self.cache, fast, self.sampler, self.buf,
                                    queries=self.ts and settings.drafter == "paper", alternatives=options.alternatives)
-        # Graphs need fixed shapes; a GPU pads by default (one kernel configuration per batch size).
-        pad = lm.device.type == "cuda" if options.pad_verify is None else options.pad_verify
-        self.pad_verify = self.fast is not None or pad
+        # Graphs need fixed shapes; a GPU pads anyway (one kernel configuration per batch size).
+        self.pad_verify = self.fast is not None or lm.device.type == "cuda"
         self.shared_head_rows = shared_head_rows(lm)
         self.adaptive = options.adaptive
         self.policy: CandidatePolicy | None = None
@@ -155,72 +155,6 @@ class Engine:
         if hidden is not None and self.drafter.uses_hidden:
             self.drafter.observe(hidden, following, first)
 
-    def _observe_window(self, hidden: torch.Tensor) -> None:
-        """After a prefill: the states of the window's last rows, up to the root."""
-        n = hidden.shape[0]
-        self._observe(hidden, self.buf[self.length - n + 1:self.length + 1].tolist(), self.length - n)
-
-    def _load_window(self, fresh: bool, at: int | None = None) -> tuple[torch.Tensor, list[torch.Tensor], torch.Tensor]:
-        """Fill the cache with window(b) + story[b:t] for the next token t and its boundary b (built at `at`, a
-        World Info checkpoint, when given; else where the plan says): all of it on a fresh run (the first token
-        is sampled from the prefill), else all but the root."""
-        t = len(self.ids)
-        b = self.plan.boundary(t)
-        at = self.plan.built(self.ids, t) if at is None else at
-        self.next_boundary, self.next_check = self.plan.next_boundary(t), self.plan.next_checkpoint(t)
-        self.entries = self.plan.active(self.ids, at)
-        tokens = self.plan.window(self.ids, b, at) + self.ids[at:]
-        self.buf[:len(tokens)] = torch.tensor(tokens, dtype=torch.int64)
-        self.offset = t - len(tokens)
-        if self.fast is not None:
-            self.fast.set_key_offset(self.offset)
-        self.length = len(tokens) if fresh else len(tokens) - 1
-        return self._prefill(self.length)
-
-    def _shift_if_due(self) -> None:
-        """Before predicting the token at a boundary: rebuild the window (the same rebuild a resume does); at a
-        World Info checkpoint whose entries differ from the window's, rebuild it there with them."""
-        t, at = len(self.ids), None
-        if t < self.next_boundary:
-            if t < self.next_check:
-                return
-            self.next_check = self.plan.next_checkpoint(t)
-            if self.plan.active(self.ids, t) == self.entries:
-                return
-            at = t
-        self._sync()
-        t0 = time.perf_counter()
-        if at is None and self.pinned_source is not None and (pinned := self.pinned_source()) != self.plan.pinned:
-            self.plan = self.plan.with_pinned(pinned)
-        _, queries, hidden = self._load_window(fresh=False, at=at)
-        if self.drafter is not None:
-            self.drafter.start(self.cache, self.length, queries)  # the partial cache is reselected
-            self._observe_window(hidden)  # the fused and layer drafters read the new window's states
-        self._sync()
-        self.shifts += 1
-        self.metrics.add_shift(time.perf_counter() - t0)
-
-    def context_use(self) -> ContextUse:
-        pinned = self.plan.pinned_size(self.entries)
-        return ContextUse(pinned, self.length + 1 - pinned, self.shifts)
-
-    @torch.inference_mode()
-    def _prefill(self, upto: int) -> tuple[torch.Tensor, list[torch.Tensor], torch.Tensor]:
-        """Returns the last token's logits and queries, and the last-layer states of the last rows a drafter
-        reads (the layer drafter: its window; the others: one)."""
-        model, dev, window = self.lm.model, self.lm.device, self.lm.config.sliding_window
-        out, states = None, []
-        keep = self.lm.draft_layer.window if self.ts and self.s.drafter == "layer" else 1
-        for start in range(0, upto, PREFILL_CHUNK):
-            end = min(start + PREFILL_CHUNK, upto)
-            pos = torch.arange(start, end, device=dev)
-            mask = causal_mask(start, end - start, pos, window, dev)
-            out = model(self.buf[start:end], pos, self.cache, start, mask, logits="last",
-                        capture_queries=end == upto)
-            if end > upto - keep:
-                states.append(out.hidden[max(0, upto - keep - start):])
-        return out.logits, [q[-1] for q in out.queries], torch.cat(states)
-
     # -- shared helpers -----------------------------------------------------------------------------
 
     @property
@@ -241,16 +175,14 @@ class Engine:
         return staged.to(self.lm.device, non_blocking=True, copy=True)
 
     def _window(self, end: int, path: list[int]) -> torch.Tensor | None:
-        """The sampling history (the penalty's last W tokens, DRY's range) of ids[:end] + path, as a [1, <=W] row."""
-        w = self.s.history_length
-        if w == 0:
+        """The sampling history (the penalty's last W tokens, DRY's range) of ids[:end] + path, as a [1, W] row."""
+        dev = self.lm.device
+        if self.s.history_length == 0:
             return None
+        history = last_ids(self.buf, end, torch.arange(self.s.history_length, device=dev))
         if not path:
-            return self.buf[max(0, end - w):end][None]
-        tail = torch.tensor(path[-w:], dtype=torch.int64, device=self.lm.device)
-        if w > len(path):
-            tail = torch.cat((self.buf[max(0, end - (w - len(path))):end], tail))
-        return tail[None]
+            return history[None]
+        return node_windows(history, torch.tensor([path], device=dev), torch.tensor([len(path)], device=dev))
 
     def _sync(self) -> None:
         """Wait for the device before reading the clock (eager CUDA). On the fast path every phase already ends
@@ -296,21 +228,17 @@ class Engine:
     def _ar_token(self, n: int) -> tuple[int, torch.Tensor | None]:
         """Run the token in slot n (writing its K/V; it attends to slots [0, n]), sample position n + 1.
         Also returns the token's last-layer state."""
-        if self.fast is not None and self.fast.sampler is not None:
+        if self.fast is not None:
             token, hidden = self.fast.ar_token(n)  # forward and sampling in one graph: one host sync per token
             if self.record:
                 self._tops.append(self.fast.alternatives([0]))
             return token, hidden
-        if self.fast is not None:
-            logits, hidden = self.fast.ar(self.buf[n:n + 1], n)
-        else:
-            pos = torch.tensor([n], device=self.lm.device)
-            window = self.lm.config.sliding_window
-            # A sliding-window model must mask old keys here too, or AR and verification would differ.
-            mask = causal_mask(n, 1, pos, window, self.lm.device) if window is not None else None
-            out = self.lm.model(self.buf[n:n + 1], pos, self.cache, n, mask)
-            logits, hidden = out.logits, out.hidden
-        return self._sample(logits, self._window(n + 1, []), n + 1 + self.offset), hidden
+        pos = torch.tensor([n], device=self.lm.device)
+        window = self.lm.config.sliding_window
+        # A sliding-window model must mask old keys here too, or AR and verification would differ.
+        mask = causal_mask(n, 1, pos, window, self.lm.device) if window is not None else None
+        out = self.lm.model(self.buf[n:n + 1], pos, self.cache, n, mask)
+        return self._sample(out.logits, self._window(n + 1, []), n + 1 + self.offset), out.hidden
 
     # -- TokenSwift ----------------------------------------------------------------------------------
 

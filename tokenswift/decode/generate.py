@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
+from tokenswift.decode.banned_engine import BannedEngine
 from tokenswift.decode.engine import CAPACITY_SPARE, Engine
 from tokenswift.decode.metrics import RunMetrics
 from tokenswift.decode.options import EngineOptions
@@ -21,7 +22,6 @@ from tokenswift.decode.settings import Settings, SettingsError
 from tokenswift.decode.trie import max_nodes
 from tokenswift.model.loading import ROPE_SLACK, LoadedModel
 from tokenswift.sampling.alternatives import Alternatives
-from tokenswift.sampling.banned import BannedEngine
 from tokenswift.text.context_window import ContextUse, PinnedText, WindowPlan, leading_bos, window_plan
 from tokenswift.text.detok import IncrementalDetokenizer
 
@@ -104,6 +104,10 @@ class Generator:
         if reason:
             yield StepEvent([], True, reason)
             return
+        with self.lm.running():  # the model's own thread count (LoadedModel.running)
+            yield from self._decode()
+
+    def _decode(self) -> Iterator[StepEvent]:
         engine = self._engine = open_engine(self.lm, self.s, self.prompt_ids + self.produced, len(self.prompt_ids),
                                             self.options, self.plan, self._pinned_source)
         detok = self._stop_detokenizer()

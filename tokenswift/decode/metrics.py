@@ -105,7 +105,7 @@ def distinct(ids: list[int]) -> list[float]:
 # in 10^4-10^5 tokens, design §3), practically never in float64 (where the tests prove the equality).
 NOT_TOKEN_EXACT = {"float32": ("float32", "rarely (about once in 10,000-100,000 tokens) "),
                    "bfloat16": ("bfloat16", ""), "float16": ("float16", ""),
-                   "q4": ("4-bit weights (bfloat16 numbers)", "")}
+                   "q4": ("4-bit weights", "")}
 
 
 def same_text_caveat(precision: str | None) -> str | None:

@@ -30,7 +30,6 @@ class PathChoice:
 class EngineOptions:
     fast: FastOptions | None = None  # the static-shape passes, captured as CUDA graphs on a GPU (fastpath.py)
     adaptive: bool = False  # pick the candidate batch per iteration from measured costs (adaptive.py)
-    pad_verify: bool | None = None  # pad verify batches to a fixed size; None: on CUDA (always on the fast path)
     choice: PathChoice | None = None  # how `fast` was chosen (selftest.choose_path); None: as given, untested
     alternatives: bool = False  # record each emitted token's likeliest alternatives (alternatives.py; the app's)
 

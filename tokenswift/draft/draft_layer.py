@@ -34,8 +34,7 @@ from torch import nn
 
 from tokenswift.model.config import ModelConfig
 from tokenswift.model.errors import ModelLoadError, read_config_and_weights
-from tokenswift.model.forward import Block, Linear, RMSNorm, project
-from tokenswift.model.rope import apply_rope
+from tokenswift.model.forward import Block, Linear, RMSNorm, fused_state, project
 
 CONFIG_NAME = "draft_config.json"
 WEIGHTS_NAME = "draft.safetensors"
@@ -66,14 +65,9 @@ class DraftLayer(nn.Module):
         at p and the embedding of the token at p+1); cos/sin: [T, head_dim] for positions p. attend(q, k, v) with
         q [..., T, heads, hd], k/v [..., T, kv_heads, hd] returns [..., T, heads * hd]: it decides which keys each
         row sees (a cache when drafting, the training masks). Returns the predicted states [..., T, dim]."""
-        cfg, attn = self.cfg, self.layer.self_attn
+        attn = self.layer.self_attn
         x = self.fc(torch.cat((feature, self.token_norm(token_embedding)), dim=-1))
-        h = self.layer.input_layernorm(x)
-        lead = h.shape[:-1]
-        q = apply_rope(attn.q_proj(h).view(*lead, cfg.n_heads, cfg.head_dim), cos, sin)
-        k = apply_rope(attn.k_proj(h).view(*lead, cfg.n_kv_heads, cfg.head_dim), cos, sin)
-        v = attn.v_proj(h).view(*lead, cfg.n_kv_heads, cfg.head_dim)
-        x = x + attn.o_proj(attend(q, k, v))
+        x = x + attn.o_proj(attend(*attn.qkv(self.layer.input_layernorm(x), cos, sin)))
         return x + self.layer.mlp(self.layer.post_attention_layernorm(x))
 
     def logits(self, states: torch.Tensor, head_rows: torch.Tensor) -> torch.Tensor:
@@ -148,7 +142,7 @@ def load_layer(directory: Path, cfg: ModelConfig, head_weight: torch.Tensor, dev
     """The draft layer in `directory`, checked against the model it will draft for."""
     config_file, weights_file = directory / CONFIG_NAME, directory / WEIGHTS_NAME
     meta, stored = read_config_and_weights(directory, CONFIG_NAME, WEIGHTS_NAME, DraftLayerError, "draft layer")
-    state = dequantize(stored)
+    state = fused_state(dequantize(stored))
     if meta.get("format") != FORMAT:
         raise DraftLayerError(f"{config_file} is not a draft layer config (format {meta.get('format')!r})")
     for key, want in (("dim", cfg.dim), ("n_heads", cfg.n_heads), ("n_kv_heads", cfg.n_kv_heads),

@@ -53,7 +53,7 @@ def best_per_depth(logits: torch.Tensor, sampler: Sampler, window: torch.Tensor 
     vocabulary only (then penalty and filters apply within it).
 
     Greedy: the penalty is the only processing that changes which tokens lead. Sampling: the target's token at
-    a position is argmax(processed scores + that position's Gumbel noise) (sampling.py), and the noise is known
+    a position is argmax(processed scores + that position's Gumbel noise) (sampler.py), and the noise is known
     before the token is drawn. So a draft row is ranked the same way: its processed scores plus the very noise
     its position will be sampled with. Where the draft's distribution is near the model's, its best noisy
     guess is the token the model then draws; ranked without the noise, the guess is the most likely token,
@@ -120,10 +120,8 @@ class HeadsDrafter:
             return out.logits
         # Heads that read the next token get the depth-1 candidate they extend: the base row's best guess, the
         # token the target would draw from it (best_per_depth's first pick there).
-        after = lm.model.model.embed_tokens(self.sampler.sample(out.logits, window, [key])) \
-            if lm.heads.next_token else None
-        states = lm.heads(out.hidden, after)[: rows - 1]
-        return torch.cat([out.logits, *(lm.model.head(s) for s in states)])
+        first = self.sampler.sample(out.logits, window, [key]) if lm.heads.next_token else None
+        return torch.cat([out.logits, lm.heads.logits(lm.model, out.hidden, first, rows - 1)])
 
     def commit(self, full: KVCache, start: int, end: int, queries: list[torch.Tensor] | None) -> None:
         self.partial.extend(full, start, end, queries)

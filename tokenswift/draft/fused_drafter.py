@@ -19,7 +19,6 @@ import torch
 
 from tokenswift.decode.settings import Settings
 from tokenswift.draft.drafting import best_per_depth
-from tokenswift.model.forward import project
 from tokenswift.model.kv_cache import KVCache
 from tokenswift.model.loading import LoadedModel
 from tokenswift.sampling.sampler import Sampler
@@ -36,10 +35,11 @@ class FusedDrafter:
         self.widths = list(settings.tree[1:gamma + 1])
         self.hidden: torch.Tensor | None = None  # [1, dim]: the state whose base-head sample is the root
         self.vocab = lm.heads.vocab if lm.heads is not None else None
+        self.weight = None  # the LM head's rows for the draft vocabulary; None: the whole head
         if self.vocab is not None:
             if int(self.vocab.max()) >= lm.config.vocab_size:
                 raise ValueError(f"the heads' draft vocabulary names token ids past the model's {lm.config.vocab_size}")
-            self.weight = lm.model.head_weight[self.vocab]  # the LM head's rows for the draft vocabulary
+            self.weight = lm.model.head_weight[self.vocab]
 
     def start(self, full: KVCache, length: int, queries: list[torch.Tensor]) -> None:
         pass  # the heads need the prompt's last state only, given through observe()
@@ -60,13 +60,10 @@ class FusedDrafter:
         lm, widths = self.lm, self.widths[:depth]
         if not widths:
             return []
-        after = lm.model.model.embed_tokens(torch.tensor([root], device=self.hidden.device)) \
-            if lm.heads.next_token else None
-        states = torch.cat(lm.heads(self.hidden, after)[: len(widths)])
-        if self.vocab is None:
-            return best_per_depth(lm.model.head(states), self.sampler, window, widths, key)
-        # Scored over the draft vocabulary only: tokens outside it are never proposed.
-        return best_per_depth(project(states, self.weight), self.sampler, window, widths, key, self.vocab)
+        # Scored over the draft vocabulary only, when the heads have one: tokens outside it are never proposed.
+        root_id = torch.tensor([root], device=self.hidden.device) if lm.heads.next_token else None
+        logits = lm.heads.logits(lm.model, self.hidden, root_id, len(widths), self.weight)
+        return best_per_depth(logits, self.sampler, window, widths, key, self.vocab)
 
     def commit(self, full: KVCache, start: int, end: int, queries: list[torch.Tensor] | None) -> None:
         pass  # the next observe() brings all the drafter keeps

@@ -33,7 +33,7 @@ from torch import nn
 
 from tokenswift.model.config import ModelConfig
 from tokenswift.model.errors import ModelLoadError, read_config_and_weights
-from tokenswift.model.forward import Linear, RMSNorm
+from tokenswift.model.forward import Linear, RMSNorm, Transformer, project
 
 CONFIG_NAME = "heads_config.json"
 WEIGHTS_NAME = "heads.safetensors"
@@ -75,6 +75,14 @@ class DraftHeads(nn.Module):
             h = h + layer.linear(layer.input_layernorm(h))
             states.append(layer.post_layernorm(h))
         return states
+
+    def logits(self, model: Transformer, h0: torch.Tensor, next_ids: torch.Tensor | None, rows: int,
+               weight: torch.Tensor | None = None) -> torch.Tensor:
+        """Every drafter's draft logits: [rows * T, V] from the first `rows` heads on h0 [T, dim], head-major.
+        next_ids [T]: the token after each h0 position (read by next_token heads only, else may be None).
+        weight: the LM-head rows to score (the draft vocabulary's); None: the whole LM head."""
+        after = model.model.embed_tokens(next_ids) if self.next_token else None
+        return project(torch.cat(self(h0, after)[:rows]), model.head_weight if weight is None else weight)
 
     def config_dict(self) -> dict:
         return {"format": "tokenswift-heads", "version": 1, "dim": self.dim, "gamma": self.gamma, "eps": self.eps,

@@ -22,6 +22,7 @@ from tokenswift.draft.drafting import best_per_depth
 from tokenswift.model.forward import attention_bias, sdpa_folded
 from tokenswift.model.kv_cache import KVCache
 from tokenswift.model.loading import LoadedModel
+from tokenswift.model.masks import causal_mask
 from tokenswift.sampling.sampler import Sampler
 
 
@@ -38,11 +39,10 @@ class CacheAttention:
         d.values[:, first:first + n] = v.transpose(0, 1)
         lo = max(d.valid_from, first + n - d.window)
         mask = None
-        if n > 1:
-            slots = torch.arange(lo, first + n, device=q.device)[None, :]
-            rows = torch.arange(first, first + n, device=q.device)[:, None]
-            visible = (slots <= rows) & (slots > rows - d.window) & (slots >= d.valid_from)
-            mask = attention_bias(visible, d.cfg.group, q.dtype)
+        if n > 1:  # causal within the window, counted from lo (slot = position, so lo's offset cancels)
+            prefix = first - lo
+            positions = torch.arange(prefix, prefix + n, device=q.device)
+            mask = attention_bias(causal_mask(prefix, n, positions, d.window, q.device), d.cfg.group, q.dtype)
         return sdpa_folded(d.cfg, q, d.keys[:, lo:first + n], d.values[:, lo:first + n], mask)
 
 

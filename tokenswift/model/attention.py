@@ -12,7 +12,7 @@ Attention reads only the filled part of the cache, by one of three kernels (meas
 - "sdpa": scaled_dot_product_attention over the filled length rounded up to `bucket` slots, under a mask
   built on the device; one graph per bucket.
 - "auto" (default): "flex" for power-of-two groups, else "flex-fold" (inductor's rule, see above).
-Each kernel is called as the eager model.SpanAttention is, by the model's one forward (Transformer.run).
+Each kernel is called as the eager forward.SpanAttention is, by the model's one forward (Transformer.run).
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from collections.abc import Callable
 
 import torch
 
+from tokenswift.model import masks
 from tokenswift.model.forward import Transformer, fold_groups, merge_heads, sdpa_folded
 
 BLOCK = 128  # FlexAttention's KV block: the filled length is read in steps of this many slots
@@ -40,10 +41,8 @@ class Visible:
         self.slots_range = torch.arange(capacity, device=device)
 
     def mask(self, span: int) -> torch.Tensor:
-        """[T, span] bool, True where query i may attend to slot j."""
-        rel = self.slots_range[None, :span] - self.start
-        block = self.tree.gather(1, rel.clamp(0, self.t - 1).expand(self.t, span))
-        return (rel < 0) | ((rel < self.t) & block)
+        """[T, span] bool, True where query i may attend to slot j (masks.visible)."""
+        return masks.visible(self.slots_range[None, :span] - self.start, self.offsets[:, None], self.tree)
 
 
 class SdpaAttention:
@@ -61,29 +60,30 @@ class SdpaAttention:
         return sdpa_folded(self.cfg, q, k[:, :self.span], v[:, :self.span], self.mask)
 
 
-_compiled_flex: Callable | None = None
-# Each pass shape (AR, draft, every verify batch, per model, per span) is one specialisation: dynamo's default
-# limit (8) would be reached within a job. Past the limit dynamo runs flex_attention uncompiled, materialising
-# every score, without a word: fail instead, so the fast path's fallback (selftest.py) takes SDPA and says why.
-FLEX_COMPILE = {"recompile_limit": 512, "accumulated_recompile_limit": 4096, "fail_on_recompile_limit_hit": True}
+class FlexKernel:
+    """flex_attention as one loaded model runs it (LoadedModel.flex): on CUDA compiled at its first call and kept
+    while the model is (the compiled code keys on shapes, so every pass and span of every job shares it); elsewhere
+    eager (compiled it would materialise no less on a CPU, and the tests want eager there).
 
+    Each pass shape (AR, draft, every verify batch, per span) is one specialisation: dynamo's default limit (8)
+    would be reached within a job. Past a limit dynamo runs flex_attention uncompiled, materialising every score,
+    without a word: this kernel fails instead, so the fast path's fallback (selftest.py) takes SDPA and says why.
+    The limits hold for this kernel's calls only, not for the process."""
 
-def flex_kernel(device: torch.device) -> Callable:
-    """flex_attention, compiled on CUDA (eager it materialises all scores; on CPU the tests want eager)."""
-    global _compiled_flex  # one compiled wrapper per process, like gpt-fast's; its cache keys on shapes
-    from torch.nn.attention.flex_attention import flex_attention
+    def __init__(self, recompile_limit: int = 512, accumulated_recompile_limit: int = 4096):
+        self.limits = {"recompile_limit": recompile_limit, "accumulated_recompile_limit": accumulated_recompile_limit,
+                       "fail_on_recompile_limit_hit": True}
+        self.compiled: Callable | None = None
 
-    if device.type != "cuda":
-        return flex_attention
-    if _compiled_flex is None:
-        compiled = torch.compile(flex_attention, dynamic=False)
+    def __call__(self, q: torch.Tensor, *args, **kwargs) -> torch.Tensor:
+        from torch.nn.attention.flex_attention import flex_attention
 
-        def kernel(*args, **kwargs):
-            with torch._dynamo.config.patch(FLEX_COMPILE):  # for these calls only, not the whole process
-                return compiled(*args, **kwargs)
-
-        _compiled_flex = kernel
-    return _compiled_flex
+        if q.device.type != "cuda":
+            return flex_attention(q, *args, **kwargs)
+        if self.compiled is None:
+            self.compiled = torch.compile(flex_attention, dynamic=False)
+        with torch._dynamo.config.patch(self.limits):
+            return self.compiled(q, *args, **kwargs)
 
 
 class FlexAttention:
@@ -97,7 +97,9 @@ class FlexAttention:
     cache (kv_cache.KVCache) the span's strides do not depend on the capacity either, so the compiled kernel
     of a span serves every job."""
 
-    def __init__(self, model: Transformer, visible: Visible, fold: bool, span: int | None = None):
+    def __init__(self, model: Transformer, visible: Visible, fold: bool, span: int | None = None,
+                 kernel: FlexKernel | None = None):
+        """kernel: the loaded model's (LoadedModel.flex); None: a kernel of this attention's own."""
         from torch.nn.attention.flex_attention import BlockMask
 
         cfg, dev = model.cfg, visible.start.device
@@ -115,14 +117,12 @@ class FlexAttention:
         start, tree = visible.start, visible.tree
 
         def mask_mod(b, h, q_idx, kv_idx):
-            row = q_idx % t if fold else q_idx  # folded rows are j*T + t
-            rel = kv_idx - start
-            return (rel < 0) | ((rel < t) & tree[row, rel.clamp(0, t - 1)])
+            return masks.visible(kv_idx - start, q_idx % t if fold else q_idx, tree)  # folded rows are j*T + t
 
         self.block_mask = BlockMask.from_kv_blocks(
             self.kv_num, self.kv_idx, self.full_num, self.full_idx, BLOCK_SIZE=BLOCK, mask_mod=mask_mod,
             seq_lengths=(q_len, span), compute_q_blocks=False)
-        self.kernel = flex_kernel(dev)
+        self.kernel = kernel or FlexKernel()
         # The decoding kernel packs a KV head's group * T query rows into one tile of next_pow2 rows and
         # finds no config once that exceeds the 128-row mask block (a verify batch): cap the tile at 128.
         rows = cfg.group * t
@@ -161,8 +161,9 @@ def effective_kind(kind: str, cfg) -> str:
     return kind
 
 
-def make_attention(kind: str, model: Transformer, visible: Visible, span: int):
+def make_attention(kind: str, model: Transformer, visible: Visible, span: int, flex: FlexKernel | None = None):
+    """The attention of one pass; flex: the loaded model's compiled kernel, for the flex kinds."""
     kind = effective_kind(kind, model.cfg)
     if kind == "sdpa":
         return SdpaAttention(model, visible, span)
-    return FlexAttention(model, visible, fold=kind == "flex-fold", span=span)
+    return FlexAttention(model, visible, fold=kind == "flex-fold", span=span, kernel=flex)

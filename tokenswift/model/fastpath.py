@@ -2,12 +2,12 @@
 static shapes, device-side lengths and CUDA graphs, so plain decoding runs near the memory-bandwidth limit and
 TokenSwift runs on top of it.
 
-Every pass runs the model's one forward (model.Transformer.run): T new tokens at cache slots start..start+T-1.
+Every pass runs the model's one forward (forward.Transformer.run): T new tokens at cache slots start..start+T-1.
 AR is T = 1 over the full cache, the draft pass T = 1 over the partial cache (plus the draft heads), verify
 T = the padded candidate batch over the full cache. All shapes are fixed per pass, and `start`, the positions
 and the tree live in device buffers that the host fills before a replay, so one captured graph serves every
 step at every context length. Attention reads only the filled cache (attention.py). The AR and verify graphs
-also sample (device_sampling.py), so an AR step costs one replay and one host read for its token, and a
+also sample (sampling/in_graph.py), so an AR step costs one replay and one host read for its token, and a
 verify pass one replay and one read for the target's token after every trie node.
 
 The capture boundary is `Pass._compute`: it takes no arguments and touches only static buffers. It is captured
@@ -22,6 +22,7 @@ passes, and a pass that raises (FastPathError) sends the job back to the queue f
 
 from __future__ import annotations
 
+import functools
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
@@ -52,7 +53,6 @@ class FastOptions:
     verify_attention: str | None = None  # kernel of the verify pass; None = the same as `attention`
     graphs: str | None = None  # "cuda" | "none"; None = "cuda" on a CUDA device, else "none"
     bucket: int = 2048  # sdpa: KV span granularity in slots (one graph per span and pass)
-    sample_in_graph: bool = True  # sample inside the AR and verify graphs: one host sync per step
     # Passes kept (the least recently used goes first): each holds its buffers and, on a GPU, a captured graph,
     # and a long run meets a new span every few thousand tokens for each batch shape.
     max_passes: int = 48
@@ -142,7 +142,7 @@ class Pass:
             self.graph.replay()
 
     def _compute(self) -> None:
-        """The compile boundary: the model's one forward (model.Transformer.run) with this pass's attention,
+        """The compile boundary: the model's one forward (forward.Transformer.run) with this pass's attention,
         then the LM head (and the draft heads, or the sampler)."""
         model = self.model
         if self.tree_in is not None:
@@ -164,13 +164,11 @@ class Pass:
         # pre-norm state. Heads that read the next token get the depth-1 guess they extend: the token the target
         # would draw from the base row (its window ends at the root, at position `positions[0]`).
         self.logits[:1].copy_(model.logits_of(x))
-        after = None
+        first = None
         if self.heads.next_token:
             base = self.logits[:1]
             first = self.sampler(base, self.positions[0], self.positions, None) if self.sampler else base.argmax(-1)
-            after = model.model.embed_tokens(first)
-        states = self.heads(x, after)[: self.draft_rows - 1]
-        self.logits[1:].copy_(model.head(torch.cat(states)))
+        self.logits[1:].copy_(self.heads.logits(model, x, first, self.draft_rows - 1))
 
 
 def capture(fn: Callable[[], None], pool) -> torch.cuda.CUDAGraph:
@@ -211,13 +209,14 @@ class FastPasses:
         if lm.dtype not in DTYPES:
             raise ValueError(f"the fast path was never tested in {lm.dtype}; run without it")
         self.lm, self.cache, self.options = lm, cache, options
+        self.factory = options.attention_factory or functools.partial(make_attention, flex=lm.flex)
         self.graphs = options.graphs or ("cuda" if lm.device.type == "cuda" else "none")
         if self.graphs != "none" and lm.device.type != "cuda":
             raise ValueError(f"graphs={self.graphs!r} needs a CUDA device")
         self.pool = torch.cuda.graph_pool_handle() if self.graphs == "cuda" else None
         self.passes: OrderedDict[tuple, Pass] = OrderedDict()  # least recently used first
+        # The AR and verify passes sample too (one host sync per step), and the draft pass for next-token heads.
         self.draw = DeviceSampler(sampler, ids) if sampler is not None and ids is not None else None
-        self.sampler = self.draw if options.sample_in_graph else None  # the AR and verify passes sample too
         self.ids, self.queries, self.record = ids, queries, alternatives
         self.sampled_last: Pass | None = None  # the last pass that sampled: its alternatives are read next
         # Seconds spent in passes' first calls (capture, kernel compilation, warm-up): one-off costs the engine
@@ -247,7 +246,7 @@ class FastPasses:
         while len(self.passes) >= self.options.max_passes:
             self.passes.popitem(last=False)
         self.passes[key] = Pass(self.lm.model, cache, t, kind, span, self.graphs, pool=self.pool,
-                                factory=self.options.attention_factory, **kw)
+                                factory=self.factory, **kw)
         return self.passes[key]
 
     def _run(self, p: Pass) -> None:
@@ -288,11 +287,11 @@ class FastPasses:
     def ar_token(self, n: int) -> tuple[int, torch.Tensor]:
         """One AR step in one graph: the token in slot n of `ids` through the model, then the sampled
         token for position n + 1 (its `int` is the step's only host sync), and the state [1, dim]."""
-        if self.sampler is None:
-            raise RuntimeError("ar_token needs FastPasses(..., sampler=, ids=) with sample_in_graph")
+        if self.draw is None:
+            raise RuntimeError("ar_token needs FastPasses(..., sampler=, ids=)")
         _check_room(self.cache, n, 1)
         with self._guard(self.options.attention):
-            p = self.sampled_last = self._ar(self.ids[n:n + 1], n, self.sampler)
+            p = self.sampled_last = self._ar(self.ids[n:n + 1], n, self.draw)
             return int(p.sampled[0]), p.hidden
 
     def _ar(self, token: torch.Tensor, n: int, sampler: DeviceSampler | None) -> Pass:
@@ -330,16 +329,16 @@ class FastPasses:
         pinned buffer and reaches the device in one asynchronous copy."""
         _check_room(self.cache, start, t)
         kind = self.options.verify_attention or self.options.attention
-        name = "verify" if self.sampler is None else "verify+sample"
+        name = "verify" if self.draw is None else "verify+sample"
         with self._guard(kind):
             p = self.sampled_last = self._get(name, self.cache, t, kind, start + t, queries=self.queries,
-                                              sampler=self.sampler, packed=True,
-                                              alternatives=self.record and self.sampler is not None)
+                                              sampler=self.draw, packed=True,
+                                              alternatives=self.record and self.draw is not None)
             # Rewriting the host buffer is safe: the previous copy from it finished before its targets were read.
-            pack_verify_inputs(trie, start, t, self.sampler is not None, p.host_inputs)
+            pack_verify_inputs(trie, start, t, self.draw is not None, p.host_inputs)
             p.inputs.copy_(p.host_inputs, non_blocking=True)
             self._run(p)
-            targets = p.sampled[: len(trie.tokens)].tolist() if self.sampler is not None else None
+            targets = p.sampled[: len(trie.tokens)].tolist() if self.draw is not None else None
         return p.logits, p.queries, targets, p.hidden
 
 

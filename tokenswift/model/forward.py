@@ -5,8 +5,10 @@ their K/V into a cache at slots start..start+T-1 and attends to slots [0, start+
 The same call serves chunked prefill (causal mask), single-token decoding (no mask), the draft pass over
 the partial cache, and tree verification (an arbitrary mask, positions = L + depth).
 
-Module names mirror transformers' (model.layers.N.self_attn.q_proj, ...), so a Hugging Face state dict
-loads with no renaming and every tensor's shape is checked by load_state_dict.
+Module names mirror transformers' (model.layers.N.self_attn.o_proj, ...) except two fused products: each
+layer's q/k/v projections are one qkv_proj and its gate/up projections one gate_up_proj, so a decoding step
+runs four products per layer instead of seven (fused_state() renames a Hugging Face state dict; every tensor's
+shape is then checked by load_state_dict).
 """
 
 from __future__ import annotations
@@ -64,27 +66,31 @@ class RMSNorm(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # Normalise in at least float32 as the reference does; bf16 variance loses too much.
-        work = x.float() if x.dtype in (torch.bfloat16, torch.float16) else x
-        work = work * torch.rsqrt(work.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * work.to(x.dtype)
+        if x.dtype in (torch.bfloat16, torch.float16):
+            work = x.float()
+            return self.weight * (work * torch.rsqrt(work.pow(2).mean(-1, keepdim=True) + self.eps)).to(x.dtype)
+        return self.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps))
 
 
 class Attention(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.cfg = cfg
-        self.q_proj = Linear(cfg.dim, cfg.n_heads * cfg.head_dim, bias=cfg.qkv_bias)
-        self.k_proj = Linear(cfg.dim, cfg.n_kv_heads * cfg.head_dim, bias=cfg.qkv_bias)
-        self.v_proj = Linear(cfg.dim, cfg.n_kv_heads * cfg.head_dim, bias=cfg.qkv_bias)
+        self.qkv_proj = Linear(cfg.dim, (cfg.n_heads + 2 * cfg.n_kv_heads) * cfg.head_dim, bias=cfg.qkv_bias)
         self.o_proj = Linear(cfg.n_heads * cfg.head_dim, cfg.dim, bias=False)
+
+    def qkv(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
+        """x [..., T, dim] -> q [..., T, heads, head_dim], k and v [..., T, kv_heads, head_dim], q and k rotated
+        (one RoPE call for both)."""
+        cfg = self.cfg
+        qkv = self.qkv_proj(x).unflatten(-1, (cfg.n_heads + 2 * cfg.n_kv_heads, cfg.head_dim))
+        rotated = apply_rope(qkv[..., :cfg.n_heads + cfg.n_kv_heads, :], cos, sin)
+        return rotated[..., :cfg.n_heads, :], rotated[..., cfg.n_heads:, :], qkv[..., cfg.n_heads + cfg.n_kv_heads:, :]
 
     def forward(self, x, cos, sin, keys, values, slots, attend) -> tuple[torch.Tensor, torch.Tensor]:
         """keys, values: this layer's whole cache [kv_heads, capacity, head_dim]; slots: [T] device tensor of the
         slots the new K/V go to (no host value: one captured graph serves every length)."""
-        cfg, t = self.cfg, x.shape[0]
-        q = apply_rope(self.q_proj(x).view(t, cfg.n_heads, cfg.head_dim), cos, sin)
-        k = apply_rope(self.k_proj(x).view(t, cfg.n_kv_heads, cfg.head_dim), cos, sin)
-        v = self.v_proj(x).view(t, cfg.n_kv_heads, cfg.head_dim)
+        q, k, v = self.qkv(x, cos, sin)
         keys.index_copy_(1, slots, k.transpose(0, 1))
         values.index_copy_(1, slots, v.transpose(0, 1))
         return self.o_proj(attend(q, keys, values)), q
@@ -123,12 +129,12 @@ class SpanAttention:
 class MLP(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
-        self.gate_proj = Linear(cfg.dim, cfg.intermediate_size, bias=False)
-        self.up_proj = Linear(cfg.dim, cfg.intermediate_size, bias=False)
+        self.gate_up_proj = Linear(cfg.dim, 2 * cfg.intermediate_size, bias=False)
         self.down_proj = Linear(cfg.intermediate_size, cfg.dim, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        gate, up = self.gate_up_proj(x).chunk(2, -1)
+        return self.down_proj(F.silu(gate) * up)
 
 
 class Block(nn.Module):
@@ -167,6 +173,8 @@ class Transformer(nn.Module):
         self.model = Backbone(cfg)
         if not cfg.tie_embeddings:
             self.lm_head = Linear(cfg.dim, cfg.vocab_size, bias=False)
+        # The model's own logits may come from a quantized copy of the head (int4.py); drafters keep head_weight.
+        self.quantized_head: nn.Module | None = None
         self.rope_cos: torch.Tensor | None = None
         self.rope_sin: torch.Tensor | None = None
 
@@ -175,6 +183,8 @@ class Transformer(nn.Module):
 
     def head(self, hidden: torch.Tensor) -> torch.Tensor:
         """The frozen LM head on a normalised state (shared with the draft heads)."""
+        if self.quantized_head is not None:
+            return self.quantized_head(hidden)
         return project(hidden, self.head_weight)
 
     @property
@@ -222,11 +232,29 @@ class Transformer(nn.Module):
         (before the final norm); appends each layer's post-RoPE queries to `queries` when given."""
         cos, sin = self.rope_cos[positions], self.rope_sin[positions]
         x = self.model.embed_tokens(tokens)
-        for i, layer in enumerate(self.model.layers):
-            x, q = layer(x, cos, sin, cache.k[i], cache.v[i], slots, attend)
+        for layer, (keys, values) in zip(self.model.layers, cache.layers, strict=True):
+            x, q = layer(x, cos, sin, keys, values, slots, attend)
             if queries is not None:
                 queries.append(q)
         return x
+
+
+def fused_state(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """A state dict with transformers' names -> ours: every `<prefix>self_attn.{q,k,v}_proj.{weight,bias}` becomes
+    `<prefix>self_attn.qkv_proj.*` (rows q, k, v) and `<prefix>mlp.{gate,up}_proj.weight` becomes
+    `<prefix>mlp.gate_up_proj.weight`. Other tensors, and a state already fused, pass unchanged."""
+    out = dict(state)
+    for name in state:
+        for parts, fused in ((("q_proj", "k_proj", "v_proj"), "qkv_proj"), (("gate_proj", "up_proj"), "gate_up_proj")):
+            first = f".{parts[0]}."
+            if first not in f".{name}":
+                continue
+            names = [name.replace(first[1:], f"{part}.", 1) for part in parts]
+            if all(n in state for n in names):
+                out[name.replace(first[1:], f"{fused}.", 1)] = torch.cat([state[n] for n in names])
+                for n in names:
+                    out.pop(n, None)
+    return out
 
 
 def attention_bias(mask: torch.Tensor, group: int, dtype: torch.dtype) -> torch.Tensor:
@@ -234,22 +262,3 @@ def attention_bias(mask: torch.Tensor, group: int, dtype: torch.dtype) -> torch.
     forward: every layer shares it, and SDPA would otherwise turn a bool mask into a bias in each layer."""
     bias = torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill_(~mask, -math.inf)
     return bias.repeat(group, 1)
-
-
-def causal_mask(prefix: int, t: int, positions: torch.Tensor, window: int | None, device) -> torch.Tensor:
-    """[t, prefix+t]: every new token sees the whole prefix and the new tokens up to itself."""
-    block = torch.ones(t, t, dtype=torch.bool, device=device).tril()
-    return with_prefix(block, prefix, positions, window)
-
-
-def with_prefix(block: torch.Tensor, prefix: int, positions: torch.Tensor, window: int | None) -> torch.Tensor:
-    """Extend a [t, t] mask among new tokens with the committed prefix (slot == position there).
-
-    With a sliding window (Mistral), a query at position p sees keys at positions > p - window."""
-    t = block.shape[0]
-    full = torch.ones(t, prefix, dtype=torch.bool, device=block.device)
-    mask = torch.cat((full, block), dim=1)
-    if window is not None:
-        key_pos = torch.cat((torch.arange(prefix, device=block.device), positions))
-        mask &= key_pos[None, :] > positions[:, None] - window
-    return mask

@@ -4,8 +4,9 @@ A GGUF file is checked with the `gguf` package (llama.cpp's own reader): archite
 every tensor's bytes are inside the file. It is then turned, through transformers' GGUF support (config,
 tokenizer and chat template from the file's metadata; tensors dequantized and llama.cpp's Q/K row order
 undone), into an ordinary Hugging Face directory: config.json, the tokenizer files and float32
-model.safetensors. That directory is cached under the app's data folder, keyed by the file's content hash,
-so a restart loads safetensors instead of dequantizing again, and the rest of the engine sees one format.
+model.safetensors. That directory is cached, keyed by the file's content hash, in the cache directory the caller
+passes (the app passes its data folder's; default: $TOKENSWIFT_CACHE, else $XDG_CACHE_HOME/tokenswift), so a
+restart loads safetensors instead of dequantizing again, and the rest of the engine sees one format.
 """
 
 from __future__ import annotations
@@ -18,12 +19,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tokenswift.model.errors import ModelLoadError
-from tokenswift.model.home import data_home
 
 ARCHITECTURES = ("llama", "mistral", "qwen2")
 # The common types of published files; the gguf package dequantizes each of them.
 TENSOR_TYPES = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K")
 SOURCE_NAME = "gguf_source.json"  # written last: a cache entry without it is incomplete
+CACHE_ENV = "TOKENSWIFT_CACHE"  # overrides the default cache directory (named in the CLI's --model help)
 
 
 @dataclass(frozen=True)
@@ -84,16 +85,21 @@ def file_hash(path: Path) -> str:
     return digest.hexdigest()
 
 
-def cache_root() -> Path:
-    return data_home() / "gguf-cache"
+def default_cache_dir() -> Path:
+    """$TOKENSWIFT_CACHE, else $XDG_CACHE_HOME/tokenswift (~/.cache/tokenswift): a conversion can always be
+    made again from its file, so it is a cache, not data."""
+    if os.environ.get(CACHE_ENV):
+        return Path(os.environ[CACHE_ENV]).expanduser()
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "tokenswift"
 
 
-def hf_directory(path: str | Path, root: Path | None = None) -> Path:
-    """The Hugging Face directory made from a GGUF file: from the cache, or converted now and cached."""
+def hf_directory(path: str | Path, cache_dir: Path | None = None) -> Path:
+    """The Hugging Face directory made from a GGUF file: from cache_dir (None: default_cache_dir()), or converted
+    now and cached there."""
     path = Path(path).expanduser().resolve()
     info = inspect_gguf(path)
     sha = file_hash(path)
-    dest = (root or cache_root()) / f"{path.stem}-{sha[:16]}"
+    dest = (cache_dir or default_cache_dir()) / f"{path.stem}-{sha[:16]}"
     if source_record(dest):
         return dest
     tmp = dest.with_name(dest.name + f".tmp-{os.getpid()}")

@@ -1,15 +1,13 @@
-"""4-bit weights as the GGUF file stores them (`--dtype q4`): the CPU decoder's projections read Q4_0/Q4_1 blocks.
+"""4-bit weights as the GGUF file stores them (`--dtype q4`): the CPU decoder's products read the file's blocks.
 
-A Q4_1 block holds 32 weights as w = d * q + m (q in 0..15, d and m float16); Q4_0 as w = d * (q - 8). Both are
-exactly torch's group-wise int4 format, w = (q - 8) * scale + zero with groups of 32 (scale d; zero m + 8d,
-or 0), so `_weight_int4pack_mm_for_cpu` multiplies by the file's own 4-bit values: a fifth of the float32 bytes,
-the weight traffic llama.cpp has. Its activations are bfloat16 (its float32 path is scalar code, 30x slower),
-so is the KV cache, and scales and zeros are rounded to bfloat16. The token embedding and the LM head keep the
-model's other weights, in bfloat16.
+Every layer's projections keep the file's Q4_0/Q4_1 blocks (Q8_0 is taken too), fused as the float model fuses
+them (q/k/v, gate/up), and the LM head keeps the file's token-embedding (or output) blocks when they are
+quantized: the weight bytes llama.cpp reads. The products are quant.QuantLinear's: activations stay float32 and
+are quantized per block of 32 to int8 inside each product, as llama.cpp does; norms, RoPE, attention and the KV
+cache are float32, as in the float32 model.
 
-Like --dtype bfloat16 this trades exactness for speed: products with a few rows or one give equal rows, but
-attention does not, and bfloat16 rounding turns its last-bit differences into different tokens after a few
-dozen; `bench` reports the first divergence from plain decoding. Exactness is proven in float64.
+Like --dtype bfloat16 this trades exactness for speed: `bench` reports the first divergence from plain decoding,
+and scripts/q4_quality.py measures the text against float32's. Exactness is proven in float64.
 """
 
 from __future__ import annotations
@@ -18,47 +16,15 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from torch import nn
 
 from tokenswift.model.errors import ModelLoadError
 from tokenswift.model.forward import Transformer
+from tokenswift.model.quant import KINDS, QuantLinear
 
-GROUP = 32
-# Block bytes per type: Q4_0 = float16 d + 16 bytes of nibbles; Q4_1 adds float16 m after d.
-BLOCK_BYTES = {"Q4_0": 18, "Q4_1": 20}
-GGUF_NAMES = {"self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
-              "self_attn.o_proj": "attn_output", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
-              "mlp.down_proj": "ffn_down"}
-
-
-class Q4Linear(nn.Module):
-    """y = x @ W.T with W in torch's packed int4 layout; bias-free (the projections q4 replaces have none)."""
-
-    def __init__(self, q: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor):
-        """q [out, in] int in 0..15; scale, zero [out, in / GROUP]: w = (q - 8) * scale + zero."""
-        super().__init__()
-        self.out_features, self.in_features = q.shape
-        self.register_buffer("packed", torch.ops.aten._convert_weight_to_int4pack_for_cpu(q.to(torch.int32), 1))
-        self.register_buffer("scales_zeros", torch.stack((scale.t(), zero.t()), -1).to(torch.bfloat16).contiguous())
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        flat = x.reshape(-1, self.in_features).to(torch.bfloat16)
-        out = torch.ops.aten._weight_int4pack_mm_for_cpu(flat, self.packed, GROUP, self.scales_zeros)
-        return out.reshape(*x.shape[:-1], self.out_features).to(x.dtype)
-
-
-def blocks_of(kind: str, data: np.ndarray, rows: int, cols: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """A Q4_0/Q4_1 tensor's bytes -> (q [rows, cols] uint8, scale, zero [rows, cols / 32] float32)."""
-    blocks = np.ascontiguousarray(data).reshape(rows, cols // GROUP, BLOCK_BYTES[kind])
-    d = blocks[..., 0:2].copy().view(np.float16)[..., 0].astype(np.float32)
-    if kind == "Q4_1":
-        m, nibbles = blocks[..., 2:4].copy().view(np.float16)[..., 0].astype(np.float32), blocks[..., 4:]
-        zero = m + 8 * d
-    else:
-        nibbles, zero = blocks[..., 2:], np.zeros_like(d)
-    # Byte j of a block holds weight j in its low nibble and weight j + 16 in its high one.
-    q = np.concatenate((nibbles & 0x0F, nibbles >> 4), axis=-1).reshape(rows, cols)
-    return torch.from_numpy(q), torch.from_numpy(d), torch.from_numpy(zero)
+PROJECTIONS = {  # our fused product -> the GGUF tensors whose rows it stacks
+    "self_attn.qkv_proj": ("attn_q", "attn_k", "attn_v"), "self_attn.o_proj": ("attn_output",),
+    "mlp.gate_up_proj": ("ffn_gate", "ffn_up"), "mlp.down_proj": ("ffn_down",),
+}
 
 
 def llama_rows(rows: int, heads: int) -> torch.Tensor:
@@ -68,35 +34,63 @@ def llama_rows(rows: int, heads: int) -> torch.Tensor:
 
 
 def use_q4_weights(model: Transformer, gguf_path: Path, state: dict[str, torch.Tensor]) -> None:
-    """Replace every layer's projections by the GGUF file's own 4-bit blocks. Each is checked against the float
-    weight in `state`, the checkpoint converted from the same file: a mismatch is a ModelLoadError."""
+    """Replace every layer's projections, and the LM head where the file quantizes it, by the GGUF file's own
+    blocks. Each is checked against the float weight in `state` (our names, forward.fused_state), the checkpoint
+    converted from the same file: a mismatch is a ModelLoadError."""
     from gguf import GGUFReader
 
-    if any(layer.self_attn.q_proj.bias is not None for layer in model.model.layers):
+    if any(layer.self_attn.qkv_proj.bias is not None for layer in model.model.layers):
         raise ModelLoadError("--dtype q4 supports models without attention biases (Llama, Mistral); use bfloat16")
     tensors = {t.name: t for t in GGUFReader(gguf_path).tensors}
     cfg = model.cfg
+    heads = {"attn_q": cfg.n_heads, "attn_k": cfg.n_kv_heads}
     for i, layer in enumerate(model.model.layers):
-        for attr, short in GGUF_NAMES.items():
+        for attr, shorts in PROJECTIONS.items():
             owner, name = attr.split(".")
-            old = getattr(getattr(layer, owner), name)
-            tensor = tensors.get(f"blk.{i}.{short}.weight")
-            kind = tensor.tensor_type.name if tensor is not None else "missing"
-            if kind not in BLOCK_BYTES:
-                raise ModelLoadError(f"--dtype q4 needs Q4_0 or Q4_1 projections; {gguf_path.name} stores "
-                                     f"blk.{i}.{short}.weight as {kind}: use float32 or bfloat16")
-            q, scale, zero = blocks_of(kind, tensor.data, old.out_features, old.in_features)
             reference = state[f"model.layers.{i}.{attr}.weight"].float()
-            if short in ("attn_q", "attn_k") and not _close(q, scale, zero, reference):
-                order = llama_rows(old.out_features, cfg.n_heads if short == "attn_q" else cfg.n_kv_heads)
-                q, scale, zero = q[order], scale[order], zero[order]
-            if not _close(q, scale, zero, reference):
-                raise ModelLoadError(f"{gguf_path.name}: blk.{i}.{short}.weight does not match the model's own "
-                                     "weight once unpacked; this file's layout is not supported by --dtype q4")
-            setattr(getattr(layer, owner), name, Q4Linear(q, scale, zero))
+            parts, row = [], 0
+            for short in shorts:
+                tensor = tensors.get(f"blk.{i}.{short}.weight")
+                kind = tensor.tensor_type.name if tensor is not None else "missing"
+                if kind not in KINDS:
+                    raise ModelLoadError(f"--dtype q4 needs Q4_0, Q4_1 or Q8_0 projections; {gguf_path.name} "
+                                         f"stores blk.{i}.{short}.weight as {kind}: use float32 or bfloat16")
+                linear = _blocks_linear(tensor, kind)
+                want = reference[row:row + linear.out_features]
+                if short in heads and not _close(linear, want):
+                    order = llama_rows(linear.out_features, heads[short])
+                    linear = QuantLinear(kind, linear.blocks[order], linear.out_features, linear.in_features)
+                if not _close(linear, want):
+                    raise ModelLoadError(f"{gguf_path.name}: blk.{i}.{short}.weight does not match the model's own "
+                                         "weight once unpacked; this file's layout is not supported by --dtype q4")
+                parts.append(linear)
+                row += linear.out_features
+            setattr(getattr(layer, owner), name, _stacked(parts))
+    head = tensors.get("output.weight") or tensors.get("token_embd.weight")
+    if head is not None and head.tensor_type.name in KINDS:
+        linear = _blocks_linear(head, head.tensor_type.name)
+        if not _close(linear, model.head_weight.float()):
+            raise ModelLoadError(f"{gguf_path.name}: {head.name} does not match the model's LM head once unpacked")
+        model.quantized_head = linear
 
 
-def _close(q, scale, zero, reference: torch.Tensor) -> bool:
-    # The float weight was dequantized from float16 d and m; ours is (q - 8) * d + (m + 8d): equal to rounding.
-    w = (q.float() - 8).view(*scale.shape, GROUP) * scale[..., None] + zero[..., None]
-    return torch.allclose(w.view_as(reference), reference, rtol=1e-3, atol=1e-5)
+def _blocks_linear(tensor, kind: str) -> QuantLinear:
+    in_features, out_features = (int(n) for n in tensor.shape)
+    blocks = torch.from_numpy(np.array(tensor.data, dtype=np.uint8).reshape(out_features, -1))
+    return QuantLinear(kind, blocks, out_features, in_features)
+
+
+def _stacked(parts: list[QuantLinear]) -> QuantLinear:
+    """One product whose rows are the parts' rows in order (parts of one kind, as a file's layer stores them)."""
+    if len(parts) == 1:
+        return parts[0]
+    kinds = {p.kind for p in parts}
+    if len(kinds) != 1:
+        raise ModelLoadError(f"--dtype q4 fuses q/k/v and gate/up; this file mixes block types {sorted(kinds)}")
+    return QuantLinear(parts[0].kind, torch.cat([p.blocks for p in parts]), sum(p.out_features for p in parts),
+                       parts[0].in_features)
+
+
+def _close(linear: QuantLinear, reference: torch.Tensor) -> bool:
+    # The float weight was dequantized from the same blocks (float16 scales): equal to rounding.
+    return torch.allclose(linear.dequantized(), reference, rtol=1e-3, atol=1e-5)

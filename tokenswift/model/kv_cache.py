@@ -22,6 +22,8 @@ class KVCache:
         if slot_major:
             self.k, self.v = self.k.transpose(1, 2), self.v.transpose(1, 2)
         self.capacity = capacity
+        # Each layer's (keys, values) views, made once: a decoding step would otherwise index both per layer.
+        self.layers = list(zip(self.k.unbind(0), self.v.unbind(0), strict=True))
 
     def view(self, layer: int, length: int) -> tuple[torch.Tensor, torch.Tensor]:
         return self.k[layer, :, :length], self.v[layer, :, :length]

@@ -11,7 +11,9 @@ from __future__ import annotations
 import functools
 import json
 import os
-from dataclasses import dataclass
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -19,16 +21,17 @@ import torch
 from tokenswift.draft.draft_layer import DraftLayer, DraftLayerError, load_layer
 from tokenswift.draft.heads import DraftHeads, heads_from_state_dict, load_heads
 from tokenswift.model import gguf_checkpoint
+from tokenswift.model.attention import FlexKernel
 from tokenswift.model.config import ModelConfig, UnsupportedModelError
 from tokenswift.model.default_model import shipped_draft, shipped_heads
 from tokenswift.model.errors import ModelLoadError
-from tokenswift.model.forward import Transformer
+from tokenswift.model.forward import Transformer, fused_state
 from tokenswift.model.int4 import use_q4_weights
 from tokenswift.model.rope import rope_table
 
-# "q4": the GGUF file's 4-bit projections with bfloat16 activations (tokenswift.model.int4), CPU only.
+# "q4": the GGUF file's 4-bit projections with float32 activations (tokenswift.model.int4), CPU only.
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16, "float16": torch.float16,
-          "q4": torch.bfloat16}
+          "q4": torch.float32}
 HEADS_SUBDIR = "heads"
 DRAFT_SUBDIR = "draft"
 # Positions past the context a verify batch may use: its candidate rows sit at the last token's position + depth
@@ -50,6 +53,21 @@ class LoadedModel:
     weights: str = "float"  # "q4": every layer's projections are the GGUF file's 4-bit blocks
     draft_layer: DraftLayer | None = None  # the autoregressive drafter's layer (draft_layer.py)
     draft_error: str | None = None  # why a draft layer found beside the model could not be used
+    threads: int | None = None  # torch's intra-op threads while it runs (load_model: cpu_threads); None: torch's
+    flex: FlexKernel = field(default_factory=FlexKernel)  # the fast path's FlexAttention, compiled for this model
+
+    @contextmanager
+    def running(self) -> Iterator[None]:
+        """Torch's intra-op threads set to the model's for the block, and set back after: the pool is the process's,
+        so a model swapped in later runs on its own count, never on its predecessor's."""
+        before = torch.get_num_threads()
+        if self.threads is not None and self.threads != before:
+            torch.set_num_threads(self.threads)
+        try:
+            yield
+        finally:
+            if torch.get_num_threads() != before:
+                torch.set_num_threads(before)
 
     @property
     def precision(self) -> str:
@@ -116,6 +134,18 @@ def cpu_threads(lm: LoadedModel, spare_cores: int = 0) -> int | None:
         return 1
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1  # macOS
     return max(1, cores - spare_cores)
+
+
+def default_device() -> str:
+    """The device of a run that names none (the CLI's): the GPU where there is one."""
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def default_dtype(device: str) -> str:
+    """The dtype of a run on `device` that names none, the CLI's and the app's alike: bfloat16 on a GPU (its
+    fused kernels, and half of float32's bytes to read per step), float32 on a CPU (whose bfloat16 products are
+    no faster, and float32 keeps TokenSwift's text equal to plain decoding's far longer)."""
+    return "bfloat16" if device.startswith("cuda") else "float32"
 
 
 def resolve_device(device: str) -> torch.device:
@@ -193,6 +223,8 @@ def read_state_dict(path: Path) -> dict[str, torch.Tensor]:
 
 
 def build_model(cfg: ModelConfig, state: dict[str, torch.Tensor], device, dtype) -> Transformer:
+    """Our Transformer holding `state`'s weights (transformers' names or ours, forward.fused_state)."""
+    state = fused_state(state)
     with torch.device("meta"):
         model = Transformer(cfg)
     expected = model.state_dict()
@@ -223,15 +255,21 @@ def context_limit(hf) -> int:
 
 
 def load_model(model: str, *, device: str = "cpu", dtype: str = "float32", heads: str | None = None,
-               draft: str | None = None) -> LoadedModel:
-    """model: a checkpoint directory, a hub id in the local cache, or a .gguf file (converted once, cached).
+               draft: str | None = None, cache_dir: Path | None = None, threads: int | None = None,
+               spare_cores: int = 0) -> LoadedModel:
+    """model: a checkpoint directory, a hub id in the local cache, or a .gguf file (converted once, cached in
+    cache_dir; None: gguf_checkpoint.default_cache_dir()).
     heads: a heads directory; None looks for `<model>/heads`, heads inside an official checkpoint, or shipped
     heads trained for this GGUF file; "none" disables them. draft: a draft layer directory, the same way
-    (`<model>/draft`, or the one shipped for this GGUF file)."""
+    (`<model>/draft`, or the one shipped for this GGUF file). threads: the model's intra-op threads
+    (LoadedModel.running); None: cpu_threads(spare_cores)."""
     from transformers import AutoConfig, AutoTokenizer
 
+    if threads is not None and threads < 1:
+        raise ValueError("threads: must be >= 1")
+
     dev, dt = resolve_device(device), resolve_dtype(dtype)
-    path = gguf_checkpoint.hf_directory(model) if gguf_checkpoint.is_gguf(model) else resolve_path(model)
+    path = gguf_checkpoint.hf_directory(model, cache_dir) if gguf_checkpoint.is_gguf(model) else resolve_path(model)
     if not (path / "config.json").exists():
         raise ModelLoadError(f"{path} has no config.json: not a Hugging Face checkpoint directory")
     try:
@@ -244,7 +282,7 @@ def load_model(model: str, *, device: str = "cpu", dtype: str = "float32", heads
     if dtype == "q4" and (not gguf_checkpoint.is_gguf(model) or dev.type != "cpu"):
         raise ModelLoadError("--dtype q4 runs a GGUF file's 4-bit weights on the CPU; "
                              f"{model} on {dev.type} is not that: use float32 or bfloat16")
-    state = read_state_dict(path)
+    state = fused_state(read_state_dict(path))
     net = build_model(cfg, state, dev, dt)
     if dtype == "q4":
         use_q4_weights(net, Path(model), state)
@@ -256,8 +294,10 @@ def load_model(model: str, *, device: str = "cpu", dtype: str = "float32", heads
     draft_heads = _pick_heads(path, heads, state, cfg, dev, dt)
     layer, draft_error = _pick_draft(path, draft, net, dev, dt)
     weights = "q4" if dtype == "q4" else "float"
-    return LoadedModel(model, path, net, tokenizer, hf, draft_heads, dev, dt, weights=weights, draft_layer=layer,
-                       draft_error=draft_error)
+    lm = LoadedModel(model, path, net, tokenizer, hf, draft_heads, dev, dt, weights=weights, draft_layer=layer,
+                     draft_error=draft_error)
+    lm.threads = threads or cpu_threads(lm, spare_cores)
+    return lm
 
 
 def _pick_heads(path: Path, heads: str | None, state, cfg: ModelConfig, device, dtype) -> DraftHeads | None:

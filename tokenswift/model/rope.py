@@ -38,7 +38,8 @@ def _dynamic_inv_freq(hf, params: dict, positions: torch.Tensor) -> torch.Tensor
 
 
 def rope_table(hf, length: int, device, dtype) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos and sin tables of shape [length, head_dim], already multiplied by the attention scaling."""
+    """cos and sin tables of shape [length, head_dim], already multiplied by the attention scaling; the sin
+    table's first half is negated (apply_rope's rotation without a negation per call)."""
     params = _rope_params(hf)
     kind = params["rope_type"]
     positions = torch.arange(length, dtype=torch.float64)
@@ -54,11 +55,13 @@ def rope_table(hf, length: int, device, dtype) -> tuple[torch.Tensor, torch.Tens
             inv_freq, scale = ROPE_INIT_FUNCTIONS[kind](hf, torch.device("cpu"))
         freqs = positions[:, None] * inv_freq.double()[None, :]
     emb = torch.cat((freqs, freqs), dim=-1)
-    return (emb.cos() * scale).to(device, dtype), (emb.sin() * scale).to(device, dtype)
+    signed_sin = torch.cat((-freqs.sin(), freqs.sin()), dim=-1)
+    return (emb.cos() * scale).to(device, dtype), (signed_sin * scale).to(device, dtype)
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """x: [T, heads, head_dim]; cos/sin: [T, head_dim] for the tokens' positions."""
-    half = x.shape[-1] // 2
-    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-    return x * cos[:, None, :] + rotated * sin[:, None, :]
+    """x: [..., T, heads, head_dim]; cos/sin: [T, head_dim] rows of rope_table for the tokens' positions.
+
+    The rotation pairs element i with i + head_dim/2: x * cos + [-x2, x1] * sin, computed as x * cos +
+    roll(x) * signed sin (one op instead of slices, a negation and a concatenation; the same products)."""
+    return x * cos[:, None, :] + x.roll(x.shape[-1] // 2, -1) * sin[:, None, :]

@@ -18,9 +18,10 @@ from tokenswift.decode.settings import Settings
 from tokenswift.decode.trie import build_trie, verify_inputs
 from tokenswift.model.attention import effective_kind
 from tokenswift.model.fastpath import DTYPES, FastOptions, FastPasses, FastPathError, padded_capacity
-from tokenswift.model.forward import causal_mask, with_prefix
 from tokenswift.model.kv_cache import KVCache
 from tokenswift.model.loading import LoadedModel
+from tokenswift.model.masks import with_prefix
+from tokenswift.model.prefill import prefill
 from tokenswift.sampling.sampler import Sampler
 
 # Largest |fast - eager| logit difference allowed, relative to the largest eager logit, per fastpath.DTYPES: any
@@ -116,7 +117,7 @@ def _compare_verify(lm: LoadedModel, passes: FastPasses, eager: KVCache, ids: to
     logits, _, targets, _ = passes.verify(trie, n, VERIFY_ROWS)
     rows = len(trie.tokens)
     why = _differ("verify logits", logits[:rows], ref[:rows], tol)
-    for row in range(rows if targets is not None else 0):  # the pass samples unless sample_in_graph is off
+    for row in range(rows):  # the pass samples (FastPasses was given a sampler)
         why = why or _token_differs(f"verify row {row}", targets[row], ref[row], tol)
     return why
 
@@ -124,9 +125,7 @@ def _compare_verify(lm: LoadedModel, passes: FastPasses, eager: KVCache, ids: to
 def _prefilled(lm: LoadedModel, ids: torch.Tensor, capacity: int, slot_major: bool = False) -> KVCache:
     cfg = lm.config
     cache = KVCache(cfg.n_layers, cfg.n_kv_heads, capacity, cfg.head_dim, lm.device, lm.dtype, slot_major)
-    pos = torch.arange(PROMPT_LEN, device=lm.device)
-    mask = causal_mask(0, PROMPT_LEN, pos, None, lm.device)
-    lm.model(ids[:PROMPT_LEN], pos, cache, 0, mask, logits="none")
+    prefill(lm.model, ids[:PROMPT_LEN], cache, keep=1)
     return cache
 
 

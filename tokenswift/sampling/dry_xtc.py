@@ -7,7 +7,7 @@ contains one of the breaker strings: a newline, a colon, a quote, an asterisk by
 
 XTC ("exclude top choices"): with probability p, when two or more tokens have probability >= threshold, every
 one of them but the least likely is removed. Its draw is keyed by (seed, absolute position), like the sampling
-noise (sampling.py): plain decoding and every trie node at that position draw the same, so TokenSwift stays
+noise (sampler.py): plain decoding and every trie node at that position draw the same, so TokenSwift stays
 exactly lossless with it on.
 
 Both read only a row's own history (the window the engine builds for each trie node) and its position, so a
@@ -20,7 +20,7 @@ import math
 
 import torch
 
-from tokenswift.sampling.keys import M32, mix32, position_key
+from tokenswift.sampling.keys import M32, mix32, position_keys, uniform
 
 MAX_EXPONENT = 40  # base^(L - allowed) beyond this is a ban anyway; capped so the penalty stays finite
 XTC_SALT = 0x3C6EF372
@@ -62,12 +62,8 @@ def dry_penalties(windows: torch.Tensor, breakers: torch.Tensor, multiplier: flo
 
 def xtc_draws(seed: int, positions: list[int] | torch.Tensor, device) -> torch.Tensor:
     """[R] uniform draws in (0, 1), one per absolute position: XTC acts at a position when its draw < p."""
-    if isinstance(positions, torch.Tensor):
-        keys = position_key(seed, positions)
-    else:
-        keys = torch.tensor([position_key(seed, p) for p in positions], dtype=torch.int64, device=device)
-    h = mix32((mix32(keys ^ XTC_SALT) + XTC_SALT) & M32)
-    return (h.double() + 0.5) * 2.0**-32
+    keys = position_keys(seed, positions, device)
+    return uniform(mix32((mix32(keys ^ XTC_SALT) + XTC_SALT) & M32))
 
 
 def xtc_filter(scores: torch.Tensor, threshold: float, act: torch.Tensor) -> torch.Tensor:

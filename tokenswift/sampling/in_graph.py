@@ -11,7 +11,7 @@ import torch
 
 from tokenswift.decode.trie import Trie, verify_inputs
 from tokenswift.sampling.alternatives import top_rows
-from tokenswift.sampling.sampler import Sampler
+from tokenswift.sampling.sampler import Sampler, last_ids, node_windows
 
 MAX_DEPTH = 16  # deepest trie path a verify batch may hold (gamma + 1 <= 9 levels; n-grams 4)
 
@@ -40,15 +40,6 @@ def trie_paths(trie: Trie, rows: int) -> torch.Tensor:
     return paths
 
 
-def node_windows(history: torch.Tensor, paths: torch.Tensor, depths: torch.Tensor) -> torch.Tensor:
-    """[rows, w] penalty windows: row i is the last w tokens of history + path_i, i.e.
-    cat(history, path_i)[d_i : d_i + w] with d_i its depth (-1 = no token). The penalty only asks which
-    ids occur in a window, so this equals the engine's per-node `_window`."""
-    rows, w = paths.shape[0], history.shape[0]
-    both = torch.cat((history.expand(rows, w), paths), dim=1)
-    return both.gather(1, depths[:, None] + torch.arange(w, device=history.device)[None, :])
-
-
 class DeviceSampler:
     """The engine's Sampler inside a graph: penalty windows and noise keys computed on the device.
 
@@ -63,11 +54,6 @@ class DeviceSampler:
         # The noise is keyed by story index, which a context shift moves away from the slot (design §3).
         self.key_offset = torch.zeros((), dtype=torch.int64, device=ids.device)
 
-    def history(self, end: torch.Tensor) -> torch.Tensor:
-        """The last w ids before slot `end` (a device scalar), -1 where there are fewer."""
-        idx = end - self.w + self.offsets
-        return torch.where(idx >= 0, self.ids[idx.clamp(min=0)], -1)
-
     def __call__(self, logits: torch.Tensor, start: torch.Tensor, positions: torch.Tensor,
                  paths: torch.Tensor | None, top: torch.Tensor | None = None) -> torch.Tensor:
         """Tokens [T] for rows whose next position is positions + 1; start = the committed length, so row
@@ -75,7 +61,7 @@ class DeviceSampler:
         for each row's alternatives (alternatives.top_rows), filled when given."""
         windows = None
         if self.w:
-            history = self.history(start + 1)
+            history = last_ids(self.ids, start + 1, self.offsets)
             if paths is None:
                 windows = history.expand(logits.shape[0], self.w)
             else:

@@ -24,7 +24,7 @@ import torch
 
 from tokenswift.decode.settings import Settings
 from tokenswift.sampling.dry_xtc import dry_penalties, xtc_draws, xtc_filter
-from tokenswift.sampling.keys import M32, mix32, position_key
+from tokenswift.sampling.keys import M32, mix32, position_keys, uniform
 
 
 class Noise:
@@ -40,16 +40,10 @@ class Noise:
 
         positions: host ints, or an int64 device tensor (inside a captured graph): position_key and mix32 give
         the same integers for both."""
-        if isinstance(positions, torch.Tensor):
-            keys = position_key(self.seed, positions)[:, None]
-        else:
-            keys = torch.tensor([position_key(self.seed, p) for p in positions], dtype=torch.int64,
-                                device=self.token_mix.device)[:, None]
+        keys = position_keys(self.seed, positions, self.token_mix.device)[:, None]
         mix = self.token_mix if ids is None else self.token_mix[ids]
         h = mix32(mix[None, :] ^ keys)
-        h = mix32((h + keys) & M32)
-        u = (h.double() + 0.5) * 2.0**-32
-        return -torch.log(-torch.log(u))
+        return -torch.log(-torch.log(uniform(mix32((h + keys) & M32))))
 
 
 def penalty_mask(windows: torch.Tensor, vocab_size: int) -> torch.Tensor:
@@ -107,6 +101,22 @@ def _keep_best(scores: torch.Tensor, remove: torch.Tensor, min_keep: int) -> tor
     ranked = remove.gather(-1, order)
     ranked[..., :min_keep] = False
     return scores.masked_fill(ranked.scatter(-1, order, ranked), -math.inf)
+
+
+def last_ids(ids: torch.Tensor, end: int | torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+    """The sampling history before slot `end` (a host int, or a device scalar in a captured graph): the last W ids,
+    -1 where the text is shorter. offsets: arange(W) on the ids' device."""
+    idx = end - offsets.shape[0] + offsets
+    return torch.where(idx >= 0, ids[idx.clamp(min=0)], -1)
+
+
+def node_windows(history: torch.Tensor, paths: torch.Tensor, depths: torch.Tensor) -> torch.Tensor:
+    """[rows, W] sampling windows (the penalty's, DRY's) of trie nodes: row i is the last W tokens of history + path_i,
+    i.e. cat(history, path_i)[d_i : d_i + W] with d_i its depth; paths [rows, >= d_i] left-aligned, -1 = no token.
+    The engine's host walk and the captured verify pass both window their nodes here."""
+    rows, w = paths.shape[0], history.shape[0]
+    both = torch.cat((history.expand(rows, w), paths), dim=1)
+    return both.gather(1, depths[:, None] + torch.arange(w, device=history.device)[None, :])
 
 
 class Sampler:

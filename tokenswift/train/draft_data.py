@@ -28,8 +28,8 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from tokenswift.model.forward import causal_mask
 from tokenswift.model.kv_cache import KVCache
+from tokenswift.model.masks import causal_mask
 from tokenswift.train.data import DataError, read_documents
 
 MANIFEST = "teacher.json"
@@ -198,7 +198,7 @@ def add_arguments(parser) -> None:
     # sequence runs about 4x slower than float32's (teacher data measured at 14 tokens/s in bf16, 38 in fp32)
     parser.add_argument("--dtype", default="float32", help="the model's dtype (default: %(default)s)")
     parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default: %(default)s)")
-    parser.add_argument("--threads", type=int, help="intra-op threads (default: torch's)")
+    parser.add_argument("--threads", type=int, help="intra-op threads (default: loading.cpu_threads's)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar (default: shown)")
 
 
@@ -209,10 +209,10 @@ def run(args) -> int:
     for name in ("tokens", "seq_len", "topk", "shard_seqs"):
         if getattr(args, name) < 1:
             raise ValueError(f"{name.replace('_', '-')}: must be >= 1")
-    if args.threads is not None:
-        torch.set_num_threads(max(1, args.threads))
-    lm = load_model(args.model or str(default_model_path()), device=args.device, dtype=args.dtype, heads="none")
+    lm = load_model(args.model or str(default_model_path()), device=args.device, dtype=args.dtype, heads="none",
+                    threads=args.threads)
     plan = TeacherPlan(tuple(args.data), args.seq_len, args.topk, args.shard_seqs, args.seed)
-    store = extract(lm, open_store(Path(args.out), plan, model_id(lm)), plan, args.tokens, not args.no_progress)
+    with lm.running():
+        store = extract(lm, open_store(Path(args.out), plan, model_id(lm)), plan, args.tokens, not args.no_progress)
     print(f"{store.shards} shards, {store.shards * store.tokens_per_shard:,} tokens in {args.out}")
     return 0

@@ -23,7 +23,8 @@ from tqdm import tqdm
 from tokenswift.draft.heads import DraftHeads, load_heads
 from tokenswift.model.loading import LoadedModel, load_model
 from tokenswift.train.data import load_sequences
-from tokenswift.train.train_heads import FLAG_HELP, base_hidden, draft_logits, initial_heads, pick_device, pick_dtype
+from tokenswift.train.head_config import FLAG_HELP
+from tokenswift.train.head_model import base_hidden, draft_logits, initial_heads, pick_device, pick_dtype
 
 UNTRAINED = "untrained"
 
@@ -102,7 +103,7 @@ def eval_heads(cfg: EvalConfig, lm: LoadedModel | None = None) -> dict:
     return result
 
 
-# -- command line (wired into tokenswift/cli/main.py) -------------------------------------------------------
+# -- command line (wired into tokenswift/cli/) ------------------------------------------------------------
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

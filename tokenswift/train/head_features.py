@@ -23,6 +23,8 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
+from tokenswift.train.head_model import base_hidden
+
 MANIFEST = "features.json"
 
 
@@ -80,8 +82,6 @@ def open_or_create(directory: Path, tokens: torch.Tensor, dim: int, k: int, mode
 @torch.no_grad()
 def extract(lm, store: FeatureStore, progress: bool = True, save_every: int = 8) -> None:
     """Fill the store's remaining sequences with h0 and the base model's top-k (resumes where it stopped)."""
-    from tokenswift.train.train_heads import base_hidden
-
     k, n = store.meta["topk"], store.meta["sequences"]
     with tqdm(total=n, initial=store.filled, desc="features", unit="seq", disable=not progress) as bar:
         while store.filled < n:

@@ -24,6 +24,7 @@ import torch
 from tqdm import tqdm
 
 from tokenswift.draft.draft_layer import CONFIG_NAME, DraftLayer, initial_layer, load_layer, save_layer
+from tokenswift.model.forward import fused_state
 from tokenswift.train.draft_data import TeacherStore
 from tokenswift.train.draft_loss import distill_loss, soft_targets, unrolled_states
 from tokenswift.train.eval_draft import evaluate, point_line, print_curve
@@ -178,7 +179,8 @@ def train_draft(cfg: TrainDraftConfig, lm, progress: bool = True) -> list[dict]:
     optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.95))
     tokens, curve = saved.get("tokens", 0), saved.get("curve", [])
     fresh_from = tokens
-    if saved.get("optimizer"):
+    # A state saved before the projections were fused (forward.fused_state) resumes with a fresh optimizer.
+    if saved.get("optimizer") and "layer.self_attn.qkv_proj.weight" in saved["layer"]:
         optimizer.load_state_dict(saved["optimizer"])
         fresh_from = saved.get("fresh_from", 0)
     batches = Batches(store, cfg, saved.get("position"))
@@ -237,7 +239,7 @@ def _start_layer(cfg: TrainDraftConfig, lm, store: TeacherStore, state_path: Pat
         saved = torch.load(state_path, map_location="cpu", weights_only=False)
         vocab = saved["layer"]["vocab"]
         layer = DraftLayer(lm.config, len(vocab), cfg.seq_len)
-        layer.load_state_dict(saved["layer"])
+        layer.load_state_dict(fused_state(saved["layer"]))
         return layer.float().train().requires_grad_(True), saved
     if (out / CONFIG_NAME).is_file():
         layer = load_layer(out, lm.config, model.head_weight, "cpu", torch.float32)
@@ -271,7 +273,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--" + name.replace("_", "-"), type=float, default=d[name].default,
                             help=f"(default: {d[name].default})")
     parser.add_argument("--bf16", action="store_true", help="bfloat16 autocast for the products (default: float32)")
-    parser.add_argument("--threads", type=int, help="intra-op threads (default: torch's)")
+    parser.add_argument("--threads", type=int, help="intra-op threads (default: loading.cpu_threads's)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar (default: shown)")
 
 
@@ -284,11 +286,11 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError(f"{name.replace('_', '-')}: must be >= 1")
     if not (args.lr > 0 and args.min_lr >= 0):
         raise ValueError("lr: must be > 0 (and min-lr >= 0)")
-    if args.threads is not None:
-        torch.set_num_threads(max(1, args.threads))
     names = [f for f in TrainDraftConfig.__dataclass_fields__ if f not in ("model", "bf16")]
     cfg = TrainDraftConfig(model=args.model, bf16=args.bf16, **{n: getattr(args, n) for n in names})
-    lm = load_model(cfg.model or str(default_model_path()), dtype="float32", heads="none", draft="none")
-    curve = train_draft(cfg, lm, not args.no_progress)
+    lm = load_model(cfg.model or str(default_model_path()), dtype="float32", heads="none", draft="none",
+                    threads=args.threads)
+    with lm.running():
+        curve = train_draft(cfg, lm, not args.no_progress)
     print_curve(curve)
     return 0

@@ -1,0 +1,36 @@
+"""What a loaded model owns besides its weights: its thread count and its compiled flex kernel, and the device and
+dtype a run takes when it names none (one rule for the CLI, the app and its worker)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+from tokenswift.decode.generate import Generator
+from tokenswift.decode.settings import Settings
+from tokenswift.model.loading import default_dtype
+
+
+def test_a_model_runs_on_its_own_threads_and_gives_them_back(stories32):
+    """torch's intra-op pool is the process's: a run sets its model's count and restores the caller's after, so a
+    model swapped in after another runs on its own count, not on its predecessor's."""
+    assert stories32.threads == 1  # loading.cpu_threads: a small model runs on one thread
+    before = torch.get_num_threads()
+    settings = Settings(mode="ar", max_new_tokens=6, seed=1, ignore_eos=True)
+    seen = {}
+    for threads in (2, 1, 3):
+        lm = dataclasses.replace(stories32, threads=threads)
+        for _ in Generator(lm, settings, lm.encode("Once upon a time")).steps():
+            seen.setdefault(threads, set()).add(torch.get_num_threads())
+        assert torch.get_num_threads() == before
+    assert seen == {2: {2}, 1: {1}, 3: {3}}
+
+
+def test_the_app_and_the_cli_take_one_default_dtype():
+    from worker.__main__ import parse_args
+
+    assert default_dtype("cuda:1") == default_dtype("cuda") == "bfloat16" and default_dtype("cpu") == "float32"
+    assert parse_args(["--device", "cuda"]).dtype == "bfloat16"
+    assert parse_args([]).dtype == "float32"
+    assert parse_args(["--device", "cuda", "--dtype", "float16"]).dtype == "float16"

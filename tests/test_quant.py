@@ -1,0 +1,72 @@
+"""The quantized products of `--dtype q4` (tokenswift/model/quant.py, quant_kernels.c): a GGUF file's own Q4_0,
+Q4_1 and Q8_0 blocks times float32 activations, as llama.cpp multiplies them, on the AVX2 path and the portable
+one, and a clear error where no C compiler runs."""
+
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from gguf import GGMLQuantizationType, quants
+
+from tokenswift.model import quant
+from tokenswift.model.errors import ModelLoadError
+from tokenswift.model.quant import DENSE_ROWS, KINDS, QuantLinear
+
+OUT, IN = 96, 320  # ten blocks of 32 per row
+
+
+def quantized(kind: str, seed: int = 0) -> tuple[QuantLinear, np.ndarray]:
+    weight = np.random.default_rng(seed).standard_normal((OUT, IN)).astype(np.float32)
+    data = quants.quantize(weight, GGMLQuantizationType[kind])
+    blocks = torch.from_numpy(np.ascontiguousarray(data).view(np.uint8).reshape(OUT, -1).copy())
+    return QuantLinear(kind, blocks, OUT, IN), data
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_products_are_the_files_weights_times_activations_rounded_per_block(kind):
+    linear, data = quantized(kind)
+    dense = torch.from_numpy(quants.dequantize(data, GGMLQuantizationType[kind]).reshape(OUT, IN).astype(np.float32))
+    assert torch.allclose(linear.dequantized(), dense, rtol=1e-6, atol=1e-7)  # the gguf package's reading
+    x = torch.randn(5, IN, generator=torch.Generator().manual_seed(1))
+    ours, exact = linear(x), x @ dense.t()
+    assert 0 < (ours - exact).norm() / exact.norm() < 0.02  # 8-bit activations: close, not equal
+    for row in range(5):  # a row's product is the same whatever rows share the call (AR step vs verify batch)
+        assert torch.equal(linear(x[row:row + 1]), ours[row:row + 1])
+    many = torch.randn(DENSE_ROWS, IN)  # prefill chunks take the dequantized weight and a float32 GEMM
+    assert torch.allclose(linear(many), F.linear(many, dense), rtol=1e-5, atol=1e-5)
+    assert linear(x[None]).shape == (1, 5, OUT)
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_the_portable_path_computes_what_the_avx2_path_does(kind, tmp_path, monkeypatch):
+    monkeypatch.setenv("TOKENSWIFT_CACHE", str(tmp_path))
+    portable = quant.kernels(("-mno-avx2",))
+    assert portable is not quant.kernels()
+    linear, _ = quantized(kind, seed=2)
+    x = torch.randn(3, IN, generator=torch.Generator().manual_seed(3))
+    y = torch.empty(3, OUT)
+    assert portable.qk_matmul(KINDS[kind], linear.blocks.data_ptr(), OUT, IN, x.data_ptr(), 3, y.data_ptr(), 1) == 0
+    assert torch.allclose(y, linear(x), rtol=1e-5, atol=1e-5)
+    assert not torch.equal(y, torch.zeros_like(y))
+
+
+def test_without_a_compiler_q4_says_what_is_missing(tmp_path, monkeypatch):
+    monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
+    with pytest.raises(ModelLoadError, match="could not run the C compiler .*no-such-cc"):
+        quant._compile(tmp_path / "kernels.so")
+    monkeypatch.setenv("CC", "false")  # a compiler that fails
+    with pytest.raises(ModelLoadError, match="compiling quant_kernels.c with false failed"):
+        quant._compile(tmp_path / "kernels.so")
+    assert not (tmp_path / "kernels.so").exists()
+
+
+def test_blocks_of_the_wrong_size_are_refused():
+    with pytest.raises(ModelLoadError, match="Q4_1 blocks of shape"):
+        QuantLinear("Q4_1", torch.zeros(OUT, 7, dtype=torch.uint8), OUT, IN)
+    with pytest.raises(ModelLoadError, match="whole blocks of 32"):
+        QuantLinear("Q4_1", torch.zeros(OUT, 10, dtype=torch.uint8), OUT, 33)
+    assert isinstance(quant.kernels(), ctypes.CDLL)

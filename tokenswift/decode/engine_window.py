@@ -1,0 +1,71 @@
+"""The Engine's context window: the chunked prefill, and the window rebuilt at a context shift's boundary or at a
+World Info checkpoint whose entries changed (the plan: text/context_window.py). Mixed into engine.Engine, which
+holds the state these read (ids, plan, cache, buf, drafter, metrics)."""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from tokenswift.model.prefill import prefill
+from tokenswift.text.context_window import ContextUse
+
+
+class EngineWindow:
+    def _observe_window(self, hidden: torch.Tensor) -> None:
+        """After a prefill: the states of the window's last rows, up to the root."""
+        n = hidden.shape[0]
+        self._observe(hidden, self.buf[self.length - n + 1:self.length + 1].tolist(), self.length - n)
+
+    def _load_window(self, fresh: bool, at: int | None = None) -> tuple[torch.Tensor, list[torch.Tensor], torch.Tensor]:
+        """Fill the cache with window(b) + story[b:t] for the next token t and its boundary b (built at `at`, a
+        World Info checkpoint, when given; else where the plan says): all of it on a fresh run (the first token
+        is sampled from the prefill), else all but the root."""
+        t = len(self.ids)
+        b = self.plan.boundary(t)
+        at = self.plan.built(self.ids, t) if at is None else at
+        self.next_boundary, self.next_check = self.plan.next_boundary(t), self.plan.next_checkpoint(t)
+        self.entries = self.plan.active(self.ids, at)
+        tokens = self.plan.window(self.ids, b, at) + self.ids[at:]
+        self.buf[:len(tokens)] = torch.tensor(tokens, dtype=torch.int64)
+        self.offset = t - len(tokens)
+        if self.fast is not None:
+            self.fast.set_key_offset(self.offset)
+        self.length = len(tokens) if fresh else len(tokens) - 1
+        return self._prefill(self.length)
+
+    def _shift_if_due(self) -> None:
+        """Before predicting the token at a boundary: rebuild the window (the same rebuild a resume does); at a
+        World Info checkpoint whose entries differ from the window's, rebuild it there with them."""
+        t, at = len(self.ids), None
+        if t < self.next_boundary:
+            if t < self.next_check:
+                return
+            self.next_check = self.plan.next_checkpoint(t)
+            if self.plan.active(self.ids, t) == self.entries:
+                return
+            at = t
+        self._sync()
+        t0 = time.perf_counter()
+        if at is None and self.pinned_source is not None and (pinned := self.pinned_source()) != self.plan.pinned:
+            self.plan = self.plan.with_pinned(pinned)
+        _, queries, hidden = self._load_window(fresh=False, at=at)
+        if self.drafter is not None:
+            self.drafter.start(self.cache, self.length, queries)  # the partial cache is reselected
+            self._observe_window(hidden)  # the fused and layer drafters read the new window's states
+        self._sync()
+        self.shifts += 1
+        self.metrics.add_shift(time.perf_counter() - t0)
+
+    def context_use(self) -> ContextUse:
+        pinned = self.plan.pinned_size(self.entries)
+        return ContextUse(pinned, self.length + 1 - pinned, self.shifts)
+
+    @torch.inference_mode()
+    def _prefill(self, upto: int) -> tuple[torch.Tensor, list[torch.Tensor], torch.Tensor]:
+        """Returns the last token's logits and queries, and the last-layer states of the last rows a drafter
+        reads (the layer drafter: its window; the others: one)."""
+        keep = self.lm.draft_layer.window if self.ts and self.s.drafter == "layer" else 1
+        out = prefill(self.lm.model, self.buf[:upto], self.cache, keep, last=True)
+        return out.logits, out.queries, out.hidden

@@ -1,0 +1,205 @@
+/* Products of GGUF-quantized weights (Q4_0, Q4_1, Q8_0 blocks, as the file stores them) with float32 activations.
+
+   The activations are quantized per block of 32 to int8 with a float scale (llama.cpp's Q8_1 for Q4 weights,
+   Q8_0 for Q8 weights), so each block's product is an integer dot product: on AVX2, 32 multiply-adds in two
+   instructions (maddubs + madd), the way llama.cpp computes it. The weights are read once per call whatever the
+   number of activation rows. Without AVX2 the same arithmetic runs as plain loops. */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#include <immintrin.h>
+#define QK_AVX2 1
+#endif
+
+#define QK 32
+enum { KIND_Q4_0 = 0, KIND_Q4_1 = 1, KIND_Q8_0 = 2 };
+static const int64_t BLOCK_BYTES[3] = {18, 20, 34};
+
+static inline float half_to_float(uint16_t h) {
+#ifdef QK_AVX2
+    return _cvtsh_ss(h);
+#else
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1F, man = h & 0x3FF, bits;
+    if (exp == 0) {
+        if (man == 0) {
+            bits = sign;
+        } else {  /* subnormal: renormalise */
+            exp = 127 - 15 + 1;
+            while (!(man & 0x400)) { man <<= 1; exp--; }
+            bits = sign | (exp << 23) | ((man & 0x3FF) << 13);
+        }
+    } else if (exp == 31) {
+        bits = sign | 0x7F800000 | (man << 13);
+    } else {
+        bits = sign | ((exp + 127 - 15) << 23) | (man << 13);
+    }
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+#endif
+}
+
+static inline uint16_t read_u16(const uint8_t *p) { uint16_t v; memcpy(&v, p, 2); return v; }
+
+/* One row of x -> int8 blocks q, scales d and d * sum(q) per block. */
+static void quantize_row(const float *x, int64_t k, int8_t *q, float *d, float *s) {
+    for (int64_t b = 0; b < k / QK; ++b) {
+        const float *xb = x + b * QK;
+        float amax = 0.0f;
+        for (int i = 0; i < QK; ++i) amax = fmaxf(amax, fabsf(xb[i]));
+        const float scale = amax / 127.0f, inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+        int sum = 0;
+        for (int i = 0; i < QK; ++i) {
+            const int v = (int)nearbyintf(xb[i] * inv);
+            q[b * QK + i] = (int8_t)v;
+            sum += v;
+        }
+        d[b] = scale;
+        s[b] = scale * (float)sum;
+    }
+}
+
+#ifdef QK_AVX2
+static inline float hsum(__m256 v) {
+    __m128 r = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    r = _mm_add_ps(r, _mm_movehl_ps(r, r));
+    r = _mm_add_ss(r, _mm_movehdup_ps(r));
+    return _mm_cvtss_f32(r);
+}
+
+static inline __m256 block_dot(__m256i w_u8, __m256i x_i8) {  /* 32 (u8 * s8) -> 8 float partial sums */
+    const __m256i pairs = _mm256_maddubs_epi16(w_u8, x_i8);
+    return _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
+}
+#endif
+
+#define TILE 8  /* activation rows per pass over a weight row: each block is unpacked once per tile */
+
+/* Byte j of a Q4 block holds weight j in its low nibble and weight j + 16 in its high one. w = d * q + m
+   (Q4_1), w = d * (q - 8) (Q4_0, so m = -8d): sum_j w_j x_j = d dx sum(q x) + m dx sum(xq). Writes the
+   products of one weight row with rows [0, rows) of the quantized activations to y[i * stride]. */
+static void dot_q4(const uint8_t *row, int64_t nb, int kind, const int8_t *q, const float *d, const float *s,
+                   int64_t k, int rows, float *y, int64_t stride) {
+    const int64_t bytes = BLOCK_BYTES[kind], nibbles = kind == KIND_Q4_1 ? 4 : 2;
+    float offsets[TILE] = {0};
+#ifdef QK_AVX2
+    __m256 acc[TILE];
+    for (int i = 0; i < rows; ++i) acc[i] = _mm256_setzero_ps();
+    const __m256i low = _mm256_set1_epi8(0x0F);
+    for (int64_t b = 0; b < nb; ++b) {
+        const uint8_t *blk = row + b * bytes;
+        const float wd = half_to_float(read_u16(blk));
+        const float wm = kind == KIND_Q4_1 ? half_to_float(read_u16(blk + 2)) : -8.0f * wd;
+        const __m128i raw = _mm_loadu_si128((const __m128i *)(blk + nibbles));
+        const __m256i w = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), low);
+        for (int i = 0; i < rows; ++i) {
+            const __m256i x = _mm256_loadu_si256((const __m256i *)(q + i * k + b * QK));
+            acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(wd * d[i * nb + b]), block_dot(w, x), acc[i]);
+            offsets[i] += wm * s[i * nb + b];
+        }
+    }
+    for (int i = 0; i < rows; ++i) y[i * stride] = hsum(acc[i]) + offsets[i];
+#else
+    float total[TILE] = {0};
+    for (int64_t b = 0; b < nb; ++b) {
+        const uint8_t *blk = row + b * bytes;
+        const float wd = half_to_float(read_u16(blk));
+        const float wm = kind == KIND_Q4_1 ? half_to_float(read_u16(blk + 2)) : -8.0f * wd;
+        for (int i = 0; i < rows; ++i) {
+            const int8_t *xb = q + i * k + b * QK;
+            int sum = 0;
+            for (int j = 0; j < QK / 2; ++j)
+                sum += (blk[nibbles + j] & 0x0F) * xb[j] + (blk[nibbles + j] >> 4) * xb[j + QK / 2];
+            total[i] += wd * d[i * nb + b] * (float)sum;
+            offsets[i] += wm * s[i * nb + b];
+        }
+    }
+    for (int i = 0; i < rows; ++i) y[i * stride] = total[i] + offsets[i];
+#endif
+}
+
+/* Q8_0: w = d * q, q int8. */
+static void dot_q8(const uint8_t *row, int64_t nb, const int8_t *q, const float *d, int64_t k, int rows, float *y,
+                   int64_t stride) {
+#ifdef QK_AVX2
+    __m256 acc[TILE];
+    for (int i = 0; i < rows; ++i) acc[i] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
+        const uint8_t *blk = row + b * 34;
+        const __m256i w = _mm256_loadu_si256((const __m256i *)(blk + 2));
+        const __m256i w_abs = _mm256_sign_epi8(w, w);
+        const float wd = half_to_float(read_u16(blk));
+        for (int i = 0; i < rows; ++i) {
+            const __m256i x = _mm256_loadu_si256((const __m256i *)(q + i * k + b * QK));
+            /* maddubs takes one unsigned operand: |w| times x with w's sign moved onto x. */
+            acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(wd * d[i * nb + b]), block_dot(w_abs, _mm256_sign_epi8(x, w)),
+                                     acc[i]);
+        }
+    }
+    for (int i = 0; i < rows; ++i) y[i * stride] = hsum(acc[i]);
+#else
+    float total[TILE] = {0};
+    for (int64_t b = 0; b < nb; ++b) {
+        const uint8_t *blk = row + b * 34;
+        const int8_t *wq = (const int8_t *)(blk + 2);
+        const float wd = half_to_float(read_u16(blk));
+        for (int i = 0; i < rows; ++i) {
+            const int8_t *xb = q + i * k + b * QK;
+            int sum = 0;
+            for (int j = 0; j < QK; ++j) sum += wq[j] * xb[j];
+            total[i] += wd * d[i * nb + b] * (float)sum;
+        }
+    }
+    for (int i = 0; i < rows; ++i) y[i * stride] = total[i];
+#endif
+}
+
+/* y[m, n] = x[m, k] @ W[n, k].T for W in `kind` blocks ([n, k / 32, block bytes]). Returns 0, or -1 when out
+   of memory. Rows of W are shared among `threads` OpenMP threads. */
+int qk_matmul(int kind, const uint8_t *w, int64_t n, int64_t k, const float *x, int64_t m, float *y, int threads) {
+    const int64_t nb = k / QK, row_bytes = nb * BLOCK_BYTES[kind];
+    int8_t *q = malloc((size_t)(m * k));
+    float *d = malloc((size_t)(m * nb) * sizeof(float)), *s = malloc((size_t)(m * nb) * sizeof(float));
+    if (!q || !d || !s) {
+        free(q); free(d); free(s);
+        return -1;
+    }
+    for (int64_t i = 0; i < m; ++i) quantize_row(x + i * k, k, q + i * k, d + i * nb, s + i * nb);
+#pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
+    for (int64_t j = 0; j < n; ++j) {
+        const uint8_t *row = w + j * row_bytes;
+        for (int64_t i = 0; i < m; i += TILE) {
+            const int rows = (int)(m - i < TILE ? m - i : TILE);
+            if (kind == KIND_Q8_0)
+                dot_q8(row, nb, q + i * k, d + i * nb, k, rows, y + i * n + j, n);
+            else
+                dot_q4(row, nb, kind, q + i * k, d + i * nb, s + i * nb, k, rows, y + i * n + j, n);
+        }
+    }
+    free(q); free(d); free(s);
+    return 0;
+}
+
+/* Rows `ids` of W, dequantized to float32 (the token embedding of a Q8_0/Q4 table). */
+void qk_rows(int kind, const uint8_t *w, int64_t k, const int64_t *ids, int64_t count, float *out) {
+    const int64_t nb = k / QK, bytes = BLOCK_BYTES[kind], nibbles = kind == KIND_Q4_1 ? 4 : 2;
+    for (int64_t r = 0; r < count; ++r) {
+        const uint8_t *row = w + ids[r] * nb * bytes;
+        float *o = out + r * k;
+        for (int64_t b = 0; b < nb; ++b) {
+            const uint8_t *blk = row + b * bytes;
+            const float wd = half_to_float(read_u16(blk));
+            if (kind == KIND_Q8_0) {
+                for (int j = 0; j < QK; ++j) o[b * QK + j] = wd * (float)((const int8_t *)(blk + 2))[j];
+                continue;
+            }
+            const float wm = kind == KIND_Q4_1 ? half_to_float(read_u16(blk + 2)) : -8.0f * wd;
+            for (int j = 0; j < QK / 2; ++j) {
+                o[b * QK + j] = wd * (float)(blk[nibbles + j] & 0x0F) + wm;
+                o[b * QK + j + QK / 2] = wd * (float)(blk[nibbles + j] >> 4) + wm;
+            }
+        }
+    }
+}
