@@ -44,8 +44,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--heads", help="draft heads that speed TokenSwift up (default: <model>/heads, or the heads "
                                   "shipped for a .gguf file; 'none' turns them off)")
     p.add_argument("--device", default="cpu", help="where the model runs: cpu, cuda or cuda:N (default: %(default)s)")
-    p.add_argument("--dtype", help="number precision: float32, bfloat16 (GPUs), float16, float64 (default: bfloat16 on "
-                                  "a GPU, float32 on the CPU)")
+    p.add_argument("--dtype", help="number precision: float32, bfloat16 (GPUs), float16, float64, q4 (a GGUF file's "
+                                  "own quantized weights, CPU) (default: bfloat16 on a GPU; on the CPU q4 for a "
+                                  "Q4_0/Q4_1/Q8_0 GGUF file such as the default model, else float32)")
     p.add_argument("--threads", type=int,
                    help="CPU threads the model may use (default: 1 for models under 100M parameters, where more "
                         "only wait; else every core but one, which the page and your browser need)")
@@ -93,7 +94,7 @@ def spawn_worker(args: argparse.Namespace, fast: bool = True) -> multiprocessing
     from tokenswift.model.loading import default_dtype
     from worker import WorkerConfig, run_worker
 
-    dtype = args.dtype or default_dtype(args.device)
+    dtype = args.dtype or default_dtype(args.device, args.model)
     config = WorkerConfig(db=args.db, model=args.model, heads=args.heads, device=args.device, dtype=dtype,
                           threads=args.threads, spare_cores=SPARE_CORES, adaptive=not args.fixed_batch,
                           fast=fast and not args.no_fast,

@@ -9,6 +9,7 @@ import torch
 
 from tokenswift.decode.generate import Generator
 from tokenswift.decode.settings import Settings
+from tokenswift.model.default_model import default_model_path
 from tokenswift.model.loading import default_dtype
 
 
@@ -27,10 +28,24 @@ def test_a_model_runs_on_its_own_threads_and_gives_them_back(stories32):
     assert seen == {2: {2}, 1: {1}, 3: {3}}
 
 
-def test_the_app_and_the_cli_take_one_default_dtype():
+def test_the_app_and_the_cli_take_one_default_dtype(tmp_path, stories_path):
+    from gguf_files import write_gguf
+
     from worker.__main__ import parse_args
 
     assert default_dtype("cuda:1") == default_dtype("cuda") == "bfloat16" and default_dtype("cpu") == "float32"
     assert parse_args(["--device", "cuda"]).dtype == "bfloat16"
     assert parse_args([]).dtype == "float32"
+    # On a CPU a GGUF file whose layers are quantized runs on its own blocks (the default model is Q4_1) ...
+    assert default_dtype("cpu", default_model_path()) == "q4"
+    assert parse_args(["--model", str(default_model_path())]).dtype == "q4"
+    assert default_dtype("cuda", default_model_path()) == "bfloat16"
+    quantized, dense = tmp_path / "q8.gguf", tmp_path / "f32.gguf"
+    write_gguf(quantized, stories_path, "llama-gqa-tied", "Q8_0")
+    write_gguf(dense, stories_path, "llama-gqa-tied", "F32")
+    assert default_dtype("cpu", quantized) == "q4"
+    # ... and one of float weights, a checkpoint directory, or a file with attention biases, in float32
+    biased = tmp_path / "qwen2.gguf"
+    write_gguf(biased, stories_path, "qwen2-bias-gqa", "Q4_1")
+    assert [default_dtype("cpu", m) for m in (dense, stories_path, biased)] == ["float32"] * 3
     assert parse_args(["--device", "cuda", "--dtype", "float16"]).dtype == "float16"

@@ -19,7 +19,7 @@ def parse_args(argv: list[str] | None = None) -> WorkerConfig:
     p.add_argument("--heads", help="draft-heads directory, if not inside the checkpoint")
     p.add_argument("--device", default=defaults.device, help="cpu, cuda or cuda:N")
     p.add_argument("--dtype", help="float32, float64 (CPU), bfloat16, float16, q4 (a GGUF file's 4-bit weights, CPU) "
-                                  "(default: bfloat16 on a GPU, float32 on the CPU)")
+                                  "(default: bfloat16 on a GPU; on the CPU q4 for a Q4_0/Q4_1/Q8_0 GGUF, else float32)")
     p.add_argument("--worker-id", default=defaults.worker_id, help="row in the workers table (default: host:pid)")
     p.add_argument("--once", action="store_true", help="exit when the queue is empty")
     p.add_argument("--threads", type=int, help="torch CPU threads")
@@ -38,7 +38,7 @@ def parse_args(argv: list[str] | None = None) -> WorkerConfig:
     args = p.parse_args(argv)
     return WorkerConfig(
         db=args.db, model=args.model, heads=args.heads, device=args.device,
-        dtype=args.dtype or default_dtype(args.device),
+        dtype=args.dtype or default_dtype(args.device, args.model),
         worker_id=args.worker_id, once=args.once, threads=args.threads, adaptive=not args.fixed_batch,
         fast=not args.no_fast, poll_s=args.poll_s,
         lease_s=args.lease_s, flush_s=args.flush_s, flush_tokens=args.flush_tokens,

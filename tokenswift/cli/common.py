@@ -147,7 +147,7 @@ def open_model(args: argparse.Namespace) -> LoadedModel:
     device = args.device or default_device()
     try:
         resolve_device(device)
-        dtype = args.dtype or default_dtype(device)
+        dtype = args.dtype or default_dtype(device, args.model)
         resolve_dtype(dtype)
     except ValueError as error:
         raise CliError(str(error)) from None

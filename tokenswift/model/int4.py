@@ -19,12 +19,34 @@ import torch
 
 from tokenswift.model.errors import ModelLoadError
 from tokenswift.model.forward import Transformer
-from tokenswift.model.quant import KINDS, QuantLinear
+from tokenswift.model.quant import KINDS, QuantLinear, kernels
 
 PROJECTIONS = {  # our fused product -> the GGUF tensors whose rows it stacks
     "self_attn.qkv_proj": ("attn_q", "attn_k", "attn_v"), "self_attn.o_proj": ("attn_output",),
     "mlp.gate_up_proj": ("ffn_gate", "ffn_up"), "mlp.down_proj": ("ffn_down",),
 }
+
+
+def runs_quantized(gguf_path: Path) -> bool:
+    """Whether `--dtype q4` can run this GGUF file: every layer's projections in blocks the kernel reads, no
+    attention biases, and a C compiler to build the kernel with (quant.kernels)."""
+    from gguf import GGUFReader
+
+    try:
+        names = {t.name: t.tensor_type.name for t in GGUFReader(gguf_path).tensors}
+    except Exception:  # noqa: BLE001 - a damaged file: loading it says what is wrong (gguf_checkpoint)
+        return False
+    shorts = [short for parts in PROJECTIONS.values() for short in parts]
+    layers = {name.split(".")[1] for name in names if name.startswith("blk.")}
+    if not layers or any(f"blk.{i}.attn_q.bias" in names for i in layers):
+        return False
+    if any(names.get(f"blk.{i}.{short}.weight") not in KINDS for i in layers for short in shorts):
+        return False
+    try:
+        kernels()
+    except ModelLoadError:
+        return False
+    return True
 
 
 def llama_rows(rows: int, heads: int) -> torch.Tensor:

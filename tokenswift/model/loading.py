@@ -26,7 +26,7 @@ from tokenswift.model.config import ModelConfig, UnsupportedModelError
 from tokenswift.model.default_model import shipped_draft, shipped_heads
 from tokenswift.model.errors import ModelLoadError
 from tokenswift.model.forward import Transformer, fused_state
-from tokenswift.model.int4 import use_q4_weights
+from tokenswift.model.int4 import runs_quantized, use_q4_weights
 from tokenswift.model.rope import rope_table
 
 # "q4": the GGUF file's 4-bit projections with float32 activations (tokenswift.model.int4), CPU only.
@@ -141,11 +141,17 @@ def default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def default_dtype(device: str) -> str:
+def default_dtype(device: str, model: str | Path | None = None) -> str:
     """The dtype of a run on `device` that names none, the CLI's and the app's alike: bfloat16 on a GPU (its
-    fused kernels, and half of float32's bytes to read per step), float32 on a CPU (whose bfloat16 products are
-    no faster, and float32 keeps TokenSwift's text equal to plain decoding's far longer)."""
-    return "bfloat16" if device.startswith("cuda") else "float32"
+    fused kernels, and half of float32's bytes to read per step). On a CPU, "q4" for a GGUF file whose layers
+    are Q4_0/Q4_1/Q8_0 blocks: the file's own weights by the integer kernel (quant.py), the fastest precision
+    here, with its text measured against float32's (scripts/precision_quality.py); else float32 (bfloat16
+    products are no faster on a CPU)."""
+    if device.startswith("cuda"):
+        return "bfloat16"
+    if model is not None and gguf_checkpoint.is_gguf(model) and Path(model).is_file() and runs_quantized(Path(model)):
+        return "q4"
+    return "float32"
 
 
 def resolve_device(device: str) -> torch.device:
