@@ -83,12 +83,15 @@ static inline __m256 block_dot(__m256i w_u8, __m256i x_i8) {  /* 32 (u8 * s8) ->
 static void dot_q4(const uint8_t *row, int64_t nb, int kind, const int8_t *q, const float *d, const float *s,
                    int64_t k, int rows, float *y, int64_t stride) {
     const int64_t bytes = BLOCK_BYTES[kind], nibbles = kind == KIND_Q4_1 ? 4 : 2;
-    float offsets[TILE] = {0};
 #ifdef QK_AVX2
-    __m256 acc[TILE];
-    for (int i = 0; i < rows; ++i) acc[i] = _mm256_setzero_ps();
+    /* The same sums in the same order as dot_q4_row (even and odd blocks apart), so a row's product does not
+       depend on how many rows share the call. */
+    __m256 acc[2][TILE];
+    float offsets[2][TILE] = {{0}};
+    for (int i = 0; i < rows; ++i) acc[0][i] = acc[1][i] = _mm256_setzero_ps();
     const __m256i low = _mm256_set1_epi8(0x0F);
     for (int64_t b = 0; b < nb; ++b) {
+        const int half = (int)(b & 1);
         const uint8_t *blk = row + b * bytes;
         const float wd = half_to_float(read_u16(blk));
         const float wm = kind == KIND_Q4_1 ? half_to_float(read_u16(blk + 2)) : -8.0f * wd;
@@ -96,13 +99,14 @@ static void dot_q4(const uint8_t *row, int64_t nb, int kind, const int8_t *q, co
         const __m256i w = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), low);
         for (int i = 0; i < rows; ++i) {
             const __m256i x = _mm256_loadu_si256((const __m256i *)(q + i * k + b * QK));
-            acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(wd * d[i * nb + b]), block_dot(w, x), acc[i]);
-            offsets[i] += wm * s[i * nb + b];
+            acc[half][i] = _mm256_fmadd_ps(_mm256_set1_ps(wd * d[i * nb + b]), block_dot(w, x), acc[half][i]);
+            offsets[half][i] += wm * s[i * nb + b];
         }
     }
-    for (int i = 0; i < rows; ++i) y[i * stride] = hsum(acc[i]) + offsets[i];
+    for (int i = 0; i < rows; ++i)
+        y[i * stride] = hsum(_mm256_add_ps(acc[0][i], acc[1][i])) + (offsets[0][i] + offsets[1][i]);
 #else
-    float total[TILE] = {0};
+    float total[TILE] = {0}, offsets[TILE] = {0};
     for (int64_t b = 0; b < nb; ++b) {
         const uint8_t *blk = row + b * bytes;
         const float wd = half_to_float(read_u16(blk));
@@ -120,13 +124,77 @@ static void dot_q4(const uint8_t *row, int64_t nb, int kind, const int8_t *q, co
 #endif
 }
 
+#ifdef QK_AVX2
+/* One activation row (a decoding step): accumulators in registers, two of each so that consecutive blocks' fused
+   multiply-adds do not wait on each other (the tiled loop below keeps its per-row sums in memory). */
+static float dot_q4_row(const uint8_t *row, int64_t nb, int kind, const int8_t *q, const float *d, const float *s) {
+    const int64_t bytes = BLOCK_BYTES[kind], nibbles = kind == KIND_Q4_1 ? 4 : 2;
+    const __m256i low = _mm256_set1_epi8(0x0F);
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    float off0 = 0.0f, off1 = 0.0f;
+    int64_t b = 0;
+    for (; b + 1 < nb; b += 2) {
+        const uint8_t *b0 = row + b * bytes, *b1 = b0 + bytes;
+        const float d0 = half_to_float(read_u16(b0)), d1 = half_to_float(read_u16(b1));
+        const float m0 = kind == KIND_Q4_1 ? half_to_float(read_u16(b0 + 2)) : -8.0f * d0;
+        const float m1 = kind == KIND_Q4_1 ? half_to_float(read_u16(b1 + 2)) : -8.0f * d1;
+        const __m128i r0 = _mm_loadu_si128((const __m128i *)(b0 + nibbles));
+        const __m128i r1 = _mm_loadu_si128((const __m128i *)(b1 + nibbles));
+        const __m256i w0 = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(r0, 4), r0), low);
+        const __m256i w1 = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(r1, 4), r1), low);
+        const __m256i x0 = _mm256_loadu_si256((const __m256i *)(q + b * QK));
+        const __m256i x1 = _mm256_loadu_si256((const __m256i *)(q + (b + 1) * QK));
+        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(d0 * d[b]), block_dot(w0, x0), acc0);
+        acc1 = _mm256_fmadd_ps(_mm256_set1_ps(d1 * d[b + 1]), block_dot(w1, x1), acc1);
+        off0 += m0 * s[b];
+        off1 += m1 * s[b + 1];
+    }
+    for (; b < nb; ++b) {
+        const uint8_t *b0 = row + b * bytes;
+        const float d0 = half_to_float(read_u16(b0));
+        const float m0 = kind == KIND_Q4_1 ? half_to_float(read_u16(b0 + 2)) : -8.0f * d0;
+        const __m128i r0 = _mm_loadu_si128((const __m128i *)(b0 + nibbles));
+        const __m256i w0 = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(r0, 4), r0), low);
+        const __m256i x0 = _mm256_loadu_si256((const __m256i *)(q + b * QK));
+        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(d0 * d[b]), block_dot(w0, x0), acc0);
+        off0 += m0 * s[b];
+    }
+    return hsum(_mm256_add_ps(acc0, acc1)) + (off0 + off1);
+}
+
+static float dot_q8_row(const uint8_t *row, int64_t nb, const int8_t *q, const float *d) {
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    int64_t b = 0;
+    for (; b + 1 < nb; b += 2) {
+        const uint8_t *b0 = row + b * 34, *b1 = b0 + 34;
+        const __m256i w0 = _mm256_loadu_si256((const __m256i *)(b0 + 2));
+        const __m256i w1 = _mm256_loadu_si256((const __m256i *)(b1 + 2));
+        const __m256i x0 = _mm256_loadu_si256((const __m256i *)(q + b * QK));
+        const __m256i x1 = _mm256_loadu_si256((const __m256i *)(q + (b + 1) * QK));
+        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(half_to_float(read_u16(b0)) * d[b]),
+                               block_dot(_mm256_sign_epi8(w0, w0), _mm256_sign_epi8(x0, w0)), acc0);
+        acc1 = _mm256_fmadd_ps(_mm256_set1_ps(half_to_float(read_u16(b1)) * d[b + 1]),
+                               block_dot(_mm256_sign_epi8(w1, w1), _mm256_sign_epi8(x1, w1)), acc1);
+    }
+    for (; b < nb; ++b) {
+        const uint8_t *b0 = row + b * 34;
+        const __m256i w0 = _mm256_loadu_si256((const __m256i *)(b0 + 2));
+        const __m256i x0 = _mm256_loadu_si256((const __m256i *)(q + b * QK));
+        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(half_to_float(read_u16(b0)) * d[b]),
+                               block_dot(_mm256_sign_epi8(w0, w0), _mm256_sign_epi8(x0, w0)), acc0);
+    }
+    return hsum(_mm256_add_ps(acc0, acc1));
+}
+#endif
+
 /* Q8_0: w = d * q, q int8. */
 static void dot_q8(const uint8_t *row, int64_t nb, const int8_t *q, const float *d, int64_t k, int rows, float *y,
                    int64_t stride) {
 #ifdef QK_AVX2
-    __m256 acc[TILE];
-    for (int i = 0; i < rows; ++i) acc[i] = _mm256_setzero_ps();
+    __m256 acc[2][TILE];  /* even and odd blocks apart, as dot_q8_row */
+    for (int i = 0; i < rows; ++i) acc[0][i] = acc[1][i] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; ++b) {
+        const int half = (int)(b & 1);
         const uint8_t *blk = row + b * 34;
         const __m256i w = _mm256_loadu_si256((const __m256i *)(blk + 2));
         const __m256i w_abs = _mm256_sign_epi8(w, w);
@@ -134,11 +202,11 @@ static void dot_q8(const uint8_t *row, int64_t nb, const int8_t *q, const float 
         for (int i = 0; i < rows; ++i) {
             const __m256i x = _mm256_loadu_si256((const __m256i *)(q + i * k + b * QK));
             /* maddubs takes one unsigned operand: |w| times x with w's sign moved onto x. */
-            acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(wd * d[i * nb + b]), block_dot(w_abs, _mm256_sign_epi8(x, w)),
-                                     acc[i]);
+            acc[half][i] = _mm256_fmadd_ps(_mm256_set1_ps(wd * d[i * nb + b]),
+                                           block_dot(w_abs, _mm256_sign_epi8(x, w)), acc[half][i]);
         }
     }
-    for (int i = 0; i < rows; ++i) y[i * stride] = hsum(acc[i]);
+    for (int i = 0; i < rows; ++i) y[i * stride] = hsum(_mm256_add_ps(acc[0][i], acc[1][i]));
 #else
     float total[TILE] = {0};
     for (int64_t b = 0; b < nb; ++b) {
@@ -170,6 +238,12 @@ int qk_matmul(int kind, const uint8_t *w, int64_t n, int64_t k, const float *x, 
 #pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
     for (int64_t j = 0; j < n; ++j) {
         const uint8_t *row = w + j * row_bytes;
+#ifdef QK_AVX2
+        if (m == 1) {
+            y[j] = kind == KIND_Q8_0 ? dot_q8_row(row, nb, q, d) : dot_q4_row(row, nb, kind, q, d, s);
+            continue;
+        }
+#endif
         for (int64_t i = 0; i < m; i += TILE) {
             const int rows = (int)(m - i < TILE ? m - i : TILE);
             if (kind == KIND_Q8_0)
