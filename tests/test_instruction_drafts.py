@@ -8,7 +8,6 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-import test_default_model
 from test_context_shift import lm_with
 from test_drafts import _reuse
 from test_exactness import SAMPLERS
@@ -28,8 +27,6 @@ CHATML = ("{% for message in messages %}{% if loop.first and messages[0]['role']
 INSTRUCTION = "Write a story about a dog named Max."
 MEMORY = "Max is a big brown dog. Lily is his friend."
 NOTE = "Lily finds a red ball."
-# The default model (SmolLM2's GGUF, loaded once per module), as test_default_model loads it.
-gguf_path, home, smollm2 = test_default_model.gguf_path, test_default_model.home, test_default_model.smollm2
 
 
 @pytest.fixture(scope="module")

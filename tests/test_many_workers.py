@@ -12,7 +12,17 @@ import re
 import signal
 
 import pytest
-from test_worker import PROMPT, SETTINGS, Straight, Workers, assert_complete_and_exact, one_torch_thread, raw_chunks
+from test_worker import (
+    FLUSH_TOKENS,
+    PROMPT,
+    SETTINGS,
+    Straight,
+    Workers,
+    assert_complete_and_exact,
+    one_torch_thread,
+    raw_chunks,
+)
+from worker_gate import gated_command
 
 from storage import open_store
 from tokenswift.decode.settings import Settings
@@ -21,8 +31,7 @@ from tokenswift.decode.settings import Settings
 START = re.compile(r"job (\d+): start")
 # A worker whose host name is another's: it runs on "another machine" as far as the store can tell, so its
 # pid cannot be checked from here and only its lease says it is gone. (Everything else about it is real.)
-ELSEWHERE = ("-c", "import runpy, socket; socket.gethostname = lambda: 'another-host'; "
-                   "runpy.run_module('worker', run_name='__main__')")
+ELSEWHERE = "another-host"
 
 
 @pytest.fixture
@@ -87,10 +96,12 @@ def test_four_workers_forty_jobs_each_claimed_once_all_exact(store, workers, sto
 
 def test_a_worker_killed_on_another_host_is_finished_by_another_after_the_lease(store, workers, straight):
     gen_id = store.enqueue_generation(PROMPT, SETTINGS).id
-    remote = workers.start(python=ELSEWHERE, worker_id="remote")
-    workers.wait_until(lambda: len(store.chunks(gen_id)) >= 2, 90, remote)
+    workers.gate.hold_at(2 * FLUSH_TOKENS)  # killed while held mid-job, not after a job it might have finished
+    remote = workers.start(python=gated_command(workers.gate.folder, host=ELSEWHERE), worker_id="remote")
+    workers.wait_until(workers.gate.held, 90, remote)
     os.kill(remote.pid, signal.SIGKILL)
     remote.wait()
+    workers.gate.release()
     kept = raw_chunks(workers, gen_id)
     held = store.get_generation(gen_id, with_text=False)
     assert held.status == "running" and held.owner.startswith("remote@another-host")
@@ -106,10 +117,12 @@ def test_a_worker_killed_on_another_host_is_finished_by_another_after_the_lease(
 
 def test_the_database_restarted_under_a_running_job_loses_nothing(store, workers, pg_cluster, straight):
     gen_id = store.enqueue_generation(PROMPT, SETTINGS).id
-    proc = workers.start("--once")
-    workers.wait_until(lambda: len(store.chunks(gen_id)) >= 2, 90, proc)
+    workers.gate.hold_at(2 * FLUSH_TOKENS)  # held mid-job while the server goes down: its next write fails
+    proc = workers.start("--once", gated=True)
+    workers.wait_until(workers.gate.held, 90, proc)
     kept = raw_chunks(workers, gen_id)
-    pg_cluster.stop("immediate")  # as if it crashed: the worker's next write fails
+    pg_cluster.stop("immediate")  # as if it crashed
+    workers.gate.release()
     try:
         workers.wait_until(lambda: "could not" in workers.log(), 60, proc)
     finally:

@@ -1,6 +1,6 @@
-"""The quantized products of `--dtype q4` (tokenswift/model/quant.py, quant_kernels.c): a GGUF file's own Q4_0,
-Q4_1 and Q8_0 blocks times float32 activations, as llama.cpp multiplies them, on the AVX2 path and the portable
-one, and a clear error where no C compiler runs."""
+"""The quantized products of `--dtype q4` (tokenswift/model/quant.py, quant_kernels.c, built by native.py): a GGUF
+file's own Q4_0, Q4_1 and Q8_0 blocks times float32 activations, as llama.cpp multiplies them, on the AVX2 path and
+the portable one, and a clear error where no C compiler runs."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from gguf import GGMLQuantizationType, quants
 
-from tokenswift.model import quant
+from tokenswift.model import native
 from tokenswift.model.errors import ModelLoadError
 from tokenswift.model.quant import DENSE_ROWS, KINDS, QuantLinear
 
@@ -44,8 +44,8 @@ def test_products_are_the_files_weights_times_activations_rounded_per_block(kind
 @pytest.mark.parametrize("kind", list(KINDS))
 def test_the_portable_path_computes_what_the_avx2_path_does(kind, tmp_path, monkeypatch):
     monkeypatch.setenv("TOKENSWIFT_CACHE", str(tmp_path))
-    portable = quant.kernels(("-mno-avx2",))
-    assert portable is not quant.kernels()
+    portable = native.kernels(("-mno-avx2",))
+    assert portable is not native.kernels()
     linear, _ = quantized(kind, seed=2)
     x = torch.randn(3, IN, generator=torch.Generator().manual_seed(3))
     y = torch.empty(3, OUT)
@@ -57,10 +57,10 @@ def test_the_portable_path_computes_what_the_avx2_path_does(kind, tmp_path, monk
 def test_without_a_compiler_q4_says_what_is_missing(tmp_path, monkeypatch):
     monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
     with pytest.raises(ModelLoadError, match="could not run the C compiler .*no-such-cc"):
-        quant._compile(tmp_path / "kernels.so")
+        native._compile(tmp_path / "kernels.so")
     monkeypatch.setenv("CC", "false")  # a compiler that fails
-    with pytest.raises(ModelLoadError, match="compiling quant_kernels.c with false failed"):
-        quant._compile(tmp_path / "kernels.so")
+    with pytest.raises(ModelLoadError, match=r"compiling the C kernels \(quant_kernels.c, .*\) with false failed"):
+        native._compile(tmp_path / "kernels.so")
     assert not (tmp_path / "kernels.so").exists()
 
 
@@ -69,4 +69,4 @@ def test_blocks_of_the_wrong_size_are_refused():
         QuantLinear("Q4_1", torch.zeros(OUT, 7, dtype=torch.uint8), OUT, IN)
     with pytest.raises(ModelLoadError, match="whole blocks of 32"):
         QuantLinear("Q4_1", torch.zeros(OUT, 10, dtype=torch.uint8), OUT, 33)
-    assert isinstance(quant.kernels(), ctypes.CDLL)
+    assert isinstance(native.kernels(), ctypes.CDLL)

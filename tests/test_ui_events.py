@@ -14,6 +14,7 @@ import time
 import zipfile
 from pathlib import Path
 
+import children
 import httpx
 import pytest
 from conftest import REPO, need_shared
@@ -394,13 +395,11 @@ def test_no_worker_yet_the_model_is_saved_and_prompts_are_checked(tmp_path):
         command = ["nice", sys.executable, "-m", "worker", "--db", f"sqlite:///{tmp_path / 'studio.db'}", "--once",
                    "--threads", "1"]  # no --model: it must take the saved choice
         with open(tmp_path / "worker.log", "w") as log:
-            worker = subprocess.Popen(command, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+            worker = children.start(command, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
             try:
                 assert worker.wait(120) == 0, (tmp_path / "worker.log").read_text()[-3000:]
             finally:
-                if worker.poll() is None:
-                    worker.kill()
-                    worker.wait()
+                children.stop(worker)
         assert "Done" in ui("/write_tick")["Write status"]
 
 

@@ -17,9 +17,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+import children
 import pytest
 from conftest import both_backends, only_sqlite, sqlite_db_url
 from sqlalchemy import event, text
+from worker_gate import Gate, gated_command
 
 from storage import open_store
 from storage.db import make_engine
@@ -68,28 +70,35 @@ def straight(stories64) -> Straight:
 
 
 class Workers:
-    """Starts `python -m worker` processes and kills, at teardown, those of them still running."""
+    """Starts `python -m worker` processes and kills, at teardown, those of them still running. A gated one
+    (tests/worker_gate.py) holds mid-job where the test asks (`gate.hold_at`), to be killed or let go there."""
 
     def __init__(self, tmp_path: Path, model: Path, db: str):
         self.tmp_path, self.model, self.db, self.procs, self.spawned = tmp_path, model, db, [], []
+        self.gate = Gate(tmp_path / "gate")
 
     def start(self, *extra: str, model: str | None = None, worker_id: str = "test",
-              python: tuple[str, ...] = ("-m", "worker")) -> subprocess.Popen:
+              python: tuple[str, ...] = ("-m", "worker"), gated: bool = False) -> subprocess.Popen:
+        python = gated_command(self.gate.folder) if gated else python
         log = open(self.tmp_path / f"worker-{len(self.procs)}.log", "wb")  # noqa: SIM115 - closed at teardown
         command = [sys.executable, *python, "--db", self.db, "--model", model or str(self.model),
                    "--device", "cpu", "--dtype", "float64", "--threads", "1", "--worker-id", worker_id,
                    "--poll-s", "0.05", "--flush-s", "0.2", "--flush-tokens", str(FLUSH_TOKENS), *extra]
         env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-        proc = subprocess.Popen(command, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+        proc = children.start(command, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
         self.procs.append((proc, log))
         return proc
 
     def log(self) -> str:
         return "\n".join(f.name + ":\n" + Path(f.name).read_text(errors="replace") for _, f in self.procs)
 
-    def spawn(self, config: WorkerConfig):
+    def spawn(self, config: WorkerConfig, gated: bool = False):
         """As app.py starts it: run_worker in a spawned process, which opens the store itself."""
-        proc = multiprocessing.get_context("spawn").Process(target=run_worker, args=(config,))
+        import worker_gate
+
+        target, args = (worker_gate.run_worker, (config, self.gate.folder)) if gated else (run_worker, (config,))
+        # Daemonic: multiprocessing ends it at this process's exit, should the test's own teardown never run.
+        proc = multiprocessing.get_context("spawn").Process(target=target, args=args, daemon=True)
         proc.start()
         self.spawned.append(proc)
         return proc
@@ -113,9 +122,7 @@ class Workers:
                 spawned.kill()
                 spawned.join()
         for proc, log in self.procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+            children.stop(proc)
             log.close()
 
 
@@ -164,33 +171,42 @@ def assert_complete_and_exact(store, workers, gen_id: int, straight: Straight, k
 @both_backends  # recovery: each backend's locks, leases and lost connections
 def test_pause_kill_9_and_shutdown_leave_exactly_the_straight_run(store, workers, straight):
     """One job through every interruption; each phase checks that what was committed stays as it was.
-    (One test rather than three: each worker start costs seconds of torch import and model load.)"""
+    (One test rather than three: each worker start costs seconds of torch import and model load.) Each
+    interruption lands while the worker is held mid-job (two chunks or more into its run), never after a job
+    that a free-running worker could have finished first."""
     gen_id = store.enqueue_generation(PROMPT, SETTINGS).id
-    proc = workers.start()
-    workers.wait_until(lambda: len(store.chunks(gen_id)) >= 2, 90, proc)
+    gate = workers.gate
+    gate.hold_at(2 * FLUSH_TOKENS)
+    proc = workers.start(gated=True)
+    workers.wait_until(gate.held, 90, proc)
 
     # 1. Pause: saved and released within an iteration; the worker moves on to the next jobs.
     store.request_pause(gen_id)
+    gate.release()
     workers.wait_until(lambda: store.get_generation(gen_id, with_text=False).status == "paused", 60, proc)
     paused = store.get_generation(gen_id, with_text=False)
     assert paused.produced_tokens < SETTINGS.max_new_tokens and paused.control is None
     kept = raw_chunks(workers, gen_id)
 
     # 2. Resume, then kill -9 mid-generation: the job is left "running" with a dead owner.
+    gate.hold_at(paused.produced_tokens + 2 * FLUSH_TOKENS)
     store.request_resume(gen_id)
-    workers.wait_until(lambda: len(store.chunks(gen_id)) >= len(kept) + 2, 90, proc)
+    workers.wait_until(gate.held, 90, proc)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
+    gate.release()
     kept = committed_prefix_kept(workers, gen_id, kept)
     interrupted = store.get_generation(gen_id, with_text=False)
     assert interrupted.status == "running" and interrupted.produced_tokens < SETTINGS.max_new_tokens
 
     # 3. A new worker sees the dead pid at once, resumes; SIGTERM (app.py's shutdown) hands it back.
-    proc = workers.start()
-    workers.wait_until(lambda: len(store.chunks(gen_id)) >= len(kept) + 2, 90, proc)
+    gate.hold_at(interrupted.produced_tokens + 2 * FLUSH_TOKENS)
+    proc = workers.start(gated=True)
+    workers.wait_until(gate.held, 90, proc)
     proc.send_signal(signal.SIGTERM)
+    gate.release()
     workers.finish(proc, 60)
-    assert store.get_generation(gen_id, with_text=False).status in ("queued", "done")
+    assert store.get_generation(gen_id, with_text=False).status == "queued"
     kept = committed_prefix_kept(workers, gen_id, kept)
 
     # 4. A last worker finishes it: the ids are those of one uninterrupted run.
@@ -214,15 +230,20 @@ def test_a_draft_past_the_window_survives_pause_and_kill_9_exactly(store, worker
         straight = Generator(stories64, SHIFTING, stories64.encode(PROMPT),
                              pinned=pinned_ids(stories64, MEMORY, NOTE)).run()
     gen_id = store.enqueue_generation(PROMPT, SHIFTING, memory=MEMORY, authors_note=NOTE).id
-    proc = workers.start()
+    gate = workers.gate
+    gate.hold_at(200)  # the worker holds there: the pause and the kill land mid-job, whatever the machine's speed
+    proc = workers.start(gated=True)
     produced = lambda: store.get_generation(gen_id, with_text=False).produced_tokens  # noqa: E731
-    workers.wait_until(lambda: produced() >= 200, 90, proc)
+    workers.wait_until(gate.held, 90, proc)
     store.request_pause(gen_id)
+    gate.release()
     workers.wait_until(lambda: store.get_generation(gen_id, with_text=False).status == "paused", 60, proc)
+    gate.hold_at(520)  # past the first shift (~470 generated)
     store.request_resume(gen_id)
-    workers.wait_until(lambda: produced() >= 520, 90, proc)  # past the first shift (~470 generated)
+    workers.wait_until(gate.held, 90, proc)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
+    gate.release()
     assert produced() < SHIFTING.max_new_tokens
     workers.finish(workers.start("--once"))
     gen = store.get_generation(gen_id, with_text=False)
@@ -638,7 +659,7 @@ class Exits:
     def __call__(self, fast: bool):
         target, args = (time.sleep, (600,)) if self.fast else (sys.exit, (self.code,))
         self.fast.append(fast)
-        proc = multiprocessing.get_context("spawn").Process(target=target, args=args)
+        proc = multiprocessing.get_context("spawn").Process(target=target, args=args, daemon=True)
         proc.start()
         return proc
 
@@ -682,12 +703,15 @@ def test_the_app_respawns_a_killed_worker_and_the_job_finishes_exactly(store, wo
     config = WorkerConfig(db=workers.db, model=str(stories_path), device="cpu", dtype="float64", threads=1,
                           poll_s=0.05, flush_s=0.2, flush_tokens=FLUSH_TOKENS, parent_pid=os.getpid())
     gen_id = store.enqueue_generation(PROMPT, SETTINGS).id
-    supervisor = Supervisor(lambda fast: workers.spawn(config), poll_s=0.1)
+    workers.gate.hold_at(2 * FLUSH_TOKENS)  # the first worker holds mid-job; its successor finds no hold
+    supervisor = Supervisor(lambda fast: workers.spawn(config, gated=True), poll_s=0.1)
     try:
         first = supervisor.process
-        workers.wait_until(lambda: len(store.chunks(gen_id)) >= 2, 90)
+        workers.wait_until(workers.gate.held, 90, first)
         kept = raw_chunks(workers, gen_id)
         os.kill(first.pid, signal.SIGKILL)
+        first.join()
+        workers.gate.release()
         workers.wait_until(lambda: store.get_generation(gen_id, with_text=False).status == "done", 180)
         assert supervisor.restarts == 1 and supervisor.process.pid != first.pid and supervisor.process.is_alive()
         assert_complete_and_exact(store, workers, gen_id, straight, kept)

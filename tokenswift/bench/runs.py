@@ -113,9 +113,10 @@ def kv_bytes_per_token(lm: LoadedModel) -> int:
     return 2 * cfg.n_layers * cfg.n_kv_heads * cfg.head_dim * torch.finfo(lm.dtype).bits // 8
 
 
-def ar_at_context(lm: LoadedModel, context: int, steps: int, warmup: int = 4) -> dict:
-    """Plain AR decoding speed with `context` tokens already in the cache (timed after a warm-up)."""
-    settings = Settings(mode="ar", max_new_tokens=warmup + steps + 1, ignore_eos=True)
+def ar_at_context(lm: LoadedModel, context: int, steps: int, warmup: int = 4, temperature: float = 0.0) -> dict:
+    """Plain AR decoding speed with `context` tokens already in the cache (timed after a warm-up); temperature 0:
+    greedy, as the llama.cpp peer (scripts/bench_llamacpp.py) decodes."""
+    settings = Settings(mode="ar", max_new_tokens=warmup + steps + 1, ignore_eos=True, temperature=temperature)
     ids = filler_ids(lm, context)
     engine = Engine(lm, settings, ids, len(ids))
     engine.start()
@@ -133,7 +134,8 @@ def ar_at_context(lm: LoadedModel, context: int, steps: int, warmup: int = 4) ->
             "mean_kv_tokens": context + warmup + (steps + 1) / 2}
 
 
-def bench_ar(lm: LoadedModel, contexts: Sequence[int], steps: int = 64, warmup: int = 4) -> dict:
+def bench_ar(lm: LoadedModel, contexts: Sequence[int], steps: int = 64, warmup: int = 4,
+             temperature: float = 0.0) -> dict:
     """AR tokens/s per context length; on CUDA also the bandwidth achieved versus a measured copy."""
     cuda = lm.device.type == "cuda"
     copy_bw = copy_bandwidth(lm.device) if cuda else None
@@ -146,14 +148,15 @@ def bench_ar(lm: LoadedModel, contexts: Sequence[int], steps: int = 64, warmup: 
                       f"of {lm.max_context}")
             rows.append({"context": context, "skipped": reason})
             continue
-        row = ar_at_context(lm, context, steps, warmup)
+        row = ar_at_context(lm, context, steps, warmup, temperature)
         if cuda:
             moved = weights + kv_token * row["mean_kv_tokens"]
             row["bandwidth_gb_s"] = moved / (row["step_ms"] / 1e3) / 1e9
             row["bandwidth_fraction"] = row["bandwidth_gb_s"] * 1e9 / copy_bw
         rows.append(row)
     return {"model": lm.name, "device": str(lm.device), "dtype": lm.precision,
-            "steps": steps, "warmup": warmup, "weight_bytes": weights, "kv_bytes_per_token": kv_token,
+            "steps": steps, "warmup": warmup, "temperature": temperature, "weight_bytes": weights,
+            "kv_bytes_per_token": kv_token,
             "copy_bandwidth_gb_s": copy_bw / 1e9 if copy_bw else None, "rows": rows}
 
 

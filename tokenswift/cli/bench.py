@@ -4,6 +4,7 @@ tokenswift/bench/)."""
 from __future__ import annotations
 
 import argparse
+import math
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -58,6 +59,8 @@ def add_commands(sub) -> None:
                     help="context lengths to time, comma-separated (default: 256,1024,4096)")
     ar.add_argument("--steps", type=int, default=64, help="timed steps per context (default: %(default)s)")
     ar.add_argument("--warmup", type=int, default=4, help="untimed steps first (default: %(default)s)")
+    ar.add_argument("--temperature", type=float, default=0.0,
+                    help="sampling temperature; 0 = greedy, as scripts/bench_llamacpp.py (default: %(default)s)")
     ar.set_defaults(func=cmd_bench_ar)
 
     bound = sub.add_parser("bench-bound", help="the most TokenSwift can gain here: each candidate shape's accepted "
@@ -173,18 +176,21 @@ def print_bench(r: dict) -> None:
 def cmd_bench_ar(args: argparse.Namespace) -> int:
     if args.steps < 1 or args.warmup < 0:
         raise CliError("steps: must be >= 1 (and --warmup >= 0)")
+    if not math.isfinite(args.temperature) or args.temperature < 0:
+        raise CliError("temperature: must be >= 0")
     args.heads = "none"  # AR reads no heads: do not load them
     lm = open_model(args)
     from tokenswift.bench.runs import bench_ar
 
-    result = bench_ar(lm, args.contexts, steps=args.steps, warmup=args.warmup)
+    result = bench_ar(lm, args.contexts, steps=args.steps, warmup=args.warmup, temperature=args.temperature)
     print_bench_ar(result)
     write_json(args.json_out, result)
     return 0
 
 
 def print_bench_ar(r: dict) -> None:
-    print(f"{r['model']} on {r['device']} ({r['dtype']}), {r['steps']} timed steps per context")
+    sampling = "greedy" if r["temperature"] == 0 else f"temperature {r['temperature']:g}"
+    print(f"{r['model']} on {r['device']} ({r['dtype']}), {sampling}, {r['steps']} timed steps per context")
     cuda = r["copy_bandwidth_gb_s"] is not None
     header = f"{'context':>8}{'tokens/s':>12}{'ms/token':>12}"
     print(header + (f"{'GB/s':>10}{'of copy':>10}" if cuda else ""))

@@ -22,14 +22,16 @@ from torch import nn
 
 from tokenswift.model.config import ModelConfig
 from tokenswift.model.kv_cache import KVCache
+from tokenswift.model.native_rows import ATTEND_ROWS, MAX_ROWS, PRODUCT_ROWS, NativeRows
 from tokenswift.model.rope import apply_rope
 
-# A CPU float32 product of a few rows is cheapest as weight @ x.T: MKL's small-M GEMM re-packs the weight on
-# every call (2 rows cost 2.1x one row for a 49K-row LM head, 4 rows 1.8x) and its one-row GEMV reaches two
-# thirds of the bandwidth, while weight @ x.T with 2 or 4 columns streams the weight once (0.7-0.9x the old one
-# row; scripts/bench_products.py has the table). An odd count of columns takes a slower kernel (3: 1.0-1.5x),
-# so one row is sent as two and three as four. A small weight is read from cache, where MKL's GEMV is the faster
-# (64x64: 2 us against 8): stories260k and the test models keep F.linear.
+# A CPU float32 product of a few rows streams the weight once: with the model's C kernels (native_rows.linear, up to
+# PRODUCT_ROWS rows), else as weight @ x.T, since MKL's small-M GEMM re-packs the weight on every call (2 rows
+# cost 2.1x one row for a 49K-row LM head, 4 rows 1.8x) and its one-row GEMV reaches two thirds of the bandwidth,
+# while weight @ x.T with 2 or 4 columns streams the weight once (0.7-0.9x the old one row;
+# scripts/bench_products.py has the table). An odd count of columns takes a slower kernel (3: 1.0-1.5x), so one
+# row is sent as two and three as four. A small weight is read from cache, where MKL's GEMV is the faster (64x64:
+# 2 us against 8): stories260k and the test models keep F.linear.
 COLUMN_ROWS = 4
 COLUMN_MIN_WEIGHT = 1 << 16  # elements (256 KiB in float32); the default model's smallest is 192x576
 
@@ -40,8 +42,13 @@ def column_product(rows: int, weight: torch.Tensor) -> bool:
             and weight.numel() >= COLUMN_MIN_WEIGHT)
 
 
-def project(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """x [M, in] @ weight[out, in].T (+ bias): every projection of the model, its heads and drafters."""
+def project(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
+            native: NativeRows | None = None) -> torch.Tensor:
+    """x [M, in] @ weight[out, in].T (+ bias): every projection of the model, its heads and drafters; native: the
+    model's C kernels where the forward has them."""
+    if native is not None and x.dim() == 2 and 0 < x.shape[0] <= PRODUCT_ROWS and weight.numel() >= COLUMN_MIN_WEIGHT:
+        out = native.linear(x, weight)
+        return out if bias is None else out + bias
     if x.dim() != 2 or not column_product(x.shape[0], weight):
         return F.linear(x, weight, bias)
     rows = x.shape[0]
@@ -54,8 +61,8 @@ def project(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = N
 class Linear(nn.Linear):
     """nn.Linear (same parameters and state-dict names) whose product is project()."""
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return project(x, self.weight, self.bias)
+    def forward(self, x: torch.Tensor, native: NativeRows | None = None) -> torch.Tensor:
+        return project(x, self.weight, self.bias, native)
 
 
 class RMSNorm(nn.Module):
@@ -64,12 +71,21 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
         self.eps = eps
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, native: NativeRows | None = None) -> torch.Tensor:
+        if native is not None:
+            return native.rms_norm(x, self.weight, self.eps)
         # Normalise in at least float32 as the reference does; bf16 variance loses too much.
         if x.dtype in (torch.bfloat16, torch.float16):
             work = x.float()
             return self.weight * (work * torch.rsqrt(work.pow(2).mean(-1, keepdim=True) + self.eps)).to(x.dtype)
         return self.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps))
+
+    def residual(self, x: torch.Tensor, y: torch.Tensor, native: NativeRows | None = None):
+        """(x + y, this norm of x + y): a residual add and the norm after it."""
+        if native is not None:
+            return native.add_rms_norm(x, y, self.weight, self.eps)
+        x = x + y
+        return x, self.forward(x)
 
 
 class Attention(nn.Module):
@@ -87,13 +103,16 @@ class Attention(nn.Module):
         rotated = apply_rope(qkv[..., :cfg.n_heads + cfg.n_kv_heads, :], cos, sin)
         return rotated[..., :cfg.n_heads, :], rotated[..., cfg.n_heads:, :], qkv[..., cfg.n_heads + cfg.n_kv_heads:, :]
 
-    def forward(self, x, cos, sin, keys, values, slots, attend) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, x, cos, sin, keys, values, slots, attend, native: NativeRows | None = None):
         """keys, values: this layer's whole cache [kv_heads, capacity, head_dim]; slots: [T] device tensor of the
-        slots the new K/V go to (no host value: one captured graph serves every length)."""
-        q, k, v = self.qkv(x, cos, sin)
-        keys.index_copy_(1, slots, k.transpose(0, 1))
-        values.index_copy_(1, slots, v.transpose(0, 1))
-        return self.o_proj(attend(q, keys, values)), q
+        slots the new K/V go to (no host value: one captured graph serves every length). Returns the output and q."""
+        if native is not None:
+            q = native.rope_store(self.cfg, self.qkv_proj(x, native), cos, sin, slots, keys, values)
+        else:
+            q, k, v = self.qkv(x, cos, sin)
+            keys.index_copy_(1, slots, k.transpose(0, 1))
+            values.index_copy_(1, slots, v.transpose(0, 1))
+        return self.o_proj(attend(q, keys, values), native), q
 
 
 def fold_groups(cfg: ModelConfig, q: torch.Tensor) -> torch.Tensor:
@@ -116,14 +135,23 @@ def sdpa_folded(cfg: ModelConfig, q: torch.Tensor, keys: torch.Tensor, values: t
 
 
 class SpanAttention:
-    """The eager attention: the slots [0, span) under a mask (additive, [group*T, span]) or, for one token
-    that sees the whole filled cache, none. The fast path's kernels (attention.py) take the same call."""
+    """The eager attention: the slots [0, span) under a mask ([T, span] bool, True = may attend) or, for one token
+    that sees the whole filled cache, none; by the model's C kernel where the forward has one (native) for up to
+    ATTEND_ROWS tokens, else SDPA.
+    The fast path's kernels (attention.py) take the same call."""
 
-    def __init__(self, cfg: ModelConfig, span: int, mask: torch.Tensor | None):
-        self.cfg, self.span, self.mask = cfg, span, mask
+    def __init__(self, cfg: ModelConfig, span: int, mask: torch.Tensor | None, dtype: torch.dtype,
+                 native: NativeRows | None = None):
+        t = mask.shape[0] if mask is not None else 1
+        self.cfg, self.span = cfg, span
+        self.native = native if native is not None and t <= ATTEND_ROWS else None
+        self.mask = mask if self.native is not None or mask is None else attention_bias(mask, cfg.group, dtype)
 
     def __call__(self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
-        return sdpa_folded(self.cfg, q, keys[:, :self.span], values[:, :self.span], self.mask)
+        keys, values = keys[:, :self.span], values[:, :self.span]
+        if self.native is not None:
+            return self.native.attend(self.cfg, q, keys, values, self.mask)
+        return sdpa_folded(self.cfg, q, keys, values, self.mask)
 
 
 class MLP(nn.Module):
@@ -132,7 +160,9 @@ class MLP(nn.Module):
         self.gate_up_proj = Linear(cfg.dim, 2 * cfg.intermediate_size, bias=False)
         self.down_proj = Linear(cfg.intermediate_size, cfg.dim, bias=False)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, native: NativeRows | None = None) -> torch.Tensor:
+        if native is not None:
+            return self.down_proj(native.swiglu(self.gate_up_proj(x, native)), native)
         gate, up = self.gate_up_proj(x).chunk(2, -1)
         return self.down_proj(F.silu(gate) * up)
 
@@ -145,10 +175,10 @@ class Block(nn.Module):
         self.input_layernorm = RMSNorm(cfg.dim, cfg.norm_eps)
         self.post_attention_layernorm = RMSNorm(cfg.dim, cfg.norm_eps)
 
-    def forward(self, x, cos, sin, keys, values, slots, attend):
-        attn, q = self.self_attn(self.input_layernorm(x), cos, sin, keys, values, slots, attend)
-        x = x + attn
-        return x + self.mlp(self.post_attention_layernorm(x)), q
+    def forward(self, x, cos, sin, keys, values, slots, attend, native: NativeRows | None = None):
+        attn, q = self.self_attn(self.input_layernorm(x, native), cos, sin, keys, values, slots, attend, native)
+        x, h = self.post_attention_layernorm.residual(x, attn, native)
+        return x + self.mlp(h, native), q
 
 
 class Backbone(nn.Module):
@@ -175,6 +205,8 @@ class Transformer(nn.Module):
             self.lm_head = Linear(cfg.dim, cfg.vocab_size, bias=False)
         # The model's own logits may come from a quantized copy of the head (int4.py); drafters keep head_weight.
         self.quantized_head: nn.Module | None = None
+        # The C kernels of a layer's steps for a few rows (native_rows.py), set by loading for float32 on the CPU.
+        self.native: NativeRows | None = None
         self.rope_cos: torch.Tensor | None = None
         self.rope_sin: torch.Tensor | None = None
 
@@ -185,7 +217,7 @@ class Transformer(nn.Module):
         """The frozen LM head on a normalised state (shared with the draft heads)."""
         if self.quantized_head is not None:
             return self.quantized_head(hidden)
-        return project(hidden, self.head_weight)
+        return project(hidden, self.head_weight, None, self.native)
 
     @property
     def head_weight(self) -> torch.Tensor:
@@ -215,10 +247,11 @@ class Transformer(nn.Module):
         # keeps its positions inside the table (loading.rope_positions).
         if positions.device.type == "cpu" and t and int(positions.max()) >= self.rope_cos.shape[0]:
             raise ValueError(f"position {int(positions.max())} beyond the RoPE table ({self.rope_cos.shape[0]})")
-        bias = attention_bias(mask, self.cfg.group, self.model.embed_tokens.weight.dtype) if mask is not None else None
+        native = self.native if t <= MAX_ROWS else None
+        attend = SpanAttention(self.cfg, start + t, mask, self.model.embed_tokens.weight.dtype, native)
         slots = torch.arange(start, start + t, device=tokens.device)
         queries = [] if capture_queries else None
-        x = self.run(tokens, positions, cache, slots, SpanAttention(self.cfg, start + t, bias), queries)
+        x = self.run(tokens, positions, cache, slots, attend, queries, native)
         out = None
         if logits == "all":
             out = self.logits_of(x)
@@ -226,14 +259,16 @@ class Transformer(nn.Module):
             out = self.logits_of(x[-1:])
         return ForwardOut(out, x, queries)
 
-    def run(self, tokens, positions, cache: KVCache, slots, attend, queries: list | None = None) -> torch.Tensor:
+    def run(self, tokens, positions, cache: KVCache, slots, attend, queries: list | None = None,
+            native: NativeRows | None = None) -> torch.Tensor:
         """The one decoder forward, eager or captured: tokens at `positions` write their K/V at `slots` and
         attend through `attend` (SpanAttention, or a fast-path kernel). Returns the last layer's output
-        (before the final norm); appends each layer's post-RoPE queries to `queries` when given."""
+        (before the final norm); appends each layer's post-RoPE queries to `queries` when given. native: the C
+        kernels for a layer's steps (a few rows on the CPU), else torch's operators."""
         cos, sin = self.rope_cos[positions], self.rope_sin[positions]
         x = self.model.embed_tokens(tokens)
         for layer, (keys, values) in zip(self.model.layers, cache.layers, strict=True):
-            x, q = layer(x, cos, sin, keys, values, slots, attend)
+            x, q = layer(x, cos, sin, keys, values, slots, attend, native)
             if queries is not None:
                 queries.append(q)
         return x

@@ -7,7 +7,7 @@ are quantized per block of 32 to int8 inside each product, as llama.cpp does; no
 cache are float32, as in the float32 model.
 
 Like --dtype bfloat16 this trades exactness for speed: `bench` reports the first divergence from plain decoding,
-and scripts/q4_quality.py measures the text against float32's. Exactness is proven in float64.
+and scripts/precision_quality.py measures the text against float32's. Exactness is proven in float64.
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ import torch
 
 from tokenswift.model.errors import ModelLoadError
 from tokenswift.model.forward import Transformer
-from tokenswift.model.quant import KINDS, QuantLinear, kernels
+from tokenswift.model.native import kernels
+from tokenswift.model.quant import KINDS, QuantLinear
 
 PROJECTIONS = {  # our fused product -> the GGUF tensors whose rows it stacks
     "self_attn.qkv_proj": ("attn_q", "attn_k", "attn_v"), "self_attn.o_proj": ("attn_output",),
@@ -29,7 +30,7 @@ PROJECTIONS = {  # our fused product -> the GGUF tensors whose rows it stacks
 
 def runs_quantized(gguf_path: Path) -> bool:
     """Whether `--dtype q4` can run this GGUF file: every layer's projections in blocks the kernel reads, no
-    attention biases, and a C compiler to build the kernel with (quant.kernels)."""
+    attention biases, and a C compiler to build the kernel with (native.kernels)."""
     from gguf import GGUFReader
 
     try:

@@ -27,6 +27,7 @@ from tokenswift.model.default_model import shipped_draft, shipped_heads
 from tokenswift.model.errors import ModelLoadError
 from tokenswift.model.forward import Transformer, fused_state
 from tokenswift.model.int4 import runs_quantized, use_q4_weights
+from tokenswift.model.native_rows import NativeRows
 from tokenswift.model.rope import rope_table
 
 # "q4": the GGUF file's 4-bit projections with float32 activations (tokenswift.model.int4), CPU only.
@@ -293,6 +294,7 @@ def load_model(model: str, *, device: str = "cpu", dtype: str = "float32", heads
     if dtype == "q4":
         use_q4_weights(net, Path(model), state)
     net.set_rope(*rope_table(hf, rope_positions(hf), dev, dt))
+    net.native = NativeRows.for_model(dev, dt)
     try:
         tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
     except Exception as error:  # noqa: BLE001

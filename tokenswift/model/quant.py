@@ -1,88 +1,24 @@
 """Products with GGUF-quantized weights on the CPU (`--dtype q4`): the file's own Q4_0, Q4_1 and Q8_0 blocks
-times float32 activations, by the small C kernel beside this file (quant_kernels.c).
+times float32 activations, by the C kernel quant_kernels.c (built and loaded by native.py).
 
 Torch's CPU int4 kernel (`_weight_int4pack_mm_for_cpu`) dequantizes to bfloat16 and multiplies in floating
 point: on this 2-core AVX2 machine it was no faster per weight than a float32 product, so a q4 step cost as much
-as a float32 one. The kernel here does what llama.cpp does: it quantizes each activation block of 32 to int8
-and takes integer dot products (two AVX2 instructions per 32 products), reading each weight once per call.
-
-The kernel is compiled once per machine with the system's C compiler (`cc`, or $CC) for the CPU it runs on, into
-the engine's cache directory (gguf_checkpoint.default_cache_dir()/kernels), and loaded with ctypes; threads are
-OpenMP's, as many as torch uses. Without a compiler q4 is refused with a message that says so.
+as a float32 one. The kernel does what llama.cpp does: it quantizes each activation block of 32 to int8 and takes
+integer dot products (two AVX2 instructions per 32 products), reading each weight once per call.
 """
 
 from __future__ import annotations
-
-import ctypes
-import functools
-import hashlib
-import os
-import platform
-import shutil
-import subprocess
-import tempfile
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from tokenswift.model.errors import ModelLoadError
-from tokenswift.model.gguf_checkpoint import default_cache_dir
+from tokenswift.model.native import kernels
 
-SOURCE = Path(__file__).with_name("quant_kernels.c")
 GROUP = 32
 KINDS = {"Q4_0": 0, "Q4_1": 1, "Q8_0": 2}
 BLOCK_BYTES = {"Q4_0": 18, "Q4_1": 20, "Q8_0": 34}
-
-
-def _cpu_key() -> str:
-    """What the compiled file depends on besides its source: -march=native builds for this CPU."""
-    flags = ""
-    cpuinfo = Path("/proc/cpuinfo")
-    if cpuinfo.exists():
-        flags = next((line for line in cpuinfo.read_text().splitlines() if line.startswith("flags")), "")
-    return f"{platform.machine()} {platform.system()} {flags}"
-
-
-@functools.cache
-def kernels(flags: tuple[str, ...] = ()) -> ctypes.CDLL:
-    """The compiled kernels, built on first use (a second or two) and reused from the cache afterwards. flags:
-    extra compiler flags (the tests build the portable path with -mno-avx2)."""
-    source = SOURCE.read_bytes()
-    digest = hashlib.sha256(source + _cpu_key().encode() + " ".join(flags).encode()).hexdigest()[:16]
-    lib = default_cache_dir() / "kernels" / f"quant_kernels-{digest}.so"
-    if not lib.exists():
-        _compile(lib, flags)
-    dll = ctypes.CDLL(str(lib))
-    dll.qk_matmul.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p,
-                              ctypes.c_int64, ctypes.c_void_p, ctypes.c_int]
-    dll.qk_matmul.restype = ctypes.c_int
-    dll.qk_rows.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64,
-                            ctypes.c_void_p]
-    dll.qk_rows.restype = None
-    return dll
-
-
-def _compile(lib: Path, flags: tuple[str, ...] = ()) -> None:
-    compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
-    if compiler is None:
-        raise ModelLoadError("--dtype q4 builds a small C kernel once and found no C compiler (cc, gcc or clang; "
-                             "or set CC): install one, or use --dtype float32")
-    lib.parent.mkdir(parents=True, exist_ok=True)
-    base = [compiler, "-O3", "-march=native", *flags, "-shared", "-fPIC", str(SOURCE)]
-    with tempfile.TemporaryDirectory(dir=lib.parent) as scratch:
-        built = Path(scratch) / lib.name
-        # OpenMP where the compiler has it (gcc; torch's own libgomp is then shared), else one thread.
-        for openmp in (["-fopenmp"], []):
-            try:
-                run = subprocess.run([*base, *openmp, "-o", str(built)], capture_output=True, text=True)
-            except OSError as error:
-                raise ModelLoadError(f"--dtype q4 could not run the C compiler {compiler}: {error}") from error
-            if run.returncode == 0:
-                built.replace(lib)  # atomic: a process loading it concurrently sees the whole file or none
-                return
-    raise ModelLoadError(f"--dtype q4: compiling {SOURCE.name} with {compiler} failed: {run.stderr.strip()[:400]}")
 
 
 # From this many rows on (prefill chunks, large verify batches) a product dequantizes the weight and runs a float32
@@ -103,10 +39,12 @@ class QuantLinear(nn.Module):
             raise ModelLoadError(f"{kind} blocks of shape {tuple(blocks.shape)} for a {out_features}x{in_features} "
                                  "weight")
         self.kind, self.out_features, self.in_features = kind, out_features, in_features
+        self._kind = KINDS[kind]  # the kernel's number for it, looked up once (forward runs ~120 times a step)
         self.register_buffer("blocks", blocks.to(torch.uint8).contiguous())
         self._lib = kernels()
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, native=None) -> torch.Tensor:
+        """native: the forward's float32 kernels (forward.Linear's argument), unused: these blocks have their own."""
         # A decoding step calls this four times per layer: skip the no-op conversions (each is a dispatched op).
         flat = x if x.dim() == 2 else x.reshape(-1, self.in_features)
         if flat.dtype != torch.float32 or not flat.is_contiguous():
@@ -114,7 +52,7 @@ class QuantLinear(nn.Module):
         if flat.shape[0] >= DENSE_ROWS:
             return F.linear(flat, self.dequantized()).view(*x.shape[:-1], self.out_features).to(x.dtype)
         out = torch.empty(flat.shape[0], self.out_features)
-        if self._lib.qk_matmul(KINDS[self.kind], self.blocks.data_ptr(), self.out_features, self.in_features,
+        if self._lib.qk_matmul(self._kind, self.blocks.data_ptr(), self.out_features, self.in_features,
                                flat.data_ptr(), flat.shape[0], out.data_ptr(), torch.get_num_threads()):
             raise MemoryError("quantized product: out of memory for the activations' int8 copy")
         if x.dim() != 2:
@@ -124,7 +62,5 @@ class QuantLinear(nn.Module):
     def dequantized(self) -> torch.Tensor:
         """The float32 weight these blocks hold (for checks against the model's own weights)."""
         out = torch.empty(self.out_features, self.in_features)
-        ids = torch.arange(self.out_features)
-        self._lib.qk_rows(KINDS[self.kind], self.blocks.data_ptr(), self.in_features, ids.data_ptr(),
-                          self.out_features, out.data_ptr())
+        self._lib.qk_rows(self._kind, self.blocks.data_ptr(), self.in_features, self.out_features, out.data_ptr())
         return out

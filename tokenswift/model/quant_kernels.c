@@ -75,7 +75,9 @@ static inline __m256 block_dot(__m256i w_u8, __m256i x_i8) {  /* 32 (u8 * s8) ->
 }
 #endif
 
-#define TILE 8  /* activation rows per pass over a weight row: each block is unpacked once per tile */
+#ifndef QK_AVX2
+/* The portable path: activation rows in tiles, each weight block unpacked once per tile. */
+#define TILE 8
 
 /* Byte j of a Q4 block holds weight j in its low nibble and weight j + 16 in its high one. w = d * q + m
    (Q4_1), w = d * (q - 8) (Q4_0, so m = -8d): sum_j w_j x_j = d dx sum(q x) + m dx sum(xq). Writes the
@@ -83,29 +85,6 @@ static inline __m256 block_dot(__m256i w_u8, __m256i x_i8) {  /* 32 (u8 * s8) ->
 static void dot_q4(const uint8_t *row, int64_t nb, int kind, const int8_t *q, const float *d, const float *s,
                    int64_t k, int rows, float *y, int64_t stride) {
     const int64_t bytes = BLOCK_BYTES[kind], nibbles = kind == KIND_Q4_1 ? 4 : 2;
-#ifdef QK_AVX2
-    /* The same sums in the same order as dot_q4_row (even and odd blocks apart), so a row's product does not
-       depend on how many rows share the call. */
-    __m256 acc[2][TILE];
-    float offsets[2][TILE] = {{0}};
-    for (int i = 0; i < rows; ++i) acc[0][i] = acc[1][i] = _mm256_setzero_ps();
-    const __m256i low = _mm256_set1_epi8(0x0F);
-    for (int64_t b = 0; b < nb; ++b) {
-        const int half = (int)(b & 1);
-        const uint8_t *blk = row + b * bytes;
-        const float wd = half_to_float(read_u16(blk));
-        const float wm = kind == KIND_Q4_1 ? half_to_float(read_u16(blk + 2)) : -8.0f * wd;
-        const __m128i raw = _mm_loadu_si128((const __m128i *)(blk + nibbles));
-        const __m256i w = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), low);
-        for (int i = 0; i < rows; ++i) {
-            const __m256i x = _mm256_loadu_si256((const __m256i *)(q + i * k + b * QK));
-            acc[half][i] = _mm256_fmadd_ps(_mm256_set1_ps(wd * d[i * nb + b]), block_dot(w, x), acc[half][i]);
-            offsets[half][i] += wm * s[i * nb + b];
-        }
-    }
-    for (int i = 0; i < rows; ++i)
-        y[i * stride] = hsum(_mm256_add_ps(acc[0][i], acc[1][i])) + (offsets[0][i] + offsets[1][i]);
-#else
     float total[TILE] = {0}, offsets[TILE] = {0};
     for (int64_t b = 0; b < nb; ++b) {
         const uint8_t *blk = row + b * bytes;
@@ -121,12 +100,13 @@ static void dot_q4(const uint8_t *row, int64_t nb, int kind, const int8_t *q, co
         }
     }
     for (int i = 0; i < rows; ++i) y[i * stride] = total[i] + offsets[i];
-#endif
 }
+#endif
 
 #ifdef QK_AVX2
 /* One activation row (a decoding step): accumulators in registers, two of each so that consecutive blocks' fused
-   multiply-adds do not wait on each other (the tiled loop below keeps its per-row sums in memory). */
+   multiply-adds do not wait on each other. The offsets' multiply-adds are explicit fmaf: the compiler may contract
+   a * b + c or not, differently here and in the tiles of dot_q4_rows, whose sums must be the same. */
 static float dot_q4_row(const uint8_t *row, int64_t nb, int kind, const int8_t *q, const float *d, const float *s) {
     const int64_t bytes = BLOCK_BYTES[kind], nibbles = kind == KIND_Q4_1 ? 4 : 2;
     const __m256i low = _mm256_set1_epi8(0x0F);
@@ -146,8 +126,8 @@ static float dot_q4_row(const uint8_t *row, int64_t nb, int kind, const int8_t *
         const __m256i x1 = _mm256_loadu_si256((const __m256i *)(q + (b + 1) * QK));
         acc0 = _mm256_fmadd_ps(_mm256_set1_ps(d0 * d[b]), block_dot(w0, x0), acc0);
         acc1 = _mm256_fmadd_ps(_mm256_set1_ps(d1 * d[b + 1]), block_dot(w1, x1), acc1);
-        off0 += m0 * s[b];
-        off1 += m1 * s[b + 1];
+        off0 = fmaf(m0, s[b], off0);
+        off1 = fmaf(m1, s[b + 1], off1);
     }
     for (; b < nb; ++b) {
         const uint8_t *b0 = row + b * bytes;
@@ -157,7 +137,7 @@ static float dot_q4_row(const uint8_t *row, int64_t nb, int kind, const int8_t *
         const __m256i w0 = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(r0, 4), r0), low);
         const __m256i x0 = _mm256_loadu_si256((const __m256i *)(q + b * QK));
         acc0 = _mm256_fmadd_ps(_mm256_set1_ps(d0 * d[b]), block_dot(w0, x0), acc0);
-        off0 += m0 * s[b];
+        off0 = fmaf(m0, s[b], off0);
     }
     return hsum(_mm256_add_ps(acc0, acc1)) + (off0 + off1);
 }
@@ -185,29 +165,92 @@ static float dot_q8_row(const uint8_t *row, int64_t nb, const int8_t *q, const f
     }
     return hsum(_mm256_add_ps(acc0, acc1));
 }
-#endif
 
-/* Q8_0: w = d * q, q int8. */
-static void dot_q8(const uint8_t *row, int64_t nb, const int8_t *q, const float *d, int64_t k, int rows, float *y,
-                   int64_t stride) {
-#ifdef QK_AVX2
-    __m256 acc[2][TILE];  /* even and odd blocks apart, as dot_q8_row */
-    for (int i = 0; i < rows; ++i) acc[0][i] = acc[1][i] = _mm256_setzero_ps();
+#define INLINE static inline __attribute__((always_inline))
+
+/* R activation rows (2 to 4) against one weight row, each block unpacked once for all of them: every row's sums in
+   registers and in the order of dot_q4_row / dot_q8_row (even and odd blocks apart), so a row's product is the same
+   whatever rows share the call (an AR step versus a verify batch). */
+INLINE void dot_q4_rows(const uint8_t *row, int64_t nb, int kind, const int8_t *q, const float *d, const float *s,
+                        int64_t k, const int R, float *y, int64_t stride) {
+    const int64_t bytes = BLOCK_BYTES[kind], nibbles = kind == KIND_Q4_1 ? 4 : 2;
+    const __m256i low = _mm256_set1_epi8(0x0F);
+    __m256 acc[2][4];
+    float off[2][4];
+    for (int i = 0; i < R; ++i) {
+        acc[0][i] = acc[1][i] = _mm256_setzero_ps();
+        off[0][i] = off[1][i] = 0.0f;
+    }
     for (int64_t b = 0; b < nb; ++b) {
         const int half = (int)(b & 1);
+        const uint8_t *blk = row + b * bytes;
+        const float wd = half_to_float(read_u16(blk));
+        const float wm = kind == KIND_Q4_1 ? half_to_float(read_u16(blk + 2)) : -8.0f * wd;
+        const __m128i raw = _mm_loadu_si128((const __m128i *)(blk + nibbles));
+        const __m256i w = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), low);
+        for (int i = 0; i < R; ++i) {
+            const __m256i x = _mm256_loadu_si256((const __m256i *)(q + i * k + b * QK));
+            if (half) {
+                acc[1][i] = _mm256_fmadd_ps(_mm256_set1_ps(wd * d[i * nb + b]), block_dot(w, x), acc[1][i]);
+                off[1][i] = fmaf(wm, s[i * nb + b], off[1][i]);
+            } else {
+                acc[0][i] = _mm256_fmadd_ps(_mm256_set1_ps(wd * d[i * nb + b]), block_dot(w, x), acc[0][i]);
+                off[0][i] = fmaf(wm, s[i * nb + b], off[0][i]);
+            }
+        }
+    }
+    for (int i = 0; i < R; ++i) y[i * stride] = hsum(_mm256_add_ps(acc[0][i], acc[1][i])) + (off[0][i] + off[1][i]);
+}
+
+INLINE void dot_q8_rows(const uint8_t *row, int64_t nb, const int8_t *q, const float *d, int64_t k, const int R,
+                        float *y, int64_t stride) {
+    __m256 acc[2][4];
+    for (int i = 0; i < R; ++i) acc[0][i] = acc[1][i] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
         const uint8_t *blk = row + b * 34;
         const __m256i w = _mm256_loadu_si256((const __m256i *)(blk + 2));
         const __m256i w_abs = _mm256_sign_epi8(w, w);
         const float wd = half_to_float(read_u16(blk));
-        for (int i = 0; i < rows; ++i) {
+        for (int i = 0; i < R; ++i) {
             const __m256i x = _mm256_loadu_si256((const __m256i *)(q + i * k + b * QK));
-            /* maddubs takes one unsigned operand: |w| times x with w's sign moved onto x. */
-            acc[half][i] = _mm256_fmadd_ps(_mm256_set1_ps(wd * d[i * nb + b]),
-                                           block_dot(w_abs, _mm256_sign_epi8(x, w)), acc[half][i]);
+            const __m256 p = block_dot(w_abs, _mm256_sign_epi8(x, w));
+            if (b & 1)
+                acc[1][i] = _mm256_fmadd_ps(_mm256_set1_ps(wd * d[i * nb + b]), p, acc[1][i]);
+            else
+                acc[0][i] = _mm256_fmadd_ps(_mm256_set1_ps(wd * d[i * nb + b]), p, acc[0][i]);
         }
     }
-    for (int i = 0; i < rows; ++i) y[i * stride] = hsum(_mm256_add_ps(acc[0][i], acc[1][i]));
-#else
+    for (int i = 0; i < R; ++i) y[i * stride] = hsum(_mm256_add_ps(acc[0][i], acc[1][i]));
+}
+
+/* Rows [0, rows) of the activations against one weight row, in register tiles of up to 4. */
+static void dot_rows(const uint8_t *row, int64_t nb, int kind, const int8_t *q, const float *d, const float *s,
+                     int64_t k, int64_t rows, float *y, int64_t stride) {
+    for (int64_t i = 0; i < rows;) {
+        const int64_t left = rows - i;
+        const int8_t *qi = q + i * k;
+        const float *di = d + i * nb, *si = s + i * nb;
+        float *yi = y + i * stride;
+        if (kind == KIND_Q8_0) {
+            if (left >= 4) dot_q8_rows(row, nb, qi, di, k, 4, yi, stride);
+            else if (left == 3) dot_q8_rows(row, nb, qi, di, k, 3, yi, stride);
+            else if (left == 2) dot_q8_rows(row, nb, qi, di, k, 2, yi, stride);
+            else *yi = dot_q8_row(row, nb, qi, di);
+        } else {
+            if (left >= 4) dot_q4_rows(row, nb, kind, qi, di, si, k, 4, yi, stride);
+            else if (left == 3) dot_q4_rows(row, nb, kind, qi, di, si, k, 3, yi, stride);
+            else if (left == 2) dot_q4_rows(row, nb, kind, qi, di, si, k, 2, yi, stride);
+            else *yi = dot_q4_row(row, nb, kind, qi, di, si);
+        }
+        i += left >= 4 ? 4 : left;
+    }
+}
+#endif
+
+#ifndef QK_AVX2
+/* Q8_0: w = d * q, q int8. */
+static void dot_q8(const uint8_t *row, int64_t nb, const int8_t *q, const float *d, int64_t k, int rows, float *y,
+                   int64_t stride) {
     float total[TILE] = {0};
     for (int64_t b = 0; b < nb; ++b) {
         const uint8_t *blk = row + b * 34;
@@ -221,8 +264,8 @@ static void dot_q8(const uint8_t *row, int64_t nb, const int8_t *q, const float 
         }
     }
     for (int i = 0; i < rows; ++i) y[i * stride] = total[i];
-#endif
 }
+#endif
 
 /* y[m, n] = x[m, k] @ W[n, k].T for W in `kind` blocks ([n, k / 32, block bytes]). Returns 0, or -1 when out
    of memory. Rows of W are shared among `threads` OpenMP threads. */
@@ -239,11 +282,8 @@ int qk_matmul(int kind, const uint8_t *w, int64_t n, int64_t k, const float *x, 
     for (int64_t j = 0; j < n; ++j) {
         const uint8_t *row = w + j * row_bytes;
 #ifdef QK_AVX2
-        if (m == 1) {
-            y[j] = kind == KIND_Q8_0 ? dot_q8_row(row, nb, q, d) : dot_q4_row(row, nb, kind, q, d, s);
-            continue;
-        }
-#endif
+        dot_rows(row, nb, kind, q, d, s, k, m, y + j, n);
+#else
         for (int64_t i = 0; i < m; i += TILE) {
             const int rows = (int)(m - i < TILE ? m - i : TILE);
             if (kind == KIND_Q8_0)
@@ -251,16 +291,17 @@ int qk_matmul(int kind, const uint8_t *w, int64_t n, int64_t k, const float *x, 
             else
                 dot_q4(row, nb, kind, q + i * k, d + i * nb, s + i * nb, k, rows, y + i * n + j, n);
         }
+#endif
     }
     free(q); free(d); free(s);
     return 0;
 }
 
-/* Rows `ids` of W, dequantized to float32 (the token embedding of a Q8_0/Q4 table). */
-void qk_rows(int kind, const uint8_t *w, int64_t k, const int64_t *ids, int64_t count, float *out) {
+/* The first `count` rows of W, dequantized to float32. */
+void qk_rows(int kind, const uint8_t *w, int64_t k, int64_t count, float *out) {
     const int64_t nb = k / QK, bytes = BLOCK_BYTES[kind], nibbles = kind == KIND_Q4_1 ? 4 : 2;
     for (int64_t r = 0; r < count; ++r) {
-        const uint8_t *row = w + ids[r] * nb * bytes;
+        const uint8_t *row = w + r * nb * bytes;
         float *o = out + r * k;
         for (int64_t b = 0; b < nb; ++b) {
             const uint8_t *blk = row + b * bytes;

@@ -1,0 +1,94 @@
+"""The engine's C kernels for the CPU, built once per machine and loaded with ctypes: the products of GGUF blocks
+(quant_kernels.c, `--dtype q4`) and a decoder layer's other steps for a few float32 rows (attention_kernel.c,
+layer_kernels.c; native_rows.py).
+
+They are compiled with the system's C compiler (`cc`, or $CC) for the CPU they run on, into the engine's cache
+directory (gguf_checkpoint.default_cache_dir()/kernels), and reused from there; threads are OpenMP's, as many as
+torch uses. Without a compiler q4 is refused with a message that says so, and float32 models run torch's
+operators throughout.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from tokenswift.model.errors import ModelLoadError
+from tokenswift.model.gguf_checkpoint import default_cache_dir
+
+SOURCES = tuple(Path(__file__).with_name(name) for name in ("quant_kernels.c", "attention_kernel.c", "layer_kernels.c"))
+F32 = ctypes.c_float
+I64, PTR = ctypes.c_int64, ctypes.c_void_p
+SIGNATURES = {  # name -> (argument types, result type)
+    "qk_matmul": ([ctypes.c_int, PTR, I64, I64, PTR, I64, PTR, ctypes.c_int], ctypes.c_int),
+    "qk_rows": ([ctypes.c_int, PTR, I64, I64, PTR], None),
+    "attend_rows": ([PTR, I64, I64, I64, I64, PTR, PTR, I64, I64, I64, PTR, F32, PTR, ctypes.c_int], ctypes.c_int),
+    "rms_norm": ([PTR, PTR, F32, I64, I64, PTR], None),
+    "add_rms_norm": ([PTR, PTR, PTR, F32, I64, I64, PTR, PTR], None),
+    "rope_store": ([PTR, PTR, PTR, I64, I64, I64, I64, PTR, PTR, PTR, I64, I64, PTR], None),
+    "swiglu": ([PTR, I64, I64, PTR], None),
+    "f32_matmul": ([PTR, I64, I64, PTR, I64, PTR, ctypes.c_int], None),
+}
+
+
+def _cpu_key() -> str:
+    """What the compiled file depends on besides its sources: -march=native builds for this CPU."""
+    flags = ""
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.exists():
+        flags = next((line for line in cpuinfo.read_text().splitlines() if line.startswith("flags")), "")
+    return f"{platform.machine()} {platform.system()} {flags}"
+
+
+@functools.cache
+def kernels(flags: tuple[str, ...] = ()) -> ctypes.CDLL:
+    """The compiled kernels, built on first use (a few seconds) and reused from the cache afterwards. flags:
+    extra compiler flags (the tests build the portable paths with -mno-avx2). Raises ModelLoadError without a
+    working C compiler."""
+    source = b"".join(path.read_bytes() for path in SOURCES)
+    digest = hashlib.sha256(source + _cpu_key().encode() + " ".join(flags).encode()).hexdigest()[:16]
+    lib = default_cache_dir() / "kernels" / f"kernels-{digest}.so"
+    if not lib.exists():
+        _compile(lib, flags)
+    dll = ctypes.CDLL(str(lib))
+    for name, (args, result) in SIGNATURES.items():
+        function = getattr(dll, name)
+        function.argtypes, function.restype = args, result
+    return dll
+
+
+def available() -> ctypes.CDLL | None:
+    """The kernels, or None where they cannot be built (the callers that have a torch path take it)."""
+    try:
+        return kernels()
+    except ModelLoadError:
+        return None
+
+
+def _compile(lib: Path, flags: tuple[str, ...] = ()) -> None:
+    compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    if compiler is None:
+        raise ModelLoadError("--dtype q4 builds a small C kernel once and found no C compiler (cc, gcc or clang; "
+                             "or set CC): install one, or use --dtype float32")
+    lib.parent.mkdir(parents=True, exist_ok=True)
+    base = [compiler, "-O3", "-march=native", *flags, "-shared", "-fPIC", *map(str, SOURCES), "-lm"]
+    with tempfile.TemporaryDirectory(dir=lib.parent) as scratch:
+        built = Path(scratch) / lib.name
+        # OpenMP where the compiler has it (gcc; torch's own libgomp is then shared), else one thread.
+        for openmp in (["-fopenmp"], []):
+            try:
+                run = subprocess.run([*base, *openmp, "-o", str(built)], capture_output=True, text=True)
+            except OSError as error:
+                raise ModelLoadError(f"--dtype q4 could not run the C compiler {compiler}: {error}") from error
+            if run.returncode == 0:
+                built.replace(lib)  # atomic: a process loading it concurrently sees the whole file or none
+                return
+    raise ModelLoadError(f"--dtype q4: compiling the C kernels ({', '.join(p.name for p in SOURCES)}) with "
+                         f"{compiler} failed: {run.stderr.strip()[:400]}")
