@@ -1,18 +1,23 @@
-"""The C kernels of a layer's steps for a few float32 rows on the CPU (tokenswift/model/native_rows.py): each
-computes what torch's operators compute, on the AVX2 path and the portable one; a row's attention does not depend
-on the rows beside it; and a float32 model's forward with them gives the logits it gives without them."""
+"""The C kernels of a layer's steps for a few float32 rows on the CPU (tokenswift/model/native_rows.py): a layer in
+C (float32 or GGUF blocks), attention and few-row products compute what torch's operators compute, on the AVX2 path
+and the portable one; a row's attention and products do not depend on the rows beside it; and a float32 model's
+forward with them gives the logits it gives without them."""
 
 from __future__ import annotations
 
+import dataclasses
+
+import numpy as np
 import pytest
 import torch
+from gguf import GGMLQuantizationType, quants
 
 from tokenswift.model import native
 from tokenswift.model.config import ModelConfig
-from tokenswift.model.forward import attention_bias, sdpa_folded
+from tokenswift.model.forward import Block, SpanAttention, attention_bias, sdpa_folded
 from tokenswift.model.kv_cache import KVCache
-from tokenswift.model.native_rows import NativeRows
-from tokenswift.model.rope import apply_rope
+from tokenswift.model.native_rows import NativeBlock, NativeRows
+from tokenswift.model.quant import QuantLinear
 
 CFG = ModelConfig(family="llama", vocab_size=64, dim=576, n_layers=1, n_heads=9, n_kv_heads=3, head_dim=64,
                   intermediate_size=64, norm_eps=1e-5, qkv_bias=False, tie_embeddings=True,
@@ -62,19 +67,6 @@ def test_a_rows_attention_does_not_depend_on_the_rows_beside_it(rows):
     assert torch.equal(pair[:1], rows.attend(CFG, q[:1], keys[:, :span], values[:, :span], None))
 
 
-def test_layer_steps_are_torchs(rows):
-    gen = torch.Generator().manual_seed(3)
-    x, y, w = torch.randn(3, 576, generator=gen), torch.randn(3, 576, generator=gen), torch.rand(576, generator=gen)
-    norm = w * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5))
-    assert torch.allclose(rows.rms_norm(x, w, 1e-5), norm, rtol=1e-5, atol=1e-6)
-    total, normed = rows.add_rms_norm(x, y, w, 1e-5)
-    assert torch.equal(total, x + y)
-    assert torch.allclose(normed, rows.rms_norm(x + y, w, 1e-5), rtol=1e-6, atol=1e-7)
-    gate_up = torch.randn(3, 128, generator=gen) * 4
-    gate, up = gate_up.chunk(2, -1)
-    assert torch.allclose(rows.swiglu(gate_up), torch.nn.functional.silu(gate) * up, rtol=1e-5, atol=1e-6)
-
-
 def test_few_row_products_are_torchs_and_a_rows_product_is_its_own(rows):
     gen = torch.Generator().manual_seed(7)
     weight, x = torch.randn(300, 584, generator=gen), torch.randn(11, 584, generator=gen)  # 584: a tail past 16s
@@ -84,22 +76,58 @@ def test_few_row_products_are_torchs_and_a_rows_product_is_its_own(rows):
         assert torch.equal(rows.linear(x[row:row + 1], weight), together[row:row + 1])
 
 
-def test_rope_and_the_cache_write_are_torchs(rows):
-    gen = torch.Generator().manual_seed(4)
-    t, width = 2, (CFG.n_heads + 2 * CFG.n_kv_heads) * CFG.head_dim
-    qkv = torch.randn(t, width, generator=gen)
-    cos, sin = torch.randn(t, CFG.head_dim, generator=gen), torch.randn(t, CFG.head_dim, generator=gen)
-    slots = torch.tensor([5, 9])
-    for slot_major in (False, True):
-        cache = KVCache(1, CFG.n_kv_heads, 16, CFG.head_dim, "cpu", torch.float32, slot_major=slot_major)
-        keys, values = cache.layers[0]
-        q = rows.rope_store(CFG, qkv, cos, sin, slots, keys, values)
-        heads = qkv.view(t, -1, CFG.head_dim)
-        rotated = apply_rope(heads[:, :CFG.n_heads + CFG.n_kv_heads], cos, sin)
-        assert torch.allclose(q, rotated[:, :CFG.n_heads], rtol=1e-6, atol=1e-6)
-        assert torch.allclose(keys[:, slots].transpose(0, 1), rotated[:, CFG.n_heads:], rtol=1e-6, atol=1e-6)
-        assert torch.equal(values[:, slots].transpose(0, 1), heads[:, CFG.n_heads + CFG.n_kv_heads:])
-        assert not keys[:, :5].any() and not values[:, 10:].any()  # nothing else written
+def block_of(cfg: ModelConfig, seed: int) -> Block:
+    """A layer with random weights (norm weights near 1, as trained ones are)."""
+    torch.manual_seed(seed)
+    block = Block(cfg)
+    with torch.no_grad():
+        for name, tensor in block.named_parameters():
+            tensor.copy_(1 + 0.1 * torch.randn_like(tensor) if "norm" in name else 0.05 * torch.randn_like(tensor))
+    return block
+
+
+def q8_of(linear: torch.nn.Linear) -> QuantLinear:
+    weight = linear.weight.detach().numpy()
+    data = quants.quantize(weight, GGMLQuantizationType.Q8_0)
+    blocks = torch.from_numpy(np.ascontiguousarray(data).view(np.uint8).reshape(weight.shape[0], -1).copy())
+    return QuantLinear("Q8_0", blocks, linear.out_features, linear.in_features)
+
+
+def run_layer(block: Block, native_block: NativeBlock | None, t: int, slot_major: bool):
+    """The layer over t tokens after 5 cached ones: (its output, q, the cache's keys and values)."""
+    cfg, gen = block.self_attn.cfg, torch.Generator().manual_seed(t)
+    cache = KVCache(1, cfg.n_kv_heads, 24, cfg.head_dim, "cpu", torch.float32, slot_major=slot_major)
+    cache.k[:, :, :5] = torch.randn(cfg.n_kv_heads, 5, cfg.head_dim, generator=gen)
+    cache.v[:, :, :5] = torch.randn(cfg.n_kv_heads, 5, cfg.head_dim, generator=gen)
+    keys, values = cache.layers[0]
+    x = torch.randn(t, cfg.dim, generator=gen)
+    cos, sin = torch.randn(t, cfg.head_dim, generator=gen), torch.randn(t, cfg.head_dim, generator=gen)
+    slots = torch.arange(5, 5 + t)
+    with torch.no_grad():
+        out, q = block(x, cos, sin, keys, values, slots, SpanAttention(cfg, 5 + t, None, torch.float32), native_block)
+    return out, q, cache.k.clone(), cache.v.clone()
+
+
+@pytest.mark.parametrize(("t", "slot_major", "bias"), [(1, False, False), (3, True, True), (16, False, False)])
+def test_a_native_layer_computes_torchs_layer(rows, t, slot_major, bias):
+    cfg = dataclasses.replace(CFG, intermediate_size=96, qkv_bias=bias)
+    block = block_of(cfg, seed=t)
+    ours = run_layer(block, NativeBlock(rows.lib, cfg, block), t, slot_major)
+    for got, expected in zip(ours, run_layer(block, None, t, slot_major), strict=True):
+        assert torch.allclose(got, expected, rtol=1e-4, atol=1e-5)
+    assert ours[2][:, :, 5 + t:].eq(0).all()  # nothing written past the new tokens' slots
+
+
+def test_a_native_layer_of_gguf_blocks_computes_torchs_layer(rows):
+    """q4 models: the layer's products are the quantized kernel's, the rest the same as a float32 layer's."""
+    cfg = dataclasses.replace(CFG, intermediate_size=96)
+    block = block_of(cfg, seed=9)
+    attn, mlp = block.self_attn, block.mlp
+    attn.qkv_proj, attn.o_proj = q8_of(attn.qkv_proj), q8_of(attn.o_proj)
+    mlp.gate_up_proj, mlp.down_proj = q8_of(mlp.gate_up_proj), q8_of(mlp.down_proj)
+    ours = run_layer(block, NativeBlock(rows.lib, cfg, block), 2, False)
+    for got, expected in zip(ours, run_layer(block, None, 2, False), strict=True):
+        assert torch.allclose(got, expected, rtol=1e-4, atol=1e-5)
 
 
 def test_the_portable_path_computes_what_the_avx2_path_does(rows, tmp_path, monkeypatch):
@@ -111,8 +139,11 @@ def test_the_portable_path_computes_what_the_avx2_path_does(rows, tmp_path, monk
     mask[1, 300:] = False
     ours = portable.attend(CFG, q, keys[:, :600], values[:, :600], mask)
     assert torch.allclose(ours, rows.attend(CFG, q, keys[:, :600], values[:, :600], mask), rtol=1e-5, atol=1e-6)
-    gate_up = torch.randn(2, 64)
-    assert torch.allclose(portable.swiglu(gate_up), rows.swiglu(gate_up), rtol=1e-6, atol=1e-7)
+    cfg = dataclasses.replace(CFG, intermediate_size=96)
+    block = block_of(cfg, seed=8)
+    layers = [run_layer(block, NativeBlock(lib.lib, cfg, block), 2, False) for lib in (portable, rows)]
+    for got, expected in zip(*layers, strict=True):
+        assert torch.allclose(got, expected, rtol=1e-5, atol=1e-5)
     weight, x = torch.randn(40, 72), torch.randn(3, 72)
     assert torch.allclose(portable.linear(x, weight), rows.linear(x, weight), rtol=1e-5, atol=1e-5)
 

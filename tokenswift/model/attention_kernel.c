@@ -52,7 +52,8 @@ INLINE __m256 exp_nonpositive(__m256 x) {
 }
 
 /* scores[j - s0] = scale * q . k[j] for the slots [s0, s1), eight slots at a time (the last eight re-read the chunk's
-   last slot in place of slots past s1): every slot's sum takes the same order, wherever s1 falls. */
+   last slot in place of slots past s1, and write up to the next multiple of 8): every slot's sum takes the same
+   order, wherever s1 falls. */
 INLINE void row_scores(const float *q, const float *k, int64_t slot_stride, int64_t s0, int64_t s1, int64_t d,
                        float scale, float *scores) {
     for (int64_t j = s0; j < s1; j += 8) {
@@ -64,9 +65,7 @@ INLINE void row_scores(const float *q, const float *k, int64_t slot_stride, int6
             const __m256 qv = _mm256_loadu_ps(q + i);
             for (int u = 0; u < 8; ++u) acc[u] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(keys[u] + i), acc[u]);
         }
-        float out[8];
-        _mm256_storeu_ps(out, _mm256_mul_ps(hsum8(acc), _mm256_set1_ps(scale)));
-        for (int u = 0; u < 8 && j + u < s1; ++u) scores[j + u - s0] = out[u];
+        _mm256_storeu_ps(scores + j - s0, _mm256_mul_ps(hsum8(acc), _mm256_set1_ps(scale)));
     }
 }
 
@@ -94,7 +93,7 @@ static float dot(const float *a, const float *b, int64_t d) {
 
 struct part { float max, sum; };
 
-/* One query row's softmax numerators over a chunk, in place: scores -> exp(score - max); returns (max, sum). */
+/* One query row's softmax numerators over a chunk, in place (the portable path): scores -> exp(score - max); returns (max, sum). */
 static struct part exponentiate(float *row, int64_t n) {
     float max = -INFINITY, sum = 0.0f;
     for (int64_t j = 0; j < n; ++j) max = row[j] > max ? row[j] : max;
@@ -102,29 +101,56 @@ static struct part exponentiate(float *row, int64_t n) {
         memset(row, 0, (size_t)n * sizeof(float));
         return (struct part){max, 0.0f};
     }
-#ifdef AT_AVX2
-    /* Eight at a time, the last eight padded with -inf (exp 0): each slot takes the same lane and order whatever
-       the chunk's length. */
-    __m256 total = _mm256_setzero_ps();
-    for (int64_t j = 0; j < n; j += 8) {
-        float lanes[8];
-        for (int u = 0; u < 8; ++u) lanes[u] = j + u < n ? row[j + u] : -INFINITY;
-        const __m256 e = exp_nonpositive(_mm256_sub_ps(_mm256_loadu_ps(lanes), _mm256_set1_ps(max)));
-        _mm256_storeu_ps(lanes, e);
-        for (int u = 0; u < 8 && j + u < n; ++u) row[j + u] = lanes[u];
-        total = _mm256_add_ps(total, e);
-    }
-    float lanes[8];
-    _mm256_storeu_ps(lanes, total);
-    for (int u = 0; u < 8; ++u) sum += lanes[u];
-#else
     for (int64_t j = 0; j < n; ++j) {
         row[j] = expf(row[j] - max);
         sum += row[j];
     }
-#endif
     return (struct part){max, sum};
 }
+
+#ifdef AT_AVX2
+/* chunk_task's rows where d % 8 == 0 and d <= 128: every score and numerator in whole vectors (the slots past s1,
+   up to the chunk's next multiple of 8, are -inf: exp 0), in the order of the scalar tail loops they replace. */
+static void chunk_rows_vector(const float *q, int64_t h, int64_t g, int64_t rows, int64_t d, const float *k,
+                              const float *v, int64_t slot_stride, int64_t s, int64_t s0, int64_t s1,
+                              const uint8_t *mask, float scale, int64_t head, float *scores, struct part *parts,
+                              float *o) {
+    const int64_t n = s1 - s0, padded = (n + 7) / 8 * 8;
+    for (int64_t r = 0; r < rows; ++r) {
+        const int64_t t = r / g;
+        const float *qr = q + (t * h + head * g + r % g) * d;
+        float *row = scores + r * CHUNK;
+        if (d == 64) row_scores(qr, k, slot_stride, s0, s1, 64, scale, row);
+        else row_scores(qr, k, slot_stride, s0, s1, d, scale, row);
+        for (int64_t j = n; j < padded; ++j) row[j] = -INFINITY;
+        if (mask)
+            for (int64_t j = s0; j < s1; ++j)
+                if (!mask[t * s + j]) row[j - s0] = -INFINITY;
+        __m256 top = _mm256_set1_ps(-INFINITY);
+        for (int64_t j = 0; j < padded; j += 8) top = _mm256_max_ps(top, _mm256_loadu_ps(row + j));
+        float lanes[8], max = -INFINITY, sum = 0.0f;
+        _mm256_storeu_ps(lanes, top);
+        for (int u = 0; u < 8; ++u) max = lanes[u] > max ? lanes[u] : max;
+        if (max == -INFINITY) {  /* a chunk this row sees none of */
+            parts[r] = (struct part){max, 0.0f};
+            memset(o + r * d, 0, (size_t)d * sizeof(float));
+            continue;
+        }
+        __m256 total = _mm256_setzero_ps();
+        const __m256 maxv = _mm256_set1_ps(max);
+        for (int64_t j = 0; j < padded; j += 8) {
+            const __m256 e = exp_nonpositive(_mm256_sub_ps(_mm256_loadu_ps(row + j), maxv));
+            _mm256_storeu_ps(row + j, e);
+            total = _mm256_add_ps(total, e);
+        }
+        _mm256_storeu_ps(lanes, total);
+        for (int u = 0; u < 8; ++u) sum += lanes[u];
+        parts[r] = (struct part){max, sum};
+        if (d == 64) row_values(row, v, slot_stride, s0, s1, 64, o + r * d);
+        else row_values(row, v, slot_stride, s0, s1, d, o + r * d);
+    }
+}
+#endif
 
 /* Task (head, chunk): slots [s0, s1) for the rows query rows of KV head `head` (row r = token r / g, query head
    head * g + r % g). Writes each row's maximum score and sum of exp(score - maximum) to parts[r] and its
@@ -132,37 +158,23 @@ static struct part exponentiate(float *row, int64_t n) {
 static void chunk_task(const float *q, int64_t h, int64_t g, int64_t rows, int64_t d, const float *k,
                        const float *v, int64_t slot_stride, int64_t s, int64_t s0, int64_t s1, const uint8_t *mask,
                        float scale, int64_t head, float *scores, struct part *parts, float *o) {
-    const int64_t n = s1 - s0;
 #ifdef AT_AVX2
-    const int vector = d % 8 == 0 && d <= 128;
+    if (d % 8 == 0 && d <= 128) {
+        chunk_rows_vector(q, h, g, rows, d, k, v, slot_stride, s, s0, s1, mask, scale, head, scores, parts, o);
+        return;
+    }
 #endif
+    const int64_t n = s1 - s0;
     for (int64_t r = 0; r < rows; ++r) {
         const int64_t t = r / g;
         const float *qr = q + (t * h + head * g + r % g) * d;
         float *row = scores + r * CHUNK;
-#ifdef AT_AVX2
-        if (vector && d == 64)
-            row_scores(qr, k, slot_stride, s0, s1, 64, scale, row);
-        else if (vector)
-            row_scores(qr, k, slot_stride, s0, s1, d, scale, row);
-        else
-#endif
-            for (int64_t j = s0; j < s1; ++j) row[j - s0] = scale * dot(qr, k + j * slot_stride, d);
+        for (int64_t j = s0; j < s1; ++j) row[j - s0] = scale * dot(qr, k + j * slot_stride, d);
         if (mask)
             for (int64_t j = s0; j < s1; ++j)
                 if (!mask[t * s + j]) row[j - s0] = -INFINITY;
         parts[r] = exponentiate(row, n);
         float *out = o + r * d;
-#ifdef AT_AVX2
-        if (vector && d == 64) {
-            row_values(row, v, slot_stride, s0, s1, 64, out);
-            continue;
-        }
-        if (vector) {
-            row_values(row, v, slot_stride, s0, s1, d, out);
-            continue;
-        }
-#endif
         memset(out, 0, (size_t)d * sizeof(float));
         for (int64_t j = s0; j < s1; ++j) {
             if (row[j - s0] == 0.0f) continue;

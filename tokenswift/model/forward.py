@@ -22,7 +22,7 @@ from torch import nn
 
 from tokenswift.model.config import ModelConfig
 from tokenswift.model.kv_cache import KVCache
-from tokenswift.model.native_rows import ATTEND_ROWS, MAX_ROWS, PRODUCT_ROWS, NativeRows
+from tokenswift.model.native_rows import ATTEND_ROWS, MAX_ROWS, PRODUCT_ROWS, NativeBlock, NativeRows
 from tokenswift.model.rope import apply_rope
 
 # A CPU float32 product of a few rows streams the weight once: with the model's C kernels (native_rows.linear, up to
@@ -61,8 +61,8 @@ def project(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = N
 class Linear(nn.Linear):
     """nn.Linear (same parameters and state-dict names) whose product is project()."""
 
-    def forward(self, x: torch.Tensor, native: NativeRows | None = None) -> torch.Tensor:
-        return project(x, self.weight, self.bias, native)
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return project(x, self.weight, self.bias)
 
 
 class RMSNorm(nn.Module):
@@ -71,21 +71,12 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
         self.eps = eps
 
-    def forward(self, x: torch.Tensor, native: NativeRows | None = None) -> torch.Tensor:
-        if native is not None:
-            return native.rms_norm(x, self.weight, self.eps)
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         # Normalise in at least float32 as the reference does; bf16 variance loses too much.
         if x.dtype in (torch.bfloat16, torch.float16):
             work = x.float()
             return self.weight * (work * torch.rsqrt(work.pow(2).mean(-1, keepdim=True) + self.eps)).to(x.dtype)
         return self.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps))
-
-    def residual(self, x: torch.Tensor, y: torch.Tensor, native: NativeRows | None = None):
-        """(x + y, this norm of x + y): a residual add and the norm after it."""
-        if native is not None:
-            return native.add_rms_norm(x, y, self.weight, self.eps)
-        x = x + y
-        return x, self.forward(x)
 
 
 class Attention(nn.Module):
@@ -103,16 +94,13 @@ class Attention(nn.Module):
         rotated = apply_rope(qkv[..., :cfg.n_heads + cfg.n_kv_heads, :], cos, sin)
         return rotated[..., :cfg.n_heads, :], rotated[..., cfg.n_heads:, :], qkv[..., cfg.n_heads + cfg.n_kv_heads:, :]
 
-    def forward(self, x, cos, sin, keys, values, slots, attend, native: NativeRows | None = None):
+    def forward(self, x, cos, sin, keys, values, slots, attend):
         """keys, values: this layer's whole cache [kv_heads, capacity, head_dim]; slots: [T] device tensor of the
         slots the new K/V go to (no host value: one captured graph serves every length). Returns the output and q."""
-        if native is not None:
-            q = native.rope_store(self.cfg, self.qkv_proj(x, native), cos, sin, slots, keys, values)
-        else:
-            q, k, v = self.qkv(x, cos, sin)
-            keys.index_copy_(1, slots, k.transpose(0, 1))
-            values.index_copy_(1, slots, v.transpose(0, 1))
-        return self.o_proj(attend(q, keys, values), native), q
+        q, k, v = self.qkv(x, cos, sin)
+        keys.index_copy_(1, slots, k.transpose(0, 1))
+        values.index_copy_(1, slots, v.transpose(0, 1))
+        return self.o_proj(attend(q, keys, values)), q
 
 
 def fold_groups(cfg: ModelConfig, q: torch.Tensor) -> torch.Tensor:
@@ -160,9 +148,7 @@ class MLP(nn.Module):
         self.gate_up_proj = Linear(cfg.dim, 2 * cfg.intermediate_size, bias=False)
         self.down_proj = Linear(cfg.intermediate_size, cfg.dim, bias=False)
 
-    def forward(self, x: torch.Tensor, native: NativeRows | None = None) -> torch.Tensor:
-        if native is not None:
-            return self.down_proj(native.swiglu(self.gate_up_proj(x, native)), native)
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         gate, up = self.gate_up_proj(x).chunk(2, -1)
         return self.down_proj(F.silu(gate) * up)
 
@@ -175,10 +161,15 @@ class Block(nn.Module):
         self.input_layernorm = RMSNorm(cfg.dim, cfg.norm_eps)
         self.post_attention_layernorm = RMSNorm(cfg.dim, cfg.norm_eps)
 
-    def forward(self, x, cos, sin, keys, values, slots, attend, native: NativeRows | None = None):
-        attn, q = self.self_attn(self.input_layernorm(x, native), cos, sin, keys, values, slots, attend, native)
-        x, h = self.post_attention_layernorm.residual(x, attn, native)
-        return x + self.mlp(h, native), q
+    def forward(self, x, cos, sin, keys, values, slots, attend, native: NativeBlock | None = None):
+        """native: this layer in C (x, a fresh [T, dim] tensor, is then updated in place)."""
+        if native is not None:
+            q = native.before_attention(x, cos, sin, slots, keys, values)
+            native.after_attention(x, attend(q, keys, values))
+            return x, q
+        attn, q = self.self_attn(self.input_layernorm(x), cos, sin, keys, values, slots, attend)
+        x = x + attn
+        return x + self.mlp(self.post_attention_layernorm(x)), q
 
 
 class Backbone(nn.Module):
@@ -267,8 +258,9 @@ class Transformer(nn.Module):
         kernels for a layer's steps (a few rows on the CPU), else torch's operators."""
         cos, sin = self.rope_cos[positions], self.rope_sin[positions]
         x = self.model.embed_tokens(tokens)
-        for layer, (keys, values) in zip(self.model.layers, cache.layers, strict=True):
-            x, q = layer(x, cos, sin, keys, values, slots, attend, native)
+        blocks = native.blocks if native is not None else [None] * len(self.model.layers)
+        for layer, block, (keys, values) in zip(self.model.layers, blocks, cache.layers, strict=True):
+            x, q = layer(x, cos, sin, keys, values, slots, attend, block)
             if queries is not None:
                 queries.append(q)
         return x

@@ -294,7 +294,7 @@ def load_model(model: str, *, device: str = "cpu", dtype: str = "float32", heads
     if dtype == "q4":
         use_q4_weights(net, Path(model), state)
     net.set_rope(*rope_table(hf, rope_positions(hf), dev, dt))
-    net.native = NativeRows.for_model(dev, dt)
+    net.native = NativeRows.for_model(net)
     try:
         tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
     except Exception as error:  # noqa: BLE001

@@ -30,10 +30,8 @@ SIGNATURES = {  # name -> (argument types, result type)
     "qk_matmul": ([ctypes.c_int, PTR, I64, I64, PTR, I64, PTR, ctypes.c_int], ctypes.c_int),
     "qk_rows": ([ctypes.c_int, PTR, I64, I64, PTR], None),
     "attend_rows": ([PTR, I64, I64, I64, I64, PTR, PTR, I64, I64, I64, PTR, F32, PTR, ctypes.c_int], ctypes.c_int),
-    "rms_norm": ([PTR, PTR, F32, I64, I64, PTR], None),
-    "add_rms_norm": ([PTR, PTR, PTR, F32, I64, I64, PTR, PTR], None),
-    "rope_store": ([PTR, PTR, PTR, I64, I64, I64, I64, PTR, PTR, PTR, I64, I64, PTR], None),
-    "swiglu": ([PTR, I64, I64, PTR], None),
+    "block_in": ([PTR, PTR, I64, PTR, PTR, PTR, PTR, PTR, I64, I64, PTR, ctypes.c_int], ctypes.c_int),
+    "block_out": ([PTR, PTR, PTR, I64, ctypes.c_int], ctypes.c_int),
     "f32_matmul": ([PTR, I64, I64, PTR, I64, PTR, ctypes.c_int], None),
 }
 

@@ -1,14 +1,16 @@
 """A decoder layer's steps for a few rows on the CPU in float32, by the C kernels attention_kernel.c and
-layer_kernels.c: attention over the KV cache, RMSNorm (with the residual add before it), RoPE with the cache
-write, SwiGLU, and the float32 products of a few rows.
+layer_kernels.c: a layer in two calls around its attention (NativeBlock: the norms, the four products, RoPE with
+the cache write, SwiGLU, the residual adds), attention over the KV cache, and the float32 products of a few rows
+(the LM head).
 
 A decoding step, a draft pass and a verify batch run 1 to a few rows, where torch's cost is dispatch: the
-default model's step ran ~1,240 operators (about 11 of its 29 ms in q4 on this 2-core machine), and torch's
-flash-attention kernel, which runs a few rows as small GEMMs per KV block, took 0.66 ms a layer at a 2K-token
-context. The forward (forward.py) is the same with or without these: each module takes them where it would call
-torch's operators. Loading sets them on a float32 CPU model (Transformer.native) where a C compiler builds them;
-prefill chunks (more than MAX_ROWS rows) keep torch's operators, whose GEMMs pay off there; attention takes
-the kernel up to ATTEND_ROWS rows.
+default model's step ran ~1,240 operators (about 11 of its 29 ms in q4 on this 2-core machine), then, one C call
+per step, ~420 with ~10 ms of Python around them; torch's flash-attention kernel, which runs a few rows as small
+GEMMs per KV block, took 0.66 ms a layer at a 2K-token context. The forward (forward.py) is the same with or
+without these: Block.forward hands its layer to a NativeBlock where the forward has one. Loading sets them on a
+float32 CPU model (Transformer.native), q4 included, where a C compiler builds them; prefill chunks (more than
+MAX_ROWS rows) keep torch's operators, whose GEMMs pay off there; attention takes the kernel up to ATTEND_ROWS
+rows, torch's SDPA between the two halves beyond.
 """
 
 from __future__ import annotations
@@ -17,28 +19,102 @@ import ctypes
 import math
 
 import torch
+from torch import nn
 
 from tokenswift.model import native
 from tokenswift.model.config import ModelConfig
+from tokenswift.model.quant import QuantLinear
 
 MAX_ROWS = 16  # query tokens per forward for which the kernels are used
-PRODUCT_ROWS = 8  # float32 products of up to this many rows stream the weight once; more rows: MKL's GEMM
+PRODUCT_ROWS = 8  # a float32 product of up to this many rows outside a layer (the LM head) streams the weight once
 # The attention kernel re-reads each slot's key and value per query row (from L1): from about 4 tokens on (12 rows
 # of the default model), torch's kernel, which makes the rows one GEMM, is the faster.
 ATTEND_ROWS = 4
+F32_KIND = -1  # struct product's kind for a float32 weight; GGUF blocks carry QuantLinear's kind number
+
+
+class Product(ctypes.Structure):
+    _fields_ = [("weight", ctypes.c_void_p), ("bias", ctypes.c_void_p), ("n", ctypes.c_int64), ("k", ctypes.c_int64),
+                ("kind", ctypes.c_int64)]
+
+
+class Layout(ctypes.Structure):
+    """layer_kernels.c's struct block: where a layer's weights are and its sizes."""
+    _fields_ = [("qkv", Product), ("o", Product), ("gate_up", Product), ("down", Product),
+                ("input_norm", ctypes.c_void_p), ("post_norm", ctypes.c_void_p), ("eps", ctypes.c_double),
+                ("dim", ctypes.c_int64), ("heads", ctypes.c_int64), ("kv_heads", ctypes.c_int64),
+                ("head_dim", ctypes.c_int64), ("intermediate", ctypes.c_int64)]
+
+
+class NativeBlock:
+    """One decoder layer (forward.Block) by the C kernels, in two calls around its attention. It holds the layer's
+    weights (float32, or GGUF blocks for q4) for as long as it lives: the C side has their addresses only."""
+
+    def __init__(self, lib: ctypes.CDLL, cfg: ModelConfig, block: nn.Module):
+        self.lib, self.cfg = lib, cfg
+        attn, mlp = block.self_attn, block.mlp
+        if block.input_layernorm.eps != block.post_attention_layernorm.eps:
+            raise ValueError("native block: the layer's two norms must share their eps")
+        self.tensors: list[torch.Tensor] = []
+        products = [self._product(m) for m in (attn.qkv_proj, attn.o_proj, mlp.gate_up_proj, mlp.down_proj)]
+        norms = [self._keep(norm.weight) for norm in (block.input_layernorm, block.post_attention_layernorm)]
+        self.layout = Layout(*products, *norms, block.input_layernorm.eps, cfg.dim, cfg.n_heads, cfg.n_kv_heads,
+                             cfg.head_dim, cfg.intermediate_size)
+        self.ref = ctypes.byref(self.layout)
+
+    def _keep(self, tensor: torch.Tensor) -> int:
+        tensor = tensor.detach()
+        if tensor.dtype not in (torch.float32, torch.uint8) or not tensor.is_contiguous():
+            raise ValueError("native block: weights must be contiguous float32 (or GGUF blocks)")
+        self.tensors.append(tensor)
+        return tensor.data_ptr()
+
+    def _product(self, module: nn.Module) -> Product:
+        if isinstance(module, QuantLinear):
+            return Product(self._keep(module.blocks), None, module.out_features, module.in_features, module._kind)
+        bias = self._keep(module.bias) if module.bias is not None else None
+        return Product(self._keep(module.weight), bias, module.out_features, module.in_features, F32_KIND)
+
+    def before_attention(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, slots: torch.Tensor,
+                         keys: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+        """x [T, dim] -> q [T, heads, head_dim] rotated; the rotated keys and the values written to `slots` of
+        keys/values (this layer's cache, [kv_heads, capacity, head_dim], the same strides)."""
+        _same_strides(keys, values)
+        x, cos, sin, slots = x.contiguous(), cos.contiguous(), sin.contiguous(), slots.contiguous()
+        q = torch.empty(x.shape[0], self.cfg.n_heads, self.cfg.head_dim)
+        if self.lib.block_in(self.ref, x.data_ptr(), x.shape[0], cos.data_ptr(), sin.data_ptr(), slots.data_ptr(),
+                             keys.data_ptr(), values.data_ptr(), keys.stride(0), keys.stride(1), q.data_ptr(),
+                             torch.get_num_threads()):
+            raise MemoryError("native block: out of memory for a layer's activations")
+        return q
+
+    def after_attention(self, x: torch.Tensor, attn: torch.Tensor) -> None:
+        """x [T, dim] (contiguous) += the attention output attn [T, heads * head_dim] projected, then += the MLP of
+        its post-attention norm: in place."""
+        attn = attn.contiguous()
+        if not x.is_contiguous():
+            raise ValueError("native block: the layer's input must be contiguous (it is updated in place)")
+        if self.lib.block_out(self.ref, x.data_ptr(), attn.data_ptr(), x.shape[0], torch.get_num_threads()):
+            raise MemoryError("native block: out of memory for a layer's activations")
 
 
 class NativeRows:
-    def __init__(self, lib: ctypes.CDLL):
-        self.lib = lib
+    """A model's kernels: its layers' NativeBlocks (blocks), attention, and few-row float32 products."""
+
+    def __init__(self, lib: ctypes.CDLL, blocks: list[NativeBlock] | None = None):
+        self.lib, self.blocks = lib, blocks or []
 
     @classmethod
-    def for_model(cls, device: torch.device, dtype: torch.dtype) -> NativeRows | None:
-        """The kernels for a model on `device` in `dtype`: float32 on the CPU where they build, else None."""
-        if device.type != "cpu" or dtype != torch.float32:
+    def for_model(cls, model: nn.Module) -> NativeRows | None:
+        """The kernels for `model` (forward.Transformer, its final weights loaded): on the CPU in float32, where
+        they build, else None."""
+        weight = model.model.embed_tokens.weight
+        if weight.device.type != "cpu" or weight.dtype != torch.float32:
             return None
         lib = native.available()
-        return cls(lib) if lib is not None else None
+        if lib is None:
+            return None
+        return cls(lib, [NativeBlock(lib, model.cfg, block) for block in model.model.layers])
 
     def linear(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         """x [rows, in] @ weight [out, in].T for a float32 weight (forward.project: up to PRODUCT_ROWS rows)."""
@@ -46,42 +122,6 @@ class NativeRows:
         out = torch.empty(x.shape[0], weight.shape[0])
         self.lib.f32_matmul(weight.data_ptr(), weight.shape[0], weight.shape[1], x.data_ptr(), x.shape[0],
                             out.data_ptr(), torch.get_num_threads())
-        return out
-
-    def rms_norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-        x = x.contiguous()
-        out = torch.empty_like(x)
-        self.lib.rms_norm(x.data_ptr(), weight.data_ptr(), eps, x.numel() // x.shape[-1], x.shape[-1], out.data_ptr())
-        return out
-
-    def add_rms_norm(self, x: torch.Tensor, y: torch.Tensor, weight: torch.Tensor,
-                     eps: float) -> tuple[torch.Tensor, torch.Tensor]:
-        """(x + y, rms_norm(x + y))."""
-        x, y = x.contiguous(), y.contiguous()
-        total, out = torch.empty_like(x), torch.empty_like(x)
-        self.lib.add_rms_norm(x.data_ptr(), y.data_ptr(), weight.data_ptr(), eps, x.numel() // x.shape[-1],
-                              x.shape[-1], total.data_ptr(), out.data_ptr())
-        return total, out
-
-    def rope_store(self, cfg: ModelConfig, qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                   slots: torch.Tensor, keys: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
-        """qkv [T, (heads + 2 kv_heads) * head_dim] -> q [T, heads, head_dim] rotated; the rotated keys and the values
-        written to `slots` of keys/values ([kv_heads, capacity, head_dim], the same strides)."""
-        t = qkv.shape[0]
-        _same_strides(keys, values)
-        qkv, cos, sin, slots = qkv.contiguous(), cos.contiguous(), sin.contiguous(), slots.contiguous()
-        q = torch.empty(t, cfg.n_heads, cfg.head_dim)
-        self.lib.rope_store(qkv.data_ptr(), cos.data_ptr(), sin.data_ptr(), t, cfg.n_heads, cfg.n_kv_heads,
-                            cfg.head_dim, slots.data_ptr(), keys.data_ptr(), values.data_ptr(), keys.stride(0),
-                            keys.stride(1), q.data_ptr())
-        return q
-
-    def swiglu(self, gate_up: torch.Tensor) -> torch.Tensor:
-        """[rows, 2 n] (gate, up) -> silu(gate) * up."""
-        gate_up = gate_up.contiguous()
-        n = gate_up.shape[-1] // 2
-        out = torch.empty(*gate_up.shape[:-1], n)
-        self.lib.swiglu(gate_up.data_ptr(), gate_up.numel() // (2 * n), n, out.data_ptr())
         return out
 
     def attend(self, cfg: ModelConfig, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,

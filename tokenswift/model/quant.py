@@ -43,8 +43,7 @@ class QuantLinear(nn.Module):
         self.register_buffer("blocks", blocks.to(torch.uint8).contiguous())
         self._lib = kernels()
 
-    def forward(self, x: torch.Tensor, native=None) -> torch.Tensor:
-        """native: the forward's float32 kernels (forward.Linear's argument), unused: these blocks have their own."""
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         # A decoding step calls this four times per layer: skip the no-op conversions (each is a dispatched op).
         flat = x if x.dim() == 2 else x.reshape(-1, self.in_features)
         if flat.dtype != torch.float32 or not flat.is_contiguous():
