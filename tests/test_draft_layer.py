@@ -25,6 +25,7 @@ from tokenswift.decode.generate import Generator
 from tokenswift.decode.options import EngineOptions
 from tokenswift.decode.settings import Settings, SettingsError
 from tokenswift.draft.draft_layer import CONFIG_NAME, WEIGHTS_NAME, DraftLayerError, load_layer, save_layer
+from tokenswift.draft.layer_drafter import LayerDrafter
 from tokenswift.text.context_window import pinned_ids
 
 REPO = Path(__file__).resolve().parents[1]
@@ -98,6 +99,28 @@ def test_layer_drafter_across_shifts_with_memory_and_resume(lm64):
     assert gen.metrics().shifts >= 5
     resumed = Generator(lm64, s, prompt, generated_ids=expected[:400], pinned=pinned)
     assert first_difference(resumed.run(), expected) is None
+
+
+def test_in_float32_the_layer_drafts_by_the_c_kernels_what_torch_drafts(stories32, trained):
+    """A float32 CPU model's drafter runs its layer through the model's C kernels (native_rows): the same text as
+    plain decoding, and the drafts torch's operators make (the same tokens accepted, to a rounding tie or two)."""
+    layer = load_layer(trained / "layer", stories32.config, stories32.model.head_weight, "cpu", torch.float32)
+    lm = dataclasses.replace(stories32, draft_layer=layer)
+    s = Settings(max_new_tokens=300, seed=3, ignore_eos=True, drafter="layer", **SAMPLERS["greedy"])
+    prompt = lm.encode(PROMPT)
+    assert LayerDrafter(lm, s, None, 64).block is not None
+    expected = Generator(lm, s.replace(mode="ar"), prompt).run()
+    with_kernels = Generator(lm, s, prompt)
+    assert first_difference(with_kernels.run(), expected) is None
+    kernels, lm.model.native = lm.model.native, None
+    try:
+        assert LayerDrafter(lm, s, None, 64).block is None
+        without = Generator(lm, s, prompt)
+        assert first_difference(without.run(), expected) is None
+    finally:
+        lm.model.native = kernels
+    assert abs(with_kernels.metrics().accepted - without.metrics().accepted) <= 3
+    assert with_kernels.metrics().accepted > 300 // 4
 
 
 def test_a_model_without_a_draft_layer_is_refused_by_name(stories64):

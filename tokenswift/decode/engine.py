@@ -30,6 +30,7 @@ from tokenswift.model.forward import COLUMN_ROWS, column_product
 from tokenswift.model.kv_cache import KVCache
 from tokenswift.model.loading import LoadedModel
 from tokenswift.model.masks import causal_mask, with_prefix
+from tokenswift.model.native_rows import PRODUCT_ROWS
 from tokenswift.sampling.alternatives import Alternatives, from_rows, top_rows
 from tokenswift.sampling.dry_xtc import breaker_ids
 from tokenswift.sampling.sampler import Sampler, last_ids, node_windows
@@ -332,7 +333,8 @@ class Engine(EngineWindow):
 
         Off the fast path the LM head runs only on the rows the walk visits (the accepted path and one
         more), not on every candidate; a small batch takes one product for all its rows where that costs about
-        what one row does (16-bit weights; a CPU's float32 column product up to COLUMN_ROWS rows)."""
+        what one row does (16-bit weights; the CPU's C products up to PRODUCT_ROWS rows, torch's float32 column product
+        up to COLUMN_ROWS)."""
         if self.fast is not None:
             logits, queries, targets, hidden = self.fast.verify(trie, L, pad)
             return (lambda node: logits[node:node + 1]), queries, targets, hidden
@@ -401,6 +403,8 @@ def shared_head_rows(lm: LoadedModel) -> int:
     """How many candidate rows one LM-head product serves in a verify pass: as many as cost about one row."""
     if lm.dtype in (torch.bfloat16, torch.float16):
         return SHARED_HEAD_ROWS
+    if lm.model.native is not None:  # the C products read the head once for up to PRODUCT_ROWS rows
+        return PRODUCT_ROWS
     return COLUMN_ROWS if column_product(COLUMN_ROWS, lm.model.head_weight) else 0
 
 

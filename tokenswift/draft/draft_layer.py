@@ -35,6 +35,7 @@ from torch import nn
 from tokenswift.model.config import ModelConfig
 from tokenswift.model.errors import ModelLoadError, read_config_and_weights
 from tokenswift.model.forward import Block, Linear, RMSNorm, fused_state, project
+from tokenswift.model.native_rows import NativeBlock, NativeRows
 
 CONFIG_NAME = "draft_config.json"
 WEIGHTS_NAME = "draft.safetensors"
@@ -60,19 +61,22 @@ class DraftLayer(nn.Module):
         self.register_buffer("signature", torch.zeros(cfg.dim))
 
     def step(self, feature: torch.Tensor, token_embedding: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-             attend) -> torch.Tensor:
+             attend, cache: tuple | None = None, native: NativeBlock | None = None) -> torch.Tensor:
         """The one forward, for drafting and training alike. feature, token_embedding: [..., T, dim] (the state
-        at p and the embedding of the token at p+1); cos/sin: [T, head_dim] for positions p. attend(q, k, v) with
-        q [..., T, heads, hd], k/v [..., T, kv_heads, hd] returns [..., T, heads * hd]: it decides which keys each
-        row sees (a cache when drafting, the training masks). Returns the predicted states [..., T, dim]."""
-        attn = self.layer.self_attn
+        at p and the embedding of the token at p+1); cos/sin: [T, head_dim] for positions p. The block is the
+        model's (forward.Block): attend(q, k, v) returns [..., T, heads * hd] for q [..., T, heads, hd]; it decides
+        which keys each row sees. Training: cache None, k/v are the rows' own [..., T, kv_heads, hd]. Drafting:
+        cache = (keys, values, slots), the drafter's cache [kv_heads, capacity, hd], which the new rows' K/V are
+        written to before attend reads it; native: the block in C (its T <= native_rows.MAX_ROWS). Returns the
+        predicted states [..., T, dim]."""
         x = self.fc(torch.cat((feature, self.token_norm(token_embedding)), dim=-1))
-        x = x + attn.o_proj(attend(*attn.qkv(self.layer.input_layernorm(x), cos, sin)))
-        return x + self.layer.mlp(self.layer.post_attention_layernorm(x))
+        keys, values, slots = cache if cache is not None else (None, None, None)
+        return self.layer(x, cos, sin, keys, values, slots, attend, native)[0]
 
-    def logits(self, states: torch.Tensor, head_rows: torch.Tensor) -> torch.Tensor:
-        """Scores over the draft vocabulary: head_rows = the model's LM-head rows for `vocab`."""
-        return project(self.norm(states), head_rows)
+    def logits(self, states: torch.Tensor, head_rows: torch.Tensor, native: NativeRows | None = None) -> torch.Tensor:
+        """Scores over the draft vocabulary: head_rows = the model's LM-head rows for `vocab`; native: the model's
+        C kernels, for the product."""
+        return project(self.norm(states), head_rows, None, native)
 
     def config_dict(self) -> dict:
         cfg = self.cfg

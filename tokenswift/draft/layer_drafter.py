@@ -23,27 +23,29 @@ from tokenswift.model.forward import attention_bias, sdpa_folded
 from tokenswift.model.kv_cache import KVCache
 from tokenswift.model.loading import LoadedModel
 from tokenswift.model.masks import causal_mask
+from tokenswift.model.native_rows import ATTEND_ROWS, MAX_ROWS, NativeBlock
 from tokenswift.sampling.sampler import Sampler
 
 
 class CacheAttention:
-    """attend() over the drafter's cache: writes the new rows' K/V at slots first.., then each row sees the
-    slots up to its own within the window."""
+    """attend() over the drafter's cache, whose slots first.. the n new rows' K/V were just written to: each row
+    sees the slots up to its own within the window; by the C kernel where the drafter has the model's."""
 
     def __init__(self, drafter: LayerDrafter, first: int, n: int):
         self.d, self.first, self.n = drafter, first, n
 
-    def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    def __call__(self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
         d, first, n = self.d, self.first, self.n
-        d.keys[:, first:first + n] = k.transpose(0, 1)
-        d.values[:, first:first + n] = v.transpose(0, 1)
         lo = max(d.valid_from, first + n - d.window)
+        keys, values = keys[:, lo:first + n], values[:, lo:first + n]
         mask = None
         if n > 1:  # causal within the window, counted from lo (slot = position, so lo's offset cancels)
             prefix = first - lo
             positions = torch.arange(prefix, prefix + n, device=q.device)
-            mask = attention_bias(causal_mask(prefix, n, positions, d.window, q.device), d.cfg.group, q.dtype)
-        return sdpa_folded(d.cfg, q, d.keys[:, lo:first + n], d.values[:, lo:first + n], mask)
+            mask = causal_mask(prefix, n, positions, d.window, q.device)
+        if d.native is not None and n <= ATTEND_ROWS:
+            return d.native.attend(d.cfg, q, keys, values, mask)
+        return sdpa_folded(d.cfg, q, keys, values, attention_bias(mask, d.cfg.group, q.dtype) if n > 1 else None)
 
 
 class LayerDrafter:
@@ -59,6 +61,9 @@ class LayerDrafter:
         self.head_rows = lm.model.head_weight[self.layer.vocab].to(self.dtype)
         cache = KVCache(1, self.cfg.n_kv_heads, capacity, self.cfg.head_dim, lm.device, self.dtype)
         self.keys, self.values = cache.k[0], cache.v[0]
+        # The model's C kernels run the layer too where it has them and the layer shares its float32.
+        self.native = lm.model.native if self.dtype == torch.float32 else None
+        self.block = NativeBlock(self.native.lib, self.cfg, self.layer.layer) if self.native is not None else None
         self.filled = self.valid_from = 0  # rows [valid_from, filled) hold committed states
         self.pending: list[tuple[torch.Tensor, list[int]]] = []  # committed, not yet run: (states, following tokens)
         self.pending_count = 0
@@ -95,10 +100,12 @@ class LayerDrafter:
             return []
         levels, state = [], self.state
         for d in range(len(self.widths[:depth])):
-            scores = self.layer.logits(state, self.head_rows)  # over the draft vocabulary
+            scores = self.layer.logits(state, self.head_rows, self.native)  # over the draft vocabulary
             levels.append(best_per_depth(scores, self.sampler, window, [1], key + d, self.layer.vocab)[0])
             if d + 1 < len(self.widths[:depth]):
                 state = self._run(state, levels[-1], position + d)
+                if window is not None:  # the penalty and DRY of the next guess see this one, as the target's will
+                    window = torch.cat((window, window.new_tensor([levels[-1]])), 1)[:, 1:]
         return levels
 
     def _run_pending(self) -> None:
@@ -116,4 +123,6 @@ class LayerDrafter:
         pos = torch.arange(first, first + len(tokens), device=dev)
         embedded = model.model.embed_tokens(torch.tensor(tokens, device=dev)).to(self.dtype)
         cos, sin = model.rope_cos[pos].to(self.dtype), model.rope_sin[pos].to(self.dtype)
-        return self.layer.step(states.to(self.dtype), embedded, cos, sin, CacheAttention(self, first, len(tokens)))
+        block = self.block if len(tokens) <= MAX_ROWS else None  # slot = position
+        return self.layer.step(states.to(self.dtype), embedded, cos, sin, CacheAttention(self, first, len(tokens)),
+                               (self.keys, self.values, pos), block)

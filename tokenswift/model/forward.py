@@ -96,11 +96,15 @@ class Attention(nn.Module):
 
     def forward(self, x, cos, sin, keys, values, slots, attend):
         """keys, values: this layer's whole cache [kv_heads, capacity, head_dim]; slots: [T] device tensor of the
-        slots the new K/V go to (no host value: one captured graph serves every length). Returns the output and q."""
+        slots the new K/V go to (no host value: one captured graph serves every length); attend(q, keys, values).
+        keys None (the draft layer's training): no cache, x may have batch dims, and attend gets this call's own
+        k and v, [..., T, kv_heads, head_dim]. Returns the output and q."""
         q, k, v = self.qkv(x, cos, sin)
-        keys.index_copy_(1, slots, k.transpose(0, 1))
-        values.index_copy_(1, slots, v.transpose(0, 1))
-        return self.o_proj(attend(q, keys, values)), q
+        if keys is not None:
+            keys.index_copy_(1, slots, k.transpose(0, 1))
+            values.index_copy_(1, slots, v.transpose(0, 1))
+            k, v = keys, values
+        return self.o_proj(attend(q, k, v)), q
 
 
 def fold_groups(cfg: ModelConfig, q: torch.Tensor) -> torch.Tensor:
@@ -162,8 +166,9 @@ class Block(nn.Module):
         self.post_attention_layernorm = RMSNorm(cfg.dim, cfg.norm_eps)
 
     def forward(self, x, cos, sin, keys, values, slots, attend, native: NativeBlock | None = None):
-        """native: this layer in C (x, a fresh [T, dim] tensor, is then updated in place)."""
+        """native: this layer in C; x [T, dim], the forward's own activations, is then updated in place."""
         if native is not None:
+            x = x.contiguous()
             q = native.before_attention(x, cos, sin, slots, keys, values)
             native.after_attention(x, attend(q, keys, values))
             return x, q
