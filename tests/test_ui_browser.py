@@ -219,7 +219,8 @@ def test_a_paused_draft_is_offered_in_a_fresh_browser(page):
         expect(offer).to_contain_text(" / 3,000 tokens")
         shot(fresh, "08-paused-draft-offer.png")
         fresh.locator("#write-offer-resume").click()
-        expect(fresh.locator("#write-status")).to_contain_text(f"Draft #{draft}")
+        # Resuming re-reads the draft's window (a prefill): seconds on a loaded machine.
+        expect(fresh.locator("#write-status")).to_contain_text(f"Draft #{draft}", timeout=30_000)
         expect(offer).to_be_hidden()
         fresh.locator("#write-stop").click()
         expect(fresh.locator("#write-status")).to_contain_text("Stopped", timeout=30_000)
