@@ -112,7 +112,7 @@ def run_layer(block: Block, native_block: NativeBlock | None, t: int, slot_major
 def test_a_native_layer_computes_torchs_layer(rows, t, slot_major, bias):
     cfg = dataclasses.replace(CFG, intermediate_size=96, qkv_bias=bias)
     block = block_of(cfg, seed=t)
-    ours = run_layer(block, NativeBlock(rows.lib, cfg, block), t, slot_major)
+    ours = run_layer(block, NativeBlock(rows, cfg, block), t, slot_major)
     for got, expected in zip(ours, run_layer(block, None, t, slot_major), strict=True):
         assert torch.allclose(got, expected, rtol=1e-4, atol=1e-5)
     assert ours[2][:, :, 5 + t:].eq(0).all()  # nothing written past the new tokens' slots
@@ -125,7 +125,7 @@ def test_a_native_layer_of_gguf_blocks_computes_torchs_layer(rows):
     attn, mlp = block.self_attn, block.mlp
     attn.qkv_proj, attn.o_proj = q8_of(attn.qkv_proj), q8_of(attn.o_proj)
     mlp.gate_up_proj, mlp.down_proj = q8_of(mlp.gate_up_proj), q8_of(mlp.down_proj)
-    ours = run_layer(block, NativeBlock(rows.lib, cfg, block), 2, False)
+    ours = run_layer(block, NativeBlock(rows, cfg, block), 2, False)
     for got, expected in zip(ours, run_layer(block, None, 2, False), strict=True):
         assert torch.allclose(got, expected, rtol=1e-4, atol=1e-5)
 
@@ -141,7 +141,7 @@ def test_the_portable_path_computes_what_the_avx2_path_does(rows, tmp_path, monk
     assert torch.allclose(ours, rows.attend(CFG, q, keys[:, :600], values[:, :600], mask), rtol=1e-5, atol=1e-6)
     cfg = dataclasses.replace(CFG, intermediate_size=96)
     block = block_of(cfg, seed=8)
-    layers = [run_layer(block, NativeBlock(lib.lib, cfg, block), 2, False) for lib in (portable, rows)]
+    layers = [run_layer(block, NativeBlock(lib, cfg, block), 2, False) for lib in (portable, rows)]
     for got, expected in zip(*layers, strict=True):
         assert torch.allclose(got, expected, rtol=1e-5, atol=1e-5)
     weight, x = torch.randn(40, 72), torch.randn(3, 72)

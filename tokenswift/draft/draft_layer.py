@@ -69,7 +69,8 @@ class DraftLayer(nn.Module):
         cache = (keys, values, slots), the drafter's cache [kv_heads, capacity, hd], which the new rows' K/V are
         written to before attend reads it; native: the block in C (its T <= native_rows.MAX_ROWS). Returns the
         predicted states [..., T, dim]."""
-        x = self.fc(torch.cat((feature, self.token_norm(token_embedding)), dim=-1))
+        x = torch.cat((feature, self.token_norm(token_embedding)), dim=-1)
+        x = project(x, self.fc.weight, self.fc.bias, native.rows if native is not None else None)  # self.fc's
         keys, values, slots = cache if cache is not None else (None, None, None)
         return self.layer(x, cos, sin, keys, values, slots, attend, native)[0]
 

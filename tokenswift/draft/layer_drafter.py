@@ -63,7 +63,7 @@ class LayerDrafter:
         self.keys, self.values = cache.k[0], cache.v[0]
         # The model's C kernels run the layer too where it has them and the layer shares its float32.
         self.native = lm.model.native if self.dtype == torch.float32 else None
-        self.block = NativeBlock(self.native.lib, self.cfg, self.layer.layer) if self.native is not None else None
+        self.block = NativeBlock(self.native, self.cfg, self.layer.layer) if self.native is not None else None
         self.filled = self.valid_from = 0  # rows [valid_from, filled) hold committed states
         self.pending: list[tuple[torch.Tensor, list[int]]] = []  # committed, not yet run: (states, following tokens)
         self.pending_count = 0

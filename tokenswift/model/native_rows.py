@@ -50,8 +50,8 @@ class NativeBlock:
     """One decoder layer (forward.Block) by the C kernels, in two calls around its attention. It holds the layer's
     weights (float32, or GGUF blocks for q4) for as long as it lives: the C side has their addresses only."""
 
-    def __init__(self, lib: ctypes.CDLL, cfg: ModelConfig, block: nn.Module):
-        self.lib, self.cfg = lib, cfg
+    def __init__(self, rows: NativeRows, cfg: ModelConfig, block: nn.Module):
+        self.rows, self.lib, self.cfg = rows, rows.lib, cfg  # rows: the model's kernels (their products)
         attn, mlp = block.self_attn, block.mlp
         if block.input_layernorm.eps != block.post_attention_layernorm.eps:
             raise ValueError("native block: the layer's two norms must share their eps")
@@ -101,8 +101,9 @@ class NativeBlock:
 class NativeRows:
     """A model's kernels: its layers' NativeBlocks (blocks), attention, and few-row float32 products."""
 
-    def __init__(self, lib: ctypes.CDLL, blocks: list[NativeBlock] | None = None):
-        self.lib, self.blocks = lib, blocks or []
+    def __init__(self, lib: ctypes.CDLL):
+        self.lib = lib
+        self.blocks: list[NativeBlock] = []  # a model's layers (for_model)
 
     @classmethod
     def for_model(cls, model: nn.Module) -> NativeRows | None:
@@ -114,7 +115,9 @@ class NativeRows:
         lib = native.available()
         if lib is None:
             return None
-        return cls(lib, [NativeBlock(lib, model.cfg, block) for block in model.model.layers])
+        rows = cls(lib)
+        rows.blocks = [NativeBlock(rows, model.cfg, block) for block in model.model.layers]
+        return rows
 
     def linear(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         """x [rows, in] @ weight [out, in].T for a float32 weight (forward.project: up to PRODUCT_ROWS rows)."""
