@@ -70,7 +70,8 @@ class DraftLayer(nn.Module):
         written to before attend reads it; native: the block in C (its T <= native_rows.MAX_ROWS). Returns the
         predicted states [..., T, dim]."""
         x = torch.cat((feature, self.token_norm(token_embedding)), dim=-1)
-        x = project(x, self.fc.weight, self.fc.bias, native.rows if native is not None else None)  # self.fc's
+        # self.fc's product, by project() itself so that drafting can hand it the model's C kernels
+        x = project(x, self.fc.weight, self.fc.bias, native.rows if native is not None else None)
         keys, values, slots = cache if cache is not None else (None, None, None)
         return self.layer(x, cos, sin, keys, values, slots, attend, native)[0]
 

@@ -24,7 +24,7 @@ from tokenswift.model.kv_cache import KVCache
 from tokenswift.model.loading import LoadedModel
 from tokenswift.model.masks import causal_mask
 from tokenswift.model.native_rows import ATTEND_ROWS, MAX_ROWS, NativeBlock
-from tokenswift.sampling.sampler import Sampler
+from tokenswift.sampling.sampler import Sampler, node_windows
 
 
 class CacheAttention:
@@ -98,14 +98,15 @@ class LayerDrafter:
         self._run_pending()
         if self.state is None or not self.widths[:depth]:
             return []
-        levels, state = [], self.state
+        levels, state, rows = [], self.state, window
         for d in range(len(self.widths[:depth])):
             scores = self.layer.logits(state, self.head_rows, self.native)  # over the draft vocabulary
-            levels.append(best_per_depth(scores, self.sampler, window, [1], key + d, self.layer.vocab)[0])
+            levels.append(best_per_depth(scores, self.sampler, rows, [1], key + d, self.layer.vocab)[0])
             if d + 1 < len(self.widths[:depth]):
                 state = self._run(state, levels[-1], position + d)
-                if window is not None:  # the penalty and DRY of the next guess see this one, as the target's will
-                    window = torch.cat((window, window.new_tensor([levels[-1]])), 1)[:, 1:]
+                if window is not None:  # the penalty and DRY of the next guess see the chain, as the target's will
+                    chain = [level[0] for level in levels]
+                    rows = node_windows(window[0], window.new_tensor([chain]), window.new_tensor([len(chain)]))
         return levels
 
     def _run_pending(self) -> None:
@@ -120,6 +121,8 @@ class LayerDrafter:
     @torch.inference_mode()
     def _run(self, states: torch.Tensor, tokens: list[int], first: int) -> torch.Tensor:
         model, dev = self.lm.model, self.lm.device
+        if first + len(tokens) > self.keys.shape[1]:  # the C kernels write the slots unchecked
+            raise RuntimeError(f"draft cache full: need {first + len(tokens)} slots, have {self.keys.shape[1]}")
         pos = torch.arange(first, first + len(tokens), device=dev)
         embedded = model.model.embed_tokens(torch.tensor(tokens, device=dev)).to(self.dtype)
         cos, sin = model.rope_cos[pos].to(self.dtype), model.rope_sin[pos].to(self.dtype)

@@ -93,7 +93,8 @@ static float dot(const float *a, const float *b, int64_t d) {
 
 struct part { float max, sum; };
 
-/* One query row's softmax numerators over a chunk, in place (the portable path): scores -> exp(score - max); returns (max, sum). */
+/* One query row's softmax numerators over a chunk, in place, where d does not fit chunk_rows_vector: scores ->
+   exp(score - max); returns (max, sum). */
 static struct part exponentiate(float *row, int64_t n) {
     float max = -INFINITY, sum = 0.0f;
     for (int64_t j = 0; j < n; ++j) max = row[j] > max ? row[j] : max;
@@ -101,10 +102,27 @@ static struct part exponentiate(float *row, int64_t n) {
         memset(row, 0, (size_t)n * sizeof(float));
         return (struct part){max, 0.0f};
     }
+#ifdef AT_AVX2
+    /* Eight at a time, the last eight padded with -inf (exp 0): each slot takes the same lane and order whatever
+       the chunk's length. */
+    __m256 total = _mm256_setzero_ps();
+    for (int64_t j = 0; j < n; j += 8) {
+        float lanes[8];
+        for (int u = 0; u < 8; ++u) lanes[u] = j + u < n ? row[j + u] : -INFINITY;
+        const __m256 e = exp_nonpositive(_mm256_sub_ps(_mm256_loadu_ps(lanes), _mm256_set1_ps(max)));
+        _mm256_storeu_ps(lanes, e);
+        for (int u = 0; u < 8 && j + u < n; ++u) row[j + u] = lanes[u];
+        total = _mm256_add_ps(total, e);
+    }
+    float lanes[8];
+    _mm256_storeu_ps(lanes, total);
+    for (int u = 0; u < 8; ++u) sum += lanes[u];
+#else
     for (int64_t j = 0; j < n; ++j) {
         row[j] = expf(row[j] - max);
         sum += row[j];
     }
+#endif
     return (struct part){max, sum};
 }
 

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 
 /* out[r] = w * (x[r] * 1 / sqrt(mean(x[r]^2) + eps)) for rows x [rows, d]. */
-void rms_norm(const float *x, const float *w, float eps, int64_t rows, int64_t d, float *out) {
+static void rms_norm(const float *x, const float *w, float eps, int64_t rows, int64_t d, float *out) {
     for (int64_t r = 0; r < rows; ++r) {
         const float *xr = x + r * d;
         float *o = out + r * d;
@@ -19,8 +19,8 @@ void rms_norm(const float *x, const float *w, float eps, int64_t rows, int64_t d
 }
 
 /* sum = x + y, then out = rms_norm(sum): a residual add and the next norm. */
-void add_rms_norm(const float *x, const float *y, const float *w, float eps, int64_t rows, int64_t d, float *sum,
-                  float *out) {
+static void add_rms_norm(const float *x, const float *y, const float *w, float eps, int64_t rows, int64_t d,
+                         float *sum, float *out) {
     for (int64_t i = 0; i < rows * d; ++i) sum[i] = x[i] + y[i];
     rms_norm(sum, w, eps, rows, d, out);
 }
@@ -29,9 +29,9 @@ void add_rms_norm(const float *x, const float *y, const float *w, float eps, int
    the rotated k and the v of token i written to slot slots[i] of keys and values (element (head, slot, j) at
    head * head_stride + slot * slot_stride + j). cos, sin: [t, d] rope_table rows (sin's first half negated):
    x * cos + roll(x, d / 2) * sin, as rope.apply_rope. */
-void rope_store(const float *qkv, const float *cos, const float *sin, int64_t t, int64_t heads, int64_t kv_heads,
-                int64_t d, const int64_t *slots, float *keys, float *values, int64_t head_stride,
-                int64_t slot_stride, float *q) {
+static void rope_store(const float *qkv, const float *cos, const float *sin, int64_t t, int64_t heads,
+                       int64_t kv_heads, int64_t d, const int64_t *slots, float *keys, float *values,
+                       int64_t head_stride, int64_t slot_stride, float *q) {
     const int64_t width = (heads + 2 * kv_heads) * d, half = d / 2;
     for (int64_t i = 0; i < t; ++i) {
         const float *row = qkv + i * width, *c = cos + i * d, *s = sin + i * d;
@@ -52,7 +52,7 @@ void rope_store(const float *qkv, const float *cos, const float *sin, int64_t t,
 }
 
 /* gate_up [rows, 2 n] (gate, then up) -> out [rows, n] = silu(gate) * up, silu(x) = x / (1 + exp(-x)). */
-void swiglu(const float *gate_up, int64_t rows, int64_t n, float *out) {
+static void swiglu(const float *gate_up, int64_t rows, int64_t n, float *out) {
     for (int64_t r = 0; r < rows; ++r) {
         const float *g = gate_up + r * 2 * n, *u = g + n;
         float *o = out + r * n;
@@ -181,7 +181,8 @@ int block_in(const struct block *b, const float *x, int64_t t, const float *cos,
 int block_out(const struct block *b, float *x, const float *attn, int64_t t, int threads) {
     const int64_t d = b->dim, inner = b->intermediate;
     float *y = malloc((size_t)(t * d) * sizeof(float)), *h = malloc((size_t)(t * d) * sizeof(float));
-    float *gate_up = malloc((size_t)(t * 2 * inner) * sizeof(float)), *act = malloc((size_t)(t * inner) * sizeof(float));
+    float *gate_up = malloc((size_t)(t * 2 * inner) * sizeof(float));
+    float *act = malloc((size_t)(t * inner) * sizeof(float));
     int status = -1;
     if (y && h && gate_up && act && product(&b->o, attn, t, y, threads) == 0) {
         add_rms_norm(x, y, b->post_norm, (float)b->eps, t, d, x, h);

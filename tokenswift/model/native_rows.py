@@ -26,7 +26,8 @@ from tokenswift.model.config import ModelConfig
 from tokenswift.model.quant import QuantLinear
 
 MAX_ROWS = 16  # query tokens per forward for which the kernels are used
-PRODUCT_ROWS = 8  # a float32 product of up to this many rows outside a layer (the LM head) streams the weight once
+PRODUCT_ROWS = 8  # a float32 product of up to this many rows outside a layer (the LM head, the draft layer's fc and
+# head) streams the weight once
 # The attention kernel re-reads each slot's key and value per query row (from L1): from about 4 tokens on (12 rows
 # of the default model), torch's kernel, which makes the rows one GEMM, is the faster.
 ATTEND_ROWS = 4
@@ -80,7 +81,8 @@ class NativeBlock:
         """x [T, dim] -> q [T, heads, head_dim] rotated; the rotated keys and the values written to `slots` of
         keys/values (this layer's cache, [kv_heads, capacity, head_dim], the same strides)."""
         _same_strides(keys, values)
-        x, cos, sin, slots = x.contiguous(), cos.contiguous(), sin.contiguous(), slots.contiguous()
+        _contiguous(x)
+        cos, sin, slots = cos.contiguous(), sin.contiguous(), slots.contiguous()
         q = torch.empty(x.shape[0], self.cfg.n_heads, self.cfg.head_dim)
         if self.lib.block_in(self.ref, x.data_ptr(), x.shape[0], cos.data_ptr(), sin.data_ptr(), slots.data_ptr(),
                              keys.data_ptr(), values.data_ptr(), keys.stride(0), keys.stride(1), q.data_ptr(),
@@ -92,8 +94,7 @@ class NativeBlock:
         """x [T, dim] (contiguous) += the attention output attn [T, heads * head_dim] projected, then += the MLP of
         its post-attention norm: in place."""
         attn = attn.contiguous()
-        if not x.is_contiguous():
-            raise ValueError("native block: the layer's input must be contiguous (it is updated in place)")
+        _contiguous(x)
         if self.lib.block_out(self.ref, x.data_ptr(), attn.data_ptr(), x.shape[0], torch.get_num_threads()):
             raise MemoryError("native block: out of memory for a layer's activations")
 
@@ -143,6 +144,11 @@ class NativeRows:
                                 out.data_ptr(), torch.get_num_threads()):
             raise MemoryError("row attention: out of memory for the per-chunk partial sums")
         return out
+
+
+def _contiguous(x: torch.Tensor) -> None:
+    if not x.is_contiguous():  # the C side reads and writes it as [T, dim] rows (Block.forward makes it so)
+        raise ValueError("native block: the layer's input must be contiguous (it is updated in place)")
 
 
 def _same_strides(keys: torch.Tensor, values: torch.Tensor) -> None:
