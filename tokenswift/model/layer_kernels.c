@@ -61,15 +61,8 @@ static void swiglu(const float *gate_up, int64_t rows, int64_t n, float *out) {
 }
 
 #if defined(__AVX2__) && defined(__FMA__)
-#include <immintrin.h>
+#include "simd.h"
 #define LK_INLINE static inline __attribute__((always_inline))
-
-LK_INLINE float lk_hsum(__m256 v) {
-    __m128 r = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    r = _mm_add_ps(r, _mm_movehl_ps(r, r));
-    r = _mm_add_ss(r, _mm_movehdup_ps(r));
-    return _mm_cvtss_f32(r);
-}
 
 /* R rows of x (1 to 4) against weight row w. A row's sum runs in two accumulators, even and odd blocks of 8, then
    the tail, in the same order whatever R (a row's product does not depend on the rows beside it). One chain of
@@ -92,7 +85,7 @@ LK_INLINE void dot_f32_rows(const float *w, const float *x, int64_t k, const int
         i += 8;
     }
     for (int r = 0; r < R; ++r) {
-        float sum = lk_hsum(_mm256_add_ps(even[r], odd[r]));
+        float sum = hsum(_mm256_add_ps(even[r], odd[r]));
         for (int64_t j = i; j < k; ++j) sum = fmaf(w[j], x[r * k + j], sum);
         y[r * stride] = sum;
     }

@@ -24,6 +24,7 @@ from tokenswift.model.errors import ModelLoadError
 from tokenswift.model.gguf_checkpoint import default_cache_dir
 
 SOURCES = tuple(Path(__file__).with_name(name) for name in ("quant_kernels.c", "attention_kernel.c", "layer_kernels.c"))
+HEADERS = (Path(__file__).with_name("simd.h"),)  # included by the sources: part of what a build depends on
 F32 = ctypes.c_float
 I64, PTR = ctypes.c_int64, ctypes.c_void_p
 SIGNATURES = {  # name -> (argument types, result type)
@@ -50,7 +51,7 @@ def kernels(flags: tuple[str, ...] = ()) -> ctypes.CDLL:
     """The compiled kernels, built on first use (a few seconds) and reused from the cache afterwards. flags:
     extra compiler flags (the tests build the portable paths with -mno-avx2). Raises ModelLoadError without a
     working C compiler."""
-    source = b"".join(path.read_bytes() for path in SOURCES)
+    source = b"".join(path.read_bytes() for path in (*SOURCES, *HEADERS))
     digest = hashlib.sha256(source + _cpu_key().encode() + " ".join(flags).encode()).hexdigest()[:16]
     lib = default_cache_dir() / "kernels" / f"kernels-{digest}.so"
     if not lib.exists():

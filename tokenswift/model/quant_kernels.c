@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
-#include <immintrin.h>
+#include "simd.h"
 #define QK_AVX2 1
 #endif
 
@@ -62,13 +62,6 @@ static void quantize_row(const float *x, int64_t k, int8_t *q, float *d, float *
 }
 
 #ifdef QK_AVX2
-static inline float hsum(__m256 v) {
-    __m128 r = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    r = _mm_add_ps(r, _mm_movehl_ps(r, r));
-    r = _mm_add_ss(r, _mm_movehdup_ps(r));
-    return _mm_cvtss_f32(r);
-}
-
 static inline __m256 block_dot(__m256i w_u8, __m256i x_i8) {  /* 32 (u8 * s8) -> 8 float partial sums */
     const __m256i pairs = _mm256_maddubs_epi16(w_u8, x_i8);
     return _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
