@@ -64,10 +64,17 @@ def test_write_pause_resume(page):
     expect(page.locator("#chart-alpha .scatterlayer .trace")).to_have_count(1, timeout=30_000)
     expect(page.locator("#chart-speed .scatterlayer .trace")).to_have_count(1)
     page.locator("#write-pause").click()
-    expect(status).to_contain_text("Paused", timeout=30_000)
+    paused = re.compile(r"Paused — Draft #(\d+) · ([\d,]+) / 6,000 tokens")
+    expect(status).to_contain_text(paused, timeout=30_000)
     expect(page.locator("#write-resume")).to_be_enabled()
     page.screenshot(path=SHOTS / "02-write-paused.png", full_page=True)
-    draft, paused_at = re.search(r"Draft #(\d+) · ([\d,]+) / 6,000 tokens", status.inner_text()).groups()
+    # The Pause click's own answer ("Pausing…", read before the worker's last flush) may arrive after the tick
+    # that showed the draft paused; the next tick shows it paused again, with its final count.
+    found = None
+    while found is None:  # twice at most: the click has one answer
+        expect(status).to_contain_text(paused)
+        found = paused.search(status.inner_text())
+    draft, paused_at = found.groups()
     paused_at = int(paused_at.replace(",", ""))
     assert 0 < paused_at < 6000
     page.reload()  # a reopened tab finds its draft where it is

@@ -129,7 +129,10 @@ def wire(p: WriteParts, store: Store, page: gr.Blocks, tokens: PromptTokens, tex
         except NotFound:  # deleted from the Library while we watched
             return {**render(p, store, None), p.status: "This draft was deleted."}
         charts_too = watch.charts_now(pointed, CHART_S, time.monotonic())
-        changed = moved or texted or charts_too
+        # A stopped draft's timer runs only when a click's answer, computed before the draft stopped but delivered
+        # after the tick that showed it stopped, switched it back on (a Pause click beside the worker's last
+        # flush): that answer's stale line ("Pausing…") must not stay, so the stopped view is sent again.
+        changed = moved or texted or charts_too or not watch.active
         out = render(p, store, watch, text=texted, charts_too=charts_too) if changed else {p.status: gr.skip()}
         if not watch.active:
             out[p.timer] = gr.Timer(active=False)
