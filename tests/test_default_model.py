@@ -25,11 +25,18 @@ REPO = Path(__file__).resolve().parents[1]
 BOOKS = REPO.parent / "shared" / "data" / "books"
 
 
-def test_logits_match_transformers_on_the_same_file(smollm2, gguf_path):
-    from test_gguf import our_logits, reference_logits
+def test_logits_match_transformers_on_the_same_file(smollm2, gguf_path, home):
+    """transformers runs the checkpoint its own GGUF loader made of the file (the engine's cached conversion: a
+    second dequantization of the same file would cost half a minute and give the same tensors)."""
+    from test_gguf import our_logits
+    from transformers import AutoModelForCausalLM
+
+    from tokenswift.model.gguf_checkpoint import hf_directory
 
     ids = torch.tensor(smollm2.encode("The harbour lights flickered as the storm rolled in from the sea, and"))
-    ours, theirs = our_logits(smollm2, ids), reference_logits(gguf_path, ids)
+    reference = AutoModelForCausalLM.from_pretrained(hf_directory(gguf_path, home), dtype=torch.float32).eval()
+    with torch.no_grad():
+        ours, theirs = our_logits(smollm2, ids), reference(ids[None]).logits[0]
     assert (ours - theirs).abs().max().item() < 2e-3  # float32 over 30 layers; logits span ~40
     assert torch.equal(ours.argmax(-1), theirs.argmax(-1))
 

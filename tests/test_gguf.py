@@ -103,6 +103,31 @@ def test_bad_gguf_files_fail_with_one_clear_error(tmp_path, home, stories_path):
         load_model(str(odd))
 
 
+@pytest.mark.parametrize("case,qtype", [("llama-mha", "Q8_0"), ("llama-gqa-tied", "Q4_1"), ("qwen2-bias-gqa", "F16")])
+def test_the_header_reader_reads_what_gguf_reads(tmp_path, stories_path, case, qtype):
+    """gguf_header against the gguf package's reader: the same metadata values, tensor types, shapes and bytes."""
+    import numpy as np
+    from gguf import GGUFReader
+
+    from tokenswift.model.gguf_header import read_header
+
+    path = tmp_path / "model.gguf"
+    write_gguf(path, stories_path, case, qtype)
+    header, reader = read_header(path), GGUFReader(path)
+    fields = {k: f.contents() for k, f in reader.fields.items() if not k.startswith("GGUF.")}
+    assert header.fields == {k: len(v) if isinstance(v, list) else v for k, v in fields.items()}
+    assert list(header.tensors) == [t.name for t in reader.tensors]
+    for t in reader.tensors:
+        info = header.tensors[t.name]
+        assert (info.kind, info.shape, info.offset, info.n_bytes) == (t.tensor_type.name, tuple(map(int, t.shape)),
+                                                                      t.data_offset, t.n_bytes)
+        assert np.array_equal(header.tensor_bytes(t.name), np.asarray(t.data).reshape(-1).view(np.uint8))
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes(path.read_bytes()[:200])  # inside the metadata
+    with pytest.raises(ModelLoadError, match="truncated or corrupt"):
+        load_model(str(cut))
+
+
 def test_cli_reports_a_bad_gguf_in_one_line(tmp_path, home, capsys):
     from tokenswift.cli.main import main
 

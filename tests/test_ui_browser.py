@@ -7,6 +7,7 @@ comparison, export an EPUB (a real download). Screenshots go to artifacts/screen
 from __future__ import annotations
 
 import re
+import time
 import zipfile
 from pathlib import Path
 
@@ -36,6 +37,12 @@ def shot(page, name: str) -> None:
     page.screenshot(path=SHOTS / name, full_page=True, style=NO_TOASTS)
     if NOTES.is_dir():
         page.screenshot(path=NOTES / f"issue14-{name}", full_page=True, style=NO_TOASTS)
+
+
+def tokens_shown(status: str) -> int:
+    """The draft's length in a status line ("Draft #6 · 1,234 / 6,000 tokens"); 0 before it shows one."""
+    found = re.search(r"Draft #\d+ · ([\d,]+) / ", status)
+    return int(found.group(1).replace(",", "")) if found else 0
 
 
 def settled(page, elem: str) -> None:
@@ -81,15 +88,22 @@ def test_write_pause_resume(page):
     expect(status).to_contain_text(f"Paused — Draft #{draft} · {paused_at:,} / 6,000 tokens", timeout=30_000)
     expect(text).to_have_value(re.compile(r"fox found a key"))
     page.locator("#write-resume").click()
-    expect(status).to_contain_text("Done", timeout=240_000)  # a shared 2-core machine may write 50 tokens/s
-    expect(status).to_contain_text("6,000 / 6,000 tokens")
+    # It writes on from where it paused (a shared 2-core machine may write 50 tokens/s); then the writer stops it.
+    deadline = time.monotonic() + 120
+    while tokens_shown(status.inner_text()) < paused_at + 200 or "Writing" not in status.inner_text():
+        assert time.monotonic() < deadline, status.inner_text()
+        page.wait_for_timeout(250)
+    page.locator("#write-stop").click()
+    expect(status).to_contain_text("Stopped", timeout=30_000)
+    stopped_at = tokens_shown(status.inner_text())
+    assert paused_at + 200 <= stopped_at < 6000
     speed = page.locator("#write-speed")
-    expect(speed).to_contain_text("TokenSwift on this draft (6,000 tokens in")  # final figures, not "so far"
+    expect(speed).to_contain_text(f"TokenSwift on this draft ({stopped_at:,} tokens in")  # final, not "so far"
     expect(speed).not_to_contain_text("so far")
     page.locator("#write-show-all").click()
     opening = page.locator("#write-full .ts-whole .ts-src-opening").first
     expect(opening).to_have_text(re.compile(r"^Once upon a time, a little fox"))
-    page.screenshot(path=SHOTS / "03-write-done.png", full_page=True)
+    page.screenshot(path=SHOTS / "03-write-stopped.png", full_page=True)
     # The legend of "reused from the text" (two lines) used to sit on top of the chart's title.
     title = page.locator("#chart-ngram .gtitle").bounding_box()
     legend = page.locator("#chart-ngram .legend").bounding_box()

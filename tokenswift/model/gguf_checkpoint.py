@@ -1,7 +1,7 @@
 """GGUF checkpoints (what llama.cpp, KoboldCpp, LM Studio and Ollama users hold), made loadable once.
 
-A GGUF file is checked with the `gguf` package (llama.cpp's own reader): architecture, tensor types and that
-every tensor's bytes are inside the file. It is then turned, through transformers' GGUF support (config,
+A GGUF file's header is checked (gguf_header): architecture, tensor types and that every tensor's bytes are
+inside the file. It is then turned, through transformers' GGUF support (config,
 tokenizer and chat template from the file's metadata; tensors dequantized and llama.cpp's Q/K row order
 undone), into an ordinary Hugging Face directory: config.json, the tokenizer files and float32
 model.safetensors. That directory is cached, keyed by the file's content hash, in the cache directory the caller
@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tokenswift.model.errors import ModelLoadError
+from tokenswift.model.gguf_header import read_header
 
 ARCHITECTURES = ("llama", "mistral", "qwen2")
 # The common types of published files; the gguf package dequantizes each of them.
@@ -42,39 +43,31 @@ def is_gguf(model: str | Path) -> bool:
 
 def inspect_gguf(path: Path) -> GGUFInfo:
     """Read and check the file's header; every problem is one ModelLoadError naming the file."""
-    from gguf import GGUFReader
-
     if not path.is_file():
         raise ModelLoadError(f"GGUF file {path} not found")
     with path.open("rb") as f:
         if f.read(4) != b"GGUF":
             raise ModelLoadError(f"{path} is not a GGUF file (it does not start with the GGUF magic bytes)")
     try:
-        reader = GGUFReader(path)
-    except Exception as error:  # noqa: BLE001 - the reader raises several types on a damaged file
+        header = read_header(path)
+    except Exception as error:  # noqa: BLE001 - a damaged header raises several types
         raise ModelLoadError(f"GGUF file {path} is truncated or corrupt: {error}") from error
-    arch = _field(reader, "general.architecture")
+    arch = header.fields.get("general.architecture")
     if arch not in ARCHITECTURES:
         raise ModelLoadError(f"GGUF file {path}: unsupported architecture {arch!r}; "
                              f"supported: {', '.join(ARCHITECTURES)}")
     size = path.stat().st_size
     types = set()
-    for tensor in reader.tensors:
-        kind = tensor.tensor_type.name
-        if kind not in TENSOR_TYPES:
-            raise ModelLoadError(f"GGUF file {path}: tensor {tensor.name} has type {kind}, which is not supported; "
-                                 f"supported: {', '.join(TENSOR_TYPES)}")
-        if tensor.data_offset + tensor.n_bytes > size:
+    for tensor in header.tensors.values():
+        if tensor.kind not in TENSOR_TYPES:
+            raise ModelLoadError(f"GGUF file {path}: tensor {tensor.name} has type {tensor.kind}, which is not "
+                                 f"supported; supported: {', '.join(TENSOR_TYPES)}")
+        if tensor.offset + tensor.n_bytes > size:
             raise ModelLoadError(f"GGUF file {path} is truncated: tensor {tensor.name} ends past the end of the file")
-        types.add(kind)
-    context = _field(reader, f"{arch}.context_length")
-    return GGUFInfo(path, arch, str(_field(reader, "general.name") or path.stem), tuple(sorted(types)),
+        types.add(tensor.kind)
+    context = header.fields.get(f"{arch}.context_length")
+    return GGUFInfo(path, arch, str(header.fields.get("general.name") or path.stem), tuple(sorted(types)),
                     int(context) if context is not None else None)
-
-
-def _field(reader, key: str):
-    field = reader.fields.get(key)
-    return None if field is None else field.contents()
 
 
 def file_hash(path: Path) -> str:

@@ -19,6 +19,7 @@ import torch
 
 from tokenswift.model.errors import ModelLoadError
 from tokenswift.model.forward import Transformer
+from tokenswift.model.gguf_header import GGUFHeader, TensorInfo, read_header
 from tokenswift.model.native import kernels
 from tokenswift.model.quant import KINDS, QuantLinear
 
@@ -31,10 +32,8 @@ PROJECTIONS = {  # our fused product -> the GGUF tensors whose rows it stacks
 def runs_quantized(gguf_path: Path) -> bool:
     """Whether `--dtype q4` can run this GGUF file: every layer's projections in blocks the kernel reads, no
     attention biases, and a C compiler to build the kernel with (native.kernels)."""
-    from gguf import GGUFReader
-
     try:
-        names = {t.name: t.tensor_type.name for t in GGUFReader(gguf_path).tensors}
+        names = {t.name: t.kind for t in read_header(gguf_path).tensors.values()}
     except Exception:  # noqa: BLE001 - a damaged file: loading it says what is wrong (gguf_checkpoint)
         return False
     shorts = [short for parts in PROJECTIONS.values() for short in parts]
@@ -60,11 +59,10 @@ def use_q4_weights(model: Transformer, gguf_path: Path, state: dict[str, torch.T
     """Replace every layer's projections, and the LM head where the file quantizes it, by the GGUF file's own
     blocks. Each is checked against the float weight in `state` (our names, forward.fused_state), the checkpoint
     converted from the same file: a mismatch is a ModelLoadError."""
-    from gguf import GGUFReader
-
     if any(layer.self_attn.qkv_proj.bias is not None for layer in model.model.layers):
         raise ModelLoadError("--dtype q4 supports models without attention biases (Llama, Mistral); use bfloat16")
-    tensors = {t.name: t for t in GGUFReader(gguf_path).tensors}
+    header = read_header(gguf_path)
+    tensors = header.tensors
     cfg = model.cfg
     heads = {"attn_q": cfg.n_heads, "attn_k": cfg.n_kv_heads}
     for i, layer in enumerate(model.model.layers):
@@ -74,11 +72,11 @@ def use_q4_weights(model: Transformer, gguf_path: Path, state: dict[str, torch.T
             parts, row = [], 0
             for short in shorts:
                 tensor = tensors.get(f"blk.{i}.{short}.weight")
-                kind = tensor.tensor_type.name if tensor is not None else "missing"
+                kind = tensor.kind if tensor is not None else "missing"
                 if kind not in KINDS:
                     raise ModelLoadError(f"--dtype q4 needs Q4_0, Q4_1 or Q8_0 projections; {gguf_path.name} "
                                          f"stores blk.{i}.{short}.weight as {kind}: use float32 or bfloat16")
-                linear = _blocks_linear(tensor, kind)
+                linear = _blocks_linear(header, tensor)
                 want = reference[row:row + linear.out_features]
                 if short in heads and not _close(linear, want):
                     order = llama_rows(linear.out_features, heads[short])
@@ -90,17 +88,17 @@ def use_q4_weights(model: Transformer, gguf_path: Path, state: dict[str, torch.T
                 row += linear.out_features
             setattr(getattr(layer, owner), name, _stacked(parts))
     head = tensors.get("output.weight") or tensors.get("token_embd.weight")
-    if head is not None and head.tensor_type.name in KINDS:
-        linear = _blocks_linear(head, head.tensor_type.name)
+    if head is not None and head.kind in KINDS:
+        linear = _blocks_linear(header, head)
         if not _close(linear, model.head_weight.float()):
             raise ModelLoadError(f"{gguf_path.name}: {head.name} does not match the model's LM head once unpacked")
         model.quantized_head = linear
 
 
-def _blocks_linear(tensor, kind: str) -> QuantLinear:
-    in_features, out_features = (int(n) for n in tensor.shape)
-    blocks = torch.from_numpy(np.array(tensor.data, dtype=np.uint8).reshape(out_features, -1))
-    return QuantLinear(kind, blocks, out_features, in_features)
+def _blocks_linear(header: GGUFHeader, tensor: TensorInfo) -> QuantLinear:
+    in_features, out_features = tensor.shape
+    blocks = torch.from_numpy(np.array(header.tensor_bytes(tensor.name)).reshape(out_features, -1))
+    return QuantLinear(tensor.kind, blocks, out_features, in_features)
 
 
 def _stacked(parts: list[QuantLinear]) -> QuantLinear:
