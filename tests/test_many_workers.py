@@ -71,11 +71,11 @@ def straight(stories64) -> Straight:
     return straight_run(stories64, PROMPT, SETTINGS)
 
 
-def test_four_workers_forty_jobs_each_claimed_once_all_exact(store, workers, stories64):
+def test_four_workers_twenty_four_jobs_each_claimed_once_all_exact(store, workers, stories64):
     procs = [workers.start(worker_id=f"w{i}") for i in range(4)]
     workers.wait_until(lambda: [w.load_status for w in store.list_workers()] == ["ready"] * 4, 120, procs[0])
     jobs = {}
-    for i in range(40):  # all four are polling: they race for every job
+    for i in range(24):  # all four are polling: they race for every job
         settings = SETTINGS.replace(mode="tokenswift" if i % 2 else "ar", seed=100 + i, max_new_tokens=24)
         jobs[store.enqueue_generation(f"{PROMPT} ({i})", settings).id] = settings
     workers.wait_until(lambda: store.queue_length() == 0 and not store.list_generations(statuses=("running",)),
