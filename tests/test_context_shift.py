@@ -1,6 +1,6 @@
 """Context shifting (tokenswift/text/context_window.py): drafts longer than the window, with Memory and Author's
 Note, emit exactly the same tokens in plain decoding and TokenSwift (float64, stories260k with a 512-token
-window; the many-shifts cases a 256-token one), uninterrupted or resumed anywhere, also right at a shift."""
+window; the many-shifts and resume cases a 160-token one), uninterrupted or resumed anywhere, also right at a shift."""
 
 from __future__ import annotations
 
@@ -17,7 +17,10 @@ from tokenswift.text.context_window import PinnedText, WindowPlan, pinned_ids
 
 N = 1000
 WINDOW = 512
-NARROW = 256  # the many-shifts cases: N tokens through it shift 12 times, a quarter window (64 tokens) each
+# The many-shifts cases: a 160-token window shifts a quarter of it (40 tokens) at a time, the first time about 80
+# tokens in with Memory and note: MANY tokens through it shift 10 times or more.
+NARROW = 160
+MANY = 520
 PROMPT = "The old lighthouse keeper climbed the stairs and"
 MEMORY = "Tom is a fisherman. Lily is his sister. They live by the sea."
 NOTE = "Lily finds a shell."
@@ -54,12 +57,13 @@ CASES = [("greedy", 0, False, False), ("minp-penalty", 20, True, True), ("top-p"
 @pytest.mark.parametrize(("sampler", "k", "with_pinned", "adaptive"), CASES)
 def test_tokenswift_equals_ar_across_many_shifts(stories64, ar_runs, pinned, sampler, k, with_pinned, adaptive):
     prompt, seed = stories64.encode(PROMPT), 3
-    s, pins = settings(sampler, seed, ngram_topk=k, context_window=NARROW), pinned if with_pinned else None
+    s = settings(sampler, seed, max_new_tokens=MANY, ngram_topk=k, context_window=NARROW)
+    pins = pinned if with_pinned else None
     gen = Generator(lm_with(stories64, seed), s, prompt, options=EngineOptions(adaptive=adaptive), pinned=pins)
     tokens = gen.run()
     assert first_difference(tokens, ar_runs(stories64, s, prompt, pins)) is None
     m = gen.metrics()
-    assert m.shifts >= 10 and m.steps < N  # many shifts, and drafts were accepted between them
+    assert m.shifts >= 10 and m.steps < MANY  # many shifts, and drafts were accepted between them
     use = gen.context_use()
     assert use.memory == (1 + len(pinned.memory) + len(pinned.note) if with_pinned else 1)  # BOS pinned too
     assert use.memory + use.recent <= NARROW
@@ -71,7 +75,7 @@ def test_resume_anywhere_continues_the_same_stream(stories64, pinned):
     the last shift and continues exactly; n-grams keep the whole draft's statistics (they are rebuilt from
     every stored id)."""
     prompt = stories64.encode(PROMPT)
-    s = settings("minp-penalty", 5, max_new_tokens=700, ngram_topk=20)
+    s = settings("minp-penalty", 5, max_new_tokens=360, ngram_topk=20, context_window=NARROW)
     lm = lm_with(stories64, 5)
     straight = Generator(lm, s, prompt, pinned=pinned).run()
     plan = Generator(lm, s, prompt, pinned=pinned).plan
@@ -108,7 +112,7 @@ def test_an_edit_during_a_run_applies_from_the_next_shift(stories64, pinned):
     """The worker reads Memory and note again at every shift: both modes pick an edit up at the same token,
     and a run resumed later with the edited text continues exactly."""
     prompt = stories64.encode(PROMPT)
-    s = settings("minp-penalty", 7, max_new_tokens=800, ngram_topk=20)
+    s = settings("minp-penalty", 7, max_new_tokens=360, ngram_topk=20, context_window=NARROW)
     lm = lm_with(stories64, 7)
     edited = pinned_ids(stories64, "Max is a big brown dog who loves to run and play.", "")
 
@@ -179,14 +183,14 @@ def test_bench_shift_prints_a_table_and_writes_json(stories_path, tmp_path, caps
 
     out = tmp_path / "shift.json"
     code = cli.main(["bench-shift", "--model", str(stories_path), "--device", "cpu", "--dtype", "float64",
-                     "--threads", "1", "--prompt", PROMPT, "--max-new-tokens", "700", "--context-window", "256",
+                     "--threads", "1", "--prompt", PROMPT, "--max-new-tokens", "360", "--context-window", "160",
                      "--memory", MEMORY, "--authors-note", NOTE, "--temperature", "0", "--warmup-tokens", "4",
                      "--json", str(out)])
     table = capsys.readouterr().out
     assert code == 0 and "shift %" in table and "identical: yes" in table
     result = json.loads(out.read_text())
-    assert result["identical"] and result["window"] == 256 and result["pinned_tokens"] > 1
+    assert result["identical"] and result["window"] == 160 and result["pinned_tokens"] > 1
     for mode in ("ar", "tokenswift"):
         m = result[mode]
-        assert m["tokens"] == 700 and m["shifts"] >= 5 and 0 < m["shift_share"] < 1
-        assert m["context_pinned"] + m["context_recent"] <= 256
+        assert m["tokens"] == 360 and m["shifts"] >= 5 and 0 < m["shift_share"] < 1
+        assert m["context_pinned"] + m["context_recent"] <= 160

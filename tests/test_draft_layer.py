@@ -91,13 +91,13 @@ def test_layer_drafter_equals_ar(lm64, sampler, k, adaptive):
 
 def test_layer_drafter_across_shifts_with_memory_and_resume(lm64):
     prompt, pinned = lm64.encode(PROMPT), pinned_ids(lm64, MEMORY, NOTE)
-    s = Settings(max_new_tokens=700, seed=5, ignore_eos=True, context_window=NARROW, note_depth=100,
+    s = Settings(max_new_tokens=360, seed=5, ignore_eos=True, context_window=NARROW, note_depth=100,
                  drafter="layer", **SAMPLERS["minp-penalty"])
     expected = Generator(lm64, s.replace(mode="ar"), prompt, pinned=pinned).run()
     gen = Generator(lm64, s, prompt, pinned=pinned)
     assert first_difference(gen.run(), expected) is None
     assert gen.metrics().shifts >= 5
-    resumed = Generator(lm64, s, prompt, generated_ids=expected[:400], pinned=pinned)
+    resumed = Generator(lm64, s, prompt, generated_ids=expected[:210], pinned=pinned)
     assert first_difference(resumed.run(), expected) is None
 
 

@@ -118,7 +118,7 @@ def test_a_worker_killed_on_another_host_is_finished_by_another_after_the_lease(
 def test_the_database_restarted_under_a_running_job_loses_nothing(store, workers, pg_cluster, straight):
     gen_id = store.enqueue_generation(PROMPT, SETTINGS).id
     workers.gate.hold_at(2 * FLUSH_TOKENS)  # held mid-job while the server goes down: its next write fails
-    proc = workers.start("--once", gated=True)
+    proc = workers.start("--once", "--store-retry-s", "0.5", gated=True)
     workers.wait_until(workers.gate.held, 90, proc)
     kept = raw_chunks(workers, gen_id)
     pg_cluster.stop("immediate")  # as if it crashed

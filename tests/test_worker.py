@@ -215,14 +215,14 @@ def test_pause_kill_9_and_shutdown_leave_exactly_the_straight_run(store, workers
     assert store.latest_metric(gen_id).tokens == SETTINGS.max_new_tokens
 
 
-SHIFTING = SETTINGS.replace(max_new_tokens=1200, context_window=512, note_depth=100)
+SHIFTING = SETTINGS.replace(max_new_tokens=560, context_window=256, note_depth=100)
 MEMORY, NOTE = "Max is a dog. Lily is a girl.", "They go to the park."
 
 
 @only_sqlite
 def test_a_draft_past_the_window_survives_pause_and_kill_9_exactly(store, workers, stories64):
-    """Memory + Author's Note, a 512-token window and 1,200 new tokens: shifts happen before and after each
-    interruption, and the stored ids are still those of one uninterrupted run."""
+    """Memory + Author's Note, a 256-token window and 560 new tokens (shifts from the 198th, every 64): shifts
+    happen before and after each interruption, and the stored ids are still those of one uninterrupted run."""
     from tokenswift.decode.generate import Generator
     from tokenswift.text.context_window import pinned_ids
 
@@ -231,14 +231,14 @@ def test_a_draft_past_the_window_survives_pause_and_kill_9_exactly(store, worker
                              pinned=pinned_ids(stories64, MEMORY, NOTE)).run()
     gen_id = store.enqueue_generation(PROMPT, SHIFTING, memory=MEMORY, authors_note=NOTE).id
     gate = workers.gate
-    gate.hold_at(200)  # the worker holds there: the pause and the kill land mid-job, whatever the machine's speed
+    gate.hold_at(100)  # the worker holds there: the pause and the kill land mid-job, whatever the machine's speed
     proc = workers.start(gated=True)
     produced = lambda: store.get_generation(gen_id, with_text=False).produced_tokens  # noqa: E731
     workers.wait_until(gate.held, 90, proc)
     store.request_pause(gen_id)
     gate.release()
     workers.wait_until(lambda: store.get_generation(gen_id, with_text=False).status == "paused", 60, proc)
-    gate.hold_at(520)  # past the first shift (~470 generated)
+    gate.hold_at(260)  # past the first shift (198 generated)
     store.request_resume(gen_id)
     workers.wait_until(gate.held, 90, proc)
     os.kill(proc.pid, signal.SIGKILL)
@@ -250,7 +250,7 @@ def test_a_draft_past_the_window_survives_pause_and_kill_9_exactly(store, worker
     assert (gen.status, gen.finish_reason) == ("done", "length"), workers.log()
     assert store.get_tokens(gen_id).generated_ids == straight
     point = store.latest_metric(gen_id)
-    assert point.shifts >= 1 and point.context_pinned > 1 and point.context_pinned + point.context_recent <= 512
+    assert point.shifts >= 1 and point.context_pinned > 1 and point.context_pinned + point.context_recent <= 256
 
 
 def committed_prefix_kept(workers: Workers, gen_id: int, kept: list[tuple]) -> list[tuple]:
@@ -476,13 +476,15 @@ def test_a_full_disk_in_a_real_worker_is_transient(small_disk, workers, stories6
     from storage.health import store_problem
 
     backend = "sqlite" if workers.db.startswith("sqlite") else "postgresql"
-    settings = SHORT.replace(max_new_tokens=800)
+    settings = SHORT.replace(max_new_tokens=240)
     store = open_store(workers.db)
     gen_id = store.enqueue_generation(PROMPT, settings).id
-    proc = workers.start()
-    workers.wait_until(lambda: len(store.chunks(gen_id)) >= 2, 90, proc)
+    workers.gate.hold_at(2 * FLUSH_TOKENS)  # the disk fills mid-job, however fast the machine
+    proc = workers.start("--store-retry-s", "0.5", gated=True)
+    workers.wait_until(workers.gate.held, 90, proc)
     filler = fill(small_disk)
     before = store.get_generation(gen_id, with_text=False)
+    workers.gate.release()
     # PostgreSQL still fills free space in pages it has: the write that fails is the first one needing a new page.
     workers.wait_until(lambda: "the store could not be written" in workers.log(), 120, proc)
     if backend == "sqlite":  # a file's disk is checked directly; a server's only by a write that fails

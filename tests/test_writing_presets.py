@@ -10,7 +10,7 @@ import json
 
 import pytest
 from fastapi.testclient import TestClient
-from test_context_shift import MEMORY, NARROW, NOTE, first_difference
+from test_context_shift import MEMORY, NOTE, first_difference
 from test_exactness import PROMPT, random_heads
 
 from storage import open_store
@@ -239,15 +239,15 @@ def test_every_built_in_preset_keeps_tokenswift_exact(stories64):
     prompt, pinned = lm.encode(PROMPT), pinned_ids(lm, MEMORY, NOTE)
     texts = []
     for name, preset in built_in().items():
-        # The narrow window shifts every 64 tokens from the 175th: 400 tokens cross four shifts (a 512-token
-        # window needed 800 tokens for three), and the resumed run starts before the first.
-        s = to_settings(preset).replace(max_new_tokens=400, seed=5, ngram_topk=20, context_window=NARROW,
+        # A 160-token window shifts every 40 tokens from the 79th: 240 tokens cross four shifts, and the resumed
+        # run starts between two of them (it rebuilds the window of the last). Lag 0: n-grams from the freshest text.
+        s = to_settings(preset).replace(max_new_tokens=240, seed=5, ngram_topk=20, ngram_lag=0, context_window=160,
                                         note_depth=100, tree=(1, 2, 2))
         expected = Generator(lm, s.replace(mode="ar"), prompt, pinned=pinned).run()
         gen = Generator(lm, s, prompt, pinned=pinned)
         assert first_difference(gen.run(), expected) is None, name
         assert gen.metrics().shifts >= 3 and gen.metrics().ngram_accepted > 0, name  # shifted, n-grams accepted
-        resumed = Generator(lm, s, prompt, generated_ids=expected[:150], pinned=pinned)
+        resumed = Generator(lm, s, prompt, generated_ids=expected[:130], pinned=pinned)
         assert first_difference(resumed.run(), expected) is None, name
         texts.append(expected)
     assert len({tuple(t) for t in texts}) == len(texts)  # each preset writes its own text

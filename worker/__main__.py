@@ -35,6 +35,8 @@ def parse_args(argv: list[str] | None = None) -> WorkerConfig:
     p.add_argument("--flush-s", type=float, default=defaults.flush_s, help="persist at least this often")
     p.add_argument("--flush-tokens", type=int, default=defaults.flush_tokens,
                    help="... or when this many tokens are pending")
+    p.add_argument("--store-retry-s", type=float, default=defaults.store_retry_s,
+                   help="while the store refuses writes (a full disk, a database restart), try again this often")
     args = p.parse_args(argv)
     return WorkerConfig(
         db=args.db, model=args.model, heads=args.heads, device=args.device,
@@ -42,6 +44,7 @@ def parse_args(argv: list[str] | None = None) -> WorkerConfig:
         worker_id=args.worker_id, once=args.once, threads=args.threads, adaptive=not args.fixed_batch,
         fast=not args.no_fast, poll_s=args.poll_s,
         lease_s=args.lease_s, flush_s=args.flush_s, flush_tokens=args.flush_tokens,
+        store_retry_s=args.store_retry_s,
     )
 
 

@@ -24,4 +24,5 @@ class WorkerConfig:
     sweep_s: float = 5.0  # how often an idle worker looks for abandoned jobs
     flush_s: float = 1.0  # persist at least this often while generating ...
     flush_tokens: int = 256  # ... or once this many tokens are pending, whichever comes first
+    store_retry_s: float = 5.0  # while the store refuses writes (a full disk, a restart), try again this often
     parent_pid: int | None = None  # stop when this process (app.py) is gone

@@ -20,7 +20,6 @@ log = logging.getLogger(__name__)
 
 # What a control request ends the run as.
 FINISH = {"pause": "paused", "cancel": "cancelled"}
-STORE_RETRY_S = 5.0  # while the store refuses even the pause, try again this often
 
 
 @dataclass
@@ -61,11 +60,13 @@ def disk_fault(error: StoreError) -> bool:
 
 class JobRun:
     def __init__(self, store: Store, owner: Owner, job: Job, lm, spec: ModelSpec, policy: FlushPolicy,
-                 stopping: Callable[[], bool], wait: Callable[[float], object] = time.sleep, options=None):
-        """options: tokenswift.decode.options.EngineOptions (the holder's for this model; None = the defaults)."""
+                 stopping: Callable[[], bool], wait: Callable[[float], object] = time.sleep, retry_s: float = 5.0,
+                 options=None):
+        """retry_s: while the store refuses even the pause, try again this often. options:
+        tokenswift.decode.options.EngineOptions (the holder's for this model; None = the defaults)."""
         self.store, self.owner, self.job, self.lm, self.spec = store, owner, job, lm, spec
         self.options = options
-        self.policy, self.stopping, self.wait = policy, stopping, wait
+        self.policy, self.stopping, self.wait, self.retry_s = policy, stopping, wait, retry_s
         self.pending = Pending()
         self.gen = None
         self.started = time.monotonic()
@@ -127,7 +128,7 @@ class JobRun:
                 return "paused" if self.store.pause_for_fault(self.job.id, self.owner, reason) else "lost"
             except StoreError as again:
                 log.error("job %s: could not record the pause either (%s); retrying", self.job.id, again)
-                self.wait(STORE_RETRY_S)
+                self.wait(self.retry_s)
         return "released"
 
     def _run(self) -> str:

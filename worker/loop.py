@@ -23,7 +23,6 @@ from worker.job import FlushPolicy, JobRun
 from worker.liveness import pid_alive
 
 log = logging.getLogger(__name__)
-STORE_RETRY_S = 5.0
 DEVICE_LOST_EXIT = 75  # the exit status of a worker whose device a sticky error left unusable
 
 
@@ -50,8 +49,11 @@ class Worker:
                     if not self._next(heartbeat) and self.config.once:
                         break
                 except StoreError as error:  # full disk, locked file: keep the model, try again later
-                    log.error("%s; trying again in %.0f s", error, STORE_RETRY_S)
-                    self.stop_requested.wait(STORE_RETRY_S)
+                    log.error("%s; trying again in %g s", error, self.config.store_retry_s)
+                    self.stop_requested.wait(self.config.store_retry_s)
+                    # A job this worker was running when the store failed is still ours there: sweep first, so
+                    # it is requeued and resumed now (a --once worker would otherwise find the queue empty).
+                    self._last_sweep = float("-inf")
                 except DeviceLost as error:  # loading, a self-test or a job: any job is back in the queue
                     self._lose_device(str(error))
         self.holder.unload()
@@ -93,7 +95,7 @@ class Worker:
             raise
         log.info("job %s: start (%d tokens already)", job.id, job.produced_tokens)
         run = JobRun(self.store, self.owner, job, lm, self.holder.spec, self.policy, self.stopping,
-                     wait=self.stop_requested.wait, options=self.holder.options)
+                     wait=self.stop_requested.wait, retry_s=self.config.store_retry_s, options=self.holder.options)
         outcome = run.run()
         log.info("job %s: %s", job.id, outcome)
         if run.device_lost is not None:
