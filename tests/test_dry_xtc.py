@@ -91,7 +91,7 @@ CASES = [("fused", 20, False, dict(temperature=0.0, **DRY)),
 def test_tokenswift_equals_ar_with_dry_and_xtc(stories64, drafter, k, adaptive, sampling):
     lm = dataclasses.replace(stories64, heads=random_heads(stories64, 3))
     prompt = lm.encode(PROMPT)
-    s = Settings(max_new_tokens=500, seed=2, ignore_eos=True, ngram_topk=k, budget=48, drafter=drafter, **sampling)
+    s = Settings(max_new_tokens=350, seed=2, ignore_eos=True, ngram_topk=k, budget=48, drafter=drafter, **sampling)
     expected = Generator(lm, s.replace(mode="ar"), prompt).run()
     plain = dict(dry_multiplier=0.0, xtc_probability=0.0)
     assert expected != Generator(lm, s.replace(mode="ar", **plain), prompt).run()  # the controls act here
