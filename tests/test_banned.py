@@ -105,7 +105,7 @@ CASES = [("fused", 20, False, GREEDY), ("fused", 20, True, MIN_P), ("paper", 5, 
 @pytest.mark.slow
 @pytest.mark.parametrize(("drafter", "k", "adaptive", "sampling"), CASES)
 def test_tokenswift_equals_ar_with_bans(lm, drafter, k, adaptive, sampling):
-    s = Settings(max_new_tokens=400, seed=1, ignore_eos=True, ngram_topk=k, budget=48, drafter=drafter, ban=BANS,
+    s = Settings(max_new_tokens=300, seed=1, ignore_eos=True, ngram_topk=k, budget=48, drafter=drafter, ban=BANS,
                  **sampling)
     expected, ar_rewinds = run(lm, s.replace(mode="ar"))
     ids, rewinds = run(lm, s, options=EngineOptions(adaptive=adaptive))

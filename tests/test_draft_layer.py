@@ -29,7 +29,7 @@ from tokenswift.draft.layer_drafter import LayerDrafter
 from tokenswift.text.context_window import pinned_ids
 
 REPO = Path(__file__).resolve().parents[1]
-N = 600
+N = 400
 TRAIN = ["--seq-len", "128", "--batch", "4", "--draft-vocab", "256", "--warmup", "5", "--lr", "1e-2",
          "--eval-every", "8192", "--unroll", "2", "--threads", "1", "--no-progress"]
 
