@@ -43,6 +43,15 @@ def settings(sampler: str, seed: int, **changes) -> Settings:
                     budget=48, tree=(1, 2, 2), **SAMPLERS[sampler]).replace(**changes)
 
 
+def resumed(lm, s: Settings, prompt: list[int], ids: list[int], cut: int, more: int,
+            pinned: PinnedText | None = None) -> tuple[list[int], list[int]]:
+    """(a run resumed from the generated ids[:cut] that stops `more` tokens later, or where ids end; the ids it
+    must write): a shorter run writes a prefix of the longer one, so a resume is checked past its cut only."""
+    upto = min(cut + more, len(ids))
+    run = Generator(lm, s.replace(max_new_tokens=upto), prompt, generated_ids=ids[:cut], pinned=pinned)
+    return run.run(), ids[:upto]
+
+
 def first_difference(a: list[int], b: list[int]) -> int | None:
     return next((i for i, (x, y) in enumerate(zip(a, b, strict=True)) if x != y), None)
 
@@ -84,11 +93,9 @@ def test_resume_anywhere_continues_the_same_stream(stories64, pinned):
     assert generated(b2) + 37 < s.max_new_tokens
     cuts = [("tokenswift", generated(b1) - 1), ("tokenswift", generated(b1)), ("ar", generated(b1)),
             ("tokenswift", generated(b1) + 1), ("tokenswift", generated(b2) + 37)]
-    for mode, cut in cuts:  # each on past two more shifts (a shorter run writes a prefix of the longer one)
-        upto = min(cut + 2 * plan.step + 2, s.max_new_tokens)
-        resumed = Generator(lm, s.replace(mode=mode, max_new_tokens=upto), prompt, generated_ids=straight[:cut],
-                            pinned=pinned)
-        assert resumed.run() == straight[:upto], (mode, cut)
+    for mode, cut in cuts:  # each on past two more shifts
+        got, want = resumed(lm, s.replace(mode=mode), prompt, straight, cut, 2 * plan.step + 2, pinned)
+        assert got == want, (mode, cut)
 
 
 @pytest.mark.slow

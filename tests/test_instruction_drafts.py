@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from test_context_shift import lm_with
+from test_context_shift import lm_with, resumed
 from test_drafts import _reuse
 from test_exactness import SAMPLERS
 
@@ -89,11 +89,9 @@ def test_chat_draft_is_exact_across_shifts_and_resume(chat64):
     window = swift._engine.buf[:swift._engine.length].tolist()
     assert window[:len(swift.plan.head)] == swift.plan.head  # system turn with the Memory, instruction, opener
     b1 = swift.plan.b1 - len(prompt)
-    for cut in (b1, b1 + 1, 600):  # each on past two more shifts (a shorter run writes a prefix of the longer one)
-        upto = min(cut + 2 * 64 + 2, len(reference))
-        resumed = Generator(lm, settings(mode="tokenswift", max_new_tokens=upto), prompt, generated_ids=reference[:cut],
-                            pinned=pinned)
-        assert resumed.run() == reference[:upto], cut
+    for cut in (b1, b1 + 1, 600):  # each on past two more shifts
+        got, want = resumed(lm, settings(mode="tokenswift"), prompt, reference, cut, 2 * swift.plan.step + 2, pinned)
+        assert got == want, cut
 
 
 @pytest.mark.slow

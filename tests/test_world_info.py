@@ -14,7 +14,7 @@ from datetime import datetime
 import pytest
 from conftest import need_shared
 from sqlalchemy import DateTime, bindparam, text
-from test_context_shift import first_difference, lm_with
+from test_context_shift import first_difference, lm_with, resumed
 from test_exactness import SAMPLERS
 from test_instruction_drafts import INSTRUCTION, chat64  # noqa: F401 - chat64 is a fixture used below
 
@@ -242,10 +242,8 @@ def test_resume_from_stored_ids_continues_the_same_stream(stories64):
     changed = rebuilt_between_shifts(plan, prompt + ids, len(prompt))[0]
     cuts = [("tokenswift", changed - 1), ("ar", changed), ("tokenswift", changed + 1), ("tokenswift", plan.b1)]
     for mode, cut in cuts:
-        upto = min(cut - len(prompt) + 2 * CHECKPOINT, N)
-        resumed = Generator(lm, s.replace(mode=mode, max_new_tokens=upto), prompt,
-                            generated_ids=ids[:cut - len(prompt)], pinned=pinned)
-        assert resumed.run() == ids[:upto], (mode, cut)
+        got, want = resumed(lm, s.replace(mode=mode), prompt, ids, cut - len(prompt), 2 * CHECKPOINT, pinned)
+        assert got == want, (mode, cut)
 
 
 # -- the store, the worker and the views ---------------------------------------------------------------

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from storage import Store, StoreError
 from storage.drafts import prompt_parts
 from storage.records import Job, MetricPoint, ModelSpec, Owner, Progress
+from worker.config import WorkerConfig
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +61,8 @@ def disk_fault(error: StoreError) -> bool:
 
 class JobRun:
     def __init__(self, store: Store, owner: Owner, job: Job, lm, spec: ModelSpec, policy: FlushPolicy,
-                 stopping: Callable[[], bool], wait: Callable[[float], object] = time.sleep, retry_s: float = 5.0,
+                 stopping: Callable[[], bool], wait: Callable[[float], object] = time.sleep,
+                 retry_s: float = WorkerConfig.store_retry_s,
                  options=None):
         """retry_s: while the store refuses even the pause, try again this often. options:
         tokenswift.decode.options.EngineOptions (the holder's for this model; None = the defaults)."""
