@@ -153,14 +153,14 @@ def test_sliding_window_model_tokenswift_equals_ar(tmp_path, stories_path):
 
 @pytest.mark.slow
 def test_banned_end_of_text_is_part_of_the_sampling_rule(tiny_qwen):
-    """Seed 1 ends with EOS at token 126; banned, both modes write 600 tokens, the same ones, and nothing
+    """Seed 1 ends with EOS at token 128; banned, both modes write 600 tokens, the same ones, and nothing
     changes before the point where EOS was drawn."""
     prompt = tiny_qwen.encode(PROMPT)
     rule = dict(max_new_tokens=600, seed=1, **SAMPLERS["minp-penalty"])
     free = Generator(tiny_qwen, Settings(mode="ar", **rule), prompt).run()
-    assert len(free) == 126 and free[-1] in tiny_qwen.eos_ids
+    assert len(free) == 128 and free[-1] in tiny_qwen.eos_ids
     banned = Settings(ban_eos=True, ngram_topk=20, budget=48, **rule)
     ar = Generator(tiny_qwen, banned.replace(mode="ar"), prompt).run()
     ts = Generator(with_heads(tiny_qwen, random_heads(tiny_qwen, 1)), banned, prompt).run()
     assert ts == ar and len(ar) == 600 and not set(ar) & set(tiny_qwen.eos_ids)
-    assert ar[:125] == free[:125]
+    assert ar[:127] == free[:127]

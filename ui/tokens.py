@@ -1,9 +1,9 @@
 """Prompt length against the model's context, checked before a draft is queued (API and Write tab).
 
 This process never loads a model's weights, but a tokenizer is small and quick to load, and it counts as
-the worker will (the same AutoTokenizer, called as tokenswift.model.loading.LoadedModel.encode calls it). One
-PromptTokens belongs to the app (ui/server.create_app, or ui/api.create_app alone) and keeps the tokenizer
-of each model it was asked about. When none can be loaded (a hub id not in the cache, a directory without
+the worker will (the same tokenizer, tokenswift.model.hf_files.load_tokenizer, called as LoadedModel.encode
+calls it). One PromptTokens belongs to the app (ui/server.create_app, or ui/api.create_app alone) and keeps
+the tokenizer of each model it was asked about. When none can be loaded (a hub id not in the cache, a directory without
 a tokenizer) `measure` answers None, and the worker's own check stays the last word, as before.
 """
 
@@ -94,19 +94,20 @@ class PromptTokens:
 
 
 def _load(model: str) -> _Loaded:
-    from transformers import AutoConfig, AutoTokenizer
-
     from tokenswift.model.gguf_checkpoint import hf_directory, is_gguf
+    from tokenswift.model.hf_files import load_tokenizer, read_config
+    from tokenswift.model.loading import context_limit
 
     path = Path(model).expanduser()
     if is_gguf(path):  # the worker converts the same file into the same cache; whoever is first does it
         path = hf_directory(path, gguf_cache())
-    source = str(path) if path.is_dir() else model  # else a hub id, from the local cache only
-    tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=True)
-    try:
-        from tokenswift.model.loading import context_limit
+    elif not path.is_dir():  # a hub id, from the local cache only
+        from huggingface_hub import snapshot_download
 
-        context = context_limit(AutoConfig.from_pretrained(source, local_files_only=True))
+        path = Path(snapshot_download(model, local_files_only=True))
+    tokenizer = load_tokenizer(path)
+    try:
+        context = context_limit(read_config(path))
     except Exception:  # noqa: BLE001 - the tokens are still worth knowing; the context may come from a worker
         context = None
     return _Loaded(tokenizer, context)

@@ -17,6 +17,7 @@ import torch
 from tokenswift.draft.heads import DraftHeads, new_heads
 from tokenswift.model.config import ModelConfig
 from tokenswift.model.forward import Transformer
+from tokenswift.model.hf_files import CheckpointConfig
 from tokenswift.model.loading import LoadedModel, rope_positions
 from tokenswift.model.rope import rope_table
 
@@ -39,17 +40,15 @@ MAX_POSITIONS = 131072  # all three are used at 128K context (Llama-3.1 natively
 TINY_HEAD_DIM = 16
 
 
-def _hf_config(config: ModelConfig, rope_theta: float, rope_scaling: dict | None):
-    """A transformers config with the fields our RoPE table and context limit read."""
-    from transformers import LlamaConfig, Qwen2Config
-
-    cls = LlamaConfig if config.family == "llama" else Qwen2Config
-    return cls(vocab_size=config.vocab_size, hidden_size=config.dim, intermediate_size=config.intermediate_size,
-               num_hidden_layers=config.n_layers, num_attention_heads=config.n_heads,
-               num_key_value_heads=config.n_kv_heads, head_dim=config.head_dim,
-               max_position_embeddings=config.max_position_embeddings, rms_norm_eps=config.norm_eps,
-               rope_theta=rope_theta, rope_scaling=rope_scaling, tie_word_embeddings=config.tie_embeddings,
-               bos_token_id=config.bos_token_id, eos_token_id=list(config.eos_token_ids))
+def _hf_config(config: ModelConfig, rope_theta: float, rope_scaling: dict | None) -> CheckpointConfig:
+    """The config.json fields our RoPE table and context limit read."""
+    return CheckpointConfig(dict(
+        model_type=config.family, vocab_size=config.vocab_size, hidden_size=config.dim,
+        intermediate_size=config.intermediate_size, num_hidden_layers=config.n_layers,
+        num_attention_heads=config.n_heads, num_key_value_heads=config.n_kv_heads, head_dim=config.head_dim,
+        max_position_embeddings=config.max_position_embeddings, rms_norm_eps=config.norm_eps,
+        rope_theta=rope_theta, rope_scaling=rope_scaling, tie_word_embeddings=config.tie_embeddings,
+        bos_token_id=config.bos_token_id, eos_token_id=list(config.eos_token_ids)))
 
 
 def preset(name: str, tiny: bool = False) -> tuple[ModelConfig, object]:

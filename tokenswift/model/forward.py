@@ -180,7 +180,9 @@ class Block(nn.Module):
 class Backbone(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
-        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.dim)
+        # Left uninitialised: every Transformer is built on the meta device, then given a checkpoint's weights
+        # (loading.build_model) or filled (bench.shapes); a random init on meta would import torch._dynamo (1.8 s).
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.dim, _weight=torch.empty(cfg.vocab_size, cfg.dim))
         self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
         self.norm = RMSNorm(cfg.dim, cfg.norm_eps)
 

@@ -26,6 +26,7 @@ from tokenswift.model.config import ModelConfig, UnsupportedModelError
 from tokenswift.model.default_model import shipped_draft, shipped_heads
 from tokenswift.model.errors import ModelLoadError
 from tokenswift.model.forward import Transformer, fused_state
+from tokenswift.model.hf_files import load_tokenizer, read_config
 from tokenswift.model.int4 import runs_quantized, use_q4_weights
 from tokenswift.model.native_rows import NativeRows
 from tokenswift.model.rope import rope_table
@@ -270,8 +271,6 @@ def load_model(model: str, *, device: str = "cpu", dtype: str = "float32", heads
     heads trained for this GGUF file; "none" disables them. draft: a draft layer directory, the same way
     (`<model>/draft`, or the one shipped for this GGUF file). threads: the model's intra-op threads
     (LoadedModel.running); None: cpu_threads(spare_cores)."""
-    from transformers import AutoConfig, AutoTokenizer
-
     if threads is not None and threads < 1:
         raise ValueError("threads: must be >= 1")
 
@@ -280,7 +279,7 @@ def load_model(model: str, *, device: str = "cpu", dtype: str = "float32", heads
     if not (path / "config.json").exists():
         raise ModelLoadError(f"{path} has no config.json: not a Hugging Face checkpoint directory")
     try:
-        hf = AutoConfig.from_pretrained(path, local_files_only=True)
+        hf = read_config(path)
         cfg = ModelConfig.from_hf(hf)
     except UnsupportedModelError as error:
         raise ModelLoadError(str(error)) from error
@@ -296,7 +295,7 @@ def load_model(model: str, *, device: str = "cpu", dtype: str = "float32", heads
     net.set_rope(*rope_table(hf, rope_positions(hf), dev, dt))
     net.native = NativeRows.for_model(net)
     try:
-        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+        tokenizer = load_tokenizer(path)
     except Exception as error:  # noqa: BLE001
         raise ModelLoadError(f"cannot load the tokenizer from {path}: {error}") from error
     draft_heads = _pick_heads(path, heads, state, cfg, dev, dt)

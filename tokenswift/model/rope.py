@@ -2,8 +2,9 @@
 
 A table keyed by position (rather than frequencies recomputed per forward call) makes the rotation of a
 token a pure function of its position, which is what keeps tree verification and token-by-token decoding
-bit-compatible. Frequencies come from transformers' own rope functions (linear, llama3, yarn, ...), so
-every scaling type matches the reference models.
+bit-compatible. Frequencies of the scaled types come from transformers' own rope functions (linear, llama3,
+yarn, ...), so every scaling type matches the reference models; they and the config class they read are
+imported only for such a checkpoint (hf_files.py says why).
 
 Dynamic NTK scaling is the one stateful type in transformers: frequencies depend on the longest sequence
 seen so far. We use the per-position rule that transformers' token-by-token decoding produces: position p
@@ -13,7 +14,6 @@ is rotated with the frequencies for a sequence of length max(p + 1, max_position
 from __future__ import annotations
 
 import torch
-from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
 
 def _rope_params(hf) -> dict:
@@ -37,6 +37,15 @@ def _dynamic_inv_freq(hf, params: dict, positions: torch.Tensor) -> torch.Tensor
     return 1.0 / (base**exponents)  # [positions, dim/2]
 
 
+def _transformers_rope(hf, kind: str) -> tuple[torch.Tensor, float]:
+    """transformers' inverse frequencies and attention scaling for a scaled RoPE type, from its own config class
+    built from the same config.json (hf_files.CheckpointConfig or a transformers config: both have to_dict)."""
+    from transformers import AutoConfig
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    return ROPE_INIT_FUNCTIONS[kind](AutoConfig.for_model(**hf.to_dict()), torch.device("cpu"))
+
+
 def rope_table(hf, length: int, device, dtype) -> tuple[torch.Tensor, torch.Tensor]:
     """cos and sin tables of shape [length, head_dim], already multiplied by the attention scaling; the sin
     table's first half is negated (apply_rope's rotation without a negation per call)."""
@@ -52,7 +61,7 @@ def rope_table(hf, length: int, device, dtype) -> tuple[torch.Tensor, torch.Tens
             inv_freq = 1.0 / (params["rope_theta"] ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim))
             scale = 1.0
         else:
-            inv_freq, scale = ROPE_INIT_FUNCTIONS[kind](hf, torch.device("cpu"))
+            inv_freq, scale = _transformers_rope(hf, kind)
         freqs = positions[:, None] * inv_freq.double()[None, :]
     emb = torch.cat((freqs, freqs), dim=-1)
     signed_sin = torch.cat((-freqs.sin(), freqs.sin()), dim=-1)

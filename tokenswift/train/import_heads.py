@@ -11,6 +11,7 @@ import torch
 
 from tokenswift.draft.heads import OFFICIAL_PREFIX, DraftHeads, HeadsError, heads_from_state_dict, save_heads
 from tokenswift.model.config import ModelConfig
+from tokenswift.model.hf_files import read_config
 from tokenswift.model.loading import read_state_dict
 
 
@@ -41,13 +42,11 @@ def official_head_tensors(path: Path) -> dict[str, torch.Tensor]:
 
 
 def import_heads(cfg: ImportConfig) -> DraftHeads:
-    from transformers import AutoConfig
-
     path = Path(cfg.source)
     if not (path / "config.json").is_file():
         raise HeadsError(f"{path} has no config.json: not a checkpoint directory")
     try:  # the heads' width and norm epsilon are the model's
-        model_cfg = ModelConfig.from_hf(AutoConfig.from_pretrained(path, local_files_only=True))
+        model_cfg = ModelConfig.from_hf(read_config(path))
     except Exception as error:  # noqa: BLE001 - name the file that failed
         raise HeadsError(f"cannot read {path / 'config.json'}: {error}") from error
     heads = heads_from_state_dict(official_head_tensors(path), model_cfg)
