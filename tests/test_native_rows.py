@@ -1,7 +1,7 @@
-"""The C kernels of a layer's steps for a few float32 rows on the CPU (tokenswift/model/native_rows.py): a layer in
-C (float32 or GGUF blocks), attention and few-row products compute what torch's operators compute, on the AVX2 path
-and the portable one; a row's attention and products do not depend on the rows beside it; and a float32 model's
-forward with them gives the logits it gives without them."""
+"""The C kernels of a layer's steps for a few rows on the CPU (tokenswift/model/native_rows.py): a layer in C
+(float32, float64 or GGUF blocks), attention and few-row products compute what torch's operators compute, on the AVX2
+path and the portable one; a row's attention and products do not depend on the rows beside it; and a float32 or
+float64 model's forward with them gives the logits it gives without them."""
 
 from __future__ import annotations
 
@@ -94,17 +94,19 @@ def q8_of(linear: torch.nn.Linear) -> QuantLinear:
 
 
 def run_layer(block: Block, native_block: NativeBlock | None, t: int, slot_major: bool):
-    """The layer over t tokens after 5 cached ones: (its output, q, the cache's keys and values)."""
+    """The layer over t tokens after 5 cached ones, in the block's dtype: (its output, q, the cache's keys and
+    values)."""
     cfg, gen = block.self_attn.cfg, torch.Generator().manual_seed(t)
-    cache = KVCache(1, cfg.n_kv_heads, 24, cfg.head_dim, "cpu", torch.float32, slot_major=slot_major)
+    dtype = block.input_layernorm.weight.dtype
+    cache = KVCache(1, cfg.n_kv_heads, 24, cfg.head_dim, "cpu", dtype, slot_major=slot_major)
     cache.k[:, :, :5] = torch.randn(cfg.n_kv_heads, 5, cfg.head_dim, generator=gen)
     cache.v[:, :, :5] = torch.randn(cfg.n_kv_heads, 5, cfg.head_dim, generator=gen)
     keys, values = cache.layers[0]
-    x = torch.randn(t, cfg.dim, generator=gen)
-    cos, sin = torch.randn(t, cfg.head_dim, generator=gen), torch.randn(t, cfg.head_dim, generator=gen)
+    x = torch.randn(t, cfg.dim, generator=gen, dtype=dtype)
+    cos, sin = (torch.randn(t, cfg.head_dim, generator=gen, dtype=dtype) for _ in range(2))
     slots = torch.arange(5, 5 + t)
     with torch.no_grad():
-        out, q = block(x, cos, sin, keys, values, slots, SpanAttention(cfg, 5 + t, None, torch.float32), native_block)
+        out, q = block(x, cos, sin, keys, values, slots, SpanAttention(cfg, 5 + t, None, dtype), native_block)
     return out, q, cache.k.clone(), cache.v.clone()
 
 
@@ -195,5 +197,45 @@ def test_a_float32_cpu_model_runs_them_and_gives_torchs_logits(stories32):
     assert not torch.equal(with_kernels, without)  # the kernels ran: their sums round differently
 
 
-def test_a_float64_model_keeps_torchs_operators(stories64):
-    assert stories64.model.native is None
+def test_float64_kernels_compute_torchs_attention_layer_and_products(tmp_path, monkeypatch):
+    """The row kernels built for float64 (native.DOUBLE: the portable loops), to float64's precision; a row's
+    attention and products do not depend on the rows beside it."""
+    monkeypatch.setenv("TOKENSWIFT_CACHE", str(tmp_path))
+    rows64 = NativeRows(native.kernels(native.DOUBLE), torch.float64)
+    keys, values = (part.double() for part in cache_layer(seed=3))
+    q = torch.randn(4, CFG.n_heads, CFG.head_dim, generator=torch.Generator().manual_seed(4), dtype=torch.float64)
+    mask = torch.rand(4, 700, generator=torch.Generator().manual_seed(5)) > 0.3
+    mask[:, 0] = True
+    reference = sdpa_folded(CFG, q, keys[:, :700], values[:, :700], attention_bias(mask, CFG.group, torch.float64))
+    together = rows64.attend(CFG, q, keys[:, :700], values[:, :700], mask)
+    assert torch.allclose(together, reference, rtol=1e-12, atol=1e-12)
+    assert torch.equal(rows64.attend(CFG, q[1:2], keys[:, :700], values[:, :700], mask[1:2]), together[1:2])
+    block = block_of(dataclasses.replace(CFG, intermediate_size=96, qkv_bias=True), seed=13).double()
+    ours = run_layer(block, NativeBlock(rows64, block.self_attn.cfg, block), 3, False)
+    for got, expected in zip(ours, run_layer(block, None, 3, False), strict=True):
+        assert got.dtype == torch.float64 and torch.allclose(got, expected, rtol=1e-12, atol=1e-12)
+    weight, x = torch.randn(300, 584, dtype=torch.float64), torch.randn(5, 584, dtype=torch.float64)
+    product = rows64.linear(x, weight)
+    assert torch.allclose(product, x @ weight.t(), rtol=1e-12, atol=1e-11)
+    assert torch.equal(rows64.linear(x[2:3], weight), product[2:3])
+
+
+def test_a_float64_model_runs_them_and_gives_torchs_logits(stories64):
+    model = stories64.model
+    assert isinstance(model.native, NativeRows) and model.native.dtype == torch.float64
+    tokens, mask = torch.tensor([1, 403, 261, 9, 77]), torch.ones(5, 5, dtype=torch.bool).tril()
+    mask[4, 3] = False
+
+    def logits() -> torch.Tensor:
+        cache = KVCache(model.cfg.n_layers, model.cfg.n_kv_heads, 16, model.cfg.head_dim, "cpu", torch.float64)
+        model(tokens[:2], torch.arange(2), cache, 0, mask[:2, :2])
+        return model(tokens[2:], torch.tensor([2, 3, 3]), cache, 2, mask[2:]).logits
+
+    with_kernels = logits()
+    kernels, model.native = model.native, None
+    try:
+        without = logits()
+    finally:
+        model.native = kernels
+    assert torch.allclose(with_kernels, without, rtol=1e-12, atol=1e-12)
+    assert not torch.equal(with_kernels, without)  # the kernels ran: their sums round differently

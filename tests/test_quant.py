@@ -57,10 +57,10 @@ def test_the_portable_path_computes_what_the_avx2_path_does(kind, tmp_path, monk
 def test_without_a_compiler_q4_says_what_is_missing(tmp_path, monkeypatch):
     monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
     with pytest.raises(ModelLoadError, match="could not run the C compiler .*no-such-cc"):
-        native._compile(tmp_path / "kernels.so")
+        native._compile(tmp_path / "kernels.so", native.SOURCES)
     monkeypatch.setenv("CC", "false")  # a compiler that fails
     with pytest.raises(ModelLoadError, match=r"compiling the C kernels \(quant_kernels.c, .*\) with false failed"):
-        native._compile(tmp_path / "kernels.so")
+        native._compile(tmp_path / "kernels.so", native.SOURCES)
     assert not (tmp_path / "kernels.so").exists()
 
 

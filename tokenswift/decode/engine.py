@@ -403,7 +403,8 @@ def shared_head_rows(lm: LoadedModel) -> int:
     """How many candidate rows one LM-head product serves in a verify pass: as many as cost about one row."""
     if lm.dtype in (torch.bfloat16, torch.float16):
         return SHARED_HEAD_ROWS
-    if lm.model.native is not None and lm.model.quantized_head is None:  # a float32 head read once for 8 rows
+    if lm.dtype == torch.float32 and lm.model.native is not None and lm.model.quantized_head is None:
+        # a float32 head read once for 8 rows
         return PRODUCT_ROWS
     return COLUMN_ROWS if column_product(COLUMN_ROWS, lm.model.head_weight) else 0
 

@@ -1,4 +1,4 @@
-/* Attention of a few query rows (a decoding step, a draft pass, a verify batch) over the float32 KV cache.
+/* Attention of a few query rows (a decoding step, a draft pass, a verify batch) over the KV cache (real.h).
 
    torch's CPU flash-attention kernel treats these rows as a tiny GEMM per KV block and reached a third of this
    machine's memory bandwidth on a 2K-token cache (0.66 ms a layer for 3 MB of keys and values). Here each KV head
@@ -15,7 +15,8 @@
 #ifdef _OPENMP
 #include <omp.h>
 #endif
-#if defined(__AVX2__) && defined(__FMA__)
+#include "real.h"
+#ifdef TS_AVX2
 #include <immintrin.h>
 #define AT_AVX2 1
 #endif
@@ -85,22 +86,22 @@ INLINE void row_values(const float *p, const float *v, int64_t slot_stride, int6
 }
 #endif
 
-static float dot(const float *a, const float *b, int64_t d) {
-    float sum = 0.0f;
+static real dot(const real *a, const real *b, int64_t d) {
+    real sum = 0.0;
     for (int64_t i = 0; i < d; ++i) sum += a[i] * b[i];
     return sum;
 }
 
-struct part { float max, sum; };
+struct part { real max, sum; };
 
 /* One query row's softmax numerators over a chunk, in place, where d does not fit chunk_rows_vector: scores ->
    exp(score - max); returns (max, sum). */
-static struct part exponentiate(float *row, int64_t n) {
-    float max = -INFINITY, sum = 0.0f;
+static struct part exponentiate(real *row, int64_t n) {
+    real max = -INFINITY, sum = 0.0;
     for (int64_t j = 0; j < n; ++j) max = row[j] > max ? row[j] : max;
     if (max == -INFINITY) {  /* a chunk this row sees none of */
-        memset(row, 0, (size_t)n * sizeof(float));
-        return (struct part){max, 0.0f};
+        memset(row, 0, (size_t)n * sizeof(real));
+        return (struct part){max, 0.0};
     }
 #ifdef AT_AVX2
     /* Eight at a time, the last eight padded with -inf (exp 0): each slot takes the same lane and order whatever
@@ -119,7 +120,7 @@ static struct part exponentiate(float *row, int64_t n) {
     for (int u = 0; u < 8; ++u) sum += lanes[u];
 #else
     for (int64_t j = 0; j < n; ++j) {
-        row[j] = expf(row[j] - max);
+        row[j] = EXP(row[j] - max);
         sum += row[j];
     }
 #endif
@@ -173,9 +174,9 @@ static void chunk_rows_vector(const float *q, int64_t h, int64_t g, int64_t rows
 /* Task (head, chunk): slots [s0, s1) for the rows query rows of KV head `head` (row r = token r / g, query head
    head * g + r % g). Writes each row's maximum score and sum of exp(score - maximum) to parts[r] and its
    exp-weighted sum of values to o[r * d]. */
-static void chunk_task(const float *q, int64_t h, int64_t g, int64_t rows, int64_t d, const float *k,
-                       const float *v, int64_t slot_stride, int64_t s, int64_t s0, int64_t s1, const uint8_t *mask,
-                       float scale, int64_t head, float *scores, struct part *parts, float *o) {
+static void chunk_task(const real *q, int64_t h, int64_t g, int64_t rows, int64_t d, const real *k,
+                       const real *v, int64_t slot_stride, int64_t s, int64_t s0, int64_t s1, const uint8_t *mask,
+                       real scale, int64_t head, real *scores, struct part *parts, real *o) {
 #ifdef AT_AVX2
     if (d % 8 == 0 && d <= 128) {
         chunk_rows_vector(q, h, g, rows, d, k, v, slot_stride, s, s0, s1, mask, scale, head, scores, parts, o);
@@ -185,17 +186,17 @@ static void chunk_task(const float *q, int64_t h, int64_t g, int64_t rows, int64
     const int64_t n = s1 - s0;
     for (int64_t r = 0; r < rows; ++r) {
         const int64_t t = r / g;
-        const float *qr = q + (t * h + head * g + r % g) * d;
-        float *row = scores + r * CHUNK;
+        const real *qr = q + (t * h + head * g + r % g) * d;
+        real *row = scores + r * CHUNK;
         for (int64_t j = s0; j < s1; ++j) row[j - s0] = scale * dot(qr, k + j * slot_stride, d);
         if (mask)
             for (int64_t j = s0; j < s1; ++j)
                 if (!mask[t * s + j]) row[j - s0] = -INFINITY;
         parts[r] = exponentiate(row, n);
-        float *out = o + r * d;
-        memset(out, 0, (size_t)d * sizeof(float));
+        real *out = o + r * d;
+        memset(out, 0, (size_t)d * sizeof(real));
         for (int64_t j = s0; j < s1; ++j) {
-            if (row[j - s0] == 0.0f) continue;
+            if (row[j - s0] == 0.0) continue;
             for (int64_t i = 0; i < d; ++i) out[i] += row[j - s0] * v[j * slot_stride + i];
         }
     }
@@ -205,13 +206,13 @@ static void chunk_task(const float *q, int64_t h, int64_t g, int64_t rows, int64
    element (head, slot, i) is at head * head_stride + slot * slot_stride + i. mask: NULL (every row sees every slot)
    or [t, s] bytes, nonzero = visible; every row must see at least one slot. kv_heads divides h (GQA: query head
    i reads KV head i / (h / kv_heads)). Returns 0, or -1 when out of memory. */
-int attend_rows(const float *q, int64_t t, int64_t h, int64_t kv_heads, int64_t d, const float *k, const float *v,
-                int64_t head_stride, int64_t slot_stride, int64_t s, const uint8_t *mask, float scale, float *out,
+int attend_rows(const real *q, int64_t t, int64_t h, int64_t kv_heads, int64_t d, const real *k, const real *v,
+                int64_t head_stride, int64_t slot_stride, int64_t s, const uint8_t *mask, real scale, real *out,
                 int threads) {
     const int64_t g = h / kv_heads, rows = g * t, chunks = (s + CHUNK - 1) / CHUNK, tasks = kv_heads * chunks;
     struct part *parts = malloc((size_t)(tasks * rows) * sizeof(struct part));
-    float *o = malloc((size_t)(tasks * rows * d) * sizeof(float));
-    float *scores = malloc((size_t)(threads * rows * CHUNK) * sizeof(float));
+    real *o = malloc((size_t)(tasks * rows * d) * sizeof(real));
+    real *scores = malloc((size_t)(threads * rows * CHUNK) * sizeof(real));
     if (!parts || !o || !scores) {
         free(parts); free(o); free(scores);
         return -1;
@@ -228,19 +229,19 @@ int attend_rows(const float *q, int64_t t, int64_t h, int64_t kv_heads, int64_t 
     }
     for (int64_t head = 0; head < kv_heads; ++head) {
         for (int64_t r = 0; r < rows; ++r) {
-            float max = -INFINITY, sum = 0.0f;
-            for (int64_t c = 0; c < chunks; ++c) max = fmaxf(max, parts[(head * chunks + c) * rows + r].max);
-            float *y = out + ((r / g) * h + head * g + r % g) * d;
-            memset(y, 0, (size_t)d * sizeof(float));
+            real max = -INFINITY, sum = 0.0;
+            for (int64_t c = 0; c < chunks; ++c) max = FMAX(max, parts[(head * chunks + c) * rows + r].max);
+            real *y = out + ((r / g) * h + head * g + r % g) * d;
+            memset(y, 0, (size_t)d * sizeof(real));
             for (int64_t c = 0; c < chunks; ++c) {
                 const struct part p = parts[(head * chunks + c) * rows + r];
                 if (p.max == -INFINITY) continue;  /* a chunk this row sees none of */
-                const float w = expf(p.max - max);
-                const float *oc = o + ((head * chunks + c) * rows + r) * d;
+                const real w = EXP(p.max - max);
+                const real *oc = o + ((head * chunks + c) * rows + r) * d;
                 sum += w * p.sum;
                 for (int64_t i = 0; i < d; ++i) y[i] += w * oc[i];
             }
-            const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+            const real inv = sum > 0.0 ? 1.0 / sum : 0.0;
             for (int64_t i = 0; i < d; ++i) y[i] *= inv;
         }
     }

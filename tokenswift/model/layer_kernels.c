@@ -1,26 +1,28 @@
-/* The elementwise steps of a decoder layer for a few rows on the CPU, in float32: RMSNorm (with the residual
-   add before it), RoPE with the cache write, SwiGLU. Each replaces a chain of 3 to 14 torch operators whose
-   dispatch, not arithmetic, was the cost: a decoding step of the default model ran ~1,240 of them, about 11 ms
+/* The elementwise steps of a decoder layer for a few rows on the CPU, in float32 or float64 (real.h): RMSNorm
+   (with the residual add before it), RoPE with the cache write, SwiGLU. Each replaces a chain of 3 to 14 torch
+   operators whose dispatch, not arithmetic, was the cost: a decoding step of the default model ran ~1,240 of them, about 11 ms
    of a 29 ms q4 step on this machine. The arithmetic is torch's, in the same order, per row. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 
+#include "real.h"
+
 /* out[r] = w * (x[r] * 1 / sqrt(mean(x[r]^2) + eps)) for rows x [rows, d]. */
-static void rms_norm(const float *x, const float *w, float eps, int64_t rows, int64_t d, float *out) {
+static void rms_norm(const real *x, const real *w, real eps, int64_t rows, int64_t d, real *out) {
     for (int64_t r = 0; r < rows; ++r) {
-        const float *xr = x + r * d;
-        float *o = out + r * d;
-        float sum = 0.0f;
+        const real *xr = x + r * d;
+        real *o = out + r * d;
+        real sum = 0.0;
         for (int64_t i = 0; i < d; ++i) sum += xr[i] * xr[i];
-        const float inv = 1.0f / sqrtf(sum / (float)d + eps);
+        const real inv = 1.0 / SQRT(sum / (real)d + eps);
         for (int64_t i = 0; i < d; ++i) o[i] = w[i] * (xr[i] * inv);
     }
 }
 
 /* sum = x + y, then out = rms_norm(sum): a residual add and the next norm. */
-static void add_rms_norm(const float *x, const float *y, const float *w, float eps, int64_t rows, int64_t d,
-                         float *sum, float *out) {
+static void add_rms_norm(const real *x, const real *y, const real *w, real eps, int64_t rows, int64_t d,
+                         real *sum, real *out) {
     for (int64_t i = 0; i < rows * d; ++i) sum[i] = x[i] + y[i];
     rms_norm(sum, w, eps, rows, d, out);
 }
@@ -29,38 +31,38 @@ static void add_rms_norm(const float *x, const float *y, const float *w, float e
    the rotated k and the v of token i written to slot slots[i] of keys and values (element (head, slot, j) at
    head * head_stride + slot * slot_stride + j). cos, sin: [t, d] rope_table rows (sin's first half negated):
    x * cos + roll(x, d / 2) * sin, as rope.apply_rope. */
-static void rope_store(const float *qkv, const float *cos, const float *sin, int64_t t, int64_t heads,
-                       int64_t kv_heads, int64_t d, const int64_t *slots, float *keys, float *values,
-                       int64_t head_stride, int64_t slot_stride, float *q) {
+static void rope_store(const real *qkv, const real *cos, const real *sin, int64_t t, int64_t heads,
+                       int64_t kv_heads, int64_t d, const int64_t *slots, real *keys, real *values,
+                       int64_t head_stride, int64_t slot_stride, real *q) {
     const int64_t width = (heads + 2 * kv_heads) * d, half = d / 2;
     for (int64_t i = 0; i < t; ++i) {
-        const float *row = qkv + i * width, *c = cos + i * d, *s = sin + i * d;
+        const real *row = qkv + i * width, *c = cos + i * d, *s = sin + i * d;
         for (int64_t h = 0; h < heads + kv_heads; ++h) {
-            const float *x = row + h * d;
-            float *o = h < heads ? q + (i * heads + h) * d : keys + (h - heads) * head_stride + slots[i] * slot_stride;
+            const real *x = row + h * d;
+            real *o = h < heads ? q + (i * heads + h) * d : keys + (h - heads) * head_stride + slots[i] * slot_stride;
             for (int64_t j = 0; j < d; ++j) {
-                const float a = x[j] * c[j], b = x[j < half ? j + half : j - half] * s[j];
+                const real a = x[j] * c[j], b = x[j < half ? j + half : j - half] * s[j];
                 o[j] = a + b;
             }
         }
         for (int64_t h = 0; h < kv_heads; ++h) {
-            const float *x = row + (heads + kv_heads + h) * d;
-            float *o = values + h * head_stride + slots[i] * slot_stride;
+            const real *x = row + (heads + kv_heads + h) * d;
+            real *o = values + h * head_stride + slots[i] * slot_stride;
             for (int64_t j = 0; j < d; ++j) o[j] = x[j];
         }
     }
 }
 
 /* gate_up [rows, 2 n] (gate, then up) -> out [rows, n] = silu(gate) * up, silu(x) = x / (1 + exp(-x)). */
-static void swiglu(const float *gate_up, int64_t rows, int64_t n, float *out) {
+static void swiglu(const real *gate_up, int64_t rows, int64_t n, real *out) {
     for (int64_t r = 0; r < rows; ++r) {
-        const float *g = gate_up + r * 2 * n, *u = g + n;
-        float *o = out + r * n;
-        for (int64_t i = 0; i < n; ++i) o[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+        const real *g = gate_up + r * 2 * n, *u = g + n;
+        real *o = out + r * n;
+        for (int64_t i = 0; i < n; ++i) o[i] = g[i] / (1.0 + EXP(-g[i])) * u[i];
     }
 }
 
-#if defined(__AVX2__) && defined(__FMA__)
+#ifdef TS_AVX2
 #include "simd.h"
 #define LK_INLINE static inline __attribute__((always_inline))
 
@@ -95,14 +97,14 @@ LK_INLINE void dot_f32_rows(const float *w, const float *x, int64_t k, const int
 /* y[m, n] = x[m, k] @ w[n, k].T for a few rows (the weight read from memory once), the weight's rows shared
    among `threads` OpenMP threads. MKL's one-row product reached two thirds of the memory bandwidth here and its
    few-row GEMM re-packs the weight on every call. */
-void f32_matmul(const float *w, int64_t n, int64_t k, const float *x, int64_t m, float *y, int threads) {
+void dense_matmul(const real *w, int64_t n, int64_t k, const real *x, int64_t m, real *y, int threads) {
 #pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
     for (int64_t j = 0; j < n; ++j) {
-        const float *row = w + j * k;
-#if defined(__AVX2__) && defined(__FMA__)
+        const real *row = w + j * k;
+#ifdef TS_AVX2
         for (int64_t r = 0; r < m; r += 4) {  /* the weight row is read from L1 for the next four */
-            const float *xr = x + r * k;
-            float *yr = y + r * n + j;
+            const real *xr = x + r * k;
+            real *yr = y + r * n + j;
             switch (m - r) {
             case 1: dot_f32_rows(row, xr, k, 1, yr, n); break;
             case 2: dot_f32_rows(row, xr, k, 2, yr, n); break;
@@ -112,8 +114,8 @@ void f32_matmul(const float *w, int64_t n, int64_t k, const float *x, int64_t m,
         }
 #else
         for (int64_t r = 0; r < m; ++r) {
-            float sum = 0.0f;
-            for (int64_t i = 0; i < k; ++i) sum = fmaf(row[i], x[r * k + i], sum);
+            real sum = 0.0;
+            for (int64_t i = 0; i < k; ++i) sum = FMA(row[i], x[r * k + i], sum);
             y[r * n + j] = sum;
         }
 #endif
@@ -123,27 +125,34 @@ void f32_matmul(const float *w, int64_t n, int64_t k, const float *x, int64_t m,
 /* A decoder layer in two calls around its attention (native_rows.NativeBlock), so that a step's ~40 operators a
    layer, each dispatched from Python, are two calls: the Python around them cost ~10 ms of a 45 ms float32 step. */
 
+#ifndef TS_DOUBLE
 int qk_matmul(int kind, const uint8_t *w, int64_t n, int64_t k, const float *x, int64_t m, float *y, int threads);
+#endif
 
-struct product {  /* one of a layer's four weights: float32 [n, k] (kind -1) or GGUF blocks (quant_kernels.c) */
+struct product {  /* one of a layer's four weights: dense [n, k] (kind -1) or GGUF blocks (quant_kernels.c) */
     const void *weight;
-    const float *bias;  /* [n] or NULL */
+    const real *bias;  /* [n] or NULL */
     int64_t n, k, kind;
 };
 
 struct block {
     struct product qkv, o, gate_up, down;  /* qkv: rows q, k, v; gate_up: rows gate, up */
-    const float *input_norm, *post_norm;
+    const real *input_norm, *post_norm;
     double eps;
     int64_t dim, heads, kv_heads, head_dim, intermediate;
 };
 
 /* y [m, n] = x [m, k] @ weight.T (+ bias). */
-static int product(const struct product *p, const float *x, int64_t m, float *y, int threads) {
+static int product(const struct product *p, const real *x, int64_t m, real *y, int threads) {
     if (p->kind < 0)
-        f32_matmul(p->weight, p->n, p->k, x, m, y, threads);
+        dense_matmul(p->weight, p->n, p->k, x, m, y, threads);
+#ifndef TS_DOUBLE
     else if (qk_matmul((int)p->kind, p->weight, p->n, p->k, x, m, y, threads))
         return -1;
+#else
+    else
+        return -1;  /* GGUF blocks are float32's (q4) */
+#endif
     if (p->bias)
         for (int64_t i = 0; i < m; ++i)
             for (int64_t j = 0; j < p->n; ++j) y[i * p->n + j] += p->bias[j];
@@ -153,13 +162,13 @@ static int product(const struct product *p, const float *x, int64_t m, float *y,
 /* Before attention, for t rows x [t, dim]: q [t, heads, head_dim] = the rotated queries of the input norm of x;
    the rotated keys and the values written to `slots` of keys/values (rope_store's layout). Returns 0, or -1 when
    out of memory. */
-int block_in(const struct block *b, const float *x, int64_t t, const float *cos, const float *sin,
-             const int64_t *slots, float *keys, float *values, int64_t head_stride, int64_t slot_stride, float *q,
+int block_in(const struct block *b, const real *x, int64_t t, const real *cos, const real *sin,
+             const int64_t *slots, real *keys, real *values, int64_t head_stride, int64_t slot_stride, real *q,
              int threads) {
-    float *h = malloc((size_t)(t * b->dim) * sizeof(float)), *qkv = malloc((size_t)(t * b->qkv.n) * sizeof(float));
+    real *h = malloc((size_t)(t * b->dim) * sizeof(real)), *qkv = malloc((size_t)(t * b->qkv.n) * sizeof(real));
     int status = -1;
     if (h && qkv) {
-        rms_norm(x, b->input_norm, (float)b->eps, t, b->dim, h);
+        rms_norm(x, b->input_norm, (real)b->eps, t, b->dim, h);
         status = product(&b->qkv, h, t, qkv, threads);
         if (status == 0)
             rope_store(qkv, cos, sin, t, b->heads, b->kv_heads, b->head_dim, slots, keys, values, head_stride,
@@ -171,14 +180,14 @@ int block_in(const struct block *b, const float *x, int64_t t, const float *cos,
 
 /* After attention, in place on x [t, dim]: x += attn @ o.T, then x += down(swiglu(post norm of x @ gate_up.T)).
    Returns 0, or -1 when out of memory. */
-int block_out(const struct block *b, float *x, const float *attn, int64_t t, int threads) {
+int block_out(const struct block *b, real *x, const real *attn, int64_t t, int threads) {
     const int64_t d = b->dim, inner = b->intermediate;
-    float *y = malloc((size_t)(t * d) * sizeof(float)), *h = malloc((size_t)(t * d) * sizeof(float));
-    float *gate_up = malloc((size_t)(t * 2 * inner) * sizeof(float));
-    float *act = malloc((size_t)(t * inner) * sizeof(float));
+    real *y = malloc((size_t)(t * d) * sizeof(real)), *h = malloc((size_t)(t * d) * sizeof(real));
+    real *gate_up = malloc((size_t)(t * 2 * inner) * sizeof(real));
+    real *act = malloc((size_t)(t * inner) * sizeof(real));
     int status = -1;
     if (y && h && gate_up && act && product(&b->o, attn, t, y, threads) == 0) {
-        add_rms_norm(x, y, b->post_norm, (float)b->eps, t, d, x, h);
+        add_rms_norm(x, y, b->post_norm, (real)b->eps, t, d, x, h);
         if (product(&b->gate_up, h, t, gate_up, threads) == 0) {
             swiglu(gate_up, t, inner, act);
             if (product(&b->down, act, t, y, threads) == 0) {

@@ -1,6 +1,7 @@
 """The engine's C kernels for the CPU, built once per machine and loaded with ctypes: the products of GGUF blocks
 (quant_kernels.c, `--dtype q4`) and a decoder layer's other steps for a few float32 rows (attention_kernel.c,
-layer_kernels.c; native_rows.py).
+layer_kernels.c; native_rows.py), the latter two also built for float64 (real.h), the dtype of the exactness
+proofs, whose steps on a small model were otherwise two thirds operator dispatch.
 
 They are compiled with the system's C compiler (`cc`, or $CC) for the CPU they run on, into the engine's cache
 directory (gguf_checkpoint.default_cache_dir()/kernels), and reused from there; threads are OpenMP's, as many as
@@ -23,18 +24,26 @@ from pathlib import Path
 from tokenswift.model.errors import ModelLoadError
 from tokenswift.model.gguf_checkpoint import default_cache_dir
 
-SOURCES = tuple(Path(__file__).with_name(name) for name in ("quant_kernels.c", "attention_kernel.c", "layer_kernels.c"))
-HEADERS = (Path(__file__).with_name("simd.h"),)  # included by the sources: part of what a build depends on
-F32 = ctypes.c_float
+ROW_SOURCES = tuple(Path(__file__).with_name(name) for name in ("attention_kernel.c", "layer_kernels.c"))
+SOURCES = (Path(__file__).with_name("quant_kernels.c"), *ROW_SOURCES)
+HEADERS = tuple(Path(__file__).with_name(name) for name in ("simd.h", "real.h"))  # part of what a build depends on
+DOUBLE = ("-DTS_DOUBLE",)  # the flag that builds the row kernels for float64 (real.h)
 I64, PTR = ctypes.c_int64, ctypes.c_void_p
-SIGNATURES = {  # name -> (argument types, result type)
-    "qk_matmul": ([ctypes.c_int, PTR, I64, I64, PTR, I64, PTR, ctypes.c_int], ctypes.c_int),
-    "qk_rows": ([ctypes.c_int, PTR, I64, I64, PTR], None),
-    "attend_rows": ([PTR, I64, I64, I64, I64, PTR, PTR, I64, I64, I64, PTR, F32, PTR, ctypes.c_int], ctypes.c_int),
-    "block_in": ([PTR, PTR, I64, PTR, PTR, PTR, PTR, PTR, I64, I64, PTR, ctypes.c_int], ctypes.c_int),
-    "block_out": ([PTR, PTR, PTR, I64, ctypes.c_int], ctypes.c_int),
-    "f32_matmul": ([PTR, I64, I64, PTR, I64, PTR, ctypes.c_int], None),
-}
+
+
+def signatures(real) -> dict[str, tuple[list, object]]:
+    """name -> (argument types, result type) of the kernels whose element type is `real` (ctypes.c_float or
+    c_double); the GGUF block products are float32's only."""
+    rows = {
+        "attend_rows": ([PTR, I64, I64, I64, I64, PTR, PTR, I64, I64, I64, PTR, real, PTR, ctypes.c_int], ctypes.c_int),
+        "block_in": ([PTR, PTR, I64, PTR, PTR, PTR, PTR, PTR, I64, I64, PTR, ctypes.c_int], ctypes.c_int),
+        "block_out": ([PTR, PTR, PTR, I64, ctypes.c_int], ctypes.c_int),
+        "dense_matmul": ([PTR, I64, I64, PTR, I64, PTR, ctypes.c_int], None),
+    }
+    if real is ctypes.c_double:
+        return rows
+    return rows | {"qk_matmul": ([ctypes.c_int, PTR, I64, I64, PTR, I64, PTR, ctypes.c_int], ctypes.c_int),
+                   "qk_rows": ([ctypes.c_int, PTR, I64, I64, PTR], None)}
 
 
 def _cpu_key() -> str:
@@ -49,35 +58,37 @@ def _cpu_key() -> str:
 @functools.cache
 def kernels(flags: tuple[str, ...] = ()) -> ctypes.CDLL:
     """The compiled kernels, built on first use (a few seconds) and reused from the cache afterwards. flags:
-    extra compiler flags (the tests build the portable paths with -mno-avx2). Raises ModelLoadError without a
-    working C compiler."""
-    source = b"".join(path.read_bytes() for path in (*SOURCES, *HEADERS))
+    extra compiler flags (the tests build the portable paths with -mno-avx2; DOUBLE builds the row kernels alone,
+    for float64). Raises ModelLoadError without a working C compiler."""
+    double = DOUBLE[0] in flags
+    sources = ROW_SOURCES if double else SOURCES
+    source = b"".join(path.read_bytes() for path in (*sources, *HEADERS))
     digest = hashlib.sha256(source + _cpu_key().encode() + " ".join(flags).encode()).hexdigest()[:16]
     lib = default_cache_dir() / "kernels" / f"kernels-{digest}.so"
     if not lib.exists():
-        _compile(lib, flags)
+        _compile(lib, sources, flags)
     dll = ctypes.CDLL(str(lib))
-    for name, (args, result) in SIGNATURES.items():
+    for name, (args, result) in signatures(ctypes.c_double if double else ctypes.c_float).items():
         function = getattr(dll, name)
         function.argtypes, function.restype = args, result
     return dll
 
 
-def available() -> ctypes.CDLL | None:
+def available(flags: tuple[str, ...] = ()) -> ctypes.CDLL | None:
     """The kernels, or None where they cannot be built (the callers that have a torch path take it)."""
     try:
-        return kernels()
+        return kernels(flags)
     except ModelLoadError:
         return None
 
 
-def _compile(lib: Path, flags: tuple[str, ...] = ()) -> None:
+def _compile(lib: Path, sources: tuple[Path, ...], flags: tuple[str, ...] = ()) -> None:
     compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
     if compiler is None:
         raise ModelLoadError("--dtype q4 builds a small C kernel once and found no C compiler (cc, gcc or clang; "
                              "or set CC): install one, or use --dtype float32")
     lib.parent.mkdir(parents=True, exist_ok=True)
-    base = [compiler, "-O3", "-march=native", *flags, "-shared", "-fPIC", *map(str, SOURCES), "-lm"]
+    base = [compiler, "-O3", "-march=native", *flags, "-shared", "-fPIC", *map(str, sources), "-lm"]
     with tempfile.TemporaryDirectory(dir=lib.parent) as scratch:
         built = Path(scratch) / lib.name
         # OpenMP where the compiler has it (gcc; torch's own libgomp is then shared), else one thread.
@@ -89,5 +100,5 @@ def _compile(lib: Path, flags: tuple[str, ...] = ()) -> None:
             if run.returncode == 0:
                 built.replace(lib)  # atomic: a process loading it concurrently sees the whole file or none
                 return
-    raise ModelLoadError(f"--dtype q4: compiling the C kernels ({', '.join(p.name for p in SOURCES)}) with "
+    raise ModelLoadError(f"--dtype q4: compiling the C kernels ({', '.join(p.name for p in sources)}) with "
                          f"{compiler} failed: {run.stderr.strip()[:400]}")

@@ -1,4 +1,4 @@
-"""A decoder layer's steps for a few rows on the CPU in float32, by the C kernels attention_kernel.c and
+"""A decoder layer's steps for a few rows on the CPU in float32 (and float64), by the C kernels attention_kernel.c and
 layer_kernels.c: a layer in two calls around its attention (NativeBlock: the norms, the four products, RoPE with
 the cache write, SwiGLU, the residual adds), attention over the KV cache, and the float32 products of a few rows
 (the LM head).
@@ -8,7 +8,8 @@ default model's step ran ~1,240 operators (about 11 of its 29 ms in q4 on this 2
 per step, ~420 with ~10 ms of Python around them; torch's flash-attention kernel, which runs a few rows as small
 GEMMs per KV block, took 0.66 ms a layer at a 2K-token context. The forward (forward.py) is the same with or
 without these: Block.forward hands its layer to a NativeBlock where the forward has one. Loading sets them on a
-float32 CPU model (Transformer.native), q4 included, where a C compiler builds them; prefill chunks (more than
+float32 CPU model (Transformer.native), q4 included, and on a float64 one (native.DOUBLE), where a C compiler builds
+them; prefill chunks (more than
 MAX_ROWS rows) keep torch's operators, whose GEMMs pay off there; attention takes the kernel up to ATTEND_ROWS
 rows, torch's SDPA between the two halves beyond.
 """
@@ -31,7 +32,7 @@ PRODUCT_ROWS = 8  # a float32 product of up to this many rows outside a layer (t
 # The attention kernel re-reads each slot's key and value per query row (from L1): from about 4 tokens on (12 rows
 # of the default model), torch's kernel, which makes the rows one GEMM, is the faster.
 ATTEND_ROWS = 4
-F32_KIND = -1  # struct product's kind for a float32 weight; GGUF blocks carry QuantLinear's kind number
+DENSE_KIND = -1  # struct product's kind for a dense weight; GGUF blocks carry QuantLinear's kind number
 
 
 class Product(ctypes.Structure):
@@ -65,8 +66,8 @@ class NativeBlock:
 
     def _keep(self, tensor: torch.Tensor) -> int:
         tensor = tensor.detach()
-        if tensor.dtype not in (torch.float32, torch.uint8) or not tensor.is_contiguous():
-            raise ValueError("native block: weights must be contiguous float32 (or GGUF blocks)")
+        if tensor.dtype not in (self.rows.dtype, torch.uint8) or not tensor.is_contiguous():
+            raise ValueError(f"native block: weights must be contiguous {self.rows.dtype} (or GGUF blocks)")
         self.tensors.append(tensor)
         return tensor.data_ptr()
 
@@ -74,7 +75,7 @@ class NativeBlock:
         if isinstance(module, QuantLinear):
             return Product(self._keep(module.blocks), None, module.out_features, module.in_features, module._kind)
         bias = self._keep(module.bias) if module.bias is not None else None
-        return Product(self._keep(module.weight), bias, module.out_features, module.in_features, F32_KIND)
+        return Product(self._keep(module.weight), bias, module.out_features, module.in_features, DENSE_KIND)
 
     def before_attention(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, slots: torch.Tensor,
                          keys: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
@@ -83,7 +84,7 @@ class NativeBlock:
         _same_strides(keys, values)
         _contiguous(x)
         cos, sin, slots = cos.contiguous(), sin.contiguous(), slots.contiguous()
-        q = torch.empty(x.shape[0], self.cfg.n_heads, self.cfg.head_dim)
+        q = torch.empty(x.shape[0], self.cfg.n_heads, self.cfg.head_dim, dtype=self.rows.dtype)
         if self.lib.block_in(self.ref, x.data_ptr(), x.shape[0], cos.data_ptr(), sin.data_ptr(), slots.data_ptr(),
                              keys.data_ptr(), values.data_ptr(), keys.stride(0), keys.stride(1), q.data_ptr(),
                              torch.get_num_threads()):
@@ -100,31 +101,33 @@ class NativeBlock:
 
 
 class NativeRows:
-    """A model's kernels: its layers' NativeBlocks (blocks), attention, and few-row float32 products."""
+    """A model's kernels: its layers' NativeBlocks (blocks), attention, and few-row products, in `dtype`
+    (float32, or float64 with a library built with native.DOUBLE)."""
 
-    def __init__(self, lib: ctypes.CDLL):
-        self.lib = lib
+    def __init__(self, lib: ctypes.CDLL, dtype: torch.dtype = torch.float32):
+        self.lib, self.dtype = lib, dtype
         self.blocks: list[NativeBlock] = []  # a model's layers (for_model)
 
     @classmethod
     def for_model(cls, model: nn.Module) -> NativeRows | None:
-        """The kernels for `model` (forward.Transformer, its final weights loaded): on the CPU in float32, where
-        they build, else None."""
+        """The kernels for `model` (forward.Transformer, its final weights loaded): on the CPU in float32 or float64,
+        where they build, else None."""
         weight = model.model.embed_tokens.weight
-        if weight.device.type != "cpu" or weight.dtype != torch.float32:
+        if weight.device.type != "cpu" or weight.dtype not in (torch.float32, torch.float64):
             return None
-        lib = native.available()
+        lib = native.available(native.DOUBLE if weight.dtype == torch.float64 else ())
         if lib is None:
             return None
-        rows = cls(lib)
+        rows = cls(lib, weight.dtype)
         rows.blocks = [NativeBlock(rows, model.cfg, block) for block in model.model.layers]
         return rows
 
     def linear(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-        """x [rows, in] @ weight [out, in].T for a float32 weight (forward.project: up to PRODUCT_ROWS rows)."""
+        """x [rows, in] @ weight [out, in].T for a weight of the kernels' dtype (forward.project: up to PRODUCT_ROWS
+        rows)."""
         x = x.contiguous()
-        out = torch.empty(x.shape[0], weight.shape[0])
-        self.lib.f32_matmul(weight.data_ptr(), weight.shape[0], weight.shape[1], x.data_ptr(), x.shape[0],
+        out = torch.empty(x.shape[0], weight.shape[0], dtype=self.dtype)
+        self.lib.dense_matmul(weight.data_ptr(), weight.shape[0], weight.shape[1], x.data_ptr(), x.shape[0],
                             out.data_ptr(), torch.get_num_threads())
         return out
 
@@ -135,7 +138,7 @@ class NativeRows:
         t, span = q.shape[0], keys.shape[1]
         _same_strides(keys, values)
         q = q.contiguous()
-        out = torch.empty(t, cfg.n_heads * cfg.head_dim)
+        out = torch.empty(t, cfg.n_heads * cfg.head_dim, dtype=self.dtype)
         if mask is not None:
             mask = mask.contiguous()
         if self.lib.attend_rows(q.data_ptr(), t, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, keys.data_ptr(),
