@@ -64,6 +64,23 @@ def test_gguf_logits_match_transformers(tmp_path, home, stories_path, case, qtyp
     assert lm.encode(text) == AutoTokenizer.from_pretrained(stories_path)(text).input_ids
 
 
+@pytest.mark.parametrize("case,qtype", [("llama-mha", "Q8_0"), ("llama-gqa-tied", "Q4_1"), ("qwen2-bias-gqa", "F16")])
+def test_our_tensor_pass_gives_transformers_tensors(tmp_path, stories_path, case, qtype):
+    """gguf_checkpoint reads a file's tensors itself (a sixth of transformers' time): the same names and values, llama's
+    Q/K rows put back in transformers' order, a qwen2 file's left as they are."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
+
+    path = tmp_path / f"{case}-{qtype}.gguf"
+    write_gguf(path, stories_path, case, qtype)
+    with torch.device("meta"):
+        reference = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(tmp_path, gguf_file=path.name))
+    theirs = load_gguf_checkpoint(str(path), return_tensors=True, model_to_load=reference)["tensors"]
+    ours = gguf_checkpoint.gguf_tensors(path)
+    assert sorted(ours) == sorted(theirs)
+    assert all(torch.equal(ours[name], theirs[name]) for name in ours)
+
+
 def test_gguf_is_converted_once_and_cached(tmp_path, home, stories_path):
     path = tmp_path / "tiny.gguf"
     write_gguf(path, stories_path)

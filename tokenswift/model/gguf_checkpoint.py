@@ -1,12 +1,14 @@
 """GGUF checkpoints (what llama.cpp, KoboldCpp, LM Studio and Ollama users hold), made loadable once.
 
 A GGUF file's header is checked (gguf_header): architecture, tensor types and that every tensor's bytes are
-inside the file. It is then turned, through transformers' GGUF support (config,
-tokenizer and chat template from the file's metadata; tensors dequantized and llama.cpp's Q/K row order
-undone), into an ordinary Hugging Face directory: config.json, the tokenizer files and float32
-model.safetensors. That directory is cached, keyed by the file's content hash, in the cache directory the caller
-passes (the app passes its data folder's; default: $TOKENSWIFT_CACHE, else $XDG_CACHE_HOME/tokenswift), so a
-restart loads safetensors instead of dequantizing again, and the rest of the engine sees one format.
+inside the file. It is then turned into an ordinary Hugging Face directory: config.json, the tokenizer files and
+chat template through transformers' GGUF support (from the file's metadata), and float32 model.safetensors here,
+each tensor dequantized by the gguf package from the bytes the header locates, renamed, and llama.cpp's Q/K row
+order undone (transformers' own tensor pass read the whole file again and took 18 of a 35 s conversion of the
+default model; tests/test_gguf.py checks the two give the same tensors). That directory is cached, keyed by the
+file's content hash, in the cache directory the caller passes (the app passes its data folder's; default:
+$TOKENSWIFT_CACHE, else $XDG_CACHE_HOME/tokenswift), so a restart loads safetensors instead of dequantizing again,
+and the rest of the engine sees one format.
 """
 
 from __future__ import annotations
@@ -17,9 +19,17 @@ import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+from gguf import GGMLQuantizationType
+from gguf.quants import dequantize
 
 from tokenswift.model.errors import ModelLoadError
 from tokenswift.model.gguf_header import read_header
+
+if TYPE_CHECKING:
+    import torch
 
 ARCHITECTURES = ("llama", "mistral", "qwen2")
 # The common types of published files; the gguf package dequantizes each of them.
@@ -116,19 +126,60 @@ def source_record(directory: Path) -> dict | None:
         return None
 
 
+# llama.cpp's tensor names -> transformers' (per layer: blk.N.<name> -> model.layers.N.<name>).
+MODEL_TENSORS = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head"}
+LAYER_TENSORS = {"attn_norm": "input_layernorm", "ffn_norm": "post_attention_layernorm", "attn_q": "self_attn.q_proj",
+                 "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj", "attn_output": "self_attn.o_proj",
+                 "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj", "ffn_down": "mlp.down_proj"}
+
+
+def hf_name(gguf_name: str) -> str | None:
+    """transformers' name of a GGUF tensor, or None for one the model does not hold (rope_freqs: llama3's RoPE
+    factors, which config.json carries)."""
+    stem, _, kind = gguf_name.rpartition(".")
+    parts = stem.split(".")
+    if parts[0] == "blk" and len(parts) == 3 and parts[2] in LAYER_TENSORS:
+        return f"model.layers.{parts[1]}.{LAYER_TENSORS[parts[2]]}.{kind}"
+    return f"{MODEL_TENSORS[stem]}.{kind}" if stem in MODEL_TENSORS else None
+
+
+def unpermute(rows: np.ndarray, heads: int) -> np.ndarray:
+    """Undo llama.cpp's Q/K row order for a llama file (its converter interleaves each head's two RoPE halves)."""
+    return rows.reshape(heads, rows.shape[0] // heads // 2, 2, *rows.shape[1:]).swapaxes(2, 1).reshape(rows.shape)
+
+
+def gguf_tensors(path: Path) -> dict[str, torch.Tensor]:
+    """The file's tensors in float32 under transformers' names, as transformers' GGUF loader gives them."""
+    import torch  # here: the app's Model tab reads GGUF headers without torch
+
+    header = read_header(path)
+    arch = header.fields["general.architecture"]
+    heads = {"attn_q": header.fields.get(f"{arch}.attention.head_count"),
+             "attn_k": header.fields.get(f"{arch}.attention.head_count_kv")}
+    tensors = {}
+    for name, info in header.tensors.items():
+        target = hf_name(name)
+        if target is None:
+            continue
+        shape = tuple(reversed(info.shape))  # GGUF lists dimensions innermost first
+        data = header.tensor_bytes(name).reshape(int(np.prod(shape[:-1])), -1)
+        weights = dequantize(data, GGMLQuantizationType[info.kind]).reshape(shape)
+        role = name.split(".")[2] if name.startswith("blk.") else ""
+        if arch == "llama" and role in heads and heads[role]:
+            weights = unpermute(weights, heads[role])
+        tensors[target] = torch.from_numpy(np.array(weights, dtype=np.float32))
+    return tensors
+
+
 def _convert(info: GGUFInfo, sha256: str, out: Path) -> None:
-    import torch
     from safetensors.torch import save_file
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
-    from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
+    from transformers import AutoConfig, AutoTokenizer
 
     folder, name = info.path.parent, info.path.name
     try:
         config = AutoConfig.from_pretrained(folder, gguf_file=name)
         tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
-        with torch.device("meta"):  # only its tensor names are read: the GGUF -> HF name map
-            reference = AutoModelForCausalLM.from_config(config)
-        tensors = load_gguf_checkpoint(str(info.path), return_tensors=True, model_to_load=reference)["tensors"]
+        tensors = gguf_tensors(info.path)
     except Exception as error:  # noqa: BLE001 - a file the reader accepted can still fail to convert
         raise ModelLoadError(f"cannot convert GGUF file {info.path}: {type(error).__name__}: {error}") from error
     out.mkdir(parents=True)
