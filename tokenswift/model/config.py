@@ -15,6 +15,14 @@ class UnsupportedModelError(ValueError):
     pass
 
 
+def check_family(family: object) -> str:
+    """config.json's model_type, if we support it; else UnsupportedModelError listing the ones we do."""
+    if family not in SUPPORTED:
+        names = ", ".join(f"{k} ({v})" for k, v in SUPPORTED.items())
+        raise UnsupportedModelError(f"unsupported model type {family!r}; supported: {names}")
+    return family
+
+
 @dataclass(frozen=True)
 class ModelConfig:
     family: str  # "llama", "mistral" or "qwen2"
@@ -39,10 +47,7 @@ class ModelConfig:
 
     @classmethod
     def from_hf(cls, hf) -> ModelConfig:
-        family = getattr(hf, "model_type", None)
-        if family not in SUPPORTED:
-            names = ", ".join(f"{k} ({v})" for k, v in SUPPORTED.items())
-            raise UnsupportedModelError(f"unsupported model type {family!r}; supported: {names}")
+        family = check_family(getattr(hf, "model_type", None))
         head_dim = getattr(hf, "head_dim", None) or hf.hidden_size // hf.num_attention_heads
         window = getattr(hf, "sliding_window", None)
         if family == "qwen2" and not getattr(hf, "use_sliding_window", False):

@@ -15,7 +15,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from tokenswift.model.config import SUPPORTED, UnsupportedModelError
+from tokenswift.model.config import check_family
 
 # transformers' defaults (LlamaConfig, MistralConfig, Qwen2Config) for the fields a config.json may omit.
 _COMMON = dict(rms_norm_eps=1e-6, tie_word_embeddings=False, attention_bias=False, head_dim=None,
@@ -39,10 +39,7 @@ class CheckpointConfig:
     ...): what ModelConfig.from_hf, the RoPE table and the context limit read."""
 
     def __init__(self, raw: dict[str, Any]):
-        family = raw.get("model_type")
-        if family not in SUPPORTED:
-            names = ", ".join(f"{k} ({v})" for k, v in SUPPORTED.items())
-            raise UnsupportedModelError(f"unsupported model type {family!r}; supported: {names}")
+        family = check_family(raw.get("model_type"))
         self._raw = dict(raw)
         fields = FAMILY_DEFAULTS[family] | raw
         fields["head_dim"] = fields["head_dim"] or fields["hidden_size"] // fields["num_attention_heads"]
