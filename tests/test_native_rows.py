@@ -133,28 +133,27 @@ def test_a_native_layer_of_gguf_blocks_computes_torchs_layer(rows):
 
 
 def test_a_rows_layer_does_not_depend_on_the_rows_beside_it(rows):
-    """A plain step (1 token) and a verify batch (up to 16) compute the same for the same row, bit for bit: each
-    half of the layer always, the whole layer up to ATTEND_ROWS tokens, where attention is the C kernel too."""
+    """A plain step (1 token) and a verify batch (up to 16) compute the same for the same row, bit for bit: the
+    whole layer, attention included."""
     cfg = dataclasses.replace(CFG, intermediate_size=96)
     native_block = NativeBlock(rows, cfg, block_of(cfg, seed=11))
     gen = torch.Generator().manual_seed(12)
-    x, attn = torch.randn(16, cfg.dim, generator=gen), torch.randn(16, cfg.dim, generator=gen)
+    x = torch.randn(16, cfg.dim, generator=gen)
     cos, sin = torch.randn(16, cfg.head_dim, generator=gen), torch.randn(16, cfg.head_dim, generator=gen)
     cached = torch.randn(2, cfg.n_kv_heads, 5, cfg.head_dim, generator=gen)
 
-    def halves(t: int, attend: bool):
+    def halves(t: int):
         cache = KVCache(1, cfg.n_kv_heads, 24, cfg.head_dim, "cpu", torch.float32)
         cache.k[0, :, :5], cache.v[0, :, :5] = cached
         keys, values = cache.layers[0]
         h = x[:t].clone()
         q = native_block.before_attention(h, cos[:t], sin[:t], torch.arange(5, 5 + t), keys, values)
         mask = torch.ones(t, 5 + t, dtype=torch.bool).tril(5)  # each row sees the slots up to its own
-        native_block.after_attention(h, rows.attend(cfg, q, keys[:, :5 + t], values[:, :5 + t], mask) if attend
-                                     else attn[:t])
+        native_block.after_attention(h, rows.attend(cfg, q, keys[:, :5 + t], values[:, :5 + t], mask))
         return h[:1], q[:1], keys[:, 5], values[:, 5]
 
-    for t, attend in ((4, True), (16, False)):
-        for alone, beside in zip(halves(1, attend), halves(t, attend), strict=True):
+    for t in (4, 16):
+        for alone, beside in zip(halves(1), halves(t), strict=True):
             assert torch.equal(alone, beside)
 
 

@@ -23,7 +23,7 @@ from tokenswift.model.forward import attention_bias, sdpa_folded
 from tokenswift.model.kv_cache import KVCache
 from tokenswift.model.loading import LoadedModel
 from tokenswift.model.masks import causal_mask
-from tokenswift.model.native_rows import ATTEND_ROWS, MAX_ROWS, NativeBlock
+from tokenswift.model.native_rows import MAX_ROWS, NativeBlock
 from tokenswift.sampling.sampler import Sampler, node_windows
 
 
@@ -43,7 +43,7 @@ class CacheAttention:
             prefix = first - lo
             positions = torch.arange(prefix, prefix + n, device=q.device)
             mask = causal_mask(prefix, n, positions, d.window, q.device)
-        if d.native is not None and n <= ATTEND_ROWS:
+        if d.native is not None and n <= MAX_ROWS:
             return d.native.attend(d.cfg, q, keys, values, mask)
         return sdpa_folded(d.cfg, q, keys, values, attention_bias(mask, d.cfg.group, q.dtype) if n > 1 else None)
 

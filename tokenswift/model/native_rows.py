@@ -10,8 +10,8 @@ GEMMs per KV block, took 0.66 ms a layer at a 2K-token context. The forward (for
 without these: Block.forward hands its layer to a NativeBlock where the forward has one. Loading sets them on a
 float32 CPU model (Transformer.native), q4 included, and on a float64 one (native.DOUBLE), where a C compiler builds
 them; prefill chunks (more than
-MAX_ROWS rows) keep torch's operators, whose GEMMs pay off there; attention takes the kernel up to ATTEND_ROWS
-rows, torch's SDPA between the two halves beyond.
+MAX_ROWS rows) keep torch's operators, whose GEMMs pay off there. Up to MAX_ROWS rows attention is the C kernel
+too, so a verify batch computes each row bit for bit as a plain step does.
 """
 
 from __future__ import annotations
@@ -29,9 +29,6 @@ from tokenswift.model.quant import QuantLinear
 MAX_ROWS = 16  # query tokens per forward for which the kernels are used
 PRODUCT_ROWS = 8  # a float32 product of up to this many rows outside a layer (the LM head, the draft layer's fc and
 # head) streams the weight once
-# The attention kernel re-reads each slot's key and value per query row (from L1): from about 4 tokens on (12 rows
-# of the default model), torch's kernel, which makes the rows one GEMM, is the faster.
-ATTEND_ROWS = 4
 DENSE_KIND = -1  # struct product's kind for a dense weight; GGUF blocks carry QuantLinear's kind number
 
 
