@@ -26,7 +26,9 @@ from tokenswift.decode.options import EngineOptions
 from tokenswift.decode.settings import Settings, SettingsError
 from tokenswift.draft.draft_layer import CONFIG_NAME, WEIGHTS_NAME, DraftLayerError, load_layer, save_layer
 from tokenswift.draft.layer_drafter import LayerDrafter
+from tokenswift.sampling.sampler import last_ids, penalty_mask
 from tokenswift.text.context_window import pinned_ids
+from tokenswift.train.draft_loss import Penalty, penalised_loss, penalised_targets, window_mask
 
 REPO = Path(__file__).resolve().parents[1]
 N = 400
@@ -70,8 +72,51 @@ def test_training_learns_and_writes_its_curve(trained):
     assert [p["tokens"] for p in curve] == [0, 8192, 16384, 24576, 32768]
     assert curve[-1]["greedy"][0] > curve[0]["greedy"][0] + 0.2  # it learned what the model writes
     assert curve[-1]["tokens_per_step_greedy"] > 1.5
+    # and the model's choices under the app's repetition penalty, which it was also trained on
+    assert curve[-1]["greedy_penalised"][0] > curve[0]["greedy_penalised"][0] + 0.2
     record = json.loads((trained / "layer" / CONFIG_NAME).read_text())["record"]
     assert record["tokens_seen"] == 32768
+    assert (record["train"]["penalty"], record["train"]["penalty_window"]) == (1.1, 256)
+
+
+def test_window_masks_cover_the_last_w_tokens_of_the_draft_vocabulary():
+    torch.manual_seed(0)
+    tokens = torch.randint(0, 30, (2, 40))
+    to_draft = torch.full((30,), -1)
+    to_draft[::2] = torch.arange(15)  # the even ids are the draft vocabulary
+    mask = window_mask(tokens, to_draft, 7)
+    for b in range(2):
+        for i in range(40):
+            seen = {int(to_draft[t]) for t in tokens[b, max(0, i - 6):i + 1] if to_draft[t] >= 0}
+            assert set(mask[b, i].nonzero().flatten().tolist()) == seen
+
+
+def test_a_rows_penalty_window_is_the_one_the_engine_samples_its_token_with():
+    """Row j of the unrolled states drafts the token at j+2: the sampler penalises it over the W tokens before it."""
+    torch.manual_seed(1)
+    vocab, t, w = 16, 30, 6
+    batch = {"tokens": torch.randint(0, vocab, (1, t)), "hidden": torch.randn(1, t, 4)}
+    _, mask = penalised_targets(batch, torch.nn.Identity(), torch.randn(vocab, 4), torch.arange(vocab), Penalty(1.2, w))
+    for j in range(t - 1):
+        window = last_ids(batch["tokens"][0], j + 2, torch.arange(w))[None]
+        assert torch.equal(mask[0, j], penalty_mask(window, vocab)[0])
+
+
+def test_the_penalised_score_is_least_where_the_draft_is_the_model():
+    """penalised_loss penalises the draft as penalised_targets penalise the model: at the model's own logits its
+    gradient vanishes, and a draft off the model's logits scores worse."""
+    torch.manual_seed(0)
+    dim, vocab, t = 8, 12, 20
+    head_rows, norm = torch.randn(vocab, dim), torch.nn.Identity()
+    batch = {"tokens": torch.randint(0, vocab, (1, t)), "hidden": torch.randn(1, t, dim) * 3}
+    to_draft = torch.arange(vocab)
+    probs, mask = penalised_targets(batch, norm, head_rows, to_draft, Penalty(1.5, 5))
+    assert mask.any() and not mask.all()
+    model = (batch["hidden"][:, 1:] @ head_rows.T).requires_grad_(True)
+    best = penalised_loss(model, probs, mask, 1.5, 0)
+    best.backward()
+    assert model.grad.abs().max() < 1e-6
+    assert penalised_loss(model.detach() + torch.randn(model.shape), probs, mask, 1.5, 0) > best + 0.01
 
 
 CASES = [("greedy", 0, False), ("greedy", 20, True), ("minp-penalty", 20, False), ("minp-penalty", 0, True),

@@ -5,14 +5,26 @@ Drafting feeds the layer its own predicted states from the second depth on; trai
 each row attending to the true rows up to its chain's start and to its own chain's earlier rows (unroll_mask).
 The score is the cross-entropy against the model's own next-token distribution (its stored top-k), restricted
 to the draft vocabulary: what verification accepts is what the model writes, not what the book says.
+
+The app writes with a repetition penalty (θ over the last W tokens, decode.settings.WRITING_DEFAULTS), and so
+the tokens verification accepts are the model's penalised choices: about one in four differs from its unpenalised
+top-1 on a novel, most often a word not yet in the window taken over one that is. The drafter penalises its own
+scores the same way (drafting.best_per_depth; DRY too, which changes far fewer choices and is left out here), so
+the draft must also rank those runners-up as the model does.
+A second score trains that: the cross-entropy of the penalised draft against the penalised model, whose full
+logits over the draft vocabulary the stored last-layer states give (the model's final norm and LM-head rows),
+with each row's window taken from the text before it.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
 from tokenswift.draft.draft_layer import DraftLayer
+from tokenswift.sampling.sampler import apply_penalty
 
 
 def unroll_mask(t: int, step: int, device=None) -> torch.Tensor:
@@ -78,3 +90,38 @@ def distill_loss(logits: torch.Tensor, ids: torch.Tensor, probs: torch.Tensor, v
     logq = torch.log_softmax(logits[:, valid_from:].float(), dim=-1)
     picked = logq.gather(-1, ids[:, valid_from:].clamp_min(0))
     return -(picked * probs[:, valid_from:]).sum(-1).mean()
+
+
+@dataclass(frozen=True)
+class Penalty:
+    theta: float  # the repetition penalty θ the app writes with
+    window: int  # W: how many earlier tokens it looks back
+
+
+def window_mask(tokens: torch.Tensor, to_draft: torch.Tensor, window: int) -> torch.Tensor:
+    """[B, T, V_draft] bool: draft-vocabulary token occurs among tokens[b, i - window + 1 .. i] (row i's window
+    includes its own token), by running counts over the rows."""
+    size = int(to_draft.max()) + 1
+    ids = to_draft[tokens]
+    ids = torch.where(ids < 0, size, ids)  # outside the draft vocabulary: a spare column, dropped
+    counts = torch.zeros(*tokens.shape, size + 1, dtype=torch.int32).scatter_(2, ids[..., None], 1).cumsum(1)
+    before = torch.cat((torch.zeros_like(counts[:, :window]), counts[:, :-window]), dim=1)[:, :tokens.shape[1]]
+    return (counts - before)[..., :size] > 0
+
+
+@torch.no_grad()
+def penalised_targets(batch: dict[str, torch.Tensor], final_norm, head_rows: torch.Tensor, to_draft: torch.Tensor,
+                      penalty: Penalty) -> tuple[torch.Tensor, torch.Tensor]:
+    """For the rows of unrolled_states (row j: the token at j+2): the model's penalised distribution over the draft
+    vocabulary [B, T-1, V_draft], and the window masks [B, T-1, V_draft] its penalty used (tokens up to j+1)."""
+    mask = window_mask(batch["tokens"], to_draft, penalty.window)[:, 1:]
+    logits = F.linear(final_norm(batch["hidden"][:, 1:].float()), head_rows)
+    return F.softmax(apply_penalty(logits, mask, penalty.theta), dim=-1), mask
+
+
+def penalised_loss(logits: torch.Tensor, probs: torch.Tensor, mask: torch.Tensor, theta: float,
+                   valid_from: int) -> torch.Tensor:
+    """Cross-entropy of the penalised draft (logits [B, T-1, V_draft]) against penalised_targets, rows from
+    valid_from on."""
+    logq = torch.log_softmax(apply_penalty(logits[:, valid_from:].float(), mask[:, valid_from:], theta), dim=-1)
+    return -(logq * probs[:, valid_from:]).sum(-1).mean()

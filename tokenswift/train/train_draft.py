@@ -23,10 +23,18 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from tokenswift.decode.settings import WRITING_DEFAULTS
 from tokenswift.draft.draft_layer import CONFIG_NAME, DraftLayer, initial_layer, load_layer, save_layer
 from tokenswift.model.forward import fused_state
 from tokenswift.train.draft_data import TeacherStore
-from tokenswift.train.draft_loss import distill_loss, soft_targets, unrolled_states
+from tokenswift.train.draft_loss import (
+    Penalty,
+    distill_loss,
+    penalised_loss,
+    penalised_targets,
+    soft_targets,
+    unrolled_states,
+)
 from tokenswift.train.eval_draft import evaluate, point_line, print_curve
 
 CURVE_NAME = "curve.json"
@@ -50,6 +58,11 @@ class TrainDraftConfig:
     weight_decay: float = 0.0
     grad_clip: float = 1.0
     noise: float = 0.03  # Gaussian noise on the model's states, relative to each state's RMS
+    # The app's repetition penalty (decode.settings.WRITING_DEFAULTS): the draft also learns the model's penalised
+    # choices (draft_loss.penalised_loss), with this share of the score; penalty 1 leaves it out.
+    penalty: float = WRITING_DEFAULTS["penalty"]
+    penalty_window: int = WRITING_DEFAULTS["penalty_length"]
+    penalised_share: float = 2 / 3
     eval_every: int = 250_000  # training tokens between evaluations (points of the learning curve)
     save_every_s: float = 300.0
     seed: int = 0
@@ -192,7 +205,8 @@ def train_draft(cfg: TrainDraftConfig, lm, progress: bool = True) -> list[dict]:
     step_tokens = cfg.batch * cfg.seq_len
     next_eval = (tokens // cfg.eval_every + 1) * cfg.eval_every
     if not curve:
-        curve.append(_curve_point(layer, embed, head_rows, eval_rows, rope, to_draft, tokens, batches))
+        curve.append(_curve_point(layer, embed, head_rows, eval_rows, rope, to_draft, tokens, batches, cfg,
+                                       model.model.norm))
         print_curve(curve[-1:])
     last_save = time.monotonic()
     bar = tqdm(total=cfg.tokens, initial=tokens, unit="tok", unit_scale=True, desc="draft layer",
@@ -205,9 +219,7 @@ def train_draft(cfg: TrainDraftConfig, lm, progress: bool = True) -> list[dict]:
         with autocast:
             noise = torch.Generator().manual_seed(cfg.seed * 1_000_003 + tokens)
             states = unrolled_states(layer, embed, batch, rope, cfg.unroll, cfg.noise, noise)
-            ids, probs = soft_targets(batch, to_draft)
-            loss = sum(distill_loss(layer.logits(st, head_rows), ids, probs, s) for s, st in enumerate(states))
-            loss = loss / len(states)
+            loss = _score(layer, states, batch, head_rows, to_draft, model.model.norm, cfg)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
@@ -217,7 +229,8 @@ def train_draft(cfg: TrainDraftConfig, lm, progress: bool = True) -> list[dict]:
         bar.set_postfix(loss=f"{loss.item():.3f}", lr=f"{optimizer.param_groups[0]['lr']:.1e}")
         if tokens >= next_eval or tokens >= cfg.tokens:
             next_eval += cfg.eval_every
-            curve.append(_curve_point(layer, embed, head_rows, eval_rows, rope, to_draft, tokens, batches))
+            curve.append(_curve_point(layer, embed, head_rows, eval_rows, rope, to_draft, tokens, batches, cfg,
+                                       model.model.norm))
             bar.write(point_line(curve[-1]))
             write_out(layer, out, cfg, tokens, curve, record)
             save_state(state_path, layer, optimizer, batches.position, tokens, curve, fresh_from)
@@ -229,6 +242,24 @@ def train_draft(cfg: TrainDraftConfig, lm, progress: bool = True) -> list[dict]:
     write_out(layer, out, cfg, tokens, curve, record)
     save_state(state_path, layer, optimizer, batches.position, tokens, curve, fresh_from)
     return curve
+
+
+def _score(layer, states, batch, head_rows, to_draft, final_norm, cfg: TrainDraftConfig) -> torch.Tensor:
+    """The training score of one batch's unrolled chain steps: distillation, and where cfg has a penalty, its share
+    of the penalised distillation (draft_loss.py)."""
+    ids, probs = soft_targets(batch, to_draft)
+    logits = [layer.logits(st, head_rows) for st in states]
+    loss = sum(distill_loss(z, ids, probs, s) for s, z in enumerate(logits)) / len(states)
+    penalty = _penalty(cfg)
+    if penalty is None:
+        return loss
+    p_probs, mask = penalised_targets(batch, final_norm, head_rows, to_draft, penalty)
+    penalised = sum(penalised_loss(z, p_probs, mask, cfg.penalty, s) for s, z in enumerate(logits)) / len(states)
+    return (1 - cfg.penalised_share) * loss + cfg.penalised_share * penalised
+
+
+def _penalty(cfg: TrainDraftConfig) -> Penalty | None:
+    return Penalty(cfg.penalty, cfg.penalty_window) if cfg.penalty != 1.0 and cfg.penalised_share > 0 else None
 
 
 def _start_layer(cfg: TrainDraftConfig, lm, store: TeacherStore, state_path: Path, out: Path):
@@ -250,9 +281,10 @@ def _start_layer(cfg: TrainDraftConfig, lm, store: TeacherStore, state_path: Pat
     return layer.train().requires_grad_(True), {}
 
 
-def _curve_point(layer, embed, head_rows, rows, rope, to_draft, tokens: int, batches: Batches) -> dict:
+def _curve_point(layer, embed, head_rows, rows, rope, to_draft, tokens: int, batches: Batches,
+                 cfg: TrainDraftConfig, final_norm) -> dict:
     layer.eval()
-    point = evaluate(layer, embed, head_rows, rows, rope, 3, to_draft)
+    point = evaluate(layer, embed, head_rows, rows, rope, 3, to_draft, penalty=_penalty(cfg), final_norm=final_norm)
     layer.train()
     return {"tokens": tokens, "unique_tokens": batches.position["unique"], **point}
 
@@ -266,10 +298,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", required=True, help="draft layer folder: weights, config and curve")
     parser.add_argument("--state", required=True,
                         help="resumable state file (layer, optimizer, data position); keep it outside the repo")
-    for name in ("tokens", "batch", "seq_len", "draft_vocab", "unroll", "warmup", "eval_every", "seed"):
+    for name in ("tokens", "batch", "seq_len", "draft_vocab", "unroll", "warmup", "eval_every", "seed",
+                 "penalty_window"):
         parser.add_argument("--" + name.replace("_", "-"), type=int, default=d[name].default,
                             help=f"(default: {d[name].default})")
-    for name in ("lr", "min_lr", "weight_decay", "grad_clip", "noise", "save_every_s"):
+    for name in ("lr", "min_lr", "weight_decay", "grad_clip", "noise", "save_every_s", "penalty", "penalised_share"):
         parser.add_argument("--" + name.replace("_", "-"), type=float, default=d[name].default,
                             help=f"(default: {d[name].default})")
     parser.add_argument("--bf16", action="store_true", help="bfloat16 autocast for the products (default: float32)")
@@ -286,6 +319,8 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError(f"{name.replace('_', '-')}: must be >= 1")
     if not (args.lr > 0 and args.min_lr >= 0):
         raise ValueError("lr: must be > 0 (and min-lr >= 0)")
+    if not (args.penalty >= 1.0 and 0.0 <= args.penalised_share <= 1.0 and args.penalty_window >= 1):
+        raise ValueError("penalty: must be >= 1 (1 = off), penalised-share in [0, 1] and penalty-window >= 1")
     names = [f for f in TrainDraftConfig.__dataclass_fields__ if f not in ("model", "bf16")]
     cfg = TrainDraftConfig(model=args.model, bf16=args.bf16, **{n: getattr(args, n) for n in names})
     lm = load_model(cfg.model or str(default_model_path()), dtype="float32", heads="none", draft="none",
