@@ -105,7 +105,7 @@ def window_mask(tokens: torch.Tensor, to_draft: torch.Tensor, window: int) -> to
     ids = to_draft[tokens]
     ids = torch.where(ids < 0, size, ids)  # outside the draft vocabulary: a spare column, dropped
     counts = torch.zeros(*tokens.shape, size + 1, dtype=torch.int32).scatter_(2, ids[..., None], 1).cumsum(1)
-    before = torch.cat((torch.zeros_like(counts[:, :window]), counts[:, :-window]), dim=1)[:, :tokens.shape[1]]
+    before = torch.cat((torch.zeros_like(counts[:, :window]), counts[:, :-window]), dim=1)
     return (counts - before)[..., :size] > 0
 
 

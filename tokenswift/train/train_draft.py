@@ -206,7 +206,7 @@ def train_draft(cfg: TrainDraftConfig, lm, progress: bool = True) -> list[dict]:
     next_eval = (tokens // cfg.eval_every + 1) * cfg.eval_every
     if not curve:
         curve.append(_curve_point(layer, embed, head_rows, eval_rows, rope, to_draft, tokens, batches, cfg,
-                                       model.model.norm))
+                                  model.model.norm))
         print_curve(curve[-1:])
     last_save = time.monotonic()
     bar = tqdm(total=cfg.tokens, initial=tokens, unit="tok", unit_scale=True, desc="draft layer",
@@ -230,7 +230,7 @@ def train_draft(cfg: TrainDraftConfig, lm, progress: bool = True) -> list[dict]:
         if tokens >= next_eval or tokens >= cfg.tokens:
             next_eval += cfg.eval_every
             curve.append(_curve_point(layer, embed, head_rows, eval_rows, rope, to_draft, tokens, batches, cfg,
-                                       model.model.norm))
+                                      model.model.norm))
             bar.write(point_line(curve[-1]))
             write_out(layer, out, cfg, tokens, curve, record)
             save_state(state_path, layer, optimizer, batches.position, tokens, curve, fresh_from)
