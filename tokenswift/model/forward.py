@@ -128,15 +128,13 @@ def sdpa_folded(cfg: ModelConfig, q: torch.Tensor, keys: torch.Tensor, values: t
 
 class SpanAttention:
     """The eager attention: the slots [0, span) under a mask ([T, span] bool, True = may attend) or, for one token
-    that sees the whole filled cache, none; by the model's C kernel where the forward has one (native) for up to
-    MAX_ROWS tokens, else SDPA.
+    that sees the whole filled cache, none; by the model's C kernel where the forward hands one over (native: it
+    does up to MAX_ROWS tokens), else SDPA.
     The fast path's kernels (attention.py) take the same call."""
 
     def __init__(self, cfg: ModelConfig, span: int, mask: torch.Tensor | None, dtype: torch.dtype,
                  native: NativeRows | None = None):
-        t = mask.shape[0] if mask is not None else 1
-        self.cfg, self.span = cfg, span
-        self.native = native if native is not None and t <= MAX_ROWS else None
+        self.cfg, self.span, self.native = cfg, span, native
         self.mask = mask if self.native is not None or mask is None else attention_bias(mask, cfg.group, dtype)
 
     def __call__(self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor) -> torch.Tensor:

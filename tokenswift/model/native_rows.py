@@ -9,9 +9,8 @@ per step, ~420 with ~10 ms of Python around them; torch's flash-attention kernel
 GEMMs per KV block, took 0.66 ms a layer at a 2K-token context. The forward (forward.py) is the same with or
 without these: Block.forward hands its layer to a NativeBlock where the forward has one. Loading sets them on a
 float32 CPU model (Transformer.native), q4 included, and on a float64 one (native.DOUBLE), where a C compiler builds
-them; prefill chunks (more than
-MAX_ROWS rows) keep torch's operators, whose GEMMs pay off there. Up to MAX_ROWS rows attention is the C kernel
-too, so a verify batch computes each row bit for bit as a plain step does.
+them; prefill chunks (more than MAX_ROWS rows) keep torch's operators, whose GEMMs pay off there. Up to MAX_ROWS
+rows attention is the C kernel too, so a verify batch computes each row bit for bit as a plain step does.
 """
 
 from __future__ import annotations

@@ -42,7 +42,8 @@ def evaluate(layer: DraftLayer, embed, head_rows: torch.Tensor, rows: dict[str, 
         t_logp = batch["top_logp"][:, 1:].float()
         t_ids = batch["top_ids"][:, 1:]
         if penalty is not None:
-            penalised = penalised_targets(batch, final_norm, head_rows, to_draft, penalty)
+            probs_p, mask = penalised_targets(batch, final_norm, head_rows, to_draft, penalty)
+            model_top_p = probs_p.argmax(-1)
         for s, st in enumerate(states):
             logits = layer.logits(st, head_rows).float()
             if s == 0:
@@ -53,9 +54,8 @@ def evaluate(layer: DraftLayer, embed, head_rows: torch.Tensor, rows: dict[str, 
             agree[1, s] += float(_noisy_agreement(logits[:, sl], vocab, to_draft, t_logp[:, sl], t_ids[:, sl], min_p,
                                                   generator))
             if penalty is not None:
-                probs_p, mask = penalised
                 mine = apply_penalty(logits[:, sl], mask[:, sl], penalty.theta).argmax(-1)
-                agree[2, s] += float((mine == probs_p[:, sl].argmax(-1)).sum())
+                agree[2, s] += float((mine == model_top_p[:, sl]).sum())
             counted[s] += draft_top.numel()
     rates = agree / counted
     out = {"greedy": rates[0].tolist(), "t1": rates[1].tolist(), "loss": loss_sum / n}
