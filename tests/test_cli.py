@@ -164,7 +164,7 @@ def test_subprocess_error_exit(stories_path):
 BENCH_KEYS = {"ar_tokens_per_s", "ts_tokens_per_s", "speedup", "identical", "first_divergence", "alpha",
               "beta", "tokens_per_step", "distinct", "ar_elapsed_s", "ts_elapsed_s", "draft_s", "verify_s",
               "overhead_s", "overhead_share", "device", "dtype", "model", "prompt_tokens", "settings",
-              "speedup_min", "speedup_max", "speedup_overall", "slices", "drafter", "pass_costs"}
+              "speedup_min", "speedup_max", "speedup_overall", "slices", "windows", "drafter", "pass_costs"}
 
 
 @pytest.mark.slow
@@ -173,23 +173,43 @@ def test_bench(capsys, stories_path, tmp_path):
     code = cli.main(["bench", "--model", str(stories_path), "--dtype", "float64", "--device", "cpu",
                      "--prompt", "Once upon a time", "--max-new-tokens", "96", "--seed", "5", *SAMPLER,
                      "--ngram-topk", "8", "--warmup-tokens", "4", "--slice-tokens", "32", "--drafter", "paper",
-                     "--json", str(out)])
+                     "--window-tokens", "64", "--json", str(out)])
     assert code == 0, capsys.readouterr().err
     data = json.loads(out.read_text())
     assert set(data) >= BENCH_KEYS
     # AR and TokenSwift took turns of 32 tokens; the speed-up is the median slice's
     assert [s["end"] for s in data["slices"]] == [32, 64, 96]
     assert data["speedup_min"] <= data["speedup"] <= data["speedup_max"]
+    # ... and in windows of 64 new tokens, whose counts add up to the run's
+    windows = data["windows"]
+    assert [(w["start"], w["end"]) for w in windows] == [(0, 64), (64, 96)]
+    steps = sum(s["ts_steps"] for s in data["slices"])
+    assert steps == data["steps"] and sum(s["ts_accepted"] for s in data["slices"]) > 0
+    assert sum(w["alpha"] * s for w, s in zip(windows, window_steps(data["slices"], 64), strict=True)) == \
+        pytest.approx(data["alpha"] * steps)
+    assert all(0 < w["distinct4"] <= 1 and 0 <= w["ngram_share"] <= 1 for w in windows)
     assert data["drafter"] == "HeadsDrafter" and data["settings"]["drafter"] == "paper"
     assert data["identical"] is True and data["first_divergence"] is None
     assert len(data["distinct"]) == 4 and data["settings"]["ignore_eos"] is True
     assert data["settings"]["penalty"] == 1.2 and data["settings"]["ngram_topk"] == 8
     assert (data["dtype"], data["new_tokens"]) == ("float64", 96)
     assert data["path"] == "eager passes" and data["capture_s"] == 0.0  # no --fast: no passes to capture
-    assert "speed-up" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "speed-up" in printed and "dist-4" in printed
     code, err = run_main(capsys, "bench", "--model", str(stories_path), "--prompt", "Once", "--max-new-tokens", "8",
                          "--slice-tokens", "0")
     assert_usage_error(code, err, "slice-tokens")
+    code, err = run_main(capsys, "bench", "--model", str(stories_path), "--prompt", "Once", "--max-new-tokens", "8",
+                         "--window-tokens", "16")
+    assert_usage_error(code, err, "window-tokens")
+
+
+def window_steps(slices: list[dict], window: int) -> list[int]:
+    """TokenSwift iterations per window of `window` new tokens."""
+    steps: dict[int, int] = {}
+    for s in slices:
+        steps[(s["end"] - 1) // window] = steps.get((s["end"] - 1) // window, 0) + s["ts_steps"]
+    return [steps[k] for k in sorted(steps)]
 
 
 def test_bench_prompt_book(capsys, stories_path, tmp_path):

@@ -21,10 +21,12 @@ from test_context_shift import MEMORY, NARROW, NOTE, first_difference
 from test_exactness import PROMPT, SAMPLERS
 
 from tokenswift.cli.main import main
+from tokenswift.decode.engine import Engine
 from tokenswift.decode.generate import Generator
 from tokenswift.decode.options import EngineOptions
-from tokenswift.decode.settings import Settings, SettingsError
+from tokenswift.decode.settings import Settings, SettingsError, concrete_drafter
 from tokenswift.draft.draft_layer import CONFIG_NAME, WEIGHTS_NAME, DraftLayerError, load_layer, save_layer
+from tokenswift.draft.fused_drafter import FusedDrafter
 from tokenswift.draft.layer_drafter import LayerDrafter
 from tokenswift.sampling.sampler import last_ids, penalty_mask
 from tokenswift.text.context_window import pinned_ids
@@ -166,6 +168,18 @@ def test_in_float32_the_layer_drafts_by_the_c_kernels_what_torch_drafts(stories3
         lm.model.native = kernels
     assert abs(with_kernels.metrics().accepted - without.metrics().accepted) <= 3
     assert with_kernels.metrics().accepted > 300 // 4
+
+
+def test_auto_drafts_with_the_layer_on_a_cpu_where_the_model_has_one(lm64, stories64):
+    """The default drafter: the draft layer where the model has one (on a CPU), else the heads (fused)."""
+    assert Settings().drafter == "auto"
+    for lm, drafter in ((lm64, LayerDrafter), (stories64, FusedDrafter)):
+        ids = lm.encode(PROMPT)
+        engine = Engine(lm, Settings(max_new_tokens=8, ignore_eos=True), ids, len(ids))
+        engine.start()
+        assert type(engine.drafter) is drafter
+    assert concrete_drafter("auto", True, "cuda") == "fused"  # a GPU verifies a wide tree nearly free
+    assert concrete_drafter("paper", True, "cpu") == "paper"
 
 
 def test_a_model_without_a_draft_layer_is_refused_by_name(stories64):

@@ -37,7 +37,7 @@ class SamplingIn(BaseModel):
     tree: list[Int] | None = None
     budget: Int | None = None
     ban_eos: bool | None = None  # keep writing past the end-of-text token (default: on, as everywhere)
-    drafter: str | None = None  # "fused", "paper" or "layer": how TokenSwift drafts (speed only)
+    drafter: str | None = None  # "auto", "fused", "paper" or "layer": how TokenSwift drafts (speed only)
     context_shift: bool | None = None  # shift past the model's context (default on); false: refuse such targets
     context_window: Int | None = None  # tokens in one window (default and ceiling: the model's context)
     shift_step: Int | None = None  # tokens dropped per shift (default: a quarter of the window)

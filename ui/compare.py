@@ -27,15 +27,17 @@ from ui.write_view import prompt_budget
 LETTERS = "ABCD"
 TICK_S = 1.0
 TEXT_CHARS = 4_000
-# Column defaults: A is the Write tab's defaults; B differs from A only in the drafter (same text, other speed);
-# C turns the penalty off; D is top-p 0.9 (what the app used to start with).
+# Column defaults: A is the Write tab's defaults; B differs from A only in the drafter (the heads against the draft
+# layer that auto picks on a CPU: same text, other speed); C turns the penalty off; D is top-p 0.9 (what the app
+# used to start with).
 _A = {"theta": DEFAULTS["theta"], "window": DEFAULTS["window"], "k": DEFAULTS["k"], "sampler": DEFAULTS["sampler"],
-      "value": SAMPLERS[DEFAULTS["sampler"]][1], "drafter": "fused"}
-PRESETS = [_A, {**_A, "drafter": "layer"}, {**_A, "theta": 1.0},
-           {"theta": 1.2, "window": 1024, "k": 20, "sampler": "top-p", "value": 0.9, "drafter": "fused"}]
-DRAFTER_HELP = ("fused: drafts from the verification pass's own states (one pass per step); paper: a draft pass "
-                "over the partial cache first; layer: a small draft layer guesses one token at a time, each knowing "
-                "the one before. Speed only: the text is the same.")
+      "value": SAMPLERS[DEFAULTS["sampler"]][1], "drafter": Settings.drafter}
+PRESETS = [_A, {**_A, "drafter": "fused"}, {**_A, "theta": 1.0},
+           {"theta": 1.2, "window": 1024, "k": 20, "sampler": "top-p", "value": 0.9, "drafter": Settings.drafter}]
+DRAFTER_HELP = ("auto: the draft layer on a CPU where the model has one, else fused; fused: drafts from the "
+                "verification pass's own states (one pass per step); paper: a draft pass over the partial cache "
+                "first; layer: a small draft layer guesses one token at a time, each knowing the one before. Speed "
+                "only: the text is the same.")
 FIELDS = 13  # form values per column: ColumnParts.fields
 # Plain words on first sight; the paper's symbol and what a number means in a tooltip (ui/page.py sets them).
 TIPS = {

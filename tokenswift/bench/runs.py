@@ -199,14 +199,46 @@ def alternate(lm: LoadedModel, prompt_ids: list[int], ar_settings: Settings, ts_
     n, slices = ar_settings.max_new_tokens, []
     while len(ar_out) < n or len(ts_out) < n:
         goal = min(n, (len(slices) + 1) * slice_tokens)
-        a0, t0 = len(ar_out), len(ts_out)
+        a0, t0, m0 = len(ar_out), len(ts_out), _counts(ts)
         ar_s = _timed(ar, ar_out, goal, ar.ar_step)
         ts_s = _timed(ts, ts_out, goal, ts.ts_step)
         ar_rate = (len(ar_out) - a0) / ar_s if ar_s else 0.0
         ts_rate = (len(ts_out) - t0) / ts_s if ts_s else 0.0
         slices.append({"end": goal, "ar_tokens": len(ar_out) - a0, "ar_s": ar_s, "ts_tokens": len(ts_out) - t0,
-                       "ts_s": ts_s, "ratio": ts_rate / ar_rate if ar_rate else 0.0})
+                       "ts_s": ts_s, "ratio": ts_rate / ar_rate if ar_rate else 0.0,
+                       **{k: v - m0[k] for k, v in _counts(ts).items()}})
     return ar_out[:n], ts_out[:n], slices, ts
+
+
+SLICE_COUNTS = ("steps", "plain_steps", "accepted", "ngram_accepted")  # TokenSwift's counters, per slice
+
+
+def _counts(engine: Engine) -> dict[str, int]:
+    return {f"ts_{name}": getattr(engine.metrics, name) for name in SLICE_COUNTS}
+
+
+def windows(slices: list[dict], ts_tokens: list[int], window_tokens: int, depth: int) -> list[dict]:
+    """The run in windows of `window_tokens` new tokens (whole slices): speed-up, acceptance and n-gram share, and
+    how varied TokenSwift's text is there (distinct-4), to see whether the gain grows with length and whether it
+    was earned on varied text."""
+    groups: dict[int, list[dict]] = {}
+    for x in slices:
+        groups.setdefault((x["end"] - 1) // window_tokens, []).append(x)
+    out = []
+    for index, group in sorted(groups.items()):
+        total = {k: sum(x[k] for x in group) for k in group[0] if k not in ("end", "ratio")}
+        ar_rate = total["ar_tokens"] / total["ar_s"] if total["ar_s"] else 0.0
+        ts_rate = total["ts_tokens"] / total["ts_s"] if total["ts_s"] else 0.0
+        steps, accepted = total["ts_steps"], total["ts_accepted"]
+        start, end = index * window_tokens, group[-1]["end"]
+        out.append({"start": start, "end": end, "ar_tokens_per_s": ar_rate, "ts_tokens_per_s": ts_rate,
+                    "speedup": ts_rate / ar_rate if ar_rate else 0.0,
+                    "alpha": accepted / (depth * steps) if steps else 0.0,
+                    "tokens_per_step": (total["ts_tokens"] - total["ts_plain_steps"]) / steps if steps else 0.0,
+                    "ngram_share": total["ts_ngram_accepted"] / accepted if accepted else 0.0,
+                    "plain_share": total["ts_plain_steps"] / max(steps + total["ts_plain_steps"], 1),
+                    "distinct4": distinct(ts_tokens[start:end])[3]})
+    return out
 
 
 def pass_costs(engine: Engine) -> dict:
@@ -221,9 +253,11 @@ def pass_costs(engine: Engine) -> dict:
 
 
 def compare(lm: LoadedModel, prompt_ids: list[int], settings: Settings, warmup_tokens: int = 16,
-            slice_tokens: int = 128, options: EngineOptions | None = None, pinned: PinnedText | None = None) -> dict:
+            slice_tokens: int = 128, options: EngineOptions | None = None, pinned: PinnedText | None = None,
+            window_tokens: int = 2048) -> dict:
     """AR and TokenSwift on the same prompt, seed and settings, in this process (fixed length: EOS ignored),
-    alternating in slices (see `alternate`). The speed-up is the median of the per-slice ratios.
+    alternating in slices (see `alternate`). The speed-up is the median of the per-slice ratios; `windows` the run
+    per window_tokens new tokens (see `windows`).
 
     A short run of each mode first, so one-off costs (kernel selection, allocator growth, lazy imports)
     do not land on whichever mode happens to run first."""
@@ -256,6 +290,7 @@ def compare(lm: LoadedModel, prompt_ids: list[int], settings: Settings, warmup_t
         "speedup": statistics.median(ratios), "speedup_min": ratios[0], "speedup_max": ratios[-1],
         "speedup_overall": ts_rate / ar_rate if ar_rate else 0.0,
         "slice_tokens": slice_tokens, "slices": slices,
+        "windows": windows(slices, ts_tokens, window_tokens, ts["depth"]),
         "identical": divergence is None, "first_divergence": divergence,
         "alpha": ts["alpha"], "beta": ts["beta"], "tokens_per_step": ts["tokens_per_step"],
         "steps": ts["steps"], "plain_steps": ts["plain_steps"], "plain_share": ts["plain_share"],

@@ -48,6 +48,9 @@ def add_commands(sub) -> None:
     cmp.add_argument("--slice-tokens", type=int, default=128,
                      help="AR and TokenSwift take turns of this many tokens, so changing machine load hits both "
                           "alike (default: %(default)s)")
+    cmp.add_argument("--window-tokens", type=int, default=2048,
+                     help="a run longer than this many new tokens is also shown per window of them: speed-up, "
+                          "acceptance, n-gram share, distinct-4 (default: %(default)s)")
     add_ban_args(cmp)
     add_world_info_arg(cmp)
     add_fast_args(cmp)
@@ -124,6 +127,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     world = read_world_info(args)
     if args.slice_tokens < 1:
         raise CliError("slice-tokens: must be >= 1")
+    if args.window_tokens < args.slice_tokens:
+        raise CliError("window-tokens: must be at least --slice-tokens")
     from tokenswift.bench.runs import compare
     from tokenswift.text.context_window import pinned_ids
 
@@ -135,7 +140,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if lm.heads is None:
         note("note: no draft heads: TokenSwift drafts with the base head and n-grams only")
     result = compare(lm, prompt_ids, settings, warmup_tokens=args.warmup_tokens, slice_tokens=args.slice_tokens,
-                     options=options, pinned=pinned)
+                     options=options, pinned=pinned, window_tokens=args.window_tokens)
     print_bench(result)
     write_json(args.json_out, result)
     return 0
@@ -171,6 +176,13 @@ def print_bench(r: dict) -> None:
             print(f"{c['shape']:<16}{c['rows']:>6}{ms:>10}{rel:>9}{tok:>13}{rate:>10}")
         if plain:
             print(f"{'plain step':<16}{1:>6}{1e3 * plain:>10.1f}{1:>9.2f}{1:>13.2f}{1 / plain:>10.1f}")
+    if len(r["windows"]) > 1:
+        print(f"{'new tokens':<14}{'AR tok/s':>9}{'TS tok/s':>9}{'speed-up':>9}{'alpha':>7}{'tok/step':>9}"
+              f"{'n-gram':>8}{'plain':>7}{'dist-4':>8}")
+        for w in r["windows"]:
+            print(f"{w['start']:>6}-{w['end']:<7}{w['ar_tokens_per_s']:>9.1f}{w['ts_tokens_per_s']:>9.1f}"
+                  f"{w['speedup']:>8.2f}x{w['alpha']:>7.3f}{w['tokens_per_step']:>9.2f}"
+                  f"{100 * w['ngram_share']:>7.0f}%{100 * w['plain_share']:>6.0f}%{w['distinct4']:>8.3f}")
 
 
 def cmd_bench_ar(args: argparse.Namespace) -> int:

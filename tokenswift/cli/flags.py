@@ -91,8 +91,9 @@ def add_sampler_args(p: argparse.ArgumentParser) -> None:
                         "(default: %(default)s)")
     p.add_argument("--drafter", choices=DRAFTERS, default=d.drafter,
                    help="how TokenSwift drafts: fused (from the verify pass's own states, one pass per step), "
-                        "paper (a draft pass over the partial cache, then verification) or layer (a draft layer "
-                        "guessing one token at a time); never changes the text (default: %(default)s)")
+                        "paper (a draft pass over the partial cache, then verification), layer (a draft layer "
+                        "guessing one token at a time) or auto (layer on a CPU where the model has a draft layer, "
+                        "else fused); never changes the text (default: %(default)s)")
     p.add_argument("--eta", action=Given, type=float, default=d.eta,
                    help="eta sampling: drop tokens below an entropy-scaled threshold; 0 = off (default: %(default)s)")
     p.add_argument("--penalty", action=Given, type=float, default=d.penalty,

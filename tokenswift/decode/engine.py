@@ -20,7 +20,7 @@ from tokenswift.decode.engine_window import EngineWindow
 from tokenswift.decode.metrics import RunMetrics
 from tokenswift.decode.ngram import NgramTable
 from tokenswift.decode.options import EngineOptions
-from tokenswift.decode.settings import Settings
+from tokenswift.decode.settings import Settings, concrete_drafter
 from tokenswift.decode.trie import NGRAM_LEN, build_trie, max_nodes, verify_inputs, walk
 from tokenswift.draft.drafting import Drafter, HeadsDrafter
 from tokenswift.draft.fused_drafter import FusedDrafter
@@ -68,6 +68,8 @@ class Engine(EngineWindow):
         plan: the context windows (context_window.py); None: the model's context, no Memory or note.
         pinned_source: the draft's current Memory and note, asked for at each shift (an edit applies there).
         bans: {story index: token ids} the sampler forbids there (banned.py)."""
+        settings = settings.replace(drafter=concrete_drafter(settings.drafter, lm.draft_layer is not None,
+                                                             lm.device.type))
         self.lm, self.s, self.prompt_len = lm, settings, prompt_len
         if plan is None:
             prompt = list(ids[:prompt_len])
