@@ -11,9 +11,12 @@ iteration the policy picks one of a few nested shapes (tree widths, n-gram k), m
   The walk follows the target's own tokens, which do not depend on the candidates, so a smaller shape
   accepts the longest prefix of the accepted path that its trie contains. Each iteration thus updates
   the estimate of every shape the one used contains (the first shape contains them all).
-- Seconds: a moving average per shape of the measured iteration time; at most every `explore_every`
+- Seconds: per shape, the median of its latest measured iteration times; at most every `explore_every`
   iterations, and within `explore_share` of the time, the shape measured longest ago runs again, so the
-  times follow the growing context.
+  times follow the growing context. A median, not a moving average: on a shared CPU one slow iteration (another
+  process's burst) held a shape's average up for a dozen iterations and, at a 5-15% margin, sent the policy to
+  plain steps or the wrong shape; it moves a median not at all, while a lasting change takes it over in
+  time_samples / 2 iterations.
 
 - Plain steps: when one AR step (timed by the engine at the current context) emits more tokens per second
   than the best shape, nothing is drafted: the engine takes plain steps, and one TokenSwift iteration keeps
@@ -32,6 +35,8 @@ take at the root, so the emitted text is the same whatever the policy does.
 
 from __future__ import annotations
 
+import statistics
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -115,10 +120,11 @@ def best_shape(tokens: Sequence[float | None], seconds: Sequence[float | None]) 
 
 class CandidatePolicy:
     def __init__(self, shapes: Sequence[Shape], explore_every: int = 16, token_decay: float = 0.02,
-                 time_decay: float = 0.3, plain_explore_share: float | None = 0.03, explore_share: float = 0.05):
+                 time_samples: int = 9, plain_explore_share: float | None = 0.03, explore_share: float = 0.05):
         """explore_every: the fewest iterations between two re-timings of other shapes than the best;
         explore_share: the most of the time they take. plain_explore_share: the share of time spent on
-        TokenSwift iterations while plain steps are faster; None: never take plain steps.
+        TokenSwift iterations while plain steps are faster; None: never take plain steps. time_samples: how
+        many of a shape's latest timings (and of the plain steps') its time is the median of.
 
         token_decay: an iteration emits 1 or 2 tokens on a small shape, so an average over ~10 of them (0.1)
         swung by +-0.1 token and, at a 5-15% margin, sent the policy to plain steps for long stretches where
@@ -127,18 +133,20 @@ class CandidatePolicy:
         self.shapes = list(shapes)
         # For each shape, the shapes whose outcome its iterations tell (itself included): fixed, so worked out once.
         self.contained = [[j for j, other in enumerate(self.shapes) if shape.contains(other)] for shape in self.shapes]
-        self.explore_every, self.token_decay, self.time_decay = explore_every, token_decay, time_decay
+        self.explore_every, self.token_decay = explore_every, token_decay
         self.explore_share = explore_share
         self.last_explored = 0
         self.clock = 0.0  # seconds of TokenSwift iterations so far
         self.clock_used = [0.0] * len(self.shapes)  # the clock when each shape last ran: also its recency
         self.plain_explore_share = plain_explore_share
-        self.plain_seconds: float | None = None  # moving average of one plain step's time
+        self.plain_times: deque[float] = deque(maxlen=time_samples)  # the latest plain steps' times
+        self.plain_seconds: float | None = None  # their median
         self.plain_run_s = 0.0  # seconds of plain steps since the last TokenSwift iteration
         n = len(self.shapes)
         self.tokens: list[float | None] = [None] * n  # moving average of tokens per iteration
         self.token_counts = [0] * n
-        self.seconds: list[float | None] = [None] * n  # moving average of seconds per iteration
+        self.times = [deque(maxlen=time_samples) for _ in range(n)]  # the latest seconds per iteration
+        self.seconds: list[float | None] = [None] * n  # their median
         self.timed = [0] * n  # iterations timed per shape
         self.iteration = 0
         self.current = 0
@@ -193,7 +201,8 @@ class CandidatePolicy:
 
     def observe_plain(self, seconds: float) -> None:
         """The time of one plain step at the current context: one taken, or the engine's periodic probe."""
-        self.plain_seconds = _average(self.plain_seconds, seconds, self.time_decay)
+        self.plain_times.append(seconds)
+        self.plain_seconds = statistics.median(self.plain_times)
         self.plain_run_s += seconds
 
     def observe(self, levels: Sequence[Sequence[int]], paths: Sequence[Sequence[int]], accepted: Sequence[int],
@@ -205,7 +214,8 @@ class CandidatePolicy:
             self.token_counts[j] += 1
             self.tokens[j] = _average(self.tokens[j], tokens, max(self.token_decay, 1 / self.token_counts[j]))
         if self.timed[i] > 0:
-            self.seconds[i] = _average(self.seconds[i], seconds, self.time_decay)
+            self.times[i].append(seconds)
+            self.seconds[i] = statistics.median(self.times[i])
         self.clock += seconds
         self.clock_used[i] = self.clock
         self.timed[i] += 1
