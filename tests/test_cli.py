@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from tokenswift.bench.runs import windows
 from tokenswift.cli import main as cli
 
 REPO = Path(__file__).resolve().parents[1]
@@ -180,14 +181,13 @@ def test_bench(capsys, stories_path, tmp_path):
     # AR and TokenSwift took turns of 32 tokens; the speed-up is the median slice's
     assert [s["end"] for s in data["slices"]] == [32, 64, 96]
     assert data["speedup_min"] <= data["speedup"] <= data["speedup_max"]
-    # ... and in windows of 64 new tokens, whose counts add up to the run's
-    windows = data["windows"]
-    assert [(w["start"], w["end"]) for w in windows] == [(0, 64), (64, 96)]
-    steps = sum(s["ts_steps"] for s in data["slices"])
-    assert steps == data["steps"] and sum(s["ts_accepted"] for s in data["slices"]) > 0
-    assert sum(w["alpha"] * s for w, s in zip(windows, window_steps(data["slices"], 64), strict=True)) == \
-        pytest.approx(data["alpha"] * steps)
-    assert all(0 < w["distinct4"] <= 1 and 0 <= w["ngram_share"] <= 1 for w in windows)
+    # ... and in windows of 64 new tokens, from per-slice counters that add up to the run's
+    assert [(w["start"], w["end"]) for w in data["windows"]] == [(0, 64), (64, 96)]
+    steps, depth = data["steps"], len(data["settings"]["tree"])
+    assert sum(s["ts_steps"] for s in data["slices"]) == steps
+    assert sum(s["ts_plain_steps"] for s in data["slices"]) == data["plain_steps"]
+    assert sum(s["ts_accepted"] for s in data["slices"]) == round(data["alpha"] * depth * steps) > 0
+    assert all(0 < w["distinct4"] <= 1 and 0 <= w["ngram_share"] <= 1 for w in data["windows"])
     assert data["drafter"] == "HeadsDrafter" and data["settings"]["drafter"] == "paper"
     assert data["identical"] is True and data["first_divergence"] is None
     assert len(data["distinct"]) == 4 and data["settings"]["ignore_eos"] is True
@@ -204,12 +204,24 @@ def test_bench(capsys, stories_path, tmp_path):
     assert_usage_error(code, err, "window-tokens")
 
 
-def window_steps(slices: list[dict], window: int) -> list[int]:
-    """TokenSwift iterations per window of `window` new tokens."""
-    steps: dict[int, int] = {}
-    for s in slices:
-        steps[(s["end"] - 1) // window] = steps.get((s["end"] - 1) // window, 0) + s["ts_steps"]
-    return [steps[k] for k in sorted(steps)]
+
+def test_bench_windows_cover_the_run_end_to_end():
+    """Windows of whole slices, each starting where the last ended; a short tail joins the window before it; a
+    window's numbers are its slices' sums."""
+    def piece(end, ar_s, ts_s, steps, accepted):
+        return {"end": end, "ar_tokens": 10, "ar_s": ar_s, "ts_tokens": 10, "ts_s": ts_s, "ratio": ar_s / ts_s,
+                "ts_steps": steps, "ts_plain_steps": 1, "ts_accepted": accepted, "ts_ngram_accepted": 1,
+                "ts_emitted": 10}
+    slices = [piece(10 * (i + 1), 1.0, 0.5, 5, 4) for i in range(6)] + [piece(65, 1.0, 1.0, 2, 0)]
+    text = list(range(65))
+    spans = [(w["start"], w["end"]) for w in windows(slices, text, 3, 4)]
+    assert spans == [(0, 30), (30, 65)]  # the one-slice tail joined the second window
+    assert [(w["start"], w["end"]) for w in windows(slices[:6], text, 2, 4)] == [(0, 20), (20, 40), (40, 60)]
+    first, second = windows(slices, text, 3, 4)
+    assert first["speedup"] == 2.0 and second["speedup"] == pytest.approx((40 / 2.5) / (40 / 4.0))
+    assert first["alpha"] == 12 / (4 * 15) and first["tokens_per_step"] == (30 - 3) / 15
+    assert first["ngram_share"] == 3 / 12 and first["plain_share"] == 3 / 18
+    assert first["distinct4"] == 1.0
 
 
 def test_bench_prompt_book(capsys, stories_path, tmp_path):

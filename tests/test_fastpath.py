@@ -418,6 +418,19 @@ def test_token_estimate_is_a_mean_at_first_then_a_slow_average():
     assert policy.tokens[0] == pytest.approx(1.25 + 0.25 * (2 - 1.25))  # then the moving average
 
 
+def test_one_slow_iteration_moves_a_shapes_time_not_at_all():
+    shape = Shape((1,), 0)
+    policy = CandidatePolicy([shape])
+    for seconds in (0.5, 0.01, 0.01, 0.01, 1.0):  # the first (one-off costs) is not kept; the last, a burst
+        policy.choose(plain_ok=False)
+        policy.observe(shape.cut([[5]]), [], [], seconds)
+    assert policy.seconds[0] == 0.01
+    for _ in range(4):  # a lasting change takes over once it is half the latest timings
+        policy.choose(plain_ok=False)
+        policy.observe(shape.cut([[5]]), [], [], 1.0)
+    assert policy.seconds[0] == 1.0
+
+
 def test_policy_moves_to_a_smaller_batch_when_verify_gets_expensive():
     shapes = ladder((1, 3, 3, 3), 20)[:4]
     policy = CandidatePolicy(shapes, explore_every=8)

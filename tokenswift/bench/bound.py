@@ -39,7 +39,7 @@ from tokenswift.model.masks import causal_mask
 
 class WidestShape(CandidatePolicy):
     """Always the ladder's widest shape (it contains every other), tallying what each shape would have
-    accepted at every iteration: whole-run means, not the adaptive policy's moving averages."""
+    accepted at every iteration: whole-run means, not the adaptive policy's running estimates."""
 
     def __init__(self, shapes: Sequence[Shape]):
         super().__init__(shapes, plain_explore_share=None)
@@ -123,14 +123,15 @@ def bench_bound(lm: LoadedModel, prompt_ids: list[int], settings: Settings, cont
     costs = {c: pass_times(lm, c, rows, repeats) for c in contexts}
     accepted = acceptance(engine, produced, settings.max_new_tokens)
     return {"model": lm.name, "device": str(lm.device), "dtype": lm.precision,
-            "heads": lm.heads.gamma if lm.heads is not None else 0, "prompt_tokens": len(prompt_ids),
+            "heads": lm.heads.gamma if lm.heads is not None else 0, "drafter": type(engine.drafter).__name__,
+            "prompt_tokens": len(prompt_ids),
             "acceptance": accepted, **bound(accepted, costs),
             "pass_ms": {str(c): {str(t): 1e3 * s for t, s in times.items()} for c, times in costs.items()}}
 
 
 def print_bench_bound(r: dict) -> None:
     a = r["acceptance"]
-    print(f"{r['model']} on {r['device']} ({r['dtype']}), {r['heads']} heads, prompt {r['prompt_tokens']} tokens; "
+    print(f"{r['model']} on {r['device']} ({r['dtype']}), {r['drafter']}, prompt {r['prompt_tokens']} tokens; "
           f"acceptance over {a['new_tokens']} new tokens ({a['iterations']} iterations of the widest shape)")
     for c in r["contexts"]:
         print(f"context {c['context']}: plain step (forward + one row of logits) {c['plain_step_ms']:.1f} ms")

@@ -214,30 +214,35 @@ SLICE_COUNTS = ("steps", "plain_steps", "accepted", "ngram_accepted")  # TokenSw
 
 
 def _counts(engine: Engine) -> dict[str, int]:
-    return {f"ts_{name}": getattr(engine.metrics, name) for name in SLICE_COUNTS}
+    """TokenSwift's counters now; ts_emitted: the tokens its iterations and plain steps emitted (metrics.tokens,
+    before a banned phrase's hold-back or rewind, as the run's tokens per step counts them)."""
+    return {**{f"ts_{name}": getattr(engine.metrics, name) for name in SLICE_COUNTS},
+            "ts_emitted": engine.metrics.tokens}
 
 
-def windows(slices: list[dict], ts_tokens: list[int], window_tokens: int, depth: int) -> list[dict]:
-    """The run in windows of `window_tokens` new tokens (whole slices): speed-up, acceptance and n-gram share, and
-    how varied TokenSwift's text is there (distinct-4), to see whether the gain grows with length and whether it
-    was earned on varied text."""
-    groups: dict[int, list[dict]] = {}
-    for x in slices:
-        groups.setdefault((x["end"] - 1) // window_tokens, []).append(x)
-    out = []
-    for index, group in sorted(groups.items()):
+def windows(slices: list[dict], ts_tokens: list[int], per: int, depth: int) -> list[dict]:
+    """The run in windows of `per` slices (a last part shorter than half a window joins the window before it):
+    speed-up, acceptance and n-gram share, and how varied TokenSwift's text is there (distinct-4), to see whether
+    the gain grows with length and whether it was earned on varied text. A window's speed-up is its tokens per
+    second over its slices' (the run's headline is the median slice's)."""
+    groups = [slices[i:i + per] for i in range(0, len(slices), per)]
+    if len(groups) > 1 and 2 * len(groups[-1]) < per:
+        groups[-2:] = [groups[-2] + groups[-1]]
+    out, start = [], 0
+    for group in groups:
         total = {k: sum(x[k] for x in group) for k in group[0] if k not in ("end", "ratio")}
         ar_rate = total["ar_tokens"] / total["ar_s"] if total["ar_s"] else 0.0
         ts_rate = total["ts_tokens"] / total["ts_s"] if total["ts_s"] else 0.0
-        steps, accepted = total["ts_steps"], total["ts_accepted"]
-        start, end = index * window_tokens, group[-1]["end"]
+        steps, accepted, plain = total["ts_steps"], total["ts_accepted"], total["ts_plain_steps"]
+        end = group[-1]["end"]
         out.append({"start": start, "end": end, "ar_tokens_per_s": ar_rate, "ts_tokens_per_s": ts_rate,
                     "speedup": ts_rate / ar_rate if ar_rate else 0.0,
                     "alpha": accepted / (depth * steps) if steps else 0.0,
-                    "tokens_per_step": (total["ts_tokens"] - total["ts_plain_steps"]) / steps if steps else 0.0,
+                    "tokens_per_step": (total["ts_emitted"] - plain) / steps if steps else 0.0,
                     "ngram_share": total["ts_ngram_accepted"] / accepted if accepted else 0.0,
-                    "plain_share": total["ts_plain_steps"] / max(steps + total["ts_plain_steps"], 1),
+                    "plain_share": plain / max(steps + plain, 1),
                     "distinct4": distinct(ts_tokens[start:end])[3]})
+        start = end
     return out
 
 
@@ -263,6 +268,8 @@ def compare(lm: LoadedModel, prompt_ids: list[int], settings: Settings, warmup_t
     do not land on whichever mode happens to run first."""
     if slice_tokens < 1:
         raise BenchError(f"slice tokens must be >= 1, got {slice_tokens}")
+    if window_tokens < slice_tokens or window_tokens % slice_tokens:
+        raise BenchError(f"window tokens must be a multiple of the slice tokens ({slice_tokens}), got {window_tokens}")
     settings = settings.replace(ignore_eos=True, stop=())
     options = options or EngineOptions()
     ar_settings, ts_settings = settings.replace(mode="ar"), settings.replace(mode="tokenswift")
@@ -290,7 +297,7 @@ def compare(lm: LoadedModel, prompt_ids: list[int], settings: Settings, warmup_t
         "speedup": statistics.median(ratios), "speedup_min": ratios[0], "speedup_max": ratios[-1],
         "speedup_overall": ts_rate / ar_rate if ar_rate else 0.0,
         "slice_tokens": slice_tokens, "slices": slices,
-        "windows": windows(slices, ts_tokens, window_tokens, ts["depth"]),
+        "windows": windows(slices, ts_tokens, window_tokens // slice_tokens, ts["depth"]),
         "identical": divergence is None, "first_divergence": divergence,
         "alpha": ts["alpha"], "beta": ts["beta"], "tokens_per_step": ts["tokens_per_step"],
         "steps": ts["steps"], "plain_steps": ts["plain_steps"], "plain_share": ts["plain_share"],

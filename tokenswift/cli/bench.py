@@ -49,8 +49,8 @@ def add_commands(sub) -> None:
                      help="AR and TokenSwift take turns of this many tokens, so changing machine load hits both "
                           "alike (default: %(default)s)")
     cmp.add_argument("--window-tokens", type=int, default=2048,
-                     help="a run longer than this many new tokens is also shown per window of them: speed-up, "
-                          "acceptance, n-gram share, distinct-4 (default: %(default)s)")
+                     help="a run longer than this many new tokens is also shown per window of them (a multiple of "
+                          "--slice-tokens): speed-up, acceptance, n-gram share, distinct-4 (default: %(default)s)")
     add_ban_args(cmp)
     add_world_info_arg(cmp)
     add_fast_args(cmp)
@@ -127,9 +127,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
     world = read_world_info(args)
     if args.slice_tokens < 1:
         raise CliError("slice-tokens: must be >= 1")
-    if args.window_tokens < args.slice_tokens:
-        raise CliError("window-tokens: must be at least --slice-tokens")
+    if args.window_tokens < args.slice_tokens or args.window_tokens % args.slice_tokens:
+        raise CliError(f"window-tokens: must be a multiple of --slice-tokens ({args.slice_tokens})")
     from tokenswift.bench.runs import compare
+    from tokenswift.decode.settings import concrete_drafter
     from tokenswift.text.context_window import pinned_ids
 
     lm = open_model(args)
@@ -137,7 +138,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     prompt_ids = bench_prompt_ids(args, lm, text)
     pinned = pinned_ids(lm, "", "", world=world) if world is not None else None
     check_lengths(lm, settings, prompt_ids, pinned)
-    if lm.heads is None:
+    if lm.heads is None and concrete_drafter(settings.drafter, lm.draft_layer is not None, lm.device.type) != "layer":
         note("note: no draft heads: TokenSwift drafts with the base head and n-grams only")
     result = compare(lm, prompt_ids, settings, warmup_tokens=args.warmup_tokens, slice_tokens=args.slice_tokens,
                      options=options, pinned=pinned, window_tokens=args.window_tokens)
@@ -164,25 +165,33 @@ def print_bench(r: dict) -> None:
     if r["plain_steps"]:
         print(f"plain steps (adaptive: AR was faster here) {r['plain_steps']} of "
               f"{r['steps'] + r['plain_steps']} iterations ({100 * r['plain_share']:.1f}%)")
-    costs = r["pass_costs"]
-    if costs:
-        plain = costs["plain_step_s"]
-        print(f"{'shape':<16}{'rows':>6}{'ms/iter':>10}{'x plain':>9}{'tokens/iter':>13}{'tokens/s':>10}")
-        for c in costs["shapes"]:
-            ms = f"{1e3 * c['seconds']:.1f}" if c["seconds"] else "-"
-            rel = f"{c['seconds'] / plain:.2f}" if c["seconds"] and plain else "-"
-            tok = f"{c['tokens']:.2f}" if c["tokens"] else "-"
-            rate = f"{c['tokens_per_s']:.1f}" if c["tokens_per_s"] else "-"
-            print(f"{c['shape']:<16}{c['rows']:>6}{ms:>10}{rel:>9}{tok:>13}{rate:>10}")
-        if plain:
-            print(f"{'plain step':<16}{1:>6}{1e3 * plain:>10.1f}{1:>9.2f}{1:>13.2f}{1 / plain:>10.1f}")
+    _print_pass_costs(r["pass_costs"])
     if len(r["windows"]) > 1:
-        print(f"{'new tokens':<14}{'AR tok/s':>9}{'TS tok/s':>9}{'speed-up':>9}{'alpha':>7}{'tok/step':>9}"
-              f"{'n-gram':>8}{'plain':>7}{'dist-4':>8}")
-        for w in r["windows"]:
-            print(f"{w['start']:>6}-{w['end']:<7}{w['ar_tokens_per_s']:>9.1f}{w['ts_tokens_per_s']:>9.1f}"
-                  f"{w['speedup']:>8.2f}x{w['alpha']:>7.3f}{w['tokens_per_step']:>9.2f}"
-                  f"{100 * w['ngram_share']:>7.0f}%{100 * w['plain_share']:>6.0f}%{w['distinct4']:>8.3f}")
+        _print_windows(r["windows"])
+
+
+def _print_pass_costs(costs: dict) -> None:
+    if not costs:
+        return
+    plain = costs["plain_step_s"]
+    print(f"{'shape':<16}{'rows':>6}{'ms/iter':>10}{'x plain':>9}{'tokens/iter':>13}{'tokens/s':>10}")
+    for c in costs["shapes"]:
+        ms = f"{1e3 * c['seconds']:.1f}" if c["seconds"] else "-"
+        rel = f"{c['seconds'] / plain:.2f}" if c["seconds"] and plain else "-"
+        tok = f"{c['tokens']:.2f}" if c["tokens"] else "-"
+        rate = f"{c['tokens_per_s']:.1f}" if c["tokens_per_s"] else "-"
+        print(f"{c['shape']:<16}{c['rows']:>6}{ms:>10}{rel:>9}{tok:>13}{rate:>10}")
+    if plain:
+        print(f"{'plain step':<16}{1:>6}{1e3 * plain:>10.1f}{1:>9.2f}{1:>13.2f}{1 / plain:>10.1f}")
+
+
+def _print_windows(windows: list[dict]) -> None:
+    print(f"{'new tokens':<14}{'AR tok/s':>9}{'TS tok/s':>9}{'speed-up':>9}{'alpha':>7}{'tok/step':>9}"
+          f"{'n-gram':>8}{'plain':>7}{'dist-4':>8}")
+    for w in windows:
+        print(f"{w['start']:>6}-{w['end']:<7}{w['ar_tokens_per_s']:>9.1f}{w['ts_tokens_per_s']:>9.1f}"
+              f"{w['speedup']:>8.2f}x{w['alpha']:>7.3f}{w['tokens_per_step']:>9.2f}"
+              f"{100 * w['ngram_share']:>7.0f}%{100 * w['plain_share']:>6.0f}%{w['distinct4']:>8.3f}")
 
 
 def cmd_bench_ar(args: argparse.Namespace) -> int:

@@ -15,8 +15,8 @@ iteration the policy picks one of a few nested shapes (tree widths, n-gram k), m
   iterations, and within `explore_share` of the time, the shape measured longest ago runs again, so the
   times follow the growing context. A median, not a moving average: on a shared CPU one slow iteration (another
   process's burst) held a shape's average up for a dozen iterations and, at a 5-15% margin, sent the policy to
-  plain steps or the wrong shape; it moves a median not at all, while a lasting change takes it over in
-  time_samples / 2 iterations.
+  plain steps or the wrong shape; it moves a median not at all, while a lasting change takes it over once
+  it is half of that shape's latest time_samples timings.
 
 - Plain steps: when one AR step (timed by the engine at the current context) emits more tokens per second
   than the best shape, nothing is drafted: the engine takes plain steps, and one TokenSwift iteration keeps
