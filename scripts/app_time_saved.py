@@ -1,11 +1,12 @@
 """Time saved versus plain decoding, as the app's chart shows it, for one draft written by the real worker.
 
-Queues one draft on a fresh SQLite store (the app's defaults: the default model and its heads, the worker's
-adaptive TokenSwift), runs the worker process on it until the queue is empty, and prints the metric points the
-Write tab's *Time saved* chart plots (tokens, elapsed seconds, time saved, plain share), then writes them as JSON.
+Queues one draft on a fresh SQLite store (the app's defaults: the default model, the writing settings of the
+Write tab, the default drafter, the worker's adaptive TokenSwift; a flag given here replaces its setting), runs
+the worker process on it until the queue is empty, and prints the metric points the Write tab's *Time saved*
+chart plots (tokens, elapsed seconds, time saved, plain share), then writes them as JSON.
 
     .venv/bin/python scripts/app_time_saved.py --prompt-book eval:0 --prompt-tokens 2048 --max-new-tokens 4096 \\
-        --temperature 1.0 --min-p 0.1 --penalty 1.2 --json runs/app-time-saved.json
+        --json runs/app-time-saved.json
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ sys.path.insert(0, str(ROOT))
 
 from storage import open_store  # noqa: E402
 from tokenswift.bench.runs import book_text  # noqa: E402
-from tokenswift.decode.settings import Settings  # noqa: E402
+from tokenswift.decode.settings import writing_settings  # noqa: E402
 from tokenswift.model.default_model import default_model_path  # noqa: E402
 
 
@@ -31,9 +32,9 @@ def main() -> None:
     parser.add_argument("--prompt-book", default="eval:0", help="SPLIT:N, a book of ../shared/data/books")
     parser.add_argument("--prompt-tokens", type=int, default=2048, help="about this many tokens of its opening")
     parser.add_argument("--max-new-tokens", type=int, default=4096)
-    parser.add_argument("--temperature", type=float, default=1.0)
-    parser.add_argument("--min-p", type=float, default=0.1)
-    parser.add_argument("--penalty", type=float, default=1.2)
+    parser.add_argument("--temperature", type=float, help="default: the writing settings'")
+    parser.add_argument("--min-p", type=float, help="default: the writing settings'")
+    parser.add_argument("--penalty", type=float, help="default: the writing settings'")
     parser.add_argument("--threads", type=int, default=1, help="the worker's torch threads")
     parser.add_argument("--json", help="also write the metric points here")
     args = parser.parse_args()
@@ -42,8 +43,9 @@ def main() -> None:
     # About four characters a token: the worker tokenises the opening itself, as it does the app's prompts.
     prompt = book_text(ROOT.parent / "shared" / "data" / "books" / f"{split}.jsonl.xz", int(index))
     prompt = prompt[: 4 * args.prompt_tokens]
-    settings = Settings(seed=1, max_new_tokens=args.max_new_tokens, temperature=args.temperature, min_p=args.min_p,
-                        penalty=args.penalty, penalty_length=1024, ban_eos=True)
+    given = {"temperature": args.temperature, "min_p": args.min_p, "penalty": args.penalty}
+    settings = writing_settings(seed=1, max_new_tokens=args.max_new_tokens, ban_eos=True,
+                                **{k: v for k, v in given.items() if v is not None})
     with tempfile.TemporaryDirectory() as home:
         url = f"sqlite:///{home}/studio.db"
         store = open_store(url)

@@ -15,8 +15,9 @@ iteration the policy picks one of a few nested shapes (tree widths, n-gram k), m
   iterations, and within `explore_share` of the time, the shape measured longest ago runs again, so the
   times follow the growing context. A median, not a moving average: on a shared CPU one slow iteration (another
   process's burst) held a shape's average up for a dozen iterations and, at a 5-15% margin, sent the policy to
-  plain steps or the wrong shape; it moves a median not at all, while a lasting change takes it over once
-  it is half of that shape's latest time_samples timings.
+  plain steps or the wrong shape; it moves a median of 3 not at all, while a lasting change takes it over in
+  two of that shape's timings, as fast as the average did (a median of 9 took five, and a shape re-timed only
+  now and then kept a stale time for long stretches).
 
 - Plain steps: when one AR step (timed by the engine at the current context) emits more tokens per second
   than the best shape, nothing is drafted: the engine takes plain steps, and one TokenSwift iteration keeps
@@ -120,7 +121,7 @@ def best_shape(tokens: Sequence[float | None], seconds: Sequence[float | None]) 
 
 class CandidatePolicy:
     def __init__(self, shapes: Sequence[Shape], explore_every: int = 16, token_decay: float = 0.02,
-                 time_samples: int = 9, plain_explore_share: float | None = 0.03, explore_share: float = 0.05):
+                 time_samples: int = 3, plain_explore_share: float | None = 0.03, explore_share: float = 0.05):
         """explore_every: the fewest iterations between two re-timings of other shapes than the best;
         explore_share: the most of the time they take. plain_explore_share: the share of time spent on
         TokenSwift iterations while plain steps are faster; None: never take plain steps. time_samples: how
