@@ -28,7 +28,7 @@ from tokenswift.decode.settings import Settings, SettingsError, concrete_drafter
 from tokenswift.draft.draft_layer import CONFIG_NAME, WEIGHTS_NAME, DraftLayerError, load_layer, save_layer
 from tokenswift.draft.fused_drafter import FusedDrafter
 from tokenswift.draft.layer_drafter import LayerDrafter
-from tokenswift.sampling.sampler import last_ids, penalty_mask
+from tokenswift.sampling.sampler import Sampler, last_ids, penalty_mask
 from tokenswift.text.context_window import pinned_ids
 from tokenswift.train.draft_loss import Penalty, penalised_loss, penalised_targets, window_mask
 
@@ -146,6 +146,21 @@ def test_layer_drafter_across_shifts_with_memory_and_resume(lm64):
     assert gen.metrics().shifts >= 5
     resumed = Generator(lm64, s, prompt, generated_ids=expected[:210], pinned=pinned)
     assert first_difference(resumed.run(), expected) is None
+
+
+def test_a_window_of_states_then_plain_steps_drafts_from_the_last_window(lm64):
+    """After a prefill (a context shift), the adaptive policy's plain steps add rows to the window of states the
+    drafter was given; its next draft runs the last `window` of them only (it used to attend over more rows
+    than the window and fail)."""
+    s = Settings(max_new_tokens=8, ignore_eos=True, drafter="layer")
+    w, dim = lm64.draft_layer.window, lm64.config.dim
+    drafter = LayerDrafter(lm64, s, Sampler(s, lm64.config.vocab_size, "cpu"), 4 * w)
+    drafter.start(None, 0, [])
+    drafter.observe(torch.randn(w, dim, dtype=torch.float64), [1 + i % 100 for i in range(w)], 0)
+    for i in range(5):
+        drafter.observe(torch.randn(1, dim, dtype=torch.float64), [7], w + i)
+    assert drafter.pending_count == w and drafter.valid_from == 5
+    assert len(drafter.propose(7, w + 5, None, 2, 0)) == 2
 
 
 def test_in_float32_the_layer_drafts_by_the_c_kernels_what_torch_drafts(stories32, trained):
