@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -96,3 +97,29 @@ def log_in(page, url: str) -> None:
     page.get_by_label("username").fill(AUTH[0])
     page.get_by_label("password").fill(AUTH[1])
     page.get_by_role("button", name="Login").click()
+
+
+def start_draft(page, db: Path, prompt: str, target: int, done_timeout: float) -> int:
+    """Start a draft on the Write tab and wait until it is done; its id. The status line may still show an
+    earlier draft (a finished one, or the one a fresh page attaches to) until the click is answered, so this
+    waits for a draft newer than any the store held before the click."""
+    from playwright.sync_api import expect
+
+    from storage import open_store
+
+    store = open_store(f"sqlite:///{db}")
+    try:
+        newest = max((g.id for g in store.list_generations()), default=0)
+    finally:
+        store.close()
+    page.locator("#write-prompt textarea").fill(prompt)
+    page.locator("#write-target input").fill(str(target))
+    page.locator("#write-start").click()
+    status = page.locator("#write-status")
+    expect(status).to_contain_text("Draft #", timeout=60_000)  # the first start loads the tokenizer
+    expect(status).not_to_contain_text(re.compile(rf"Draft #{newest}\b"), timeout=60_000)
+    gen_id = int(re.search(r"Draft #(\d+)", status.inner_text()).group(1))
+    assert gen_id > newest, status.inner_text()
+    # Until it is done, the draft's ticks rewrite the status line that later steps read.
+    expect(status).to_contain_text(re.compile(rf"Done.*Draft #{gen_id}\b"), timeout=done_timeout)
+    return gen_id

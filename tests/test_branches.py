@@ -11,7 +11,7 @@ import re
 import pytest
 from conftest import sqlite_db_url
 from fastapi.testclient import TestClient
-from studio_app import SHOTS
+from studio_app import SHOTS, start_draft
 from test_worker import one_torch_thread
 
 from storage import open_store
@@ -136,16 +136,13 @@ def test_bad_positions_and_tokens_are_refused_by_name_and_change_nothing(drafted
 
 
 @pytest.mark.browser
-def test_click_a_word_pick_an_alternative_and_follow_the_branch(app_page):
+def test_click_a_word_pick_an_alternative_and_follow_the_branch(app_page, studio_app):
     from playwright.sync_api import expect
 
     page, wait = app_page, {"timeout": 30_000}
     page.set_default_timeout(30_000)
-    page.locator("#write-prompt textarea").fill("Once upon a time, a little fox found a key by the sea.")
-    page.locator("#write-target input").fill("80")
-    page.locator("#write-start").click()
-    expect(page.locator("#write-status")).to_contain_text("Done", timeout=120_000)
-    original = re.search(r"Draft #(\d+)", page.locator("#write-status").inner_text()).group(1)
+    original = start_draft(page, studio_app.db, "Once upon a time, a little fox found a key by the sea.", 80,
+                           120_000)
     page.locator("#write-branch-box").get_by_text("Alternatives and branches").click()
     expect(page.locator("#write-branches input")).to_have_value(re.compile(rf"^#{original} original"), **wait)
     words, info = page.locator("#write-words .ts-tok"), page.locator("#write-alt-info")

@@ -5,10 +5,9 @@ changes nothing; a built-in preset, boxes edited by hand and Save preset reach t
 from __future__ import annotations
 
 import json
-import re
 
 import pytest
-from studio_app import SHOTS
+from studio_app import SHOTS, start_draft
 
 from storage import open_store
 from tokenswift.decode.settings import Settings
@@ -50,16 +49,7 @@ def panel(page) -> list:
 
 def start(page, db, prompt: str) -> Settings:
     """Start a 30-token draft; its settings as the store holds them for the worker."""
-    from playwright.sync_api import expect
-
-    page.locator("#write-prompt textarea").fill(prompt)
-    page.locator("#write-target input").fill("30")
-    page.locator("#write-start").click()
-    status = page.locator("#write-status")
-    expect(status).to_contain_text("Draft #", timeout=2 * SLOW)  # the first start loads the tokenizer
-    gen_id = int(re.search(r"Draft #(\d+)", status.inner_text()).group(1))
-    # Until it is done, the draft's ticks rewrite the status line that later steps read.
-    expect(status).to_contain_text("Done", timeout=4 * SLOW)
+    gen_id = start_draft(page, db, prompt, 30, 4 * SLOW)
     store = open_store(f"sqlite:///{db}")
     try:
         return Settings.from_json(store.get_generation(gen_id, with_text=False).settings_json)
