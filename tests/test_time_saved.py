@@ -11,6 +11,7 @@ import time
 import pytest
 
 import tokenswift.decode.engine as engine_module
+import tokenswift.decode.engine_probe as engine_probe
 from tokenswift.decode.generate import Generator
 from tokenswift.decode.settings import Settings
 
@@ -37,7 +38,7 @@ def run_with_probes(stories64, monkeypatch, slow) -> tuple[list[int], float, flo
     Returns the ids, the time saved and the final AR step time."""
     clock, probes = Clock(), []
     monkeypatch.setattr(time, "perf_counter", clock)
-    monkeypatch.setattr(engine_module, "PROBE_INTERVAL_S", 0.0)
+    monkeypatch.setattr(engine_probe, "PROBE_INTERVAL_S", 0.0)
     ar_token = engine_module.Engine._ar_token
 
     def probe(engine, n):

@@ -7,7 +7,6 @@ resumed from stored ids continues exactly as an uninterrupted one.
 
 from __future__ import annotations
 
-import statistics
 import time
 from collections import deque
 from collections.abc import Callable
@@ -16,6 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from tokenswift.decode.adaptive import CandidatePolicy, ladder
+from tokenswift.decode.engine_probe import AR_SAMPLES, EngineProbe
 from tokenswift.decode.engine_window import EngineWindow
 from tokenswift.decode.metrics import RunMetrics
 from tokenswift.decode.ngram import NgramTable
@@ -37,15 +37,7 @@ from tokenswift.sampling.sampler import Sampler, last_ids, node_windows
 from tokenswift.text.context_window import PinnedText, WindowPlan, leading_bos, window_plan
 
 CAPACITY_SPARE = 8  # cache slots beyond the longest text and one verify batch
-# How often TokenSwift re-measures an AR step at the current context. The probe's output is thrown away, so it
-# is pure cost (a plain step every 2 s was 2-3% of a CPU run), while the step time it tracks grows by a few
-# percent per thousand tokens of context.
-PROBE_INTERVAL_S = 8.0
 SHARED_HEAD_ROWS = 16  # up to this many candidate rows share one LM-head product (16-bit weights, see _verify)
-# Time saved is counted against the median of the latest AR timings: on a shared CPU one slow step (another
-# process had the core) would otherwise count as seconds saved for every iteration until the next probe,
-# and the time-saved curve would jump up and drift back.
-AR_SAMPLES = 5
 
 
 def default_budget(settings: Settings, prompt_len: int) -> int:
@@ -59,7 +51,7 @@ class StepResult:
     tokens: list[int]  # emitted this iteration; the last one is the new root
 
 
-class Engine(EngineWindow):
+class Engine(EngineWindow, EngineProbe):
     def __init__(self, lm: LoadedModel, settings: Settings, ids: list[int], prompt_len: int,
                  options: EngineOptions | None = None, plan: WindowPlan | None = None,
                  pinned_source: Callable[[], PinnedText] | None = None, bans: dict[int, tuple[int, ...]] | None = None):
@@ -377,29 +369,6 @@ class Engine(EngineWindow):
         rows, self._tops = self._tops, []
         return from_rows(torch.cat(rows)) if rows else []
 
-    def _maybe_probe_ar(self) -> None:
-        """Measure one plain AR step at the current context, so time saved is against this very run.
-
-        It writes the root's K/V at slot `length`, exactly what the verify pass writes there next."""
-        now = time.perf_counter()
-        if now - self._last_probe < PROBE_INTERVAL_S:
-            return
-        n = self.length
-        self._sync()
-        b0, t0 = self._built(), time.perf_counter()
-        self._ar_token(n)
-        self._tops.clear()  # the probe's token is thrown away, and so are its alternatives
-        self._sync()
-        dt = self._less_builds(time.perf_counter() - t0, b0)
-        self._observe_ar(dt)
-        if self.policy is not None:
-            self.policy.observe_plain(dt)
-        self._last_probe = time.perf_counter()
-
-    def _observe_ar(self, seconds: float) -> None:
-        self._ar_times.append(seconds)
-        self.metrics.ar_latency_s = ar_estimate(self._ar_times)
-
 
 def shared_head_rows(lm: LoadedModel) -> int:
     """How many candidate rows one LM-head product serves in a verify pass: as many as cost about one row."""
@@ -409,8 +378,3 @@ def shared_head_rows(lm: LoadedModel) -> int:
         # a float32 head read once for 8 rows
         return PRODUCT_ROWS
     return COLUMN_ROWS if column_product(COLUMN_ROWS, lm.model.head_weight) else 0
-
-
-def ar_estimate(samples) -> float:
-    """The AR step time that time saved is counted against (AR_SAMPLES): robust to one slow outlier."""
-    return statistics.median(samples)
