@@ -67,6 +67,32 @@ def test_a_rows_attention_does_not_depend_on_the_rows_beside_it(rows):
     assert torch.equal(pair[:1], rows.attend(CFG, q[:1], keys[:, :span], values[:, :span], None))
 
 
+@pytest.mark.parametrize("prefix", [62, 1000, 1024])
+def test_a_tree_rows_attention_is_the_plain_steps_over_its_path_bit_for_bit(rows, prefix):
+    """A verify row sees the prefix, then its ancestors and itself, with other candidates' slots between them; a
+    plain step at its position sees the same keys and values in contiguous slots. The kernel must cut both into the
+    same chunks, or the sums round otherwise (62: the path crosses a chunk boundary; 1024: it starts one)."""
+    keys, values = cache_layer(seed=6)
+    parents = [-1, 0, 0, 1, 1, 2, 3, 3, 4, 6, 6, 9] + [11] * 8  # 20 nodes, branching, one long chain
+    t = len(parents)
+    block = torch.eye(t, dtype=torch.bool)
+    for node in range(t):
+        up = parents[node]
+        while up >= 0:
+            block[node, up] = True
+            up = parents[up]
+    mask = torch.ones(t, prefix + t, dtype=torch.bool)
+    mask[:, prefix:] = block
+    q = torch.randn(t, CFG.n_heads, CFG.head_dim, generator=torch.Generator().manual_seed(8))
+    tree = rows.attend(CFG, q, keys[:, :prefix + t], values[:, :prefix + t], mask)
+    for node in (5, 9, 11, 19):
+        path = block[node].nonzero().flatten() + prefix  # its ancestors' slots and its own, in order
+        plain_keys, plain_values = keys[:, :prefix + len(path)].clone(), values[:, :prefix + len(path)].clone()
+        plain_keys[:, prefix:], plain_values[:, prefix:] = keys[:, path], values[:, path]
+        plain = rows.attend(CFG, q[node:node + 1], plain_keys, plain_values, None)
+        assert torch.equal(plain, tree[node:node + 1])
+
+
 def test_few_row_products_are_torchs_and_a_rows_product_is_its_own(rows):
     gen = torch.Generator().manual_seed(7)
     weight, x = torch.randn(300, 584, generator=gen), torch.randn(11, 584, generator=gen)  # 584: a tail past 16s
@@ -220,3 +246,40 @@ def test_float64_kernels_compute_torchs_attention_layer_and_products(tmp_path, m
     product = rows64.linear(x, weight)
     assert torch.allclose(product, x @ weight.t(), rtol=1e-12, atol=1e-11)
     assert torch.equal(rows64.linear(x[2:3], weight), product[2:3])
+
+
+@pytest.mark.parametrize("fixture", ["stories32", "stories64"])
+def test_a_verify_batch_computes_each_row_as_the_plain_steps_along_its_path(request, fixture):
+    """The engine's verify pass (exact_rows) over a tree of more rows than MAX_ROWS: every row's state and logits are
+    bit for bit those of plain one-token steps along its path, whose K/V sit in contiguous slots (without exact_rows a
+    batch this size takes torch's GEMMs and attention, which order their sums otherwise)."""
+    from tokenswift.model.native_rows import MAX_ROWS
+
+    model = request.getfixturevalue(fixture).model
+    cfg, dtype = model.cfg, model.model.embed_tokens.weight.dtype
+    prefix = torch.randint(2, 500, (70,), generator=torch.Generator().manual_seed(9))
+    parents = [-1, 0, 0, 1, 1, 2, 3, 3, 4, 6, 6, 9] + [11 + i for i in range(9)]  # 21 nodes: a long chain too
+    t = len(parents)
+    assert t > MAX_ROWS
+    tokens = torch.randint(2, 500, (t,), generator=torch.Generator().manual_seed(10))
+    depth, block = [0] * t, torch.eye(t, dtype=torch.bool)
+    for node in range(1, t):
+        depth[node] = depth[parents[node]] + 1
+        block[node] = block[parents[node]]
+        block[node, node] = True
+
+    def fresh() -> KVCache:
+        cache = KVCache(cfg.n_layers, cfg.n_kv_heads, 128, cfg.head_dim, "cpu", dtype)
+        model(prefix, torch.arange(70), cache, 0, torch.ones(70, 70, dtype=torch.bool).tril())
+        return cache
+
+    mask = torch.ones(t, 70 + t, dtype=torch.bool)
+    mask[:, 70:] = block
+    verify = model(tokens, torch.tensor(depth) + 70, fresh(), 70, mask, logits="none", exact_rows=True).hidden
+    for node in (8, 10, t - 1):
+        cache, path = fresh(), block[node].nonzero().flatten()
+        for i, along in enumerate(path.tolist()):
+            plain = model(tokens[along:along + 1], torch.tensor([70 + i]), cache, 70 + i)
+        # The engine takes each visited row's logits from its own state (Engine._verify), one row as a step does.
+        assert torch.equal(plain.hidden, verify[node:node + 1])
+        assert torch.equal(plain.logits, model.logits_of(verify[node:node + 1]))

@@ -88,7 +88,7 @@ def pass_times(lm: LoadedModel, context: int, rows: Sequence[int], repeats: int 
             tokens, pos, mask = inputs[t]
             sync_device(lm.device)
             t0 = time.perf_counter()
-            out = lm.model(tokens, pos, cache, context, mask, logits="none")
+            out = lm.model(tokens, pos, cache, context, mask, logits="none", exact_rows=True)
             lm.model.logits_of(out.hidden[:1])
             sync_device(lm.device)
             if repeat:  # the first round warms kernels and allocator up

@@ -334,7 +334,8 @@ class Engine(EngineWindow, EngineProbe):
             return (lambda node: logits[node:node + 1]), queries, targets, hidden
         tokens, positions, tree_mask = (t.to(self.lm.device) for t in verify_inputs(trie, L, pad))
         mask = with_prefix(tree_mask, L, positions, self.lm.config.sliding_window)
-        out = self.lm.model(tokens, positions, self.cache, L, mask, logits="none", capture_queries=capture)
+        out = self.lm.model(tokens, positions, self.cache, L, mask, logits="none", capture_queries=capture,
+                            exact_rows=True)
         if len(trie.tokens) <= self.shared_head_rows:
             logits = self.lm.model.logits_of(out.hidden[: len(trie.tokens)])
             rows = lambda node: logits[node:node + 1]  # noqa: E731

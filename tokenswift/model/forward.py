@@ -22,7 +22,7 @@ from torch import nn
 
 from tokenswift.model.config import ModelConfig
 from tokenswift.model.kv_cache import KVCache
-from tokenswift.model.native_rows import MAX_ROWS, PRODUCT_ROWS, NativeBlock, NativeRows
+from tokenswift.model.native_rows import MAX_ROWS, PRODUCT_ROWS, NativeBlock, NativeRows, SeenSlots
 from tokenswift.model.rope import apply_rope
 
 # A CPU float32 product of a few rows streams the weight once: with the model's C kernels (native_rows.linear, up to
@@ -128,19 +128,22 @@ def sdpa_folded(cfg: ModelConfig, q: torch.Tensor, keys: torch.Tensor, values: t
 
 class SpanAttention:
     """The eager attention: the slots [0, span) under a mask ([T, span] bool, True = may attend) or, for one token
-    that sees the whole filled cache, none; by the model's C kernel where the forward hands one over (native: it
-    does up to MAX_ROWS tokens), else SDPA.
+    that sees the whole filled cache, none; by the model's C kernel where the forward hands one over (native: up to
+    MAX_ROWS tokens, any number in a verify pass), else SDPA.
     The fast path's kernels (attention.py) take the same call."""
 
     def __init__(self, cfg: ModelConfig, span: int, mask: torch.Tensor | None, dtype: torch.dtype,
                  native: NativeRows | None = None):
         self.cfg, self.span, self.native = cfg, span, native
         self.mask = mask if self.native is not None or mask is None else attention_bias(mask, cfg.group, dtype)
+        self.seen: SeenSlots | None = None  # the C kernel's form of the mask, built once for every layer
 
     def __call__(self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
         keys, values = keys[:, :self.span], values[:, :self.span]
         if self.native is not None:
-            return self.native.attend(self.cfg, q, keys, values, self.mask)
+            if self.seen is None:
+                self.seen = SeenSlots.of(self.mask, q.shape[0], self.span)
+            return self.native.attend(self.cfg, q, keys, values, self.seen)
         return sdpa_folded(self.cfg, q, keys, values, self.mask)
 
 
@@ -233,9 +236,13 @@ class Transformer(nn.Module):
         mask: torch.Tensor | None = None,
         logits: str = "all",
         capture_queries: bool = False,
+        exact_rows: bool = False,
     ) -> ForwardOut:
         """The eager call. tokens, positions: [T]. mask: [T, start+T] bool (True = may attend) or None for a
-        single token that sees the whole filled cache. logits: "all", "last" or "none"."""
+        single token that sees the whole filled cache. logits: "all", "last" or "none". exact_rows (a verify
+        pass): the C kernels run every row whatever T, so each row is bit for bit what a one-row step at its
+        position computes; without it they take up to MAX_ROWS rows and a longer chunk (prefill) runs torch's
+        GEMMs and attention, whose sums are ordered otherwise (and q4's dequantize the weight)."""
         t = tokens.shape[0]
         if start + t > cache.capacity:
             raise RuntimeError(f"KV cache full: need {start + t} slots, have {cache.capacity}")
@@ -243,7 +250,7 @@ class Transformer(nn.Module):
         # keeps its positions inside the table (loading.rope_positions).
         if positions.device.type == "cpu" and t and int(positions.max()) >= self.rope_cos.shape[0]:
             raise ValueError(f"position {int(positions.max())} beyond the RoPE table ({self.rope_cos.shape[0]})")
-        native = self.native if t <= MAX_ROWS else None
+        native = self.native if t <= MAX_ROWS or exact_rows else None
         attend = SpanAttention(self.cfg, start + t, mask, self.model.embed_tokens.weight.dtype, native)
         slots = torch.arange(start, start + t, device=tokens.device)
         queries = [] if capture_queries else None

@@ -9,14 +9,16 @@ per step, ~420 with ~10 ms of Python around them; torch's flash-attention kernel
 GEMMs per KV block, took 0.66 ms a layer at a 2K-token context. The forward (forward.py) is the same with or
 without these: Block.forward hands its layer to a NativeBlock where the forward has one. Loading sets them on a
 float32 CPU model (Transformer.native), q4 included, and on a float64 one (native.DOUBLE), where a C compiler builds
-them; prefill chunks (more than MAX_ROWS rows) keep torch's operators, whose GEMMs pay off there. Up to MAX_ROWS
-rows attention is the C kernel too, so a verify batch computes each row bit for bit as a plain step does.
+them; prefill chunks (more than MAX_ROWS rows) keep torch's operators, whose GEMMs pay off there. A verify batch
+runs on the kernels whatever its rows (the forward's exact_rows), attention included, so each row is bit for bit
+what a plain step computes: torch's GEMMs order their sums otherwise, and in q4 they dequantize the weight.
 """
 
 from __future__ import annotations
 
 import ctypes
 import math
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -25,7 +27,7 @@ from tokenswift.model import native
 from tokenswift.model.config import ModelConfig
 from tokenswift.model.quant import QuantLinear
 
-MAX_ROWS = 16  # query tokens per forward for which the kernels are used
+MAX_ROWS = 16  # query tokens per forward for which the kernels are used (a verify pass: any number)
 PRODUCT_ROWS = 8  # a float32 product of up to this many rows outside a layer (the LM head, the draft layer's fc and
 # head) streams the weight once
 DENSE_KIND = -1  # struct product's kind for a dense weight; GGUF blocks carry QuantLinear's kind number
@@ -128,21 +130,49 @@ class NativeRows:
         return out
 
     def attend(self, cfg: ModelConfig, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
-               mask: torch.Tensor | None) -> torch.Tensor:
+               mask: torch.Tensor | SeenSlots | None) -> torch.Tensor:
         """q [T, heads, head_dim]; keys, values [kv_heads, span, head_dim] (a cache's layer); mask None (every row
-        sees every slot) or [T, span] bool -> [T, heads * head_dim]."""
+        sees every slot), [T, span] bool, or the SeenSlots of one (a forward's layers share them) -> [T, heads *
+        head_dim]."""
         t, span = q.shape[0], keys.shape[1]
         _same_strides(keys, values)
+        seen = mask if isinstance(mask, SeenSlots) else SeenSlots.of(mask, t, span)
         q = q.contiguous()
         out = torch.empty(t, cfg.n_heads * cfg.head_dim, dtype=self.dtype)
-        if mask is not None:
-            mask = mask.contiguous()
         if self.lib.attend_rows(q.data_ptr(), t, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, keys.data_ptr(),
-                                values.data_ptr(), keys.stride(0), keys.stride(1), span,
-                                mask.data_ptr() if mask is not None else None, 1.0 / math.sqrt(cfg.head_dim),
+                                values.data_ptr(), keys.stride(0), keys.stride(1), seen.shared, seen.tail.data_ptr(),
+                                seen.count.data_ptr(), seen.tail.shape[1], 1.0 / math.sqrt(cfg.head_dim),
                                 out.data_ptr(), torch.get_num_threads()):
             raise MemoryError("row attention: out of memory for the per-chunk partial sums")
         return out
+
+
+@dataclass(frozen=True)
+class SeenSlots:
+    """The cached slots each query token sees, as attention_kernel.c takes them: all of [0, shared), then its own
+    ascending slots tail[i, :count[i]]. The kernel cuts a token's slots into chunks in this order, so a verify
+    batch's tree row (the prefix, then its ancestors among other candidates' slots) is cut as a plain step at its
+    position cuts its contiguous slots, and rounds the same."""
+
+    shared: int
+    tail: torch.Tensor  # [T, width] int64 (width: the most any token has)
+    count: torch.Tensor  # [T] int64
+
+    @classmethod
+    def of(cls, mask: torch.Tensor | None, t: int, span: int) -> SeenSlots:
+        """From a [T, span] bool mask (True = may attend), or None: every token sees [0, span)."""
+        if mask is None:
+            return cls(span, torch.zeros(t, 0, dtype=torch.int64), torch.zeros(t, dtype=torch.int64))
+        if tuple(mask.shape) != (t, span):
+            raise ValueError(f"row attention: a mask of shape {tuple(mask.shape)} for {t} rows over {span} slots")
+        hidden = (~mask.all(0)).nonzero()
+        shared = int(hidden[0]) if len(hidden) else span
+        rest = mask[:, shared:]
+        count = rest.sum(1)
+        width = int(count.max()) if t else 0
+        # A stable sort puts each row's visible slots first, in slot order.
+        order = torch.sort((~rest).to(torch.uint8), dim=1, stable=True).indices[:, :width]
+        return cls(shared, (order + shared).contiguous(), count.contiguous())
 
 
 def _contiguous(x: torch.Tensor) -> None:
