@@ -107,7 +107,7 @@ def model_notice(worker: WorkerStatus | None) -> str:
     context = f" · trained for {worker.max_context:,} tokens of context" if worker.max_context else ""
     heads = (f"draft heads: {html.escape(worker.heads_info)}" if worker.heads_info
              else "no draft heads (TokenSwift guesses from n-grams of the text so far)")
-    caveat = same_text_caveat(worker.dtype)
+    caveat = same_text_caveat(worker.dtype, worker.device)
     exact = f" · ⚠ {caveat}" if caveat else ""
     return f"Model: **{short_name(worker.model)}**{size}{context} · {worker.device}/{worker.dtype} · {heads}{exact}"
 

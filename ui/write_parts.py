@@ -157,8 +157,8 @@ def _form(d: SettingsForm) -> dict:
         target = gr.Number(d.target, label=TARGET_LABEL, precision=0, elem_id="write-target", scale=2,
                            info="About ¾ of a word each: 1,000 tokens ≈ 750 words.")
         mode = gr.Radio(list(MODES), value=d.mode, label="Mode", elem_id="write-mode", scale=2,
-                        info="TokenSwift writes the very same text as plain decoding (AR), faster (in float32 a "
-                             "near tie can rarely part them: the model notice says so).")
+                        info="TokenSwift writes the very same text as plain decoding (AR), faster (on a GPU, in "
+                             "16-bit or float32 numbers, a near tie can part them: the model notice says so).")
     quick = gr.Radio(list(QUICK_LENGTHS), value=None, label="Quick picks", elem_id="write-quick")
     limit = gr.Markdown("Model limit: waiting for the worker…", label="Model limit", elem_id="write-limit")
     with gr.Accordion("Memory and Author's Note", open=False, elem_id="write-context"):

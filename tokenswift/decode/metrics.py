@@ -102,15 +102,17 @@ def distinct(ids: list[int]) -> list[float]:
 # Where TokenSwift's text is not promised to equal plain decoding's token for token (design §3): the two compute
 # a position's logits in differently shaped passes, and where rounding exceeds the gap between the two best
 # noisy scores the sampled token flips and the texts part: often in 16-bit numbers, rarely in float32 (about once
-# in 10^4-10^5 tokens, design §3), practically never in float64 (where the tests prove the equality).
+# in 10^4-10^5 tokens, design §3), practically never in float64 (where the tests prove the equality). On a CPU,
+# float32 and q4 run every verify row through the C kernels exactly as a plain step (native_rows.py): no caveat
+# there (q4 runs nowhere else; float32 falls back to torch's operators only without a C compiler).
 NOT_TOKEN_EXACT = {"float32": ("float32", "rarely (about once in 10,000-100,000 tokens) "),
-                   "bfloat16": ("bfloat16", ""), "float16": ("float16", ""),
-                   "q4": ("4-bit weights", "")}
+                   "bfloat16": ("bfloat16", ""), "float16": ("float16", "")}
+ROW_EXACT_ON_CPU = ("float32", "q4")
 
 
-def same_text_caveat(precision: str | None) -> str | None:
-    """What limits the "same text as plain decoding" promise at this --dtype; None in float64."""
-    if precision not in NOT_TOKEN_EXACT:
+def same_text_caveat(precision: str | None, device: str | None) -> str | None:
+    """What limits the "same text as plain decoding" promise at this --dtype on this device; None where it holds."""
+    if precision not in NOT_TOKEN_EXACT or (device == "cpu" and precision in ROW_EXACT_ON_CPU):
         return None
     name, how = NOT_TOKEN_EXACT[precision]
     return (f"in {name} TokenSwift's text can {how}part from plain decoding's at a near tie: as good a text, not "

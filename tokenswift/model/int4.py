@@ -6,8 +6,9 @@ quantized: the weight bytes llama.cpp reads. The products are quant.QuantLinear'
 are quantized per block of 32 to int8 inside each product, as llama.cpp does; norms, RoPE, attention and the KV
 cache are float32, as in the float32 model.
 
-Like --dtype bfloat16 this trades exactness for speed: `bench` reports the first divergence from plain decoding,
-and scripts/precision_quality.py measures the text against float32's. Exactness is proven in float64.
+Its text is its own, not float32's (scripts/precision_quality.py measures how close), but TokenSwift in q4 writes
+plain q4 decoding's: a verify batch runs these products row by row as a plain step does (native_rows.py), and
+`bench` checks it. Exactness is proven in float64.
 """
 
 from __future__ import annotations
