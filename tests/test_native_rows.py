@@ -67,11 +67,12 @@ def test_a_rows_attention_does_not_depend_on_the_rows_beside_it(rows):
     assert torch.equal(pair[:1], rows.attend(CFG, q[:1], keys[:, :span], values[:, :span], None))
 
 
-@pytest.mark.parametrize("prefix", [62, 1000, 1024])
+@pytest.mark.parametrize("prefix", [60, 62, 125, 1000, 1024])
 def test_a_tree_rows_attention_is_the_plain_steps_over_its_path_bit_for_bit(rows, prefix):
     """A verify row sees the prefix, then its ancestors and itself, with other candidates' slots between them; a
     plain step at its position sees the same keys and values in contiguous slots. The kernel must cut both into the
-    same chunks, or the sums round otherwise (62: the path crosses a chunk boundary; 1024: it starts one)."""
+    same chunks, or the sums round otherwise (60, 62, 125: the paths cross a chunk boundary, where a kernel that
+    cut the cache's slots into chunks was caught; 1000, 1024: within a chunk, and at its start)."""
     keys, values = cache_layer(seed=6)
     parents = [-1, 0, 0, 1, 1, 2, 3, 3, 4, 6, 6, 9] + [11] * 8  # 20 nodes, branching, one long chain
     t = len(parents)
@@ -85,7 +86,7 @@ def test_a_tree_rows_attention_is_the_plain_steps_over_its_path_bit_for_bit(rows
     mask[:, prefix:] = block
     q = torch.randn(t, CFG.n_heads, CFG.head_dim, generator=torch.Generator().manual_seed(8))
     tree = rows.attend(CFG, q, keys[:, :prefix + t], values[:, :prefix + t], mask)
-    for node in (5, 9, 11, 19):
+    for node in range(1, t):
         path = block[node].nonzero().flatten() + prefix  # its ancestors' slots and its own, in order
         plain_keys, plain_values = keys[:, :prefix + len(path)].clone(), values[:, :prefix + len(path)].clone()
         plain_keys[:, prefix:], plain_values[:, prefix:] = keys[:, path], values[:, path]

@@ -104,7 +104,8 @@ def distinct(ids: list[int]) -> list[float]:
 # noisy scores the sampled token flips and the texts part: often in 16-bit numbers, rarely in float32 (about once
 # in 10^4-10^5 tokens, design §3), practically never in float64 (where the tests prove the equality). On a CPU,
 # float32 and q4 run every verify row through the C kernels exactly as a plain step (native_rows.py): no caveat
-# there (q4 runs nowhere else; float32 falls back to torch's operators only without a C compiler).
+# there. (q4 runs nowhere else. float32 falls back to torch's operators where no C compiler builds the kernels,
+# and then can part as on a GPU; the notice, drawn from the worker's device and dtype, does not know that case.)
 NOT_TOKEN_EXACT = {"float32": ("float32", "rarely (about once in 10,000-100,000 tokens) "),
                    "bfloat16": ("bfloat16", ""), "float16": ("float16", "")}
 ROW_EXACT_ON_CPU = ("float32", "q4")

@@ -5,14 +5,16 @@
    reads its keys and values once for all the query heads of its group and all the rows: each cached slot's key
    is loaded once and dotted with every query, each value once and added to every output.
 
-   A row's visible slots, in slot order, are cut into chunks of CHUNK; a (KV head, chunk) pair is one task with its
-   own running maximum, sum and output per query (flash-decoding), and the tasks are merged in chunk order. The
-   chunks are counted over the slots a row sees, not over the cache: a verify batch's tree row sees the prefix and
-   then its ancestors, which sit among other candidates' slots, and it must cut them into the chunks a plain step
-   at its position cuts its contiguous slots into, or the sums round otherwise and the text drifts from plain
-   decoding. The slots every row sees, [0, shared), are whole chunks read once for all rows; the rest, from the last
-   whole chunk on, is each token's own list. So a row's result depends on its query and the keys and values it
-   sees, in order, and on nothing else: not the rows beside it, where its slots sit, nor the thread count. */
+   A row's visible slots, in slot order, are cut into chunks of CHUNK; each chunk's running maximum, sum and output
+   per query (flash-decoding) are merged in chunk order. The chunks are counted over the slots a row sees, not over
+   the cache: a verify batch's tree row sees the prefix and then its ancestors, which sit among other candidates'
+   slots, and it must cut them into the chunks a plain step at its position cuts its contiguous slots into, or the
+   sums round otherwise and the text drifts from plain decoding. The slots every row sees, [0, shared), make whole
+   chunks, each a task (KV head, chunk) that reads them once for all rows; from the last whole chunk on, each token
+   has its own list, a task (KV head, token, chunk) for its query heads. So a row's result depends on its query and
+   the keys and values it sees, in order, and on nothing else: not the rows beside it, where its slots sit, nor the
+   thread count. (A sliding window hides the first slots from later rows: then nothing is shared, and each token
+   reads its own window.) */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>

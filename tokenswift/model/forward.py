@@ -242,7 +242,8 @@ class Transformer(nn.Module):
         single token that sees the whole filled cache. logits: "all", "last" or "none". exact_rows (a verify
         pass): the C kernels run every row whatever T, so each row is bit for bit what a one-row step at its
         position computes; without it they take up to MAX_ROWS rows and a longer chunk (prefill) runs torch's
-        GEMMs and attention, whose sums are ordered otherwise (and q4's dequantize the weight)."""
+        GEMMs and attention, whose sums are ordered otherwise (and from quant.DENSE_ROWS rows q4's dequantize
+        the weight)."""
         t = tokens.shape[0]
         if start + t > cache.capacity:
             raise RuntimeError(f"KV cache full: need {start + t} slots, have {cache.capacity}")

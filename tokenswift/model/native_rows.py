@@ -11,7 +11,8 @@ without these: Block.forward hands its layer to a NativeBlock where the forward 
 float32 CPU model (Transformer.native), q4 included, and on a float64 one (native.DOUBLE), where a C compiler builds
 them; prefill chunks (more than MAX_ROWS rows) keep torch's operators, whose GEMMs pay off there. A verify batch
 runs on the kernels whatever its rows (the forward's exact_rows), attention included, so each row is bit for bit
-what a plain step computes: torch's GEMMs order their sums otherwise, and in q4 they dequantize the weight.
+what a plain step computes: torch's GEMMs order their sums otherwise (in q4, from quant.DENSE_ROWS rows, they
+dequantize the weight).
 """
 
 from __future__ import annotations
@@ -137,6 +138,9 @@ class NativeRows:
         t, span = q.shape[0], keys.shape[1]
         _same_strides(keys, values)
         seen = mask if isinstance(mask, SeenSlots) else SeenSlots.of(mask, t, span)
+        if seen.span != span or seen.count.shape[0] != t:  # the C side reads the lists unchecked
+            raise ValueError(f"row attention: slots seen by {seen.count.shape[0]} rows over {seen.span} slots, "
+                             f"for {t} rows over {span}")
         q = q.contiguous()
         out = torch.empty(t, cfg.n_heads * cfg.head_dim, dtype=self.dtype)
         if self.lib.attend_rows(q.data_ptr(), t, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, keys.data_ptr(),
@@ -154,6 +158,7 @@ class SeenSlots:
     batch's tree row (the prefix, then its ancestors among other candidates' slots) is cut as a plain step at its
     position cuts its contiguous slots, and rounds the same."""
 
+    span: int  # the cache slots [0, span) the lists refer to
     shared: int
     tail: torch.Tensor  # [T, width] int64 (width: the most any token has)
     count: torch.Tensor  # [T] int64
@@ -162,7 +167,7 @@ class SeenSlots:
     def of(cls, mask: torch.Tensor | None, t: int, span: int) -> SeenSlots:
         """From a [T, span] bool mask (True = may attend), or None: every token sees [0, span)."""
         if mask is None:
-            return cls(span, torch.zeros(t, 0, dtype=torch.int64), torch.zeros(t, dtype=torch.int64))
+            return cls(span, span, torch.zeros(t, 0, dtype=torch.int64), torch.zeros(t, dtype=torch.int64))
         if tuple(mask.shape) != (t, span):
             raise ValueError(f"row attention: a mask of shape {tuple(mask.shape)} for {t} rows over {span} slots")
         hidden = (~mask.all(0)).nonzero()
@@ -172,7 +177,7 @@ class SeenSlots:
         width = int(count.max()) if t else 0
         # A stable sort puts each row's visible slots first, in slot order.
         order = torch.sort((~rest).to(torch.uint8), dim=1, stable=True).indices[:, :width]
-        return cls(shared, (order + shared).contiguous(), count.contiguous())
+        return cls(span, shared, (order + shared).contiguous(), count.contiguous())
 
 
 def _contiguous(x: torch.Tensor) -> None:
