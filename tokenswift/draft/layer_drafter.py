@@ -85,17 +85,13 @@ class LayerDrafter:
         # Only the last `window` rows matter: a row's keys and values are its own input's, and the state the next
         # draft starts from attends to the window before it. Cut to them, within a block too (a prefill's window
         # of states followed by plain steps outgrew the window, and attention over more rows than it had slots).
-        excess = self.pending_count - self.window
-        while excess > 0:
-            states, following = self.pending[0]
-            drop = min(excess, len(following))
-            if drop == len(following):
-                self.pending.pop(0)
-            else:
-                self.pending[0] = (states[drop:], following[drop:])
+        while self.pending_count > self.window:
+            states, following = self.pending.pop(0)
+            drop = min(self.pending_count - self.window, len(following))
+            if drop < len(following):
+                self.pending.insert(0, (states[drop:], following[drop:]))
             self.pending_count -= drop
             self.filled = self.valid_from = self.filled + drop
-            excess -= drop
 
     def ngram_prefix(self, root: int, levels: list[list[int]]) -> list[int]:
         return []  # the root is certain: n-gram continuations hang from it
