@@ -16,6 +16,7 @@ from tokenswift.model import native
 from tokenswift.model.config import ModelConfig
 from tokenswift.model.forward import Block, SpanAttention, attention_bias, sdpa_folded
 from tokenswift.model.kv_cache import KVCache
+from tokenswift.model.masks import with_prefix
 from tokenswift.model.native_rows import NativeBlock, NativeRows
 from tokenswift.model.quant import QuantLinear
 
@@ -67,6 +68,15 @@ def test_a_rows_attention_does_not_depend_on_the_rows_beside_it(rows):
     assert torch.equal(pair[:1], rows.attend(CFG, q[:1], keys[:, :span], values[:, :span], None))
 
 
+def tree_block(parents: list[int]) -> torch.Tensor:
+    """[T, T] bool: node i sees itself and its ancestors (a parent is listed before its children)."""
+    block = torch.eye(len(parents), dtype=torch.bool)
+    for node, parent in enumerate(parents):
+        if parent >= 0:
+            block[node] |= block[parent]
+    return block
+
+
 @pytest.mark.parametrize("prefix", [60, 62, 125, 1000, 1024])
 def test_a_tree_rows_attention_is_the_plain_steps_over_its_path_bit_for_bit(rows, prefix):
     """A verify row sees the prefix, then its ancestors and itself, with other candidates' slots between them; a
@@ -75,15 +85,8 @@ def test_a_tree_rows_attention_is_the_plain_steps_over_its_path_bit_for_bit(rows
     cut the cache's slots into chunks was caught; 1000, 1024: within a chunk, and at its start)."""
     keys, values = cache_layer(seed=6)
     parents = [-1, 0, 0, 1, 1, 2, 3, 3, 4, 6, 6, 9] + [11] * 8  # 20 nodes, branching, one long chain
-    t = len(parents)
-    block = torch.eye(t, dtype=torch.bool)
-    for node in range(t):
-        up = parents[node]
-        while up >= 0:
-            block[node, up] = True
-            up = parents[up]
-    mask = torch.ones(t, prefix + t, dtype=torch.bool)
-    mask[:, prefix:] = block
+    t, block = len(parents), tree_block(parents)
+    mask = with_prefix(block, prefix, torch.arange(t), None)
     q = torch.randn(t, CFG.n_heads, CFG.head_dim, generator=torch.Generator().manual_seed(8))
     tree = rows.attend(CFG, q, keys[:, :prefix + t], values[:, :prefix + t], mask)
     for node in range(1, t):
@@ -263,20 +266,16 @@ def test_a_verify_batch_computes_each_row_as_the_plain_steps_along_its_path(requ
     t = len(parents)
     assert t > MAX_ROWS
     tokens = torch.randint(2, 500, (t,), generator=torch.Generator().manual_seed(10))
-    depth, block = [0] * t, torch.eye(t, dtype=torch.bool)
-    for node in range(1, t):
-        depth[node] = depth[parents[node]] + 1
-        block[node] = block[parents[node]]
-        block[node, node] = True
+    block = tree_block(parents)
+    positions = block.sum(1) - 1 + 70  # a node's depth below the root at 70
 
     def fresh() -> KVCache:
         cache = KVCache(cfg.n_layers, cfg.n_kv_heads, 128, cfg.head_dim, "cpu", dtype)
         model(prefix, torch.arange(70), cache, 0, torch.ones(70, 70, dtype=torch.bool).tril())
         return cache
 
-    mask = torch.ones(t, 70 + t, dtype=torch.bool)
-    mask[:, 70:] = block
-    verify = model(tokens, torch.tensor(depth) + 70, fresh(), 70, mask, logits="none", exact_rows=True).hidden
+    mask = with_prefix(block, 70, positions, None)
+    verify = model(tokens, positions, fresh(), 70, mask, logits="none", exact_rows=True).hidden
     for node in (8, 10, t - 1):
         cache, path = fresh(), block[node].nonzero().flatten()
         for i, along in enumerate(path.tolist()):
