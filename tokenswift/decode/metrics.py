@@ -108,12 +108,11 @@ def distinct(ids: list[int]) -> list[float]:
 # and then can part as on a GPU; the notice, drawn from the worker's device and dtype, does not know that case.)
 NOT_TOKEN_EXACT = {"float32": ("float32", "rarely (about once in 10,000-100,000 tokens) "),
                    "bfloat16": ("bfloat16", ""), "float16": ("float16", "")}
-ROW_EXACT_ON_CPU = ("float32", "q4")
 
 
 def same_text_caveat(precision: str | None, device: str | None) -> str | None:
     """What limits the "same text as plain decoding" promise at this --dtype on this device; None where it holds."""
-    if precision not in NOT_TOKEN_EXACT or (device == "cpu" and precision in ROW_EXACT_ON_CPU):
+    if precision not in NOT_TOKEN_EXACT or (device == "cpu" and precision == "float32"):
         return None
     name, how = NOT_TOKEN_EXACT[precision]
     return (f"in {name} TokenSwift's text can {how}part from plain decoding's at a near tie: as good a text, not "
