@@ -514,6 +514,16 @@ def test_exploring_beside_plain_steps_favours_the_shape_closest_to_paying():
     assert explored[:12] == [13, 13, 13, 121, 13, 13, 13, 56, 13, 13, 13, 28]
 
 
+def test_a_random_model_without_a_tokenizer_decodes_on_the_cpu():
+    """bench.shapes' random weights have no tokenizer (the CUDA tests and bench-gpu run them through the engine):
+    its ends come from the config, and TokenSwift writes plain decoding's tokens."""
+    lm = tiny("qwen2.5-1.5b")
+    assert lm.tokenizer is None and lm.eos_ids == tuple(sorted(set(lm.config.eos_token_ids)))
+    prompt = torch.randint(lm.config.vocab_size, (40,), generator=torch.Generator().manual_seed(0)).tolist()
+    s = Settings(seed=1, ignore_eos=True, ngram_topk=20, budget=64, **MINP)
+    assert run_engine(lm, s.replace(mode="tokenswift"), prompt, 24) == run_engine(lm, s.replace(mode="ar"), prompt, 24)
+
+
 # -- on a CUDA device ----------------------------------------------------------------------------------
 
 
@@ -536,10 +546,11 @@ def test_cuda_graphs_replay_the_eager_passes(kind):
     passes = FastPasses(lm, fast, FastOptions(attention=kind, bucket=256))
     with torch.inference_mode():
         for n in (300, 301, 450):  # the same graph replays at new device-side lengths
-            if n == 450:
+            if n == 450:  # the same keys and values in both caches: one draw, copied
+                filler = torch.randn_like(eager.k[:, :, 302:450])
                 for cache in (eager, fast):
-                    cache.k[:, :, 302:450].normal_()
-                    cache.v[:, :, 302:450].copy_(cache.k[:, :, 302:450])
+                    cache.k[:, :, 302:450].copy_(filler)
+                    cache.v[:, :, 302:450].copy_(filler)
             token = ids[300:301]
             ref = model(token, torch.tensor([n], device="cuda"), eager, n).logits
             assert close(passes.ar(token, n)[0], ref, 1e-4)

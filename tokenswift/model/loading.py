@@ -95,8 +95,12 @@ class LoadedModel:
     @property
     def eos_ids(self) -> tuple[int, ...]:
         """Tokens that end a text: the config's and the tokenizer's end-of-sequence, and `<|endoftext|>` where it
-        is a special token (chat models such as SmolLM2-Instruct end turns with <|im_end|> but documents with it)."""
-        ids = set(self.config.eos_token_ids) | ({self.tokenizer.eos_token_id} - {None})
+        is a special token (chat models such as SmolLM2-Instruct end turns with <|im_end|> but documents with it).
+        A model without a tokenizer (bench.shapes' random weights) ends on its config's alone."""
+        ids = set(self.config.eos_token_ids)
+        if self.tokenizer is None:
+            return tuple(sorted(ids))
+        ids |= {self.tokenizer.eos_token_id} - {None}
         special = dict(zip(self.tokenizer.all_special_tokens, self.tokenizer.all_special_ids, strict=False))
         if "<|endoftext|>" in special:
             ids.add(special["<|endoftext|>"])
