@@ -25,9 +25,17 @@ from tokenswift.decode.engine import Engine
 from tokenswift.decode.generate import Generator
 from tokenswift.decode.options import EngineOptions
 from tokenswift.decode.settings import Settings, SettingsError, concrete_drafter
-from tokenswift.draft.draft_layer import CONFIG_NAME, WEIGHTS_NAME, DraftLayerError, load_layer, save_layer
+from tokenswift.draft.draft_layer import (
+    CONFIG_NAME,
+    WEIGHTS_NAME,
+    DraftLayerError,
+    load_layer,
+    save_layer,
+    with_features,
+)
 from tokenswift.draft.fused_drafter import FusedDrafter
 from tokenswift.draft.layer_drafter import LayerDrafter
+from tokenswift.model.fastpath import FastOptions
 from tokenswift.sampling.sampler import Sampler, last_ids, penalty_mask
 from tokenswift.text.context_window import pinned_ids
 from tokenswift.train.draft_loss import Penalty, penalised_loss, penalised_targets, window_mask
@@ -38,10 +46,10 @@ TRAIN = ["--seq-len", "128", "--batch", "4", "--draft-vocab", "256", "--warmup",
          "--eval-every", "8192", "--unroll", "2", "--threads", "1", "--no-progress"]
 
 
-def teacher(stories_path: Path, text: Path, out: Path, seed: int) -> None:
+def teacher(stories_path: Path, text: Path, out: Path, seed: int, features: str = "") -> None:
     assert main(["draft-data", "--model", str(stories_path), "--data", str(text), "--out", str(out),
                  "--tokens", "100000", "--seq-len", "128", "--shard-seqs", "4", "--dtype", "float32",
-                 "--seed", str(seed), "--threads", "1", "--no-progress"]) == 0
+                 "--seed", str(seed), "--threads", "1", "--no-progress", "--features", features]) == 0
 
 
 @pytest.fixture(scope="module")
@@ -66,6 +74,28 @@ def trained(tmp_path_factory, stories_path, stories32):
 @pytest.fixture(scope="module")
 def lm64(stories64, trained):
     layer = load_layer(trained / "layer", stories64.config, stories64.model.head_weight, "cpu", torch.float64)
+    return dataclasses.replace(stories64, draft_layer=layer)
+
+
+@pytest.fixture(scope="module")
+def fused(trained, stories_path):
+    """The trained layer widened to read stories260k's layers 2 and 4 beside its last (EAGLE-3's fused features):
+    train-draft goes on from its weights over teacher data that stores those layers."""
+    teacher(stories_path, trained / "text.txt", trained / "teacher-2-4", 0, "2,4")
+    teacher(stories_path, trained / "text.txt", trained / "held-2-4", 1, "2,4")
+    out = trained / "fused"
+    out.mkdir()
+    for name in (CONFIG_NAME, WEIGHTS_NAME, "curve.json"):
+        (out / name).write_bytes((trained / "layer" / name).read_bytes())
+    args = ["train-draft", "--model", str(stories_path), "--teacher", str(trained / "teacher-2-4"), "--eval-teacher",
+            str(trained / "held-2-4"), "--out", str(out), "--state", str(trained / "fused.pt"), "--tokens", "40960"]
+    assert main(args + TRAIN) == 0
+    return out
+
+
+@pytest.fixture(scope="module")
+def lm64_fused(stories64, fused):
+    layer = load_layer(fused, stories64.config, stories64.model.head_weight, "cpu", torch.float64)
     return dataclasses.replace(stories64, draft_layer=layer)
 
 
@@ -308,3 +338,43 @@ def test_cli_names_a_broken_draft_file_and_exits_2(trained, stories_path, tmp_pa
     code = main(["generate", "--model", str(stories_path), "--draft", "none", "--drafter", "layer",
                  "--prompt", PROMPT, "--max-new-tokens", "5"])
     assert code == 2 and "drafter: this model has no draft layer" in capsys.readouterr().err
+
+
+def test_a_layer_widened_to_fused_features_starts_as_it_was_and_trains_on(trained, fused, stories64):
+    layer = load_layer(trained / "layer", stories64.config, stories64.model.head_weight, "cpu", torch.float64)
+    wide = with_features(layer, (2, 4))
+    states = torch.randn(5, 3 * stories64.config.dim, dtype=torch.float64)
+    assert torch.equal(wide.fused(states), states[:, -stories64.config.dim:])  # it passes the last layer through
+    assert json.loads((fused / CONFIG_NAME).read_text())["feature_layers"] == [2, 4]
+    curve = json.loads((fused / "curve.json").read_text())
+    assert [p["tokens"] for p in curve][-2:] == [32768, 40960]
+    assert curve[-1]["loss"] < curve[-2]["loss"] + 0.05
+
+
+@pytest.mark.parametrize(("sampler", "k", "adaptive"), [("greedy", 20, True), ("minp-penalty", 0, False)])
+def test_a_fused_feature_layer_drafts_plain_decodings_tokens(lm64_fused, sampler, k, adaptive):
+    prompt = lm64_fused.encode(PROMPT)
+    s = Settings(max_new_tokens=N, seed=3, ignore_eos=True, ngram_topk=k, drafter="layer", **SAMPLERS[sampler])
+    expected = Generator(lm64_fused, s.replace(mode="ar"), prompt).run()
+    gen = Generator(lm64_fused, s, prompt, options=EngineOptions(adaptive=adaptive))
+    assert first_difference(gen.run(), expected) is None
+    if not adaptive:
+        assert gen.metrics().accepted > N // 4
+
+
+def test_a_fused_feature_layer_across_shifts_with_memory_and_resume(lm64_fused):
+    prompt, pinned = lm64_fused.encode(PROMPT), pinned_ids(lm64_fused, MEMORY, NOTE)
+    s = Settings(max_new_tokens=360, seed=5, ignore_eos=True, context_window=NARROW, note_depth=100,
+                 drafter="layer", **SAMPLERS["minp-penalty"])
+    expected = Generator(lm64_fused, s.replace(mode="ar"), prompt, pinned=pinned).run()
+    gen = Generator(lm64_fused, s, prompt, pinned=pinned)
+    assert first_difference(gen.run(), expected) is None
+    assert gen.metrics().shifts >= 5 and gen.metrics().accepted > 60
+    resumed = Generator(lm64_fused, s, prompt, generated_ids=expected[:210], pinned=pinned)
+    assert first_difference(resumed.run(), expected) is None
+
+
+def test_a_fused_feature_layer_is_refused_on_the_fast_path_by_name(lm64_fused):
+    ids = lm64_fused.encode(PROMPT)
+    with pytest.raises(ValueError, match=r"drafter: this draft layer reads layers \[2, 4\] besides the last"):
+        Engine(lm64_fused, Settings(drafter="layer"), ids, len(ids), EngineOptions(FastOptions(attention="sdpa")))

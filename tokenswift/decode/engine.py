@@ -99,7 +99,13 @@ class Engine(EngineWindow, EngineProbe):
         self.length = 0
         self._last_probe = 0.0
         self._ar_times: deque[float] = deque(maxlen=AR_SAMPLES)
+        # A fused-feature draft layer (draft_layer.py) reads these layers' outputs beside the last one's.
+        self.features = (lm.draft_layer.feature_layers if self.ts and settings.drafter == "layer"
+                         and lm.draft_layer is not None else ())
         self.fast = None
+        if fast is not None and self.features:
+            raise ValueError(f"drafter: this draft layer reads layers {list(self.features)} besides the last, which "
+                             "only the eager passes return: run it without the fast path, or draft with the heads")
         if fast is not None:  # only the paper drafter's partial cache reads the verify pass's queries
             self.fast = FastPasses(lm, self.cache, fast, self.sampler, self.buf,
                                    queries=self.ts and settings.drafter == "paper", alternatives=options.alternatives)
@@ -146,9 +152,14 @@ class Engine(EngineWindow, EngineProbe):
         return HeadsDrafter(self.lm, self.s, self.sampler, default_budget(self.s, self.prompt_len), self.fast)
 
     def _observe(self, hidden: torch.Tensor | None, following: list[int], first: int) -> None:
-        """The last-layer states [n, dim] of the tokens just committed at slots first.., and the token after each."""
+        """The states of the tokens just committed at slots first.. (_states' rows), and the token after each."""
         if hidden is not None and self.drafter.uses_hidden:
             self.drafter.observe(hidden, following, first)
+
+    def _states(self, out) -> torch.Tensor:
+        """A pass's rows for the drafter: the last layer's states [T, dim], or with a fused-feature draft layer
+        the outputs of its layers and the last one's side by side [T, (k+1)·dim]."""
+        return torch.cat([*out.layers, out.hidden], dim=-1) if self.features else out.hidden
 
     # -- shared helpers -----------------------------------------------------------------------------
 
@@ -232,8 +243,8 @@ class Engine(EngineWindow, EngineProbe):
         window = self.lm.config.sliding_window
         # A sliding-window model must mask old keys here too, or AR and verification would differ.
         mask = causal_mask(n, 1, pos, window, self.lm.device) if window is not None else None
-        out = self.lm.model(self.buf[n:n + 1], pos, self.cache, n, mask)
-        return self._sample(out.logits, self._window(n + 1, []), n + 1 + self.offset), out.hidden
+        out = self.lm.model(self.buf[n:n + 1], pos, self.cache, n, mask, keep_layers=self.features)
+        return self._sample(out.logits, self._window(n + 1, []), n + 1 + self.offset), self._states(out)
 
     # -- TokenSwift ----------------------------------------------------------------------------------
 
@@ -335,13 +346,13 @@ class Engine(EngineWindow, EngineProbe):
         tokens, positions, tree_mask = (t.to(self.lm.device) for t in verify_inputs(trie, L, pad))
         mask = with_prefix(tree_mask, L, positions, self.lm.config.sliding_window)
         out = self.lm.model(tokens, positions, self.cache, L, mask, logits="none", capture_queries=capture,
-                            exact_rows=True)
+                            exact_rows=True, keep_layers=self.features)
         if len(trie.tokens) <= self.shared_head_rows:
             logits = self.lm.model.logits_of(out.hidden[: len(trie.tokens)])
             rows = lambda node: logits[node:node + 1]  # noqa: E731
         else:
             rows = lambda node: self.lm.model.logits_of(out.hidden[node:node + 1])  # noqa: E731
-        return rows, out.queries, None, out.hidden
+        return rows, out.queries, None, self._states(out)
 
     def _target_token(self, logits: torch.Tensor, trie, node: int, L: int) -> int:
         """The target's token after `node`, from that row's logits [1, vocab]."""

@@ -67,5 +67,5 @@ class EngineWindow:
         """Returns the last token's logits and queries, and the last-layer states of the last rows a drafter
         reads (the layer drafter: its window; the others: one)."""
         keep = self.lm.draft_layer.window if self.ts and self.s.drafter == "layer" else 1
-        out = prefill(self.lm.model, self.buf[:upto], self.cache, keep, last=True)
-        return out.logits, out.queries, out.hidden
+        out = prefill(self.lm.model, self.buf[:upto], self.cache, keep, last=True, keep_layers=self.features)
+        return out.logits, out.queries, self._states(out)

@@ -77,7 +77,8 @@ class LayerDrafter:
         return False
 
     def observe(self, hidden: torch.Tensor, following: list[int], first: int) -> None:
-        """Committed states hidden [n, dim] at slots first.., and the token after each."""
+        """Committed states hidden [n, dim] at slots first.. (with a fused-feature layer, the rows of its layers
+        and the last one's side by side: [n, (k+1)·dim]), and the token after each."""
         if not self.pending and first != self.filled:
             self.filled = self.valid_from = first  # a window's tail: nothing before it is known
         self.pending.append((hidden.reshape(len(following), -1).clone(), list(following)))
@@ -118,9 +119,10 @@ class LayerDrafter:
     def _run_pending(self) -> None:
         if not self.pending:
             return
-        states = torch.cat([h for h, _ in self.pending])
+        states = torch.cat([h for h, _ in self.pending]).to(self.dtype)
         tokens = [t for _, following in self.pending for t in following]
-        self.state = self._run(states, tokens, self.filled)[-1:]
+        native = self.native if len(tokens) <= MAX_ROWS else None
+        self.state = self._run(self.layer.fused(states, native), tokens, self.filled)[-1:]
         self.filled += len(tokens)
         self.pending, self.pending_count = [], 0
 

@@ -193,6 +193,7 @@ class ForwardOut:
     logits: torch.Tensor | None  # [T, vocab] (None when not asked for)
     hidden: torch.Tensor  # [T, dim]: last layer's output before the final norm (the draft heads' input)
     queries: list[torch.Tensor] | None  # per layer [T, n_heads, head_dim] post-RoPE, when captured
+    layers: list[torch.Tensor] | None = None  # [T, dim] outputs of the layers asked for (keep_layers), in order
 
 
 class Transformer(nn.Module):
@@ -237,13 +238,14 @@ class Transformer(nn.Module):
         logits: str = "all",
         capture_queries: bool = False,
         exact_rows: bool = False,
+        keep_layers: tuple[int, ...] = (),
     ) -> ForwardOut:
         """The eager call. tokens, positions: [T]. mask: [T, start+T] bool (True = may attend) or None for a
         single token that sees the whole filled cache. logits: "all", "last" or "none". exact_rows (a verify
         pass): the C kernels run every row whatever T, so each row is bit for bit what a one-row step at its
         position computes; without it they take up to MAX_ROWS rows and a longer chunk (prefill) runs torch's
         GEMMs and attention, whose sums are ordered otherwise (and from quant.DENSE_ROWS rows q4's dequantize
-        the weight)."""
+        the weight). keep_layers: the layers (numbered from 1) whose outputs ForwardOut.layers returns."""
         t = tokens.shape[0]
         if start + t > cache.capacity:
             raise RuntimeError(f"KV cache full: need {start + t} slots, have {cache.capacity}")
@@ -255,27 +257,32 @@ class Transformer(nn.Module):
         attend = SpanAttention(self.cfg, start + t, mask, self.model.embed_tokens.weight.dtype, native)
         slots = torch.arange(start, start + t, device=tokens.device)
         queries = [] if capture_queries else None
-        x = self.run(tokens, positions, cache, slots, attend, queries, native)
+        kept = [] if keep_layers else None
+        x = self.run(tokens, positions, cache, slots, attend, queries, native, keep_layers, kept)
         out = None
         if logits == "all":
             out = self.logits_of(x)
         elif logits == "last":
             out = self.logits_of(x[-1:])
-        return ForwardOut(out, x, queries)
+        return ForwardOut(out, x, queries, kept)
 
     def run(self, tokens, positions, cache: KVCache, slots, attend, queries: list | None = None,
-            native: NativeRows | None = None) -> torch.Tensor:
+            native: NativeRows | None = None, keep: tuple[int, ...] = (), kept: list | None = None) -> torch.Tensor:
         """The one decoder forward, eager or captured: tokens at `positions` write their K/V at `slots` and
         attend through `attend` (SpanAttention, or a fast-path kernel). Returns the last layer's output
         (before the final norm); appends each layer's post-RoPE queries to `queries` when given. native: the C
-        kernels for a layer's steps (a few rows on the CPU), else torch's operators."""
+        kernels for a layer's steps (a few rows on the CPU), else torch's operators. Appends the outputs of the
+        layers numbered in `keep` (from 1) to `kept`."""
         cos, sin = self.rope_cos[positions], self.rope_sin[positions]
         x = self.model.embed_tokens(tokens)
         blocks = native.blocks if native is not None else [None] * len(self.model.layers)
-        for layer, block, (keys, values) in zip(self.model.layers, blocks, cache.layers, strict=True):
+        for number, (layer, block, (keys, values)) in enumerate(
+                zip(self.model.layers, blocks, cache.layers, strict=True), start=1):
             x, q = layer(x, cos, sin, keys, values, slots, attend, block)
             if queries is not None:
                 queries.append(q)
+            if number in keep:
+                kept.append(x)
         return x
 
 

@@ -16,17 +16,23 @@ from tokenswift.model.masks import causal_mask
 PREFILL_CHUNK = 1024
 
 
-def prefill(model: Transformer, tokens: torch.Tensor, cache: KVCache, keep: int, last: bool = False) -> ForwardOut:
+def prefill(model: Transformer, tokens: torch.Tensor, cache: KVCache, keep: int, last: bool = False,
+            keep_layers: tuple[int, ...] = ()) -> ForwardOut:
     """tokens [n] at slots and positions 0..n-1 of `cache`. Returns the last-layer states of the last `keep`
-    tokens and, when `last`, the last token's logits [1, V] and its queries per layer ([heads, head_dim] each)."""
+    tokens (and theirs of the layers in keep_layers) and, when `last`, the last token's logits [1, V] and its
+    queries per layer ([heads, head_dim] each)."""
     window, dev, n = model.cfg.sliding_window, tokens.device, tokens.shape[0]
-    out, states = None, []
+    out, states, layers = None, [], [[] for _ in keep_layers]
     for start in range(0, n, PREFILL_CHUNK):
         end = min(start + PREFILL_CHUNK, n)
         pos = torch.arange(start, end, device=dev)
         mask = causal_mask(start, end - start, pos, window, dev)
         out = model(tokens[start:end], pos, cache, start, mask, logits="last" if last else "none",
-                    capture_queries=last and end == n)
+                    capture_queries=last and end == n, keep_layers=keep_layers)
         if end > n - keep:
-            states.append(out.hidden[max(0, n - keep - start):])
-    return ForwardOut(out.logits, torch.cat(states), [q[-1] for q in out.queries] if last else None)
+            cut = max(0, n - keep - start)
+            states.append(out.hidden[cut:])
+            for rows, layer in zip(layers, out.layers or (), strict=True):
+                rows.append(layer[cut:])
+    return ForwardOut(out.logits, torch.cat(states), [q[-1] for q in out.queries] if last else None,
+                      [torch.cat(rows) for rows in layers] if keep_layers else None)

@@ -57,14 +57,13 @@ class UnrollAttention:
 def unrolled_states(layer: DraftLayer, embed: torch.nn.Embedding, batch: dict[str, torch.Tensor], rope, steps: int,
                     noise: float = 0.0, generator: torch.Generator | None = None) -> list[torch.Tensor]:
     """Each chain step's predicted states [B, T-1, dim]: row j of step s predicts the state at j+1 from step s-1's
-    prediction at j-1 (step 0: the model's true state at j) and the token at j+1. noise: Gaussian, relative to each
-    state's RMS, drawn from `generator` (seeded per step, so a resumed run draws what an uninterrupted one would)."""
+    prediction at j-1 (step 0: the model's true state at j, fused with its other layers' where the layer reads
+    them) and the token at j+1. noise: Gaussian, relative to each state's RMS, drawn on the CPU from `generator`
+    (seeded per step, so a resumed run draws what an uninterrupted one would, on any device)."""
     hidden, tokens = batch["hidden"], batch["tokens"]
     t = tokens.shape[1] - 1
-    feature = hidden[:, :t]
-    if noise:
-        scale = noise * feature.pow(2).mean(-1, keepdim=True).sqrt()
-        feature = feature + scale * torch.randn(feature.shape, generator=generator)
+    inputs = torch.cat((batch["features"][:, :t], hidden[:, :t]), dim=-1) if layer.feature_layers else hidden[:, :t]
+    feature = layer.fused(_noisy(inputs, layer.cfg.dim, noise, generator))
     following = embed(tokens[:, 1:])
     cos, sin = rope[0][:t], rope[1][:t]
     attend = UnrollAttention(layer.cfg.group)
@@ -75,6 +74,14 @@ def unrolled_states(layer: DraftLayer, embed: torch.nn.Embedding, batch: dict[st
         feature = torch.cat((torch.zeros_like(out[:, :1]), out[:, :-1]), dim=1)
     return states
 
+
+def _noisy(states: torch.Tensor, dim: int, noise: float, generator: torch.Generator | None) -> torch.Tensor:
+    """states [..., k·dim] (k layers' states side by side) plus Gaussian noise of `noise` times each state's RMS."""
+    if not noise:
+        return states
+    parts = states.unflatten(-1, (-1, dim))
+    scale = noise * parts.pow(2).mean(-1, keepdim=True).sqrt()
+    return (parts + scale * torch.randn(parts.shape, generator=generator).to(states.device)).flatten(-2)
 
 
 def soft_targets(batch: dict[str, torch.Tensor], to_draft: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -104,7 +111,8 @@ def window_mask(tokens: torch.Tensor, to_draft: torch.Tensor, window: int) -> to
     size = int(to_draft.max()) + 1
     ids = to_draft[tokens]
     ids = torch.where(ids < 0, size, ids)  # outside the draft vocabulary: a spare column, dropped
-    counts = torch.zeros(*tokens.shape, size + 1, dtype=torch.int32).scatter_(2, ids[..., None], 1).cumsum(1)
+    counts = torch.zeros(*tokens.shape, size + 1, dtype=torch.int32, device=tokens.device)
+    counts = counts.scatter_(2, ids[..., None], 1).cumsum(1)
     before = torch.cat((torch.zeros_like(counts[:, :window]), counts[:, :-window]), dim=1)
     return (counts - before)[..., :size] > 0
 

@@ -35,7 +35,7 @@ def evaluate(layer: DraftLayer, embed, head_rows: torch.Tensor, rows: dict[str, 
     loss_sum = 0.0
     n = rows["tokens"].shape[0]
     for start in range(0, n, chunk):
-        batch = {k: v[start:start + chunk] for k, v in rows.items()}
+        batch = {k: v[start:start + chunk].to(head_rows.device) for k, v in rows.items()}
         states = unrolled_states(layer, embed, batch, rope, depth)
         ids, probs = soft_targets(batch, to_draft)
         teacher_top = batch["top_ids"][:, 1:, 0]
@@ -73,12 +73,13 @@ def evaluate(layer: DraftLayer, embed, head_rows: torch.Tensor, rows: dict[str, 
 def _noisy_agreement(logits, vocab, to_draft, t_logp, t_ids, min_p, generator) -> torch.Tensor:
     """Rows where argmax(min-p(draft) + g) == argmax(min-p(model) + g), with g one Gumbel draw per token id and
     row: drawn over the draft vocabulary, and apart for the model's guesses outside it."""
-    g = _gumbel(logits.shape, generator)
+    g = _gumbel(logits.shape, generator).to(logits.device)
     logq = torch.log_softmax(logits, -1)
     logq = logq.masked_fill(logq < logq.max(-1, keepdim=True).values + math.log(min_p), -math.inf)
     draft = vocab[(logq + g).argmax(-1)]
     inside = to_draft[t_ids]
-    g_model = torch.where(inside >= 0, g.gather(-1, inside.clamp_min(0)), _gumbel(t_ids.shape, generator))
+    g_model = torch.where(inside >= 0, g.gather(-1, inside.clamp_min(0)),
+                          _gumbel(t_ids.shape, generator).to(logits.device))
     logp = t_logp.masked_fill(t_logp < t_logp[..., :1] + math.log(min_p), -math.inf)
     model = t_ids.gather(-1, (logp + g_model).argmax(-1, keepdim=True))[..., 0]
     return (draft == model).sum()

@@ -24,7 +24,14 @@ import torch
 from tqdm import tqdm
 
 from tokenswift.decode.settings import WRITING_DEFAULTS
-from tokenswift.draft.draft_layer import CONFIG_NAME, DraftLayer, initial_layer, load_layer, save_layer
+from tokenswift.draft.draft_layer import (
+    CONFIG_NAME,
+    DraftLayer,
+    initial_layer,
+    load_layer,
+    save_layer,
+    with_features,
+)
 from tokenswift.model.forward import fused_state
 from tokenswift.train.draft_data import TeacherStore
 from tokenswift.train.draft_loss import (
@@ -69,6 +76,10 @@ class TrainDraftConfig:
     # bfloat16 autocast for the products: off, because torch's CPU dispatch here (AVX2) has no bfloat16 kernels and
     # a bf16 product of these shapes runs ~4x slower than float32's; worth it on a GPU or an AMX CPU
     bf16: bool = False
+    device: str = "cpu"  # where the model and the layer run: a GPU trains the same way in minutes
+    # A fresh layer reads the layers the teacher data stores (draft_data --features, fused as EAGLE-3); this trains
+    # one on the last layer's states alone from the same data (the two compared on equal terms).
+    last_layer_only: bool = False
 
 
 # -- data -------------------------------------------------------------------------------------------------
@@ -181,13 +192,20 @@ def train_draft(cfg: TrainDraftConfig, lm, progress: bool = True) -> list[dict]:
             raise ValueError(f"{flag}: {s.dir} holds another model's outputs ({s.meta['model']})")
         if s.shards == 0:
             raise ValueError(f"{flag}: {s.dir} has no complete shard yet")
-    model, state_path, out = lm.model, Path(cfg.state), Path(cfg.out)
+    if held.features != store.features:
+        raise ValueError(f"eval-teacher: {held.dir} stores layers {list(held.features)}, the teacher "
+                         f"{list(store.features)}: extract both with the same --features")
+    model, state_path, out, dev = lm.model, Path(cfg.state), Path(cfg.out), lm.device
     embed = model.model.embed_tokens
     rope = (model.rope_cos.float(), model.rope_sin.float())
     layer, saved = _start_layer(cfg, lm, store, state_path, out)
+    if layer.feature_layers and layer.feature_layers != store.features:
+        raise ValueError(f"teacher: {store.dir} stores layers {list(store.features)}, the draft layer reads "
+                         f"{list(layer.feature_layers)}: train it on teacher data of its own --features")
+    layer = layer.to(dev)
     head_rows = model.head_weight[layer.vocab].float()
-    to_draft = torch.full((lm.config.vocab_size,), -1, dtype=torch.int64)
-    to_draft[layer.vocab] = torch.arange(len(layer.vocab))
+    to_draft = torch.full((lm.config.vocab_size,), -1, dtype=torch.int64, device=dev)
+    to_draft[layer.vocab] = torch.arange(len(layer.vocab), device=dev)
     params = list(layer.parameters())
     optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.95))
     tokens, curve = saved.get("tokens", 0), saved.get("curve", [])
@@ -213,7 +231,7 @@ def train_draft(cfg: TrainDraftConfig, lm, progress: bool = True) -> list[dict]:
                disable=not progress, smoothing=0.05)
     autocast = torch.autocast(lm.device.type, dtype=torch.bfloat16, enabled=cfg.bf16)
     while tokens < cfg.tokens:
-        batch = batches.next()
+        batch = {name: value.to(dev, non_blocking=True) for name, value in batches.next().items()}
         for group in optimizer.param_groups:
             group["lr"] = lr_at(cfg, tokens, fresh_from)
         with autocast:
@@ -264,20 +282,25 @@ def _penalty(cfg: TrainDraftConfig) -> Penalty | None:
 
 def _start_layer(cfg: TrainDraftConfig, lm, store: TeacherStore, state_path: Path, out: Path):
     """The layer to train, and what was saved with it: the state file, else the output folder's weights (a fresh
-    optimizer and data position, the curve and token count kept), else a fresh layer."""
+    optimizer and data position, the curve and token count kept; widened to the teacher's --features unless
+    last_layer_only), else a fresh layer."""
     model = lm.model
     if state_path.is_file():
         saved = torch.load(state_path, map_location="cpu", weights_only=False)
         vocab = saved["layer"]["vocab"]
-        layer = DraftLayer(lm.config, len(vocab), cfg.seq_len)
+        features = store.features if "fuse.weight" in saved["layer"] else ()  # a state saved by a fused layer
+        layer = DraftLayer(lm.config, len(vocab), cfg.seq_len, features)
         layer.load_state_dict(fused_state(saved["layer"]))
         return layer.float().train().requires_grad_(True), saved
     if (out / CONFIG_NAME).is_file():
         layer = load_layer(out, lm.config, model.head_weight, "cpu", torch.float32)
+        if store.features and not layer.feature_layers and not cfg.last_layer_only:
+            layer = with_features(layer, store.features)  # goes on as it was, then learns the rest
         record = json.loads((out / CONFIG_NAME).read_text()).get("record", {})
         curve = json.loads((out / CURVE_NAME).read_text()) if (out / CURVE_NAME).is_file() else []
         return layer.train().requires_grad_(True), {"tokens": record.get("tokens_seen", 0), "curve": curve}
-    layer = initial_layer(model, vocab_from_teacher(store, cfg.draft_vocab), cfg.seq_len, cfg.seed)
+    features = () if cfg.last_layer_only else store.features
+    layer = initial_layer(model, vocab_from_teacher(store, cfg.draft_vocab), cfg.seq_len, cfg.seed, features)
     return layer.train().requires_grad_(True), {}
 
 
@@ -306,6 +329,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--" + name.replace("_", "-"), type=float, default=d[name].default,
                             help=f"(default: {d[name].default})")
     parser.add_argument("--bf16", action="store_true", help="bfloat16 autocast for the products (default: float32)")
+    parser.add_argument("--last-layer-only", action="store_true",
+                        help="a layer that reads the last layer's states alone, also from teacher data stored with "
+                             "--features (default: the layers the teacher data stores)")
+    parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default: %(default)s)")
     parser.add_argument("--threads", type=int, help="intra-op threads (default: loading.cpu_threads's)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar (default: shown)")
 
@@ -321,10 +348,9 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("lr: must be > 0 (and min-lr >= 0)")
     if not (args.penalty >= 1.0 and 0.0 <= args.penalised_share <= 1.0 and args.penalty_window >= 1):
         raise ValueError("penalty: must be >= 1 (1 = off), penalised-share in [0, 1] and penalty-window >= 1")
-    names = [f for f in TrainDraftConfig.__dataclass_fields__ if f not in ("model", "bf16")]
-    cfg = TrainDraftConfig(model=args.model, bf16=args.bf16, **{n: getattr(args, n) for n in names})
-    lm = load_model(cfg.model or str(default_model_path()), dtype="float32", heads="none", draft="none",
-                    threads=args.threads)
+    cfg = TrainDraftConfig(**{n: getattr(args, n) for n in TrainDraftConfig.__dataclass_fields__})
+    lm = load_model(cfg.model or str(default_model_path()), device=cfg.device, dtype="float32", heads="none",
+                    draft="none", threads=args.threads)
     with lm.running():
         curve = train_draft(cfg, lm, not args.no_progress)
     print_curve(curve)
