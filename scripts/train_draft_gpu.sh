@@ -10,7 +10,8 @@
 # MODEL: a .gguf file or checkpoint folder; *_BOOKS: .jsonl(.xz) book files (EVAL_BOOKS: the eval split, from
 # which the held-out rows are drawn as train_draft_layer.sh draws them). Sizes through the environment:
 # TEACHER_TOKENS (6M), TRAIN_TOKENS (TEACHER_TOKENS: one pass), FEATURES (2,15), BATCH (16), EVAL_EVERY (1M),
-# DEV (cuda), PYTHON (python3), WORK (teacher data and states; /tmp/draft-gpu).
+# DEV (cuda), PYTHON (python3), WORK (teacher data and states; /tmp/draft-gpu). Disk: float16 states of three
+# layers, ~3.5 KB a token for the default model (3M teacher tokens: 11 GB).
 set -euo pipefail
 [ $# -eq 4 ] || { echo "usage: $0 MODEL TRAIN_BOOKS EVAL_BOOKS OUT"; exit 2; }
 MODEL=$1 TRAIN=$2 EVAL=$3 OUT=$4

@@ -1,8 +1,8 @@
 """The draft layer (draft_layer.py, layer_drafter.py): trained here on stories260k's own text by the real
 commands (draft-data, train-draft), then TokenSwift with it emits exactly the tokens of plain decoding in
 float64 with every sampler, n-grams, the adaptive batch, context shifts with Memory and Author's Note, and a
-resume; training killed mid-run resumes to the very weights of an uninterrupted run; bad files are refused
-with the file named."""
+resume, and so does a layer widened to EAGLE-3's fused features and trained on; training killed mid-run resumes
+to the very weights of an uninterrupted run; bad files are refused with the file named."""
 
 from __future__ import annotations
 
@@ -36,9 +36,13 @@ from tokenswift.draft.draft_layer import (
 from tokenswift.draft.fused_drafter import FusedDrafter
 from tokenswift.draft.layer_drafter import LayerDrafter
 from tokenswift.model.fastpath import FastOptions
+from tokenswift.model.kv_cache import KVCache
+from tokenswift.model.masks import causal_mask
 from tokenswift.sampling.sampler import Sampler, last_ids, penalty_mask
 from tokenswift.text.context_window import pinned_ids
-from tokenswift.train.draft_loss import Penalty, penalised_loss, penalised_targets, window_mask
+from tokenswift.train.draft_data import TeacherStore, feature_layers
+from tokenswift.train.draft_loss import Penalty, penalised_loss, penalised_targets, unrolled_states, window_mask
+from tokenswift.train.train_draft import all_rows
 
 REPO = Path(__file__).resolve().parents[1]
 N = 400
@@ -83,12 +87,18 @@ def fused(trained, stories_path):
     train-draft goes on from its weights over teacher data that stores those layers."""
     teacher(stories_path, trained / "text.txt", trained / "teacher-2-4", 0, "2,4")
     teacher(stories_path, trained / "text.txt", trained / "held-2-4", 1, "2,4")
-    out = trained / "fused"
+    return go_on_training(stories_path, trained, "-2-4", trained / "fused", trained / "fused.pt")
+
+
+def go_on_training(stories_path: Path, trained: Path, data: str, out: Path, state: Path) -> Path:
+    """train-draft to 40,960 tokens from a copy of the trained layer's files in `out` (no state file), on the
+    teacher data `trained / ("teacher" + data)` (held-out: "held" + data)."""
     out.mkdir()
     for name in (CONFIG_NAME, WEIGHTS_NAME, "curve.json"):
         (out / name).write_bytes((trained / "layer" / name).read_bytes())
-    args = ["train-draft", "--model", str(stories_path), "--teacher", str(trained / "teacher-2-4"), "--eval-teacher",
-            str(trained / "held-2-4"), "--out", str(out), "--state", str(trained / "fused.pt"), "--tokens", "40960"]
+    args = ["train-draft", "--model", str(stories_path), "--teacher", str(trained / f"teacher{data}"),
+            "--eval-teacher", str(trained / f"held{data}"), "--out", str(out), "--state", str(state),
+            "--tokens", "40960"]
     assert main(args + TRAIN) == 0
     return out
 
@@ -155,26 +165,32 @@ CASES = [("greedy", 0, False), ("greedy", 20, True), ("minp-penalty", 20, False)
          ("top-p", 20, True), ("eta", 5, False)]
 
 
+@pytest.fixture(params=["last layer", "fused features"])
+def drafting(request):
+    """stories64 with the trained layer, and with it widened to fused features (the `fused` fixture)."""
+    return request.getfixturevalue("lm64" if request.param == "last layer" else "lm64_fused")
+
+
 @pytest.mark.parametrize(("sampler", "k", "adaptive"), CASES)
-def test_layer_drafter_equals_ar(lm64, sampler, k, adaptive):
-    prompt = lm64.encode(PROMPT)
+def test_layer_drafter_equals_ar(drafting, sampler, k, adaptive):
+    prompt = drafting.encode(PROMPT)
     s = Settings(max_new_tokens=N, seed=3, ignore_eos=True, ngram_topk=k, drafter="layer", **SAMPLERS[sampler])
-    expected = Generator(lm64, s.replace(mode="ar"), prompt).run()
-    gen = Generator(lm64, s, prompt, options=EngineOptions(adaptive=adaptive))
+    expected = Generator(drafting, s.replace(mode="ar"), prompt).run()
+    gen = Generator(drafting, s, prompt, options=EngineOptions(adaptive=adaptive))
     assert first_difference(gen.run(), expected) is None
     if not adaptive:  # (the adaptive policy may prefer plain steps on this tiny model)
         assert gen.metrics().accepted > N // 4  # the chain drafts what the model writes
 
 
-def test_layer_drafter_across_shifts_with_memory_and_resume(lm64):
-    prompt, pinned = lm64.encode(PROMPT), pinned_ids(lm64, MEMORY, NOTE)
+def test_layer_drafter_across_shifts_with_memory_and_resume(drafting):
+    prompt, pinned = drafting.encode(PROMPT), pinned_ids(drafting, MEMORY, NOTE)
     s = Settings(max_new_tokens=360, seed=5, ignore_eos=True, context_window=NARROW, note_depth=100,
                  drafter="layer", **SAMPLERS["minp-penalty"])
-    expected = Generator(lm64, s.replace(mode="ar"), prompt, pinned=pinned).run()
-    gen = Generator(lm64, s, prompt, pinned=pinned)
+    expected = Generator(drafting, s.replace(mode="ar"), prompt, pinned=pinned).run()
+    gen = Generator(drafting, s, prompt, pinned=pinned)
     assert first_difference(gen.run(), expected) is None
-    assert gen.metrics().shifts >= 5
-    resumed = Generator(lm64, s, prompt, generated_ids=expected[:210], pinned=pinned)
+    assert gen.metrics().shifts >= 5 and gen.metrics().accepted > 60
+    resumed = Generator(drafting, s, prompt, generated_ids=expected[:210], pinned=pinned)
     assert first_difference(resumed.run(), expected) is None
 
 
@@ -265,13 +281,7 @@ def test_training_killed_midway_resumes_to_the_same_weights(trained, stories_pat
 
 
 def test_training_without_its_state_goes_on_from_the_committed_weights(trained, stories_path, tmp_path):
-    out = tmp_path / "layer"
-    out.mkdir()
-    for name in (CONFIG_NAME, WEIGHTS_NAME, "curve.json"):
-        (out / name).write_bytes((trained / "layer" / name).read_bytes())
-    args = ["train-draft", "--model", str(stories_path), "--teacher", str(trained / "teacher"), "--eval-teacher",
-            str(trained / "held"), "--out", str(out), "--state", str(tmp_path / "fresh.pt"), "--tokens", "40960"]
-    assert main(args + TRAIN) == 0
+    out = go_on_training(stories_path, trained, "", tmp_path / "layer", tmp_path / "fresh.pt")
     curve = json.loads((out / "curve.json").read_text())
     assert [p["tokens"] for p in curve][-2:] == [32768, 40960]
 
@@ -343,35 +353,77 @@ def test_cli_names_a_broken_draft_file_and_exits_2(trained, stories_path, tmp_pa
 def test_a_layer_widened_to_fused_features_starts_as_it_was_and_trains_on(trained, fused, stories64):
     layer = load_layer(trained / "layer", stories64.config, stories64.model.head_weight, "cpu", torch.float64)
     wide = with_features(layer, (2, 4))
-    states = torch.randn(5, 3 * stories64.config.dim, dtype=torch.float64)
-    assert torch.equal(wide.fused(states), states[:, -stories64.config.dim:])  # it passes the last layer through
+    batch = all_rows(TeacherStore(trained / "held-2-4"), 128)
+    batch = {name: rows[:2].double() if rows.is_floating_point() else rows[:2] for name, rows in batch.items()}
+    rope = (stories64.model.rope_cos, stories64.model.rope_sin)
+    embed = stories64.model.model.embed_tokens
+    for before, after in zip(unrolled_states(layer, embed, batch, rope, 2),
+                             unrolled_states(wide, embed, batch, rope, 2), strict=True):
+        assert torch.equal(before, after)  # it drafts as before: the other layers' part of feature_proj is zero
     assert json.loads((fused / CONFIG_NAME).read_text())["feature_layers"] == [2, 4]
     curve = json.loads((fused / "curve.json").read_text())
     assert [p["tokens"] for p in curve][-2:] == [32768, 40960]
-    assert curve[-1]["loss"] < curve[-2]["loss"] + 0.05
+    trained_on = load_layer(fused, stories64.config, stories64.model.head_weight, "cpu", torch.float64)
+    assert trained_on.feature_proj.weight[:, :2 * stories64.config.dim].abs().max() > 0  # it learned from them
 
 
-@pytest.mark.parametrize(("sampler", "k", "adaptive"), [("greedy", 20, True), ("minp-penalty", 0, False)])
-def test_a_fused_feature_layer_drafts_plain_decodings_tokens(lm64_fused, sampler, k, adaptive):
-    prompt = lm64_fused.encode(PROMPT)
-    s = Settings(max_new_tokens=N, seed=3, ignore_eos=True, ngram_topk=k, drafter="layer", **SAMPLERS[sampler])
-    expected = Generator(lm64_fused, s.replace(mode="ar"), prompt).run()
-    gen = Generator(lm64_fused, s, prompt, options=EngineOptions(adaptive=adaptive))
-    assert first_difference(gen.run(), expected) is None
-    if not adaptive:
-        assert gen.metrics().accepted > N // 4
+def test_the_layers_a_pass_keeps_are_those_layers_outputs_with_the_c_kernels_too(stories32):
+    """The C kernels update a row's state in place, layer after layer: a kept layer output is a copy, the same as
+    torch's operators compute (it was the last layer's state, on every CPU verify pass and plain step)."""
+    model, cfg = stories32.model, stories32.config
+    ids = torch.tensor(stories32.encode(PROMPT))
+    outs = []
+    for native in (model.native, None):
+        kernels, model.native = model.native, native
+        try:
+            cache = KVCache(cfg.n_layers, cfg.n_kv_heads, 64, cfg.head_dim, "cpu", torch.float32)
+            pos = torch.arange(len(ids))
+            outs.append(model(ids, pos, cache, 0, causal_mask(0, len(ids), pos, None, "cpu"), exact_rows=True,
+                              keep_layers=(2, 4)))
+        finally:
+            model.native = kernels
+    assert model.native is not None
+    with_kernels, with_torch = outs
+    for kept, reference in zip(with_kernels.layers, with_torch.layers, strict=True):
+        assert torch.allclose(kept, reference, atol=1e-4)
+        assert (kept - with_kernels.hidden).abs().max() > 0.1
 
 
-def test_a_fused_feature_layer_across_shifts_with_memory_and_resume(lm64_fused):
-    prompt, pinned = lm64_fused.encode(PROMPT), pinned_ids(lm64_fused, MEMORY, NOTE)
-    s = Settings(max_new_tokens=360, seed=5, ignore_eos=True, context_window=NARROW, note_depth=100,
-                 drafter="layer", **SAMPLERS["minp-penalty"])
-    expected = Generator(lm64_fused, s.replace(mode="ar"), prompt, pinned=pinned).run()
-    gen = Generator(lm64_fused, s, prompt, pinned=pinned)
-    assert first_difference(gen.run(), expected) is None
-    assert gen.metrics().shifts >= 5 and gen.metrics().accepted > 60
-    resumed = Generator(lm64_fused, s, prompt, generated_ids=expected[:210], pinned=pinned)
-    assert first_difference(resumed.run(), expected) is None
+def test_a_fused_run_resumes_from_its_state_and_refuses_other_layers(trained, fused, stories_path, tmp_path, capsys):
+    out = tmp_path / "fused"
+    out.mkdir()
+    for name in (CONFIG_NAME, WEIGHTS_NAME, "curve.json"):
+        (out / name).write_bytes((fused / name).read_bytes())
+    (tmp_path / "fused.pt").write_bytes((trained / "fused.pt").read_bytes())
+    args = ["train-draft", "--model", str(stories_path), "--teacher", str(trained / "teacher-2-4"),
+            "--eval-teacher", str(trained / "held-2-4"), "--out", str(out), "--state", str(tmp_path / "fused.pt")]
+    assert main([*args, "--last-layer-only", "--tokens", "45056", *TRAIN]) == 2
+    assert "last-layer-only: the layer to go on with" in capsys.readouterr().err
+    unlike = [*args[:5], "--eval-teacher", str(trained / "held"), *args[7:]]  # held-out rows without the layers
+    assert main([*unlike, "--tokens", "45056", *TRAIN]) == 2
+    assert "stores layers [], the teacher [2, 4]: extract both with the same --features" in capsys.readouterr().err
+    assert main([*args, "--tokens", "45056", *TRAIN]) == 0
+    saved = torch.load(tmp_path / "fused.pt", weights_only=False)
+    assert saved["tokens"] == 45056 and saved["feature_layers"] == [2, 4]
+
+
+@pytest.mark.parametrize("layers", [[4, 2], [2, 2], [0, 2], [2, 5]])
+def test_a_draft_file_with_feature_layers_out_of_order_or_range_is_refused(fused, stories64, tmp_path, layers):
+    (tmp_path / WEIGHTS_NAME).write_bytes((fused / WEIGHTS_NAME).read_bytes())
+    config = json.loads((fused / CONFIG_NAME).read_text()) | {"feature_layers": layers}
+    (tmp_path / CONFIG_NAME).write_text(json.dumps(config))
+    with pytest.raises(DraftLayerError, match="feature_layers must be distinct ascending layer numbers in 1..4"):
+        load_layer(tmp_path, stories64.config, stories64.model.head_weight, "cpu", torch.float64)
+
+
+def test_draft_data_features_are_layer_numbers_below_the_last():
+    assert feature_layers("15, 2,2", 30) == (2, 15) and feature_layers("", 30) == ()
+    for text in ("0", "30", "-1"):
+        with pytest.raises(ValueError, match=r"features: layer numbers must be in 1\.\.29"):
+            feature_layers(text, 30)
+    with pytest.raises(ValueError, match="features: '2,x' is not a comma-separated list"):
+        feature_layers("2,x", 30)
+
 
 
 def test_a_fused_feature_layer_is_refused_on_the_fast_path_by_name(lm64_fused):

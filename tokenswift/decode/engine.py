@@ -100,12 +100,12 @@ class Engine(EngineWindow, EngineProbe):
         self._last_probe = 0.0
         self._ar_times: deque[float] = deque(maxlen=AR_SAMPLES)
         # A fused-feature draft layer (draft_layer.py) reads these layers' outputs beside the last one's.
-        self.features = (lm.draft_layer.feature_layers if self.ts and settings.drafter == "layer"
+        self.feature_layers = (lm.draft_layer.feature_layers if self.ts and settings.drafter == "layer"
                          and lm.draft_layer is not None else ())
         self.fast = None
-        if fast is not None and self.features:
-            raise ValueError(f"drafter: this draft layer reads layers {list(self.features)} besides the last, which "
-                             "only the eager passes return: run it without the fast path, or draft with the heads")
+        if fast is not None and self.feature_layers:
+            raise ValueError(f"drafter: this draft layer reads layers {list(self.feature_layers)} besides the last, "
+                             "which only the eager passes return: run it off the fast path, or draft with the heads")
         if fast is not None:  # only the paper drafter's partial cache reads the verify pass's queries
             self.fast = FastPasses(lm, self.cache, fast, self.sampler, self.buf,
                                    queries=self.ts and settings.drafter == "paper", alternatives=options.alternatives)
@@ -159,7 +159,7 @@ class Engine(EngineWindow, EngineProbe):
     def _states(self, out) -> torch.Tensor:
         """A pass's rows for the drafter: the last layer's states [T, dim], or with a fused-feature draft layer
         the outputs of its layers and the last one's side by side [T, (k+1)·dim]."""
-        return torch.cat([*out.layers, out.hidden], dim=-1) if self.features else out.hidden
+        return torch.cat([*out.layers, out.hidden], dim=-1) if self.feature_layers else out.hidden
 
     # -- shared helpers -----------------------------------------------------------------------------
 
@@ -243,7 +243,7 @@ class Engine(EngineWindow, EngineProbe):
         window = self.lm.config.sliding_window
         # A sliding-window model must mask old keys here too, or AR and verification would differ.
         mask = causal_mask(n, 1, pos, window, self.lm.device) if window is not None else None
-        out = self.lm.model(self.buf[n:n + 1], pos, self.cache, n, mask, keep_layers=self.features)
+        out = self.lm.model(self.buf[n:n + 1], pos, self.cache, n, mask, keep_layers=self.feature_layers)
         return self._sample(out.logits, self._window(n + 1, []), n + 1 + self.offset), self._states(out)
 
     # -- TokenSwift ----------------------------------------------------------------------------------
@@ -346,7 +346,7 @@ class Engine(EngineWindow, EngineProbe):
         tokens, positions, tree_mask = (t.to(self.lm.device) for t in verify_inputs(trie, L, pad))
         mask = with_prefix(tree_mask, L, positions, self.lm.config.sliding_window)
         out = self.lm.model(tokens, positions, self.cache, L, mask, logits="none", capture_queries=capture,
-                            exact_rows=True, keep_layers=self.features)
+                            exact_rows=True, keep_layers=self.feature_layers)
         if len(trie.tokens) <= self.shared_head_rows:
             logits = self.lm.model.logits_of(out.hidden[: len(trie.tokens)])
             rows = lambda node: logits[node:node + 1]  # noqa: E731

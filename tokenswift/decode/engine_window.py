@@ -64,8 +64,9 @@ class EngineWindow:
 
     @torch.inference_mode()
     def _prefill(self, upto: int) -> tuple[torch.Tensor, list[torch.Tensor], torch.Tensor]:
-        """Returns the last token's logits and queries, and the last-layer states of the last rows a drafter
-        reads (the layer drafter: its window; the others: one)."""
+        """Returns the last token's logits and queries, and the states (Engine._states' rows) of the last rows a
+        drafter reads (the layer drafter: its window; the others: one)."""
         keep = self.lm.draft_layer.window if self.ts and self.s.drafter == "layer" else 1
-        out = prefill(self.lm.model, self.buf[:upto], self.cache, keep, last=True, keep_layers=self.features)
+        out = prefill(self.lm.model, self.buf[:upto], self.cache, keep, last=True,
+                      keep_layers=self.feature_layers)
         return out.logits, out.queries, self._states(out)

@@ -10,9 +10,9 @@ token at p+2. Drafting a chain feeds its own predicted state and the token it ju
     s_{p+1} = Block(z_p)                                    (attention over earlier z within `window` tokens)
     logits  = LMHead_vocab(RMSNorm(s_{p+1}))                (the model's LM-head rows of the draft vocabulary)
 
-With `feature_layers` (EAGLE-3's fused features) h_p is instead fuse([the outputs of those layers at p ; h_p])
-((k+1)·dim -> dim): a low and a middle layer still hold what the last one has already turned into its own next
-token. Deeper chain steps feed the predicted state where h_p was, as before.
+With `feature_layers` (EAGLE-3's fused features) h_p is instead feature_proj([the outputs of those layers at p ;
+h_p]) ((k+1)·dim -> dim): a low and a middle layer still hold what the last one has already turned into its own
+next token. Deeper chain steps feed the predicted state where h_p was, as before.
 
 The block has the model's own layer shape and starts as a copy of its last layer. Its keys live in a small
 cache of its own that follows the model's: rows are added for every committed token (its true state), the
@@ -57,7 +57,7 @@ class DraftLayer(nn.Module):
     def __init__(self, cfg: ModelConfig, draft_vocab: int, window: int, feature_layers: tuple[int, ...] = ()):
         super().__init__()
         self.cfg, self.window, self.feature_layers = cfg, window, tuple(feature_layers)
-        self.fuse = Linear((len(feature_layers) + 1) * cfg.dim, cfg.dim, bias=False) if feature_layers else None
+        self.feature_proj = Linear((len(feature_layers) + 1) * cfg.dim, cfg.dim, bias=False) if feature_layers else None
         self.token_norm = RMSNorm(cfg.dim, cfg.norm_eps)
         self.fc = Linear(2 * cfg.dim, cfg.dim, bias=False)
         self.layer = Block(cfg)
@@ -65,10 +65,11 @@ class DraftLayer(nn.Module):
         self.register_buffer("vocab", torch.zeros(draft_vocab, dtype=torch.int64))
         self.register_buffer("signature", torch.zeros(cfg.dim))
 
-    def fused(self, states: torch.Tensor, native: NativeRows | None = None) -> torch.Tensor:
+    def first_feature(self, states: torch.Tensor, native: NativeRows | None = None) -> torch.Tensor:
         """The first chain step's input feature from the model's states [..., T, (k+1)·dim]: the outputs of the k
         feature_layers and then the last layer's, side by side (k = 0: the last layer's states, as they are)."""
-        return states if self.fuse is None else project(states, self.fuse.weight, None, native)
+        proj = self.feature_proj
+        return states if proj is None else project(states, proj.weight, None, native)
 
     def step(self, feature: torch.Tensor, token_embedding: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
              attend, cache: tuple | None = None, native: NativeBlock | None = None) -> torch.Tensor:
@@ -106,14 +107,14 @@ def model_signature(head_weight: torch.Tensor) -> torch.Tensor:
 def initial_layer(model, draft_vocab: torch.Tensor, window: int, seed: int = 0,
                   feature_layers: tuple[int, ...] = ()) -> DraftLayer:
     """A fresh draft layer: the block is a copy of the model's last layer, fc passes the feature through
-    (the token half starts near zero), the output norm is the model's final norm; fuse passes the last layer's
-    state through."""
+    (the token half starts near zero), the output norm is the model's final norm; feature_proj passes the last
+    layer's states through."""
     cfg = model.cfg
     layer = DraftLayer(cfg, len(draft_vocab), window, feature_layers)
     generator = torch.Generator().manual_seed(seed)
     with torch.no_grad():
-        if layer.fuse is not None:
-            _pass_through(layer.fuse, cfg.dim)
+        if layer.feature_proj is not None:
+            _pass_through(layer.feature_proj, cfg.dim)
         layer.layer.load_state_dict({k: v.float() for k, v in model.model.layers[-1].state_dict().items()})
         layer.norm.weight.copy_(model.model.norm.weight.float())
         layer.fc.weight.zero_()
@@ -125,19 +126,22 @@ def initial_layer(model, draft_vocab: torch.Tensor, window: int, seed: int = 0,
 
 
 def with_features(layer: DraftLayer, feature_layers: tuple[int, ...]) -> DraftLayer:
-    """A trained layer that reads the last layer's states, given a fuse over feature_layers that starts by passing
-    those states through: it drafts as before, and further training learns what the other layers add."""
-    wide = DraftLayer(layer.cfg, len(layer.vocab), layer.window, feature_layers)
+    """A trained layer that reads the last layer's states, given a feature_proj over feature_layers that starts by
+    passing those states through: it drafts as before, and further training learns what the other layers add."""
+    weight = layer.norm.weight
+    wide = DraftLayer(layer.cfg, len(layer.vocab), layer.window, feature_layers).to(weight.device, weight.dtype)
+    missing = wide.load_state_dict(layer.state_dict(), strict=False).missing_keys
+    if missing != ["feature_proj.weight"]:
+        raise ValueError(f"with_features: expected a layer without feature layers (missing {missing})")
     with torch.no_grad():
-        _pass_through(wide.fuse, layer.cfg.dim)
-    wide.load_state_dict(layer.state_dict() | {"fuse.weight": wide.fuse.weight})
-    return wide.to(device=layer.norm.weight.device, dtype=layer.norm.weight.dtype)
+        _pass_through(wide.feature_proj, layer.cfg.dim)
+    return wide
 
 
-def _pass_through(fuse: Linear, dim: int) -> None:
-    """fuse's weight: the identity on the last layer's part, zero on the others (their gradients are not)."""
-    fuse.weight.zero_()
-    fuse.weight[:, -dim:].copy_(torch.eye(dim))
+def _pass_through(proj: Linear, dim: int) -> None:
+    """proj's weight: the identity on the last layer's part, zero on the others (their gradients are not)."""
+    proj.weight.zero_()
+    proj.weight[:, -dim:].copy_(torch.eye(dim))
 
 
 def save_layer(layer: DraftLayer, directory: Path, record: dict | None = None) -> None:
@@ -190,9 +194,10 @@ def load_layer(directory: Path, cfg: ModelConfig, head_weight: torch.Tensor, dev
             raise DraftLayerError(f"{config_file}: draft layer for another model ({key} {meta.get(key)}, "
                                   f"this model has {want})")
     features = meta.get("feature_layers", [])
-    if not (isinstance(features, list) and all(isinstance(n, int) and 1 <= n < cfg.n_layers for n in features)):
-        raise DraftLayerError(f"{config_file}: feature_layers must be layer numbers in 1..{cfg.n_layers - 1} "
-                              f"(got {features!r})")
+    if not (isinstance(features, list) and all(isinstance(n, int) and 1 <= n < cfg.n_layers for n in features)
+            and features == sorted(set(features))):
+        raise DraftLayerError(f"{config_file}: feature_layers must be distinct ascending layer numbers in "
+                              f"1..{cfg.n_layers - 1} (got {features!r})")
     with torch.device("meta"):
         layer = DraftLayer(cfg, int(meta.get("draft_vocab", 0)), int(meta.get("window", 0)), tuple(features))
     expected = layer.state_dict()

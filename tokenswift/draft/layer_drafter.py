@@ -1,8 +1,9 @@
 """The draft layer's drafter: a chain drafted token by token, each guess knowing the one before it.
 
 State: the draft layer's own key/value cache, slot = position as in the model's cache. Every committed token
-adds one row from its true last-layer state (the verify pass's, a plain step's, or the prefill's), and the
-tokens after those states are known, so a committed row is exact. The rows are run lazily, all at once, when
+adds one row from its true last-layer state (the verify pass's, a plain step's, or the prefill's; with feature
+layers, theirs beside it, through the layer's feature_proj), and the tokens after those states are known, so a
+committed row is exact. The rows are run lazily, all at once, when
 the next draft is asked for: a string of plain steps (the adaptive policy's plain gear) costs nothing until
 then. The last committed row's output is the predicted state at the root, whose scores give depth 1; each
 deeper guess runs one more row, from the state the draft itself predicted and the token it just chose. Those
@@ -121,8 +122,7 @@ class LayerDrafter:
             return
         states = torch.cat([h for h, _ in self.pending]).to(self.dtype)
         tokens = [t for _, following in self.pending for t in following]
-        native = self.native if len(tokens) <= MAX_ROWS else None
-        self.state = self._run(self.layer.fused(states, native), tokens, self.filled)[-1:]
+        self.state = self._run(self.layer.first_feature(states, self.native), tokens, self.filled)[-1:]
         self.filled += len(tokens)
         self.pending, self.pending_count = [], 0
 

@@ -193,7 +193,7 @@ class ForwardOut:
     logits: torch.Tensor | None  # [T, vocab] (None when not asked for)
     hidden: torch.Tensor  # [T, dim]: last layer's output before the final norm (the draft heads' input)
     queries: list[torch.Tensor] | None  # per layer [T, n_heads, head_dim] post-RoPE, when captured
-    layers: list[torch.Tensor] | None = None  # [T, dim] outputs of the layers asked for (keep_layers), in order
+    layers: list[torch.Tensor] | None = None  # [T, dim] outputs of the layers asked for (keep_layers), ascending
 
 
 class Transformer(nn.Module):
@@ -281,8 +281,8 @@ class Transformer(nn.Module):
             x, q = layer(x, cos, sin, keys, values, slots, attend, block)
             if queries is not None:
                 queries.append(q)
-            if number in keep:
-                kept.append(x)
+            if number in keep:  # the C kernels go on to update x in place: keep a copy of theirs
+                kept.append(x.clone() if block is not None else x)
         return x
 
 

@@ -79,11 +79,12 @@ class TeacherStore:
     def tokens_per_shard(self) -> int:
         return self.meta["plan"]["shard_seqs"] * self.meta["plan"]["seq_len"]
 
-    def shard(self, i: int) -> dict[str, np.ndarray]:
+    def shard(self, i: int, features: bool = True) -> dict[str, np.ndarray]:
+        """Shard i's arrays (memory-mapped); features=False leaves the other layers' states out."""
         if not 0 <= i < self.shards:
             raise IndexError(f"shard {i} of {self.shards}")
         folder = self.dir / f"shard-{i:05d}"
-        names = ARRAYS + (("features",) if self.features else ())
+        names = ARRAYS + (("features",) if self.features and features else ())
         return {name: np.load(folder / f"{name}.npy", mmap_mode="r") for name in names}
 
     def save_meta(self) -> None:

@@ -63,7 +63,7 @@ def unrolled_states(layer: DraftLayer, embed: torch.nn.Embedding, batch: dict[st
     hidden, tokens = batch["hidden"], batch["tokens"]
     t = tokens.shape[1] - 1
     inputs = torch.cat((batch["features"][:, :t], hidden[:, :t]), dim=-1) if layer.feature_layers else hidden[:, :t]
-    feature = layer.fused(_noisy(inputs, layer.cfg.dim, noise, generator))
+    feature = layer.first_feature(_noisy(inputs, layer.cfg.dim, noise, generator))
     following = embed(tokens[:, 1:])
     cos, sin = rope[0][:t], rope[1][:t]
     attend = UnrollAttention(layer.cfg.group)

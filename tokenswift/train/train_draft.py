@@ -103,10 +103,11 @@ def vocab_from_teacher(store: TeacherStore, size: int, shards: int = 8) -> torch
 
 class Batches:
     """Batches of rows in a fixed order from a position (pass, index in the pass): a pass visits every shard
-    present when it began, in an order fixed by (seed, pass), each shard's rows shuffled the same way."""
+    present when it began, in an order fixed by (seed, pass), each shard's rows shuffled the same way. features:
+    whether the rows bring the other layers' states (a layer that reads them)."""
 
-    def __init__(self, store: TeacherStore, cfg: TrainDraftConfig, position: dict | None):
-        self.store, self.cfg = store, cfg
+    def __init__(self, store: TeacherStore, cfg: TrainDraftConfig, position: dict | None, features: bool):
+        self.store, self.cfg, self.features = store, cfg, features
         seq = store.meta["plan"]["seq_len"]
         if seq % cfg.seq_len:
             raise ValueError(f"seq-len: {cfg.seq_len} must divide the teacher's sequences of {seq} tokens")
@@ -134,7 +135,7 @@ class Batches:
         self.position["index"] = i + 1
         if shard >= self.position["known"]:
             self.position["unique"] += self.cfg.batch * self.cfg.seq_len
-        return rows_of(self.store.shard(shard), pick, self.split, self.cfg.seq_len)
+        return rows_of(self.store.shard(shard, self.features), pick, self.split, self.cfg.seq_len)
 
 
 def rows_of(data: dict[str, np.ndarray], rows: np.ndarray, split: int, length: int) -> dict[str, torch.Tensor]:
@@ -147,9 +148,9 @@ def rows_of(data: dict[str, np.ndarray], rows: np.ndarray, split: int, length: i
     return out
 
 
-def all_rows(store: TeacherStore, length: int) -> dict[str, torch.Tensor]:
-    """Every row of a (small, held-out) store."""
-    parts = [store.shard(i) for i in range(store.shards)]
+def all_rows(store: TeacherStore, length: int, features: bool = True) -> dict[str, torch.Tensor]:
+    """Every row of a (small, held-out) store (features=False: without the other layers' states)."""
+    parts = [store.shard(i, features) for i in range(store.shards)]
     seq = store.meta["plan"]["seq_len"]
     split = seq // length
     chunks = [rows_of(p, np.arange(len(p["tokens"]) * split), split, length) for p in parts]
@@ -173,7 +174,8 @@ def save_state(path: Path, layer, optimizer, position: dict, tokens: int, curve:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     torch.save({"layer": layer.state_dict(), "optimizer": optimizer.state_dict(), "position": position,
-                "tokens": tokens, "curve": curve, "fresh_from": fresh_from}, tmp)
+                "tokens": tokens, "curve": curve, "fresh_from": fresh_from,
+                "feature_layers": list(layer.feature_layers)}, tmp)
     os.replace(tmp, path)
 
 
@@ -186,22 +188,12 @@ def train_draft(cfg: TrainDraftConfig, lm, progress: bool = True) -> list[dict]:
     """Train (or resume) until cfg.tokens; returns the learning curve."""
     from tokenswift.train.draft_data import model_id
 
-    store, held = TeacherStore(Path(cfg.teacher)), TeacherStore(Path(cfg.eval_teacher))
-    for s, flag in ((store, "teacher"), (held, "eval-teacher")):
-        if s.meta["model"] != model_id(lm):
-            raise ValueError(f"{flag}: {s.dir} holds another model's outputs ({s.meta['model']})")
-        if s.shards == 0:
-            raise ValueError(f"{flag}: {s.dir} has no complete shard yet")
-    if held.features != store.features:
-        raise ValueError(f"eval-teacher: {held.dir} stores layers {list(held.features)}, the teacher "
-                         f"{list(store.features)}: extract both with the same --features")
+    store, held = _teachers(cfg, model_id(lm))
     model, state_path, out, dev = lm.model, Path(cfg.state), Path(cfg.out), lm.device
     embed = model.model.embed_tokens
     rope = (model.rope_cos.float(), model.rope_sin.float())
     layer, saved = _start_layer(cfg, lm, store, state_path, out)
-    if layer.feature_layers and layer.feature_layers != store.features:
-        raise ValueError(f"teacher: {store.dir} stores layers {list(store.features)}, the draft layer reads "
-                         f"{list(layer.feature_layers)}: train it on teacher data of its own --features")
+    _check_features(cfg, layer, store)
     layer = layer.to(dev)
     head_rows = model.head_weight[layer.vocab].float()
     to_draft = torch.full((lm.config.vocab_size,), -1, dtype=torch.int64, device=dev)
@@ -214,8 +206,8 @@ def train_draft(cfg: TrainDraftConfig, lm, progress: bool = True) -> list[dict]:
     if saved.get("optimizer") and "layer.self_attn.qkv_proj.weight" in saved["layer"]:
         optimizer.load_state_dict(saved["optimizer"])
         fresh_from = saved.get("fresh_from", 0)
-    batches = Batches(store, cfg, saved.get("position"))
-    eval_rows = all_rows(held, cfg.seq_len)
+    batches = Batches(store, cfg, saved.get("position"), bool(layer.feature_layers))
+    eval_rows = all_rows(held, cfg.seq_len, bool(layer.feature_layers))
     # base_sha256: a GGUF file's draft layer is found by the file's hash wherever the file lies (default_model.py)
     record = {"model": store.meta["model"], "base_sha256": store.meta["model"].removeprefix("gguf:"),
               "teacher": store.meta["plan"],
@@ -262,6 +254,30 @@ def train_draft(cfg: TrainDraftConfig, lm, progress: bool = True) -> list[dict]:
     return curve
 
 
+def _teachers(cfg: TrainDraftConfig, model: str) -> tuple[TeacherStore, TeacherStore]:
+    """The training and the held-out teacher data, checked to be this model's and alike."""
+    store, held = TeacherStore(Path(cfg.teacher)), TeacherStore(Path(cfg.eval_teacher))
+    for s, flag in ((store, "teacher"), (held, "eval-teacher")):
+        if s.meta["model"] != model:
+            raise ValueError(f"{flag}: {s.dir} holds another model's outputs ({s.meta['model']})")
+        if s.shards == 0:
+            raise ValueError(f"{flag}: {s.dir} has no complete shard yet")
+    if held.features != store.features:
+        raise ValueError(f"eval-teacher: {held.dir} stores layers {list(held.features)}, the teacher "
+                         f"{list(store.features)}: extract both with the same --features")
+    return store, held
+
+
+def _check_features(cfg: TrainDraftConfig, layer: DraftLayer, store: TeacherStore) -> None:
+    """A layer that reads other layers than the last trains on teacher data that stores those very layers."""
+    if layer.feature_layers and cfg.last_layer_only:
+        raise ValueError(f"last-layer-only: the layer to go on with ({cfg.state} or {cfg.out}) reads layers "
+                         f"{list(layer.feature_layers)} besides the last")
+    if layer.feature_layers and layer.feature_layers != store.features:
+        raise ValueError(f"teacher: {store.dir} stores layers {list(store.features)}, the draft layer reads "
+                         f"{list(layer.feature_layers)}: train it on teacher data of its own --features")
+
+
 def _score(layer, states, batch, head_rows, to_draft, final_norm, cfg: TrainDraftConfig) -> torch.Tensor:
     """The training score of one batch's unrolled chain steps: distillation, and where cfg has a penalty, its share
     of the penalised distillation (draft_loss.py)."""
@@ -288,8 +304,7 @@ def _start_layer(cfg: TrainDraftConfig, lm, store: TeacherStore, state_path: Pat
     if state_path.is_file():
         saved = torch.load(state_path, map_location="cpu", weights_only=False)
         vocab = saved["layer"]["vocab"]
-        features = store.features if "fuse.weight" in saved["layer"] else ()  # a state saved by a fused layer
-        layer = DraftLayer(lm.config, len(vocab), cfg.seq_len, features)
+        layer = DraftLayer(lm.config, len(vocab), cfg.seq_len, tuple(saved.get("feature_layers", ())))
         layer.load_state_dict(fused_state(saved["layer"]))
         return layer.float().train().requires_grad_(True), saved
     if (out / CONFIG_NAME).is_file():
