@@ -100,8 +100,8 @@ class Engine(EngineWindow, EngineProbe):
         self._last_probe = 0.0
         self._ar_times: deque[float] = deque(maxlen=AR_SAMPLES)
         # A fused-feature draft layer (draft_layer.py) reads these layers' outputs beside the last one's.
-        self.feature_layers = (lm.draft_layer.feature_layers if self.ts and settings.drafter == "layer"
-                         and lm.draft_layer is not None else ())
+        layer = lm.draft_layer if self.ts and settings.drafter == "layer" else None
+        self.feature_layers = layer.feature_layers if layer is not None else ()
         self.fast = None
         if fast is not None and self.feature_layers:
             raise ValueError(f"drafter: this draft layer reads layers {list(self.feature_layers)} besides the last, "

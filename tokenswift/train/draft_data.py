@@ -39,6 +39,11 @@ ARRAYS = ("tokens", "hidden", "top_ids", "top_logp")
 FP16_MAX = 65504.0
 
 
+def array_names(features: bool) -> tuple[str, ...]:
+    """A shard's arrays: ARRAYS, and "features" where the other layers' states are stored (and wanted)."""
+    return ARRAYS + (("features",) if features else ())
+
+
 @dataclass(frozen=True)
 class TeacherPlan:
     files: tuple[str, ...]  # the book files, as given
@@ -84,8 +89,8 @@ class TeacherStore:
         if not 0 <= i < self.shards:
             raise IndexError(f"shard {i} of {self.shards}")
         folder = self.dir / f"shard-{i:05d}"
-        names = ARRAYS + (("features",) if self.features and features else ())
-        return {name: np.load(folder / f"{name}.npy", mmap_mode="r") for name in names}
+        return {name: np.load(folder / f"{name}.npy", mmap_mode="r")
+                for name in array_names(bool(self.features) and features)}
 
     def save_meta(self) -> None:
         tmp = self.dir / (MANIFEST + ".tmp")
@@ -167,7 +172,7 @@ def extract(lm, store: TeacherStore, plan: TeacherPlan, max_tokens: int, progres
 
 
 def _write_shard(lm, folder: Path, batch: list[tuple[int, int]], books: list[np.ndarray], plan: TeacherPlan) -> None:
-    arrays: dict[str, list[np.ndarray]] = {name: [] for name in ARRAYS + (("features",) if plan.features else ())}
+    arrays: dict[str, list[np.ndarray]] = {name: [] for name in array_names(bool(plan.features))}
     for b, s in batch:
         ids = books[b][s:s + plan.seq_len]
         out = teacher_outputs(lm, torch.from_numpy(ids.astype(np.int64)), plan.topk, plan.features)
