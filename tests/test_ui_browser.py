@@ -6,7 +6,6 @@ comparison, export an EPUB (a real download). Screenshots go to artifacts/screen
 
 from __future__ import annotations
 
-import contextlib
 import re
 import shutil
 import time
@@ -47,17 +46,28 @@ def tokens_shown(status: str) -> int:
     return int(found.group(1).replace(",", "")) if found else 0
 
 
-def settled(page, elem: str) -> None:
-    """Wait until the event just triggered (a click, a choice) has answered on the component `elem`: Gradio shows
-    a status tracker there while one runs. The page shows it a moment after the trigger (later on a loaded
-    machine), so first give it that moment to appear, unless the answer already came, then wait until it is gone."""
-    from playwright.sync_api import TimeoutError as NotShown
-    from playwright.sync_api import expect
+# Watches `elem` for Gradio's status tracker (shown there while an event that writes to it runs) and records
+# when it has come and gone. Installed before the trigger, it cannot miss an answer that comes late (the tracker
+# shows only once the server takes the event, seconds later on a loaded machine) or one that comes at once.
+WATCH = """sel => {
+    const answered = (window.tsAnswered ??= {});  // the whole page: a tab renders its components when opened
+    const busy = () => document.querySelector(`${sel} [data-testid=status-tracker]:not(.hide)`) !== null;
+    let seen = false;
+    answered[sel] = false;
+    const watcher = new MutationObserver(() => {
+        if (busy()) seen = true;
+        else if (seen) { answered[sel] = true; watcher.disconnect(); }
+    });
+    watcher.observe(document.body, {subtree: true, childList: true, attributes: true, attributeFilter: ["class"]});
+}"""
 
-    running = page.locator(f"{elem} [data-testid=status-tracker]:not(.hide)")
-    with contextlib.suppress(NotShown):
-        running.first.wait_for(state="visible", timeout=2_000)
-    expect(running).to_have_count(0)
+
+def answered(page, elem: str, trigger) -> None:
+    """Run `trigger` (a click, a choice) and wait until its event has answered on the component `elem`, so that
+    nothing typed there next is overwritten by a late answer."""
+    page.evaluate(WATCH, elem)
+    trigger()
+    page.wait_for_function("sel => window.tsAnswered[sel]", arg=elem)
 
 
 @pytest.fixture(scope="module")
@@ -144,12 +154,10 @@ def test_compare_two_columns(page):
 def test_library_export_epub(page, tmp_path):
     from playwright.sync_api import expect
 
-    page.get_by_role("tab", name="Library").click()
-    settled(page, "#library-author")
+    answered(page, "#library-author", page.get_by_role("tab", name="Library").click)
     page.locator("#library-book input").click()
-    page.get_by_role("option", name=re.compile("The Lighthouse")).click()
+    answered(page, "#library-author", page.get_by_role("option", name=re.compile("The Lighthouse")).click)
     expect(page.locator("#library-title input")).to_have_value("The Lighthouse")
-    settled(page, "#library-author")  # a late answer to the book choice would overwrite what is typed next
     page.locator("#library-author input").fill("Ann Writer")
     page.locator("#library-export").click()
     link = page.locator("#library-file a").first
