@@ -15,8 +15,15 @@ def render_txt(book: Book, chapters: list[tuple[str, str]], _: datetime) -> byte
     if book.author:
         parts.append(f"by {book.author}")
     out = "\n".join(parts) + "\n\n"
-    out += "".join(f"\n{heading}\n\n{body}\n\n" for heading, body in chapters)
+    out += "".join(f"\n{heading}\n\n{body}\n\n" if heading else f"\n{body}\n\n"
+                   for heading, body in _headed(book, chapters))
     return out.rstrip("\n").encode("utf-8") + b"\n"
+
+
+def _headed(book: Book, chapters: list[tuple[str, str]]) -> list[tuple[str | None, str]]:
+    """The chapters as a text format heads them: the opening, which chapters.py names after the book, follows
+    the book's own title line without repeating it (an e-book's contents still list it by that name)."""
+    return [(None if i == 0 and heading == book.title else heading, body) for i, (heading, body) in enumerate(chapters)]
 
 
 _MD_ORDERED_LIST = re.compile(r"(\d{1,9})([.)])(?=\s|$)")
@@ -42,8 +49,9 @@ def render_md(book: Book, chapters: list[tuple[str, str]], _: datetime) -> bytes
     blocks = [f"# {_md_inline(book.title)}"]
     if book.author:
         blocks.append(f"*by {_md_inline(book.author)}*")
-    for heading, body in chapters:
-        blocks.append(f"## {_md_inline(heading)}")
+    for heading, body in _headed(book, chapters):
+        if heading:
+            blocks.append(f"## {_md_inline(heading)}")
         # Two trailing spaces are Markdown's hard line break, kept for verse and letters.
         blocks.extend("  \n".join(_md_line(line) for line in p.lines) for p in paragraphs(body))
     return ("\n\n".join(blocks) + "\n").encode("utf-8")

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import sqlite3
 import threading
 import time
 import xml.etree.ElementTree as ET
 import zipfile
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -102,6 +104,8 @@ INVALID = [
     (with_settings(dry_breakers=[""]), "settings.dry_breakers"),
     (with_settings(xtc_threshold=0.9), "settings.xtc_threshold"),
     (with_settings(xtc_probability=2.0), "settings.xtc_probability"),
+    (with_settings(penalty_window=10**11), "settings.penalty_window"),  # a window of 800 GB, once
+    (with_settings(tree=[1, 99999, 3]), "settings.tree"),  # more candidate rows than an iteration may verify
     ({**GOOD, "session_id": 999}, "session_id"),
     ({"max_new_tokens": 10, "continue_from": 999}, "continue_from"),
     ({**GOOD, "continue_from": 1}, "prompt"),
@@ -120,7 +124,7 @@ def test_every_validation_error_names_its_field(client, payload, field):
 @only_sqlite
 def test_settings_messages_match_the_engine_settings(client):
     detail = client.post("/api/generations", json=with_settings(penalty=0.5)).json()["detail"]
-    assert detail[0]["msg"] == "settings.penalty: theta must be >= 1"
+    assert detail[0]["msg"] == "settings.penalty: theta must be a finite number >= 1"
 
 def test_dry_and_xtc_go_through_the_api_by_their_settings_names(client, store):
     body = {**GOOD, "settings": {**GOOD["settings"], "drafter": "layer", "dry_multiplier": 0.8, "dry_base": 2.0,
@@ -134,6 +138,27 @@ def test_dry_and_xtc_go_through_the_api_by_their_settings_names(client, store):
         "dry_breakers": ["\n", "."], "xtc_threshold": 0.2, "xtc_probability": 0.5}
     shown = client.get(f"/api/generations/{created.json()['id']}").json()["settings"]  # as they were sent
     assert {k: shown[k] for k in body["settings"]} == body["settings"]
+
+
+@only_sqlite
+def test_the_readmes_example_draft_is_accepted(client, store):
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    body = json.loads(re.search(r"/api/generations -d '(\{.*?\})'", readme, re.S).group(1))
+    created = client.post("/api/generations", json=body)
+    assert created.status_code == 201, created.text
+    assert store.get_generation(created.json()["id"]).memory == body["memory"]
+
+
+@only_sqlite
+@pytest.mark.parametrize(("window", "field"), [({"context_window": 10**8}, "settings.context_window"),
+                                               ({"shift_step": 10**9}, "settings.shift_step")])
+def test_a_window_the_workers_model_cannot_take_is_422(client, store, window, field):
+    """Refused up front in the engine's words, not accepted and then failed by the worker."""
+    store.register_worker(Owner.here("gpu0"))
+    store.report_model("gpu0", ModelSpec("stories"), "ready", max_context=512)
+    response = client.post("/api/generations", json=with_settings(**window))
+    assert response.status_code == 422 and response.json()["detail"][0]["msg"].startswith(f"{field}: ")
+    assert store.list_generations() == []
 
 
 def test_targets_beyond_the_workers_context_are_rejected_with_shifting_off(client, store):
@@ -386,6 +411,7 @@ OUT_OF_RANGE = [
     (with_settings(tree=[1, 2**70]), "settings.tree.1"),
     ({**GOOD, "prompt": "Once \ud800 upon"}, "prompt"),
     ({**GOOD, "mode": "\udfff"}, "mode"),
+    *[(with_settings(**{name: ["\ud800"]}), f"settings.{name}") for name in ("dry_breakers", "stop", "ban")],
     ({**GOOD, "\ud800": 1}, "body"),  # a key that is not Unicode names no field
 ]
 

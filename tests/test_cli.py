@@ -89,7 +89,7 @@ def gen_args(model, *extra: str, prompt: tuple[str, ...] = ("--prompt", "Once up
 
 @pytest.mark.parametrize(("extra", "words"), [
     (("--penalty", "0.9"), ("penalty", "theta")),
-    (("--penalty-window", "-1"), ("penalty_length",)),
+    (("--penalty-window", "-1"), ("penalty_window",)),
     (("--tree", "1,x"), ("--tree",)),
     (("--tree", "2,3,3"), ("tree",)),
     (("--tree", "1,3,3,3,3,3,3,3,3,3"), ("tree",)),
@@ -103,6 +103,9 @@ def gen_args(model, *extra: str, prompt: tuple[str, ...] = ("--prompt", "Once up
     (("--seed", str(2**63)), ("seed",)),
     (("--seed", "-1"), ("seed",)),
     (("--heads", "/nonexistent-heads"), ("heads",)),
+    (("--penalty-window", str(10**9)), ("penalty_window", "0..131072")),  # would allocate 8 GB
+    (("--threads", "100000"), ("threads", "1..256")),  # the tokenizer's thread pool would crash the process
+    (("--stop", "\udcff"), ("stop", "Unicode")),  # a byte that is not UTF-8, as argv carries it
 ])
 def test_bad_settings(capsys, stories_path, extra, words):
     assert_usage_error(*run_main(capsys, *gen_args(stories_path, *extra)), *words)
@@ -112,6 +115,11 @@ def test_bad_settings(capsys, stories_path, extra, words):
 def test_empty_prompt(capsys, stories_path, prompt):
     code, err = run_main(capsys, *gen_args(stories_path, prompt=("--prompt", prompt)))
     assert_usage_error(code, err, "prompt", "empty")
+
+
+def test_a_prompt_that_is_not_utf8_is_refused(capsys, stories_path):
+    code, err = run_main(capsys, *gen_args(stories_path, prompt=("--prompt", "caf\udce9 \udcff")))
+    assert_usage_error(code, err, "prompt", "not valid UTF-8")
 
 
 def test_bad_prompt_files(capsys, stories_path, tmp_path):

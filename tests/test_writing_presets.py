@@ -43,7 +43,7 @@ CREATIVE = "Creative (XTC)"
     ('{"penalty_length": 64}', "penalty_length", "write it as penalty_window"),
     ('{"dry_base": 1.0}', "dry_base", "must be in (1, 10]"),
     ('{"xtc_threshold": 0.7}', "xtc_threshold", "must be in 0..0.5"),
-    ('{"penalty_window": -1}', "penalty_window", "W must be >= 0"),  # named as the file names it
+    ('{"penalty_window": -1}', "penalty_window", "W must be in 0..131072"),  # named as the file names it
     ('{"temperature": "hot"}', "temperature", "must be a number"),
     ('{"dry_range": 64.5}', "dry_range", "must be a whole number"),
     ('{"ban_eos": 1}', "ban_eos", "must be true or false"),

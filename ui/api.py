@@ -29,7 +29,7 @@ Targets past the model's context are accepted while context shifting is on (sett
 on; false refuses them as before).
 
 Validation errors are 422 in FastAPI's shape, {"detail": [{"loc": [...], "msg", "type"}]}, and every
-msg starts with the field it is about ("settings.penalty_window: W must be >= 0"). Settings go through
+msg starts with the field it is about ("settings.penalty_window: W must be in 0..131072"). Settings go through
 tokenswift.decode.settings.Settings, so the API, the CLI and the UI reject the same values with the same words.
 Integers are checked against the store's 64-bit range and text against Unicode (a lone surrogate) before
 anything else sees them: bad input is a 422, never a 500. Login, body and upload limits: ui/guard.py.
@@ -53,7 +53,7 @@ from bookexport import FORMATS, export_book
 from storage import Conflict, NotFound, Store, StoreError
 from storage.health import store_problem
 from storage.records import SQL_INT_MAX, GenerationRecord
-from tokenswift.decode.settings import Settings
+from tokenswift.decode.settings import Settings, SettingsError
 from tokenswift.text.writing_presets import built_in
 from ui.api_input import (
     SETTING_NAMES,
@@ -75,6 +75,19 @@ from ui.guard import Guard
 from ui.limits import Limits, printable, unicode_problem
 from ui.texts import DraftTexts
 from ui.tokens import PromptTokens
+
+
+def check_window(tokens: PromptTokens, settings: Settings) -> None:
+    """Reject a context window or shift step the model cannot take, up front and in the engine's words, where
+    the model's context is known (a worker reported it, or its config is here); else the worker refuses it."""
+    target = tokens.target()
+    context = target and (target[1] or tokens.use(target[0], lambda _tokenizer, context: context))
+    if not context:
+        return
+    try:
+        settings.window(context)
+    except SettingsError as error:
+        raise invalid(f"settings.{error.field}", str(error).split(": ", 1)[-1]) from None
 
 
 def check_context(store: Store, request: GenerationIn, tokens: PromptTokens | None = None,
@@ -191,6 +204,7 @@ def add_generation_routes(router: APIRouter, store: Store, tokens: PromptTokens,
     @router.post("/generations", status_code=201)
     def create_generation(payload: Annotated[dict[str, Any], Depends(json_object)]) -> dict:
         request, settings = parse_request(payload)
+        check_window(tokens, settings)
         check_context(store, request, tokens, settings)
         gen = enqueue(store, request, settings)
         return {"id": gen.id, "status": gen.status, "session_id": gen.session_id}

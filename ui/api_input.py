@@ -134,9 +134,6 @@ def parse_request(payload: dict[str, Any]) -> tuple[GenerationIn, Settings]:
     for field in ("prompt", "mode"):
         if problem := unicode_problem(getattr(request, field)):
             raise invalid(field, problem)
-    for phrase in request.settings.ban or ():
-        if problem := unicode_problem(phrase):
-            raise invalid("settings.ban", problem)
     check_context_text({"memory": request.memory, "authors_note": request.authors_note})
     if request.continue_from is not None and (request.memory or request.authors_note):
         raise invalid("memory", "leave Memory and Author's Note out with continue_from (the parent's are kept; "

@@ -6,6 +6,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from tokenswift.decode.settings import lone_surrogate
+
 MIB = 2**20
 MAX_CONTEXT_TEXT = 20_000  # characters of a Memory or Author's Note: they must leave room for the story
 
@@ -48,12 +50,9 @@ class Limits:
 def unicode_problem(text: str) -> str | None:
     """Why `text` cannot be stored or tokenised (a lone surrogate, which JSON's \\ud800 escapes can carry),
     or None."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as error:
-        return (f"is not valid Unicode: a lone surrogate (U+{ord(text[error.start]):04X}) at character "
-                f"{error.start}")
-    return None
+    if (at := lone_surrogate(text)) is None:
+        return None
+    return f"is not valid Unicode: a lone surrogate (U+{ord(text[at]):04X}) at character {at}"
 
 
 def context_text_problem(text: str) -> str | None:

@@ -30,9 +30,9 @@ import torch
 from tokenswift.bench.gpu import random_cache
 from tokenswift.bench.runs import filler_ids, sync_device
 from tokenswift.decode.adaptive import CandidatePolicy, Shape, accepted_under
-from tokenswift.decode.engine import CAPACITY_SPARE, Engine
+from tokenswift.decode.engine import Engine
 from tokenswift.decode.options import EngineOptions
-from tokenswift.decode.settings import Settings
+from tokenswift.decode.settings import CAPACITY_SPARE, Settings
 from tokenswift.model.loading import LoadedModel
 from tokenswift.model.masks import causal_mask
 

@@ -233,7 +233,7 @@ def cmd_bench_bound(args: argparse.Namespace) -> int:
     if args.repeats < 1:
         raise CliError("repeats: must be >= 1")
     from tokenswift.bench.bound import bench_bound, print_bench_bound
-    from tokenswift.decode.trie import max_nodes
+    from tokenswift.decode.settings import max_nodes
 
     lm = open_model(args)
     prompt_ids = bench_prompt_ids(args, lm, text)

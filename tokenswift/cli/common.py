@@ -12,8 +12,9 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tokenswift.decode.settings import Settings, SettingsError, writing_settings
+from tokenswift.decode.settings import MAX_THREADS, Settings, SettingsError, lone_surrogate, writing_settings
 from tokenswift.text.world_info import WorldInfo
+from tokenswift.text.writing_presets import public_error
 
 if TYPE_CHECKING:
     from tokenswift.model.loading import LoadedModel
@@ -56,7 +57,7 @@ def settings_from(args: argparse.Namespace, **extra) -> Settings:
                         dry_breakers=tuple(args.dry_breakers), xtc_threshold=args.xtc_threshold,
                         xtc_probability=args.xtc_probability, **{"context_shift": args.context_shift, **extra})
     except SettingsError as error:
-        raise CliError(str(error)) from error
+        raise CliError(str(public_error(error))) from error
     return with_preset(settings, args) if args.preset else settings
 
 
@@ -89,6 +90,8 @@ def read_prompt(args: argparse.Namespace) -> str:
         source = f"prompt file {path}"
     if not text.strip():
         raise CliError(f"prompt: {source} is empty")
+    if (at := lone_surrogate(text)) is not None:  # bytes that are not UTF-8 reach argv as lone surrogates
+        raise CliError(f"prompt: {source} is not valid UTF-8 (an undecodable byte at character {at})")
     return text
 
 
@@ -137,8 +140,8 @@ def open_model(args: argparse.Namespace) -> LoadedModel:
         resolve_dtype,
     )
 
-    if args.threads is not None and args.threads < 1:
-        raise CliError("threads: must be >= 1")
+    if args.threads is not None and not 1 <= args.threads <= MAX_THREADS:
+        raise CliError(f"threads: must be in 1..{MAX_THREADS}")
     if args.model is None:
         try:
             args.model = str(default_model_path())

@@ -101,7 +101,8 @@ def add_sampler_args(p: argparse.ArgumentParser) -> None:
                         "(default: %(default)s)")
     p.add_argument("--penalty-window", action=Given, type=int, default=d.penalty_length,
                    help="W: how many recent tokens the penalty looks back over; 0 = off (default: %(default)s)")
-    g = p.add_argument_group("DRY and XTC (writers' repetition and cliché controls; off by default)")
+    g = p.add_argument_group("DRY and XTC (writers' repetition and cliché controls; DRY on by default, as in the "
+                             "app; XTC off)")
     g.add_argument("--dry-multiplier", action=Given, type=float, default=d.dry_multiplier,
                    help="DRY: how hard to push against extending a repeat of earlier text; 0 = off, 0.8 is usual "
                         "(default: %(default)s)")
@@ -144,7 +145,8 @@ def add_sampler_args(p: argparse.ArgumentParser) -> None:
 def add_ban_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("banned phrases (the text rewinds where one would complete and goes on another way)")
     g.add_argument("--ban", action="append", default=None, metavar="PHRASE",
-                   help="never write this phrase (any case, across words); repeat for several (default: "
+                   help="never write this phrase (any case, across words, anywhere in a word: Tim also bans time); "
+                        "repeat for several (default: "
                         f"{'the starter list' if writing_settings().ban else 'none'})")
     g.add_argument("--ban-file", default=None, metavar="FILE",
                    help="phrases to ban, one a line; blank lines and lines starting with # are skipped "
@@ -157,9 +159,10 @@ def add_fast_args(p: argparse.ArgumentParser) -> None:
                         "(on a CPU the same passes run eagerly; default: off)")
     p.add_argument("--attention", default="auto",
                    help="fast-path attention kernel: auto | flex | flex-fold | sdpa (default: %(default)s)")
-    p.add_argument("--adaptive", action="store_true",
+    p.add_argument("--adaptive", action=argparse.BooleanOptionalAction, default=True,
                    help="adapt the candidate batch to the context length and measured pass costs, down to "
-                        "plain steps where those are faster (same text; default: off)")
+                        "plain steps where those are faster, as the app does; --no-adaptive verifies the fixed "
+                        "--tree every step, as the paper does (same text either way; default: on)")
 
 
 def add_prompt_args(p: argparse.ArgumentParser, books: bool = False) -> None:

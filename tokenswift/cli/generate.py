@@ -38,10 +38,11 @@ def add_command(sub) -> None:
     add_prompt_args(gen)
     add_sampler_args(gen)
     gen.add_argument("--mode", default="tokenswift",
-                     help="tokenswift (faster) or ar (plain decoding); both write the same text "
-                          "(default: %(default)s)")
+                     help="tokenswift (speculative decoding: faster where its guesses are right) or ar (plain "
+                          "decoding); both write the same text (default: %(default)s)")
     gen.add_argument("--ignore-eos", action="store_true",
-                     help="keep writing when the model ends the story (default: stop there)")
+                     help="with --no-ban-eos: keep writing past the model's end of text, as the paper's "
+                          "fixed-length runs do (default: off)")
     gen.add_argument("--stop", action="append", default=[],
                      help="stop when this text appears; repeat for several (default: none)")
     gen.add_argument("--ban-eos", action=GivenSwitch, default=writing_settings().ban_eos,

@@ -41,7 +41,7 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from tokenswift.decode.trie import max_nodes
+from tokenswift.decode.settings import max_nodes
 
 
 @dataclass(frozen=True)

@@ -20,8 +20,8 @@ from tokenswift.decode.engine_window import EngineWindow
 from tokenswift.decode.metrics import RunMetrics
 from tokenswift.decode.ngram import NgramTable
 from tokenswift.decode.options import EngineOptions
-from tokenswift.decode.settings import Settings, concrete_drafter
-from tokenswift.decode.trie import NGRAM_LEN, build_trie, max_nodes, verify_inputs, walk
+from tokenswift.decode.settings import CAPACITY_SPARE, NGRAM_LEN, Settings, concrete_drafter, max_nodes
+from tokenswift.decode.trie import build_trie, verify_inputs, walk
 from tokenswift.draft.drafting import Drafter, HeadsDrafter
 from tokenswift.draft.fused_drafter import FusedDrafter
 from tokenswift.draft.layer_drafter import LayerDrafter
@@ -36,7 +36,6 @@ from tokenswift.sampling.dry_xtc import breaker_ids
 from tokenswift.sampling.sampler import Sampler, last_ids, node_windows
 from tokenswift.text.context_window import PinnedText, WindowPlan, leading_bos, window_plan
 
-CAPACITY_SPARE = 8  # cache slots beyond the longest text and one verify batch
 SHARED_HEAD_ROWS = 16  # up to this many candidate rows share one LM-head product (16-bit weights, see _verify)
 
 

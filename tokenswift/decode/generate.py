@@ -15,12 +15,11 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from tokenswift.decode.banned_engine import BannedEngine
-from tokenswift.decode.engine import CAPACITY_SPARE, Engine
+from tokenswift.decode.engine import Engine
 from tokenswift.decode.metrics import RunMetrics
 from tokenswift.decode.options import EngineOptions
 from tokenswift.decode.settings import Settings, SettingsError
-from tokenswift.decode.trie import max_nodes
-from tokenswift.model.loading import ROPE_SLACK, LoadedModel
+from tokenswift.model.loading import LoadedModel
 from tokenswift.sampling.alternatives import Alternatives
 from tokenswift.text.context_window import ContextUse, PinnedText, WindowPlan, leading_bos, window_plan
 from tokenswift.text.detok import IncrementalDetokenizer
@@ -51,10 +50,6 @@ def validate(lm: LoadedModel, settings: Settings, prompt_ids: Sequence[int], gen
             f"prompt ({len(prompt_ids)} tokens) + max_new_tokens ({settings.max_new_tokens}){extra} = "
             f"{total + pinned_extra} exceeds the model's context of {plan.size} tokens (context shifting is off)",
         )
-    rows = max_nodes(settings.tree, settings.ngram_topk) + CAPACITY_SPARE
-    if settings.mode == "tokenswift" and rows > ROPE_SLACK:
-        raise SettingsError("tree", f"the tree and {settings.ngram_topk} n-gram paths make up to {rows} candidate "
-                                    f"rows an iteration; at most {ROPE_SLACK} fit: use fewer or narrower levels")
     if settings.mode == "tokenswift" and settings.drafter == "layer" and lm.draft_layer is None:
         raise SettingsError("drafter", "this model has no draft layer (train one with `tokenswift train-draft`, "
                                        "or choose the fused or paper drafter)")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from tokenswift.sampling.banned import merged, phrase_problem
@@ -19,6 +20,12 @@ MODES = ("tokenswift", "ar")
 DRAFTERS = ("auto", "fused", "paper", "layer")
 PROMPT_FORMATS = ("continue", "instruction")  # an opening to continue, or an instruction (the chat template)
 INT64_MAX = 2**63 - 1  # the noise is keyed by 64 bits of the seed; the app's store keeps seed and target as int64
+NGRAM_LEN = 4  # tokens an n-gram path proposes; every drafter, the engine and the adaptive ladder size batches by it
+MAX_ROWS = 1024  # positions past the context the RoPE table holds: one verify batch and the cache's spare slots
+MAX_THREADS = 256  # a model's CPU threads (not a setting of the text): far past any core count, and below the
+# count at which the tokenizer's thread pool fails to start
+CAPACITY_SPARE = 8  # cache slots beyond the longest text and one verify batch
+MAX_WINDOW = 1 << 17  # the penalty's window W, in tokens: past a novel's length it adds nothing but memory
 
 
 class SettingsError(ValueError):
@@ -87,19 +94,23 @@ class Settings:
         need(self.mode in MODES, "mode", f"must be one of {', '.join(MODES)}, got {self.mode!r}")
         need(isinstance(self.seed, int) and 0 <= self.seed <= INT64_MAX, "seed", "must be an integer in 0..2**63-1")
         need(1 <= self.max_new_tokens <= INT64_MAX, "max_new_tokens", "must be in 1..2**63-1")
-        need(_finite(self.temperature) and self.temperature >= 0, "temperature", "must be >= 0")
+        need(_finite(self.temperature) and self.temperature >= 0, "temperature", "must be a finite number >= 0")
         need(self.top_k >= 0, "top_k", "must be >= 0")
         need(_finite(self.top_p) and 0 < self.top_p <= 1, "top_p", "must be in (0, 1]")
         need(_finite(self.min_p) and 0 <= self.min_p < 1, "min_p", "must be in [0, 1)")
         need(_finite(self.eta) and 0 <= self.eta < 1, "eta", "must be in [0, 1)")
         need(self.min_keep >= 1, "min_keep", "must be >= 1")
-        need(_finite(self.penalty) and self.penalty >= 1, "penalty", "theta must be >= 1")
-        need(self.penalty_length >= 0, "penalty_length", "W must be >= 0")
+        need(_finite(self.penalty) and self.penalty >= 1, "penalty", "theta must be a finite number >= 1")
+        need(0 <= self.penalty_length <= MAX_WINDOW, "penalty_length", f"W must be in 0..{MAX_WINDOW}")
         need(1 <= self.gamma <= 8, "gamma", "must be in 1..8")
         need(len(self.tree) >= 1 and all(k >= 1 for k in self.tree), "tree", "needs positive widths")
         need(len(self.tree) <= self.gamma + 1, "tree", f"has at most gamma+1 = {self.gamma + 1} levels")
         need(self.tree[0] == 1, "tree", "the first level is the base head's top-1 (width 1)")
         need(0 <= self.ngram_topk <= 256, "ngram_topk", "k must be in 0..256")
+        rows = max_nodes(self.tree, self.ngram_topk) + CAPACITY_SPARE
+        need(self.mode != "tokenswift" or rows <= MAX_ROWS, "tree",
+             f"the tree and {self.ngram_topk} n-gram paths make up to {rows} candidate rows an iteration; at most "
+             f"{MAX_ROWS} fit: use fewer or narrower levels")
         need(self.ngram_lag is None or self.ngram_lag >= 0, "ngram_lag", "must be >= 0")
         need(self.sinks >= 0, "sinks", "must be >= 0")
         need(self.budget is None or self.budget >= self.sinks + 8, "budget", "must be >= sinks + 8")
@@ -120,6 +131,9 @@ class Settings:
         need(_finite(self.xtc_probability) and 0 <= self.xtc_probability <= 1, "xtc_probability",
              "must be in 0..1")
         need(not isinstance(self.ban, str), "ban", "must be a list of phrases, not one string")
+        for name in ("stop", "dry_breakers", "ban"):
+            at = next((i for i in map(lone_surrogate, map(str, getattr(self, name))) if i is not None), None)
+            need(at is None, name, f"is not valid Unicode: a lone surrogate at character {at}")
         need((problem := phrase_problem(self.ban)) is None, "ban", problem or "")
         need(self.prompt_format in PROMPT_FORMATS, "prompt_format",
              f"must be one of {', '.join(PROMPT_FORMATS)}, got {self.prompt_format!r}")
@@ -138,6 +152,18 @@ class Settings:
         """Tokens of a position's history its sampling reads: the penalty's window and DRY's range (0: none)."""
         penalty = self.penalty_length if self.penalty != 1.0 else 0
         return max(penalty, self.dry_range if self.dry_multiplier > 0 else 0)
+
+    def window(self, model_context: int) -> tuple[int, int]:
+        """The context window's size and shift step on a model with this context. A window larger than the
+        model's trained context is refused: no RoPE scaling is applied behind the writer's back."""
+        size = self.context_window or model_context
+        if size > model_context:
+            raise SettingsError("context_window", f"{size} exceeds the model's context of {model_context} tokens "
+                                                  "(no RoPE scaling is applied)")
+        step = self.shift_step or max(1, size // 4)
+        if step >= size:
+            raise SettingsError("shift_step", f"must be smaller than the window ({size} tokens)")
+        return size, step
 
     def replace(self, **changes) -> Settings:
         unknown = set(changes) - {f.name for f in dataclasses.fields(self)}
@@ -158,6 +184,25 @@ class Settings:
     @classmethod
     def from_json(cls, text: str) -> Settings:
         return cls.from_dict(json.loads(text))
+
+
+def max_nodes(widths: Sequence[int], ngram_topk: int, ngram_len: int = NGRAM_LEN) -> int:
+    """Upper bound on the node count for tree `widths` plus `ngram_topk` paths of <= `ngram_len` tokens.
+
+    A path may differ from the tree already at depth 1, so it can add all of its `ngram_len` tokens.
+    """
+    tree = sum(math.prod(widths[: i + 1]) for i in range(len(widths)))
+    return 1 + tree + ngram_topk * ngram_len
+
+
+def lone_surrogate(text: str) -> int | None:
+    """Where `text` holds a lone surrogate (JSON's \\ud800 escapes and undecodable command-line bytes carry
+    them; such text can be neither tokenized nor stored), or None."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        return error.start
+    return None
 
 
 # What a writer gets without choosing anything: the app's Write tab, the API's unset fields and the command

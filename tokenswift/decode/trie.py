@@ -8,7 +8,6 @@ Node indices always have parents before children, so the engine can compact K/V 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -71,19 +70,6 @@ def build_trie(
             node = _child(trie, node, int(token))
             trie.from_ngram[node] = True
     return trie
-
-
-# Tokens an n-gram path proposes; every drafter, the engine and the adaptive ladder size their batches by it
-NGRAM_LEN = 4
-
-
-def max_nodes(widths: Sequence[int], ngram_topk: int, ngram_len: int = NGRAM_LEN) -> int:
-    """Upper bound on the node count for tree `widths` plus `ngram_topk` paths of <= `ngram_len` tokens.
-
-    A path may differ from the tree already at depth 1, so it can add all of its `ngram_len` tokens.
-    """
-    tree = sum(math.prod(widths[: i + 1]) for i in range(len(widths)))
-    return 1 + tree + ngram_topk * ngram_len
 
 
 def verify_inputs(trie: Trie, start_pos: int, pad_to: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -199,13 +199,7 @@ def window_plan(settings: Settings, prompt: Sequence[int], lead: int, pinned: Pi
                 model_context: int) -> WindowPlan:
     """The plan for these settings; a window larger than the model's trained context is refused (no RoPE
     scaling is applied behind the writer's back)."""
-    size = settings.context_window or model_context
-    if size > model_context:
-        raise SettingsError("context_window", f"{size} exceeds the model's context of {model_context} tokens "
-                                              "(no RoPE scaling is applied)")
-    step = settings.shift_step or max(1, size // 4)
-    if step >= size:
-        raise SettingsError("shift_step", f"must be smaller than the window ({size} tokens)")
+    size, step = settings.window(model_context)
     return WindowPlan(prompt, lead, pinned, size, step, settings.note_depth)
 
 

@@ -28,7 +28,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from tokenswift.decode.settings import SettingsError
+from tokenswift.decode.settings import SettingsError, lone_surrogate
 
 CHECKPOINT = 64  # story tokens between two readings of the active entries
 MAX_ENTRIES = 256
@@ -202,10 +202,8 @@ def _keys(value, name: str) -> tuple[str, ...]:
 
 def _unicode(text: str, name: str) -> None:
     """JSON's \\ud800 escapes can carry a lone surrogate, which can be neither tokenized nor stored."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as error:
-        raise SettingsError(name, f"is not valid Unicode (a lone surrogate at character {error.start})") from None
+    if (at := lone_surrogate(text)) is not None:
+        raise SettingsError(name, f"is not valid Unicode (a lone surrogate at character {at})")
 
 
 def _pattern(keys: tuple[str, ...]) -> re.Pattern | None:

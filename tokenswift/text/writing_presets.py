@@ -67,7 +67,7 @@ def apply(settings: Settings, preset: dict) -> Settings:
     try:
         return settings.replace(**{FIELDS[key][0]: value for key, value in preset.items()})
     except SettingsError as error:
-        raise _named(error) from None
+        raise public_error(error) from None
 
 
 def to_settings(preset: dict) -> Settings:
@@ -129,8 +129,9 @@ def _unknown(key: str) -> str:
     return "unknown setting"
 
 
-def _named(error: SettingsError) -> SettingsError:
-    """A Settings error under the preset's name for its field (penalty_length -> penalty_window)."""
+def public_error(error: SettingsError) -> SettingsError:
+    """A Settings error under the name presets, the API and the command line give its field (penalty_length ->
+    penalty_window)."""
     key = next((k for k, (field, _) in FIELDS.items() if field == error.field), error.field)
     return SettingsError(key, str(error).split(": ", 1)[-1])
 
