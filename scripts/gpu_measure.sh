@@ -88,13 +88,13 @@ bench_real() {
         local name
         name=$(basename "$model")
         for variant in eager fast fast-paper adaptive adaptive-paper fast-fp32; do
-            local flags=(--dtype bfloat16)
+            local flags=(--dtype bfloat16 --no-adaptive)  # the paper's fixed loop, but in the adaptive variants
             case $variant in
                 fast) flags+=("${FAST[@]}") ;;
                 fast-paper) flags+=("${FAST[@]}" --drafter paper) ;;
-                adaptive) flags+=("${FAST[@]}" --adaptive) ;;
-                adaptive-paper) flags+=("${FAST[@]}" --adaptive --drafter paper) ;;
-                fast-fp32) flags=(--dtype float32 "${FAST[@]}") ;;
+                adaptive) flags=(--dtype bfloat16 "${FAST[@]}" --adaptive) ;;
+                adaptive-paper) flags=(--dtype bfloat16 "${FAST[@]}" --adaptive --drafter paper) ;;
+                fast-fp32) flags=(--dtype float32 --no-adaptive "${FAST[@]}") ;;
             esac
             say "bench $name $variant"
             "$PY" -m tokenswift bench --model "$model" "${common[@]}" "${flags[@]}" \

@@ -37,7 +37,8 @@ def generated(stories_path, tmp_path_factory):
     """Both modes, same seed and settings, float64; started together since each spends seconds importing."""
     out = tmp_path_factory.mktemp("generate")
     common = ["generate", "--model", str(stories_path), "--prompt", "Once upon a time", "--dtype", "float64",
-              "--device", "cpu", "--seed", "3", *SAMPLER, "--ignore-eos", "--max-new-tokens", "300"]
+              "--device", "cpu", "--seed", "3", *SAMPLER, "--ignore-eos", "--max-new-tokens", "300",
+              "--no-adaptive"]  # the paper's fixed loop: every step tries drafts
     procs = {mode: launch(*common, "--mode", mode, "--json", str(out / f"{mode}.json"))
              for mode in ("ar", "tokenswift")}
     results = {}
@@ -182,7 +183,7 @@ def test_bench(capsys, stories_path, tmp_path):
     code = cli.main(["bench", "--model", str(stories_path), "--dtype", "float64", "--device", "cpu",
                      "--prompt", "Once upon a time", "--max-new-tokens", "96", "--seed", "5", *SAMPLER,
                      "--ngram-topk", "8", "--warmup-tokens", "4", "--slice-tokens", "32", "--drafter", "paper",
-                     "--window-tokens", "64", "--json", str(out)])
+                     "--window-tokens", "64", "--no-adaptive", "--json", str(out)])
     assert code == 0, capsys.readouterr().err
     data = json.loads(out.read_text())
     assert set(data) >= BENCH_KEYS

@@ -99,8 +99,8 @@ def test_one_login_guards_ui_and_api(app):
 
 @pytest.mark.parametrize(("change", "message"), [
     ({1: ""}, "Prompt: write or load the opening"),
-    ({4: 0.5}, "θ (penalty): theta must be >= 1"),
-    ({5: -1}, "W (penalty window): W must be >= 0"),
+    ({4: 0.5}, "θ (penalty): theta must be a finite number >= 1"),
+    ({5: -1}, "W (penalty window): W must be in 0..131072"),
     ({6: 999}, "k (n-gram top-k): k must be in 0..256"),
     ({8: 1.5}, "top-p: must be in (0, 1]"),
     ({3: 50_000, 14: "Refuse"}, "exceed the model's context of 32,768 tokens"),  # context shifting off

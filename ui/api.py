@@ -80,6 +80,8 @@ from ui.tokens import PromptTokens
 def check_window(tokens: PromptTokens, settings: Settings) -> None:
     """Reject a context window or shift step the model cannot take, up front and in the engine's words, where
     the model's context is known (a worker reported it, or its config is here); else the worker refuses it."""
+    if settings.context_window is None and settings.shift_step is None:
+        return  # the model's own window, a quarter of it per shift: fits any model (and needs no tokenizer)
     target = tokens.target()
     context = target and (target[1] or tokens.use(target[0], lambda _tokenizer, context: context))
     if not context:

@@ -110,7 +110,7 @@ class Settings:
         rows = max_nodes(self.tree, self.ngram_topk) + CAPACITY_SPARE
         need(self.mode != "tokenswift" or rows <= MAX_ROWS, "tree",
              f"the tree and {self.ngram_topk} n-gram paths make up to {rows} candidate rows an iteration; at most "
-             f"{MAX_ROWS} fit: use fewer or narrower levels")
+             f"{MAX_ROWS} fit: use fewer or narrower levels, or a lower ngram_topk")
         need(self.ngram_lag is None or self.ngram_lag >= 0, "ngram_lag", "must be >= 0")
         need(self.sinks >= 0, "sinks", "must be >= 0")
         need(self.budget is None or self.budget >= self.sinks + 8, "budget", "must be >= sinks + 8")
@@ -183,7 +183,18 @@ class Settings:
 
     @classmethod
     def from_json(cls, text: str) -> Settings:
-        return cls.from_dict(json.loads(text))
+        """Settings as the store kept them. A row written before a limit existed is brought within it without
+        changing its text: a window past the limit looks back over the same tokens in any draft shorter than
+        it, and the candidate batch (the n-gram count, then the tree) is speed only."""
+        values = json.loads(text)
+        if isinstance(window := values.get("penalty_length"), int) and window > MAX_WINDOW:
+            values["penalty_length"] = MAX_WINDOW
+        tree, k = values.get("tree", cls.tree), values.get("ngram_topk", cls.ngram_topk)
+        if isinstance(k, int) and _all_ints(tree) and max_nodes(tree, k) + CAPACITY_SPARE > MAX_ROWS:
+            if max_nodes(tree, 0) + CAPACITY_SPARE > MAX_ROWS:
+                values["tree"] = tree = cls.tree
+            values["ngram_topk"] = min(k, (MAX_ROWS - CAPACITY_SPARE - max_nodes(tree, 0)) // NGRAM_LEN)
+        return cls.from_dict(values)
 
 
 def max_nodes(widths: Sequence[int], ngram_topk: int, ngram_len: int = NGRAM_LEN) -> int:
@@ -193,6 +204,10 @@ def max_nodes(widths: Sequence[int], ngram_topk: int, ngram_len: int = NGRAM_LEN
     """
     tree = sum(math.prod(widths[: i + 1]) for i in range(len(widths)))
     return 1 + tree + ngram_topk * ngram_len
+
+
+def _all_ints(values) -> bool:
+    return isinstance(values, list | tuple) and all(isinstance(v, int) and v >= 1 for v in values)
 
 
 def lone_surrogate(text: str) -> int | None:
