@@ -123,6 +123,12 @@ def test_a_prompt_that_is_not_utf8_is_refused(capsys, stories_path):
     assert_usage_error(code, err, "prompt", "not valid UTF-8")
 
 
+@pytest.mark.parametrize("flag", ["--memory", "--authors-note"])
+def test_pinned_text_that_is_not_utf8_is_refused(capsys, stories_path, flag):
+    args = ["bench-shift", "--model", str(stories_path), "--prompt", "Once", "--max-new-tokens", "8", flag, "\udcff"]
+    assert_usage_error(*run_main(capsys, *args), flag, "not valid UTF-8")
+
+
 def test_bad_prompt_files(capsys, stories_path, tmp_path):
     missing = tmp_path / "missing.txt"
     args = gen_args(stories_path, prompt=("--prompt-file", str(missing)))

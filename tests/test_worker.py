@@ -351,6 +351,8 @@ def test_the_worker_runs_tokenswift_adaptive_unless_told_not_to(tmp_path, storie
 
     assert parse_args([]).adaptive and not parse_args(["--fixed-batch"]).adaptive
     assert parse_args([]).fast and not parse_args(["--no-fast"]).fast
+    with pytest.raises(SystemExit):  # refused before a model loads (100000 crashed the tokenizer's pool)
+        parse_args(["--threads", "100000"])
     store = open_store(f"sqlite:///{tmp_path / 'studio.db'}")
     for adaptive in (True, False):
         holder = ModelHolder(store, "w", threads=1, adaptive=adaptive)

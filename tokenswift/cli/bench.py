@@ -31,6 +31,7 @@ from tokenswift.cli.flags import (
     add_world_info_arg,
     int_list_arg,
 )
+from tokenswift.decode.settings import lone_surrogate
 
 if TYPE_CHECKING:
     from tokenswift.model.loading import LoadedModel
@@ -252,6 +253,9 @@ def cmd_bench_bound(args: argparse.Namespace) -> int:
 def cmd_bench_shift(args: argparse.Namespace) -> int:
     settings = settings_from(args, ignore_eos=True, context_shift=True, prompt_format=args.prompt_format)
     text = bench_prompt_text(args)
+    for flag, value in (("--memory", args.memory), ("--authors-note", args.authors_note)):
+        if (at := lone_surrogate(value)) is not None:
+            raise CliError(f"{flag}: is not valid UTF-8 (an undecodable byte at character {at})")
     if args.prompt_format == "instruction" and args.prompt_book:
         raise CliError("instruction: give the instruction with --prompt or --prompt-file, not a book")
     from tokenswift.bench.shift import bench_shift, print_bench_shift
