@@ -66,10 +66,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.status_reads_per_s is not None and not 0 <= args.status_reads_per_s < float("inf"):  # NaN too
         p.error(f"--status-reads-per-s: must be a number >= 0 (0: no limit), not {args.status_reads_per_s}")
-    from tokenswift.decode.settings import MAX_THREADS
+    from tokenswift.decode.settings import threads_problem
 
-    if args.threads is not None and not 1 <= args.threads <= MAX_THREADS:
-        p.error(f"--threads: must be in 1..{MAX_THREADS}, not {args.threads}")
+    if problem := threads_problem(args.threads):
+        p.error(problem)
     if args.model is None:
         args.model = default_model()
     from ui.server import parse_credentials

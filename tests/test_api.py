@@ -142,12 +142,12 @@ def test_dry_and_xtc_go_through_the_api_by_their_settings_names(client, store):
 
 def test_a_stored_row_from_before_a_limit_still_loads():
     """Rows the store kept before W and the candidate rows were bounded still open (Library, Write, worker)."""
-    from tokenswift.decode.settings import CAPACITY_SPARE, MAX_ROWS, MAX_WINDOW, Settings, max_nodes
+    from tokenswift.decode.settings import CAPACITY_SPARE, MAX_WINDOW, ROPE_SLACK, Settings, max_nodes
 
     old = {**json.loads(Settings().to_json()), "penalty_length": 10**9, "ngram_topk": 256, "tree": [1, 99999, 3]}
     kept = Settings.from_json(json.dumps(old))
     assert kept.penalty_length == MAX_WINDOW
-    assert max_nodes(kept.tree, kept.ngram_topk) + CAPACITY_SPARE <= MAX_ROWS < max_nodes(kept.tree, 256)
+    assert max_nodes(kept.tree, kept.ngram_topk) + CAPACITY_SPARE <= ROPE_SLACK < max_nodes(kept.tree, 256)
 
 
 @only_sqlite

@@ -65,6 +65,7 @@ from ui.api_input import (
     invalid,
     json_object,
     parse_request,
+    settings_invalid,
     wait_seconds,
     world_info_json,
 )
@@ -89,7 +90,7 @@ def check_window(tokens: PromptTokens, settings: Settings) -> None:
     try:
         settings.window(context)
     except SettingsError as error:
-        raise invalid(f"settings.{error.field}", str(error).split(": ", 1)[-1]) from None
+        raise settings_invalid(error) from None
 
 
 def check_context(store: Store, request: GenerationIn, tokens: PromptTokens | None = None,

@@ -79,7 +79,7 @@ def world_info_json(value: dict[str, Any] | None) -> str:
     try:
         return WorldInfo.from_dict(value).to_json()
     except SettingsError as error:
-        raise invalid(printable(error.field), printable(str(error).split(": ", 1)[-1])) from None
+        raise invalid(printable(error.field), printable(error.reason)) from None
 
 
 def check_context_text(values: dict[str, str]) -> None:
@@ -158,9 +158,13 @@ def to_settings(request: GenerationIn) -> Settings:
     try:
         return Settings.from_dict(values)
     except SettingsError as error:
-        api_name = {v: k for k, v in SETTING_NAMES.items()}.get(error.field, error.field)
-        field = api_name if api_name in TOP_LEVEL else f"settings.{api_name}"
-        raise invalid(field, str(error).split(": ", 1)[-1]) from None
+        raise settings_invalid(error) from None
+
+
+def settings_invalid(error: SettingsError) -> HTTPException:
+    """A Settings error as a 422 on the request's field: top-level, or under settings by the API's name."""
+    api_name = {v: k for k, v in SETTING_NAMES.items()}.get(error.field, error.field)
+    return invalid(api_name if api_name in TOP_LEVEL else f"settings.{api_name}", error.reason)
 
 
 def found(read, gen_id: int):

@@ -70,7 +70,7 @@ def shown(text: str) -> str:
 
 def plain(error: SettingsError) -> str:
     """'entry 4, keys: ...' for 'world_info.entries[3].keys: ...' (entries counted from 1, as a writer counts)."""
-    message = str(error).split(": ", 1)[-1]
+    message = error.reason
     if found := re.fullmatch(r"world_info\.entries\[(\d+)\](?:\.(\w+))?", error.field):
         where = f"entry {int(found.group(1)) + 1}" + (f", {found.group(2).replace('_', ' ')}" if found.group(2) else "")
         return f"{where}: {message}"

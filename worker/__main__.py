@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from tokenswift.decode.settings import MAX_THREADS
+from tokenswift.decode.settings import threads_problem
 from tokenswift.model.loading import default_dtype
 from worker.config import WorkerConfig
 from worker.loop import run_worker
@@ -39,8 +39,8 @@ def parse_args(argv: list[str] | None = None) -> WorkerConfig:
     p.add_argument("--store-retry-s", type=float, default=defaults.store_retry_s,
                    help="while the store refuses writes (a full disk, a database restart), try again this often")
     args = p.parse_args(argv)
-    if args.threads is not None and not 1 <= args.threads <= MAX_THREADS:
-        p.error(f"--threads: must be in 1..{MAX_THREADS}, not {args.threads}")
+    if problem := threads_problem(args.threads):
+        p.error(problem)
     return WorkerConfig(
         db=args.db, model=args.model, heads=args.heads, device=args.device,
         dtype=args.dtype or default_dtype(args.device, args.model),

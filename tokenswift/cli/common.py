@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tokenswift.decode.settings import MAX_THREADS, Settings, SettingsError, lone_surrogate, writing_settings
+from tokenswift.decode.settings import Settings, SettingsError, lone_surrogate, threads_problem, writing_settings
 from tokenswift.text.world_info import WorldInfo
 from tokenswift.text.writing_presets import public_error
 
@@ -140,8 +140,8 @@ def open_model(args: argparse.Namespace) -> LoadedModel:
         resolve_dtype,
     )
 
-    if args.threads is not None and not 1 <= args.threads <= MAX_THREADS:
-        raise CliError(f"threads: must be in 1..{MAX_THREADS}")
+    if problem := threads_problem(args.threads):
+        raise CliError(problem)
     if args.model is None:
         try:
             args.model = str(default_model_path())

@@ -21,7 +21,9 @@ DRAFTERS = ("auto", "fused", "paper", "layer")
 PROMPT_FORMATS = ("continue", "instruction")  # an opening to continue, or an instruction (the chat template)
 INT64_MAX = 2**63 - 1  # the noise is keyed by 64 bits of the seed; the app's store keeps seed and target as int64
 NGRAM_LEN = 4  # tokens an n-gram path proposes; every drafter, the engine and the adaptive ladder size batches by it
-MAX_ROWS = 1024  # positions past the context the RoPE table holds: one verify batch and the cache's spare slots
+# Positions past the context the RoPE table holds: a verify batch's candidate rows sit at the last token's
+# position + depth, and the cache keeps spare slots; trees and n-gram counts with more rows are refused.
+ROPE_SLACK = 1024
 MAX_THREADS = 256  # a model's CPU threads (not a setting of the text): far past any core count, and below the
 # count at which the tokenizer's thread pool fails to start
 CAPACITY_SPARE = 8  # cache slots beyond the longest text and one verify batch
@@ -33,7 +35,7 @@ class SettingsError(ValueError):
 
     def __init__(self, field_name: str, message: str):
         super().__init__(f"{field_name}: {message}")
-        self.field = field_name
+        self.field, self.reason = field_name, message
 
 
 @dataclass(frozen=True)
@@ -108,9 +110,9 @@ class Settings:
         need(self.tree[0] == 1, "tree", "the first level is the base head's top-1 (width 1)")
         need(0 <= self.ngram_topk <= 256, "ngram_topk", "k must be in 0..256")
         rows = max_nodes(self.tree, self.ngram_topk) + CAPACITY_SPARE
-        need(self.mode != "tokenswift" or rows <= MAX_ROWS, "tree",
+        need(self.mode != "tokenswift" or rows <= ROPE_SLACK, "tree",
              f"the tree and {self.ngram_topk} n-gram paths make up to {rows} candidate rows an iteration; at most "
-             f"{MAX_ROWS} fit: use fewer or narrower levels, or a lower ngram_topk")
+             f"{ROPE_SLACK} fit: use fewer or narrower levels, or a lower ngram_topk")
         need(self.ngram_lag is None or self.ngram_lag >= 0, "ngram_lag", "must be >= 0")
         need(self.sinks >= 0, "sinks", "must be >= 0")
         need(self.budget is None or self.budget >= self.sinks + 8, "budget", "must be >= sinks + 8")
@@ -187,14 +189,14 @@ class Settings:
         changing its text: a window past the limit looks back over the same tokens in any draft shorter than
         it, and the candidate batch (the n-gram count, then the tree) is speed only."""
         values = json.loads(text)
-        if isinstance(window := values.get("penalty_length"), int) and window > MAX_WINDOW:
-            values["penalty_length"] = MAX_WINDOW
-        tree, k = values.get("tree", cls.tree), values.get("ngram_topk", cls.ngram_topk)
-        if isinstance(k, int) and _all_ints(tree) and max_nodes(tree, k) + CAPACITY_SPARE > MAX_ROWS:
-            if max_nodes(tree, 0) + CAPACITY_SPARE > MAX_ROWS:
-                values["tree"] = tree = cls.tree
-            values["ngram_topk"] = min(k, (MAX_ROWS - CAPACITY_SPARE - max_nodes(tree, 0)) // NGRAM_LEN)
-        return cls.from_dict(values)
+        if isinstance(window := values.get("penalty_length"), int):
+            values["penalty_length"] = min(window, MAX_WINDOW)
+        try:
+            return cls.from_dict(values)
+        except SettingsError as error:
+            if error.field != "tree":  # the candidate-row limit; other tree errors were refused before a row was kept
+                raise
+            return cls.from_dict({**values, "tree": cls.tree, "ngram_topk": cls.ngram_topk})
 
 
 def max_nodes(widths: Sequence[int], ngram_topk: int, ngram_len: int = NGRAM_LEN) -> int:
@@ -206,8 +208,11 @@ def max_nodes(widths: Sequence[int], ngram_topk: int, ngram_len: int = NGRAM_LEN
     return 1 + tree + ngram_topk * ngram_len
 
 
-def _all_ints(values) -> bool:
-    return isinstance(values, list | tuple) and all(isinstance(v, int) and v >= 1 for v in values)
+def threads_problem(threads: int | None) -> str | None:
+    """Why a model cannot run on this many CPU threads (None: the default count), or None."""
+    if threads is None or 1 <= threads <= MAX_THREADS:
+        return None
+    return f"threads: must be in 1..{MAX_THREADS}, not {threads}"
 
 
 def lone_surrogate(text: str) -> int | None:

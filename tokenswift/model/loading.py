@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from tokenswift.decode.settings import MAX_ROWS, MAX_THREADS
+from tokenswift.decode.settings import ROPE_SLACK, threads_problem
 from tokenswift.draft.draft_layer import DraftLayer, DraftLayerError, load_layer
 from tokenswift.draft.heads import DraftHeads, heads_from_state_dict, load_heads
 from tokenswift.model import gguf_checkpoint
@@ -37,9 +37,6 @@ DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.
           "q4": torch.float32}
 HEADS_SUBDIR = "heads"
 DRAFT_SUBDIR = "draft"
-# Positions past the context a verify batch may use: its candidate rows sit at the last token's position + depth
-# (Settings refuses trees and n-gram counts with more rows than this).
-ROPE_SLACK = MAX_ROWS
 
 
 @dataclass
@@ -276,8 +273,8 @@ def load_model(model: str, *, device: str = "cpu", dtype: str = "float32", heads
     heads trained for this GGUF file; "none" disables them. draft: a draft layer directory, the same way
     (`<model>/draft`, or the one shipped for this GGUF file). threads: the model's intra-op threads
     (LoadedModel.running); None: cpu_threads(spare_cores)."""
-    if threads is not None and not 1 <= threads <= MAX_THREADS:
-        raise ValueError(f"threads: must be in 1..{MAX_THREADS}")
+    if problem := threads_problem(threads):
+        raise ValueError(problem)
 
     dev, dt = resolve_device(device), resolve_dtype(dtype)
     path = gguf_checkpoint.hf_directory(model, cache_dir) if gguf_checkpoint.is_gguf(model) else resolve_path(model)

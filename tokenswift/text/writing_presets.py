@@ -133,7 +133,7 @@ def public_error(error: SettingsError) -> SettingsError:
     """A Settings error under the name presets, the API and the command line give its field (penalty_length ->
     penalty_window)."""
     key = next((k for k, (field, _) in FIELDS.items() if field == error.field), error.field)
-    return SettingsError(key, str(error).split(": ", 1)[-1])
+    return SettingsError(key, error.reason)
 
 
 def _plain(value):
