@@ -28,12 +28,13 @@ BOOKS = SHARED / "data" / "books"
 # A test that needs one of these starts a process or server (the app, Chromium, PostgreSQL, a worker), loads the
 # 135M default model or trains (heads, the draft layer), seconds each, so it is slow by what it uses:
 # `-m "not slow"` leaves it out, the full run keeps it.
-SLOW_FIXTURES = {"studio_app", "chromium", "pg_cluster", "workers", "smollm2", "gguf_path", "trained"}
+SLOW_FIXTURES = {"studio_app", "chromium", "pg_cluster", "workers", "smollm2", "smollm2_q4", "gguf_path", "trained"}
 
 
 # Session fixtures that cost seconds to tens of seconds each (an app, a Chromium, a model load): under pytest-xdist
 # each worker process would start its own, so the tests that use one run on one worker, as one group.
-SHARED_GROUPS = {"studio_app": "studio-app", "chromium": "studio-app", "smollm2": "default-model"}
+SHARED_GROUPS = {"studio_app": "studio-app", "chromium": "studio-app", "smollm2": "default-model",
+                 "smollm2_q4": "default-model"}
 GROUPS_ENV = "TOKENSWIFT_TEST_GROUPS"  # the folder where xdist workers leave {node id: group} for the scheduler
 
 
@@ -155,6 +156,14 @@ def smollm2(gguf_path, home):
         yield load_model(str(gguf_path), dtype="float32")
     finally:
         os.environ.pop("TOKENSWIFT_CACHE") if old is None else os.environ.__setitem__("TOKENSWIFT_CACHE", old)
+
+
+@pytest.fixture(scope="session")
+def smollm2_q4(gguf_path):
+    """The default model as the app runs it on a CPU: q4, the file's own blocks (no conversion)."""
+    from tokenswift.model.loading import load_model
+
+    return load_model(str(gguf_path), dtype="q4")
 
 
 @pytest.fixture(scope="session")

@@ -334,11 +334,13 @@ def test_the_same_text_promise_is_qualified_where_it_does_not_hold(stories64):
     so; float64, and float32 and q4 on a CPU (verify rows run the plain step's kernels) make no such note. The fast
     path refuses a dtype it was never tested in."""
     from storage.records import WorkerStatus, utcnow
-    from ui.views import model_notice
+    from ui.views import model_notice, resume_caveat
+
+    def worker(dtype: str, device: str = "cuda") -> WorkerStatus:
+        return WorkerStatus("w", "h", 1, utcnow(), utcnow(), "m", None, device, dtype, "ready", None, None, None, None)
 
     def notice(dtype: str, device: str = "cuda") -> str:
-        return model_notice(WorkerStatus("w", "h", 1, utcnow(), utcnow(), "m", None, device, dtype, "ready", None,
-                                         None, None, None))
+        return model_notice(worker(dtype, device))
 
     for dtype in ("bfloat16", "float16"):
         assert "can part from plain decoding's at a near tie" in notice(dtype)
@@ -347,6 +349,9 @@ def test_the_same_text_promise_is_qualified_where_it_does_not_hold(stories64):
     for dtype, device in (("float64", "cuda"), ("float64", "cpu"), ("float32", "cpu"), ("q4", "cpu")):
         assert "near tie" not in notice(dtype, device)
     assert "near tie" in notice("bfloat16", "cpu")
+    # A paused draft says where its resume can part from the uninterrupted text (a rebuilt cache rounds otherwise).
+    assert "near tie" in resume_caveat(worker("bfloat16")) and "bfloat16 on cuda" in resume_caveat(worker("bfloat16"))
+    assert resume_caveat(worker("q4", "cpu")) == resume_caveat(worker("float32", "cpu")) == resume_caveat(None) == ""
     odd = dataclasses.replace(stories64, dtype=torch.int8)
     with pytest.raises(ValueError, match="never tested in torch.int8"):
         FastPasses(odd, KVCache(1, 1, 8, 8, "cpu", torch.float64), FastOptions())

@@ -78,11 +78,12 @@ class Workers:
         self.gate = Gate(tmp_path / "gate")
 
     def start(self, *extra: str, model: str | None = None, worker_id: str = "test",
-              python: tuple[str, ...] = ("-m", "worker"), gated: bool = False) -> subprocess.Popen:
+              python: tuple[str, ...] = ("-m", "worker"), gated: bool = False,
+              dtype: str = "float64") -> subprocess.Popen:
         python = gated_command(self.gate.folder) if gated else python
         log = open(self.tmp_path / f"worker-{len(self.procs)}.log", "wb")  # noqa: SIM115 - closed at teardown
         command = [sys.executable, *python, "--db", self.db, "--model", model or str(self.model),
-                   "--device", "cpu", "--dtype", "float64", "--threads", "1", "--worker-id", worker_id,
+                   "--device", "cpu", "--dtype", dtype, "--threads", "1", "--worker-id", worker_id,
                    "--poll-s", "0.05", "--flush-s", "0.2", "--flush-tokens", str(FLUSH_TOKENS), *extra]
         env = {**os.environ, "HF_HUB_OFFLINE": "1"}
         proc = children.start(command, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
@@ -251,6 +252,40 @@ def test_a_draft_past_the_window_survives_pause_and_kill_9_exactly(store, worker
     assert store.get_tokens(gen_id).generated_ids == straight
     point = store.latest_metric(gen_id)
     assert point.shifts >= 1 and point.context_pinned > 1 and point.context_pinned + point.context_recent <= 256
+
+
+@only_sqlite
+def test_the_default_model_in_q4_survives_pause_and_kill_9_exactly(store, workers, gguf_path, smollm2_q4):
+    """The app's own configuration (the default model in q4, the writing defaults, the auto drafter, adaptive, one
+    thread), where a rebuilt cache that rounds otherwise than the steps parts from the straight run within a few
+    dozen tokens: a pause, a resume past a shift and a kill -9 still end with the uninterrupted run's ids."""
+    from tokenswift.decode.generate import Generator
+    from tokenswift.decode.options import EngineOptions
+    from tokenswift.decode.settings import writing_settings
+    from tokenswift.text.prompting import prompt_ids
+
+    s = writing_settings(seed=3, max_new_tokens=170, context_window=128)  # shifts from about 90 tokens, every 33
+    with one_torch_thread():
+        straight = Generator(smollm2_q4, s, prompt_ids(smollm2_q4, PROMPT, "continue"),
+                             options=EngineOptions(adaptive=True, alternatives=True)).run()
+    gen_id = store.enqueue_generation(PROMPT, s).id
+    gate, model = workers.gate, str(gguf_path)
+    gate.hold_at(40)
+    proc = workers.start(gated=True, model=model, dtype="q4")
+    workers.wait_until(gate.held, 120, proc)
+    store.request_pause(gen_id)
+    gate.release()
+    workers.wait_until(lambda: store.get_generation(gen_id, with_text=False).status == "paused", 60, proc)
+    gate.hold_at(110)
+    store.request_resume(gen_id)
+    workers.wait_until(gate.held, 120, proc)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    gate.release()
+    assert store.get_generation(gen_id, with_text=False).produced_tokens < s.max_new_tokens
+    workers.finish(workers.start("--once", model=model, dtype="q4"))
+    assert store.get_generation(gen_id, with_text=False).status == "done", workers.log()
+    assert store.get_tokens(gen_id).generated_ids == straight
 
 
 def committed_prefix_kept(workers: Workers, gen_id: int, kept: list[tuple]) -> list[tuple]:

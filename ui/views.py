@@ -45,7 +45,7 @@ def progress_line(record: GenerationRecord, words: int, latest: MetricPoint | No
         return f"{dot('bad')} **Paused** — {head}: {html.escape(record.error)}"
     if status == "paused":
         then = "writes on from your edited text" if record.origin == "edit" else "continues the very same text"
-        return f"{dot('wait')} **Paused** — {head}. *Resume* {then}."
+        return f"{dot('wait')} **Paused** — {head}. *Resume* {then}{worker_note}."
     if record.origin == "edit" and status == "done":
         return (f"{dot('ok')} **Your edit** — Draft #{record.id}, your revision of #{record.parent_id} "
                 f"(kept as the model wrote it). *Continue* writes on from your text.")
@@ -110,6 +110,14 @@ def model_notice(worker: WorkerStatus | None) -> str:
     caveat = same_text_caveat(worker.dtype, worker.device)
     exact = f" · ⚠ {caveat}" if caveat else ""
     return f"Model: **{short_name(worker.model)}**{size}{context} · {worker.device}/{worker.dtype} · {heads}{exact}"
+
+
+def resume_caveat(worker: WorkerStatus | None) -> str:
+    """Where a resume may not write the uninterrupted text (a GPU's 16-bit passes), the words that say so."""
+    if worker is None or same_text_caveat(worker.dtype, worker.device) is None:
+        return ""
+    return (f" (in {worker.dtype} on {worker.device} the rebuilt cache rounds otherwise than the steps it replaces: "
+            "at a near tie the text can part from what an uninterrupted run would write)")
 
 
 def params(count: int) -> str:

@@ -104,6 +104,8 @@ def _status(store: Store, watch: Watch) -> str:
         ahead = sum(1 for g in store.list_generations(statuses=("queued", "running")) if g.id < record.id)
         if views.live_worker(store.list_workers()) is None:
             note = " · **no worker is running** (start `python -m worker --db …` or restart the app)"
+    if record.status == "paused" and record.origin != "edit":
+        note = views.resume_caveat(views.live_worker(store.list_workers()))
     return views.progress_line(record, watch.words, watch.latest, ahead, note)
 
 

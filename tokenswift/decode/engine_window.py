@@ -27,13 +27,18 @@ class EngineWindow:
         at = self.plan.built(self.ids, t) if at is None else at
         self.next_boundary, self.next_check = self.plan.next_boundary(t), self.plan.next_checkpoint(t)
         self.entries = self.plan.active(self.ids, at)
-        tokens = self.plan.window(self.ids, b, at) + self.ids[at:]
+        built = self.plan.window(self.ids, b, at)
+        tokens = built + self.ids[at:]
         self.buf[:len(tokens)] = torch.tensor(tokens, dtype=torch.int64)
         self.offset = t - len(tokens)
         if self.fast is not None:
             self.fast.set_key_offset(self.offset)
         self.length = len(tokens) if fresh else len(tokens) - 1
-        return self._prefill(self.length)
+        # When the window was built, the run prefilled it (all of it at the prompt, where the first token was
+        # sampled from it; else all but its last token, the root then): a resume prefills that much again and
+        # replays the tokens since as the steps computed them (prefill.py).
+        prefilled = len(built) if at == self.prompt_len else len(built) - 1
+        return self._prefill(self.length, prefilled)
 
     def _shift_if_due(self) -> None:
         """Before predicting the token at a boundary: rebuild the window (the same rebuild a resume does); at a
@@ -63,10 +68,11 @@ class EngineWindow:
         return ContextUse(pinned, self.length + 1 - pinned, self.shifts)
 
     @torch.inference_mode()
-    def _prefill(self, upto: int) -> tuple[torch.Tensor, list[torch.Tensor], torch.Tensor]:
-        """Returns the last token's logits and queries, and the states (Engine._states' rows) of the last rows a
-        drafter reads (the layer drafter: its window; the others: one)."""
+    def _prefill(self, upto: int, replay_from: int) -> tuple[torch.Tensor, list[torch.Tensor], torch.Tensor]:
+        """Slots [0, upto), those from replay_from on as exact rows (prefill.py). Returns the last token's logits and
+        queries, and the states (Engine._states' rows) of the last rows a drafter reads (the layer drafter: its
+        window; the others: one)."""
         keep = self.lm.draft_layer.window if self.ts and self.s.drafter == "layer" else 1
         out = prefill(self.lm.model, self.buf[:upto], self.cache, keep, last=True,
-                      keep_layers=self.feature_layers)
+                      keep_layers=self.feature_layers, replay_from=min(replay_from, upto))
         return out.logits, out.queries, self._states(out)

@@ -3,6 +3,13 @@
 One forward over the whole text would hold a [text, text] mask and every layer's [heads, text, text] scores at
 once; in chunks, a forward holds [chunk, filled] of them. The engine fills its window this way, and head
 training computes its features by the same path, so heads learn on the states the engine's drafters read.
+
+A rebuilt cache must hold the values the cache it replaces held, bit for bit, or a resumed run samples otherwise
+at near-ties and its text parts from the uninterrupted run's within a few dozen tokens (q4 and float32). An
+uninterrupted run prefilled its window once, when the window was built, and computed every token after that one
+row at a time (plain steps, verify rows). So `replay_from` cuts the text there: the window is prefilled as it was,
+in the same chunks, and the tokens since are replayed as exact rows (forward's exact_rows), each computed as the
+plain step at its position computed it. A GEMM's sums, unlike a row's, depend on the chunk they are computed in.
 """
 
 from __future__ import annotations
@@ -14,25 +21,29 @@ from tokenswift.model.kv_cache import KVCache
 from tokenswift.model.masks import causal_mask
 
 PREFILL_CHUNK = 1024
+REPLAY_CHUNK = 64  # exact rows per forward when replaying: any count gives the same rows; this many share a weight read
 
 
 def prefill(model: Transformer, tokens: torch.Tensor, cache: KVCache, keep: int, last: bool = False,
-            keep_layers: tuple[int, ...] = ()) -> ForwardOut:
-    """tokens [n] at slots and positions 0..n-1 of `cache`. Returns the last-layer states of the last `keep`
-    tokens (and theirs of the layers in keep_layers) and, when `last`, the last token's logits [1, V] and its
-    queries per layer ([heads, head_dim] each)."""
-    window, dev, n = model.cfg.sliding_window, tokens.device, tokens.shape[0]
+            keep_layers: tuple[int, ...] = (), replay_from: int | None = None) -> ForwardOut:
+    """tokens [n] at slots and positions 0..n-1 of `cache`; from index `replay_from` on (when given), as exact rows.
+    Returns the last-layer states of the last `keep` tokens (and theirs of the layers in keep_layers) and, when
+    `last`, the last token's logits [1, V] and its queries per layer ([heads, head_dim] each)."""
+    n = tokens.shape[0]
+    cut = n if replay_from is None else replay_from
+    chunks = [(start, min(start + PREFILL_CHUNK, cut), False) for start in range(0, cut, PREFILL_CHUNK)]
+    chunks += [(start, min(start + REPLAY_CHUNK, n), True) for start in range(cut, n, REPLAY_CHUNK)]
+    window, dev = model.cfg.sliding_window, tokens.device
     out, states, layers = None, [], [[] for _ in keep_layers]
-    for start in range(0, n, PREFILL_CHUNK):
-        end = min(start + PREFILL_CHUNK, n)
+    for start, end, exact in chunks:
         pos = torch.arange(start, end, device=dev)
         mask = causal_mask(start, end - start, pos, window, dev)
-        out = model(tokens[start:end], pos, cache, start, mask, logits="last" if last else "none",
-                    capture_queries=last and end == n, keep_layers=keep_layers)
+        out = model(tokens[start:end], pos, cache, start, mask, logits="last" if last and end == n else "none",
+                    capture_queries=last and end == n, exact_rows=exact, keep_layers=keep_layers)
         if end > n - keep:
-            cut = max(0, n - keep - start)
-            states.append(out.hidden[cut:])
+            first = max(0, n - keep - start)
+            states.append(out.hidden[first:])
             for rows, layer in zip(layers, out.layers or (), strict=True):
-                rows.append(layer[cut:])
+                rows.append(layer[first:])
     return ForwardOut(out.logits, torch.cat(states), [q[-1] for q in out.queries] if last else None,
                       [torch.cat(rows) for rows in layers] if keep_layers else None)

@@ -34,8 +34,8 @@ uninterrupted run reached length e. From then on it never went below e (or it wo
 so no ban at an index >= e existed then (a rewind below e would have dropped it; one at e would need a later
 rewind to e) and none before e mattered any more: its state was (ids[:e], no bans that can act), which is
 exactly the resumed run's. Both then make the same tokens, rewinds and bans: the held tail is regenerated and
-re-finds the same bans. Up to the rounding of a prefill against a step, as for any resume (design §3), and
-except after a position ran out of bans (MAX_BANS_AT), where the phrase let through is shown at once.
+re-finds the same bans (a rewind's rebuilt cache holds the values the steps computed: model/prefill.py), except
+after a position ran out of bans (MAX_BANS_AT), where the phrase let through is shown at once.
 """
 
 from __future__ import annotations
