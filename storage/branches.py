@@ -111,6 +111,7 @@ class BranchVerbs:
             row = _branch_row(parent, prefix_text, left)
             generated = [t for packed in s.scalars(_ids_query(gen_id)) for t in unpack_ids(packed)]
             row.prompt_ids = pack_ids(unpack_ids(parent.prompt_ids) + generated[:position])
+            row.resume_from = parent.written_from()  # the run goes on as the original's would have, with the token
             s.add(row)
             s.flush()
             # The token is the branch's first chunk; its alternatives are those it was chosen from.

@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session
 from storage import provenance
 from storage.errors import Conflict, NotFound
 from storage.models import BOOK, ChunkRow, GenerationRow, SessionRow
-from storage.records import GenerationRecord, from_row, utcnow
+from storage.records import EditBase, GenerationRecord, from_row, unpack_ids, utcnow
 
 UNFINISHED = ("running", "queued", "paused")
 
@@ -48,6 +48,19 @@ class DraftVerbs:
             s.get(SessionRow, parent.session_id).updated_at = utcnow()
             s.flush()
             return from_row(GenerationRecord, row)
+
+    def edit_base(self, gen_id: int) -> EditBase | None:
+        """For a draft that has not run yet (an edit, or a continuation of one): its nearest ancestor that ran, whose
+        ids the worker keeps for the start of the text that the edit left as it was (worker/edits.py)."""
+        with self._read() as s:
+            row = _get(s, gen_id)
+            while row.parent_id is not None:
+                row = _get(s, row.parent_id)
+                if row.prompt_ids is not None:
+                    query = select(ChunkRow.token_ids).where(ChunkRow.generation_id == row.id).order_by(ChunkRow.seq)
+                    generated = [t for packed in s.scalars(query) for t in unpack_ids(packed)]
+                    return EditBase(row.prompt_text, unpack_ids(row.prompt_ids), generated, row.written_from())
+        return None
 
     def instruction(self, gen_id: int) -> str | None:
         """An instruction draft's instruction (its text starts with it; the story follows); None for an opening."""

@@ -65,6 +65,9 @@ class GenerationRow(Base):
     origin: Mapped[str | None] = mapped_column(String(20))
     prompt_text: Mapped[str] = mapped_column(Text)
     prompt_ids: Mapped[bytes | None] = mapped_column(LargeBinary)  # None until the worker tokenizes
+    # prompt_ids[resume_from:] were written before this draft (by its parent's run, or kept by an edit): the worker
+    # resumes the family's run after them, as the run that wrote them would have gone on. None: all prompt.
+    resume_from: Mapped[int | None] = mapped_column(Integer)
     # Who wrote which part of prompt_text: JSON [[source, chars], ...] (storage/provenance.py); None: it is
     # all the writer's opening.
     prompt_sources: Mapped[str | None] = mapped_column(Text)
@@ -97,6 +100,10 @@ class GenerationRow(Base):
 
     # The claim query: the oldest queued job.
     __table_args__ = (Index("ix_generations_status_id", "status", "id"),)
+
+    def written_from(self) -> int:
+        """Where the text its family wrote starts in its prompt ids (it has run): a child resumes the run from here."""
+        return self.resume_from if self.resume_from is not None else len(self.prompt_ids or b"") // 4  # packed int32
 
 
 class ChunkRow(Base):

@@ -102,6 +102,7 @@ class GenerationRecord:
     memory: str = ""  # pinned at the top of the model's context (tokenswift.text.context_window)
     authors_note: str = ""  # inserted a few hundred tokens before the end of the context
     world_info: str = ""  # JSON (tokenswift.text.world_info); '' for none
+    resume_from: int | None = None  # prompt ids from here on were written before it (storage.models)
 
 
 @dataclass(frozen=True)
@@ -120,6 +121,19 @@ class Job:
     authors_note: str = ""
     world_info: str = ""  # JSON (tokenswift.text.world_info); '' for none
     instruction: str | None = None  # an instruction draft's: prompt_text starts with it, its story so far follows
+    resume_from: int | None = None  # prompt_ids from here on were written before this draft: resume after them
+    parent_id: int | None = None  # an edit that never ran keeps what it can of its parent's ids (worker/edits.py)
+
+
+@dataclass(frozen=True)
+class EditBase:
+    """A draft that ran, as an edit below it keeps what it can of it: its prompt's text and ids, the ids it generated,
+    and where the text its family wrote starts in prompt_ids."""
+
+    prompt_text: str
+    prompt_ids: list[int]
+    generated_ids: list[int]
+    written_from: int
 
 
 @dataclass(frozen=True)

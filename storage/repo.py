@@ -164,8 +164,9 @@ class Store(DraftVerbs, BranchVerbs, RunVerbs, WorkerVerbs):
             row.prompt_sources = provenance.dump(provenance.append(spans, provenance.MODEL, len(generated)))
             row.parent_id, row.origin = parent_id, "continue"
             row.settings_json = parents_format(parent, row.settings_json)  # its text's format, not the request's
-            if parent.prompt_ids is not None:
+            if parent.prompt_ids is not None:  # the worker goes on with the run that wrote them
                 row.prompt_ids = pack_ids(unpack_ids(parent.prompt_ids) + _generated_ids(s, parent_id))
+                row.resume_from = parent.written_from()
             s.add(row)
             s.flush()
             return from_row(GenerationRecord, row)

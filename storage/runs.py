@@ -54,13 +54,16 @@ class RunVerbs:
         return found.control
 
     def record_start(
-        self, gen_id: int, owner: Owner, prompt_ids: list[int], model: str, heads: str | None
+        self, gen_id: int, owner: Owner, prompt_ids: list[int], model: str, heads: str | None,
+        resume_from: int | None = None,
     ) -> bool:
-        """Fix what the job runs with: the tokenized prompt and the model (so a resume uses the same)."""
+        """Fix what the job runs with: the tokenized prompt (and where its family's written text starts in it) and
+        the model, so a resume uses the same."""
         with self._write() as s:
             row = _owned(s, gen_id, owner)
             if row is not None:
                 row.prompt_ids, row.model, row.heads = pack_ids(prompt_ids), model, heads
+                row.resume_from = resume_from
             return row is not None
 
     def append_progress(

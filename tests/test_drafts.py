@@ -19,13 +19,14 @@ def store(tmp_path):
     s.close()
 
 
-def stopped(store, text: str, finish: str, settings: Settings | None = None, book=None) -> int:
-    """A draft the (fake) worker wrote `text` for, then paused or finished."""
+def stopped(store, text: str, finish: str, settings: Settings | None = None, book=None,
+            ids: tuple[list[int], list[int]] = ([1, 2, 3], [4, 5, 6])) -> int:
+    """A draft the (fake) worker wrote `text` for, as (prompt, generated) ids, then paused or finished."""
     gen = store.enqueue_generation(OPENING, settings or Settings(max_new_tokens=50), session_id=book)
     owner = Owner.here("w")
     store.claim_next(owner)
-    store.record_start(gen.id, owner, [1, 2, 3], "m", None)
-    store.append_progress(gen.id, owner, Progress([4, 5, 6], text, 0.1), finish=finish)
+    store.record_start(gen.id, owner, ids[0], "m", None)
+    store.append_progress(gen.id, owner, Progress(ids[1], text, 0.1), finish=finish)
     return gen.id
 
 
@@ -112,31 +113,42 @@ def test_comparison_runs_stay_out_of_the_writers_books(store):
 
 @pytest.mark.slow
 def test_tokenswift_after_an_edit_equals_plain_decoding_from_the_edited_text(store, stories64):
-    """Resume of a paused draft and Continue of a finished one, both after an edit, through a real worker."""
+    """Resume of a paused draft and Continue of a finished one, both after an edit, through a real worker: the draft's
+    own ids for the text the edit kept, the edited rest tokenized after them, and from there what plain decoding
+    writes (resumed after the draft's ids, as the run that wrote them would go on)."""
     from tokenswift.decode.generate import Generator
+    from tokenswift.text.detok import IncrementalDetokenizer
     from worker import WorkerConfig
     from worker.loop import Worker
 
     settings = Settings(mode="tokenswift", seed=5, max_new_tokens=48, penalty=1.2, penalty_length=64, ngram_topk=8)
-    paused = stopped(store, " Max ran to the park.", "paused", settings)
-    done = stopped(store, " Max was sad.", "done", settings)
-    resumed = store.save_edit(paused, OPENING + " Max ran to the big red barn and")
+    prompt = stories64.encode(OPENING)
+    written = Generator(stories64, settings.replace(max_new_tokens=12), prompt).run()
+    detok = IncrementalDetokenizer(stories64.tokenizer, prompt)
+    text = detok.push(written) + detok.flush()
+    paused = stopped(store, text, "paused", settings, ids=(prompt, written))
+    done = stopped(store, text, "done", settings, ids=(prompt, written))
+    resumed = store.save_edit(paused, OPENING + text + " Max ran to the big red barn and")
     store.request_resume(resumed.id)
-    edit = store.save_edit(done, OPENING + " Max was happy, because")
+    edit = store.save_edit(done, OPENING + text[:-3])
     continued = store.continue_generation(edit.id, settings.replace(max_new_tokens=40))
     store.set_desired_model(ModelSpec(str(stories64.path), None, "cpu", "float64"))
     worker = Worker(store, WorkerConfig(worker_id="w", once=True, threads=1, poll_s=0.01))
     worker.holder._load = _reuse(worker.holder, stories64)
     worker.serve()
-    for gen_id, new_tokens in ((resumed.id, 45), (continued.id, 40)):
+    for gen_id, new_tokens in ((resumed.id, 36), (continued.id, 40)):
         record, tokens = store.get_generation(gen_id), store.get_tokens(gen_id)
         assert record.status == "done", record.error
-        assert tokens.prompt_ids == stories64.encode(record.prompt_text)  # re-prefilled from the edited text
-        plain = Generator(stories64, settings.replace(mode="ar", max_new_tokens=new_tokens), tokens.prompt_ids)
-        assert tokens.generated_ids == plain.run()
+        kept = tokens.prompt_ids[len(prompt):]
+        assert tokens.prompt_ids[:len(prompt)] == prompt and kept[:10] == written[:10]  # the draft's own ids
+        assert stories64.tokenizer.decode(tokens.prompt_ids, skip_special_tokens=True) == record.prompt_text
+        plain = Generator(stories64, settings.replace(mode="ar", max_new_tokens=len(kept) + new_tokens), prompt,
+                          generated_ids=kept)
+        assert tokens.generated_ids == plain.run()[len(kept):]
         points = store.progress_since(gen_id).points  # the charts' n-gram line counts the tokens β counts
         assert points and all(p.plain_share is not None and ((p.beta or 0) == 0) == (p.ngram_hits == 0)
                               for p in points)
+        assert points[-1].tokens == new_tokens  # the draft's own tokens, not the kept ones
 
 
 def _reuse(holder, lm):

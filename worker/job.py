@@ -73,6 +73,7 @@ class JobRun:
         self.gen = None
         self.started = time.monotonic()
         self.saved_base = 0.0  # time saved by earlier runs of this job
+        self.written = 0  # ids of the prompt its family wrote, which the generator counts as its own (_engine)
         self.fast_failure: str | None = None  # why the fast path failed, when it did (the worker falls back)
         self.device_lost: str | None = None  # a sticky device error: only a new worker process can go on
 
@@ -136,14 +137,20 @@ class JobRun:
     def _run(self) -> str:
         from tokenswift.decode.settings import Settings
         from tokenswift.text.prompting import prompt_ids as make_prompt
+        from worker.edits import kept_ids
 
         settings = Settings.from_json(self.job.settings_json)
-        prompt_ids = self.job.prompt_ids
+        prompt_ids, resume_from = self.job.prompt_ids, self.job.resume_from
         if prompt_ids is None:  # the API has no tokenizer: the first run tokenizes and records the ids
-            # An instruction draft's story so far (a writer's edit) goes on inside the assistant's turn.
-            text, story = prompt_parts(self.job.prompt_text, self.job.instruction)
-            prompt_ids = make_prompt(self.lm, text, settings.prompt_format, story)
-        if not self.store.record_start(self.job.id, self.owner, prompt_ids, self.spec.model, self.spec.heads):
+            base = self.store.edit_base(self.job.id) if self.job.parent_id is not None else None
+            kept = kept_ids(self.lm, base, self.job.prompt_text) if base is not None else None
+            if kept is not None:  # an edit: its family's own ids for the text it left as it was
+                prompt_ids, resume_from = kept
+            else:  # An instruction draft's story so far (a writer's edit) goes on inside the assistant's turn.
+                text, story = prompt_parts(self.job.prompt_text, self.job.instruction)
+                prompt_ids = make_prompt(self.lm, text, settings.prompt_format, story)
+        if not self.store.record_start(self.job.id, self.owner, prompt_ids, self.spec.model, self.spec.heads,
+                                       resume_from):
             return "lost"
         done_ids = self.store.get_tokens(self.job.id).generated_ids
         if len(done_ids) >= settings.max_new_tokens:  # finished before a crash could mark it
@@ -151,10 +158,10 @@ class JobRun:
         previous = self.store.latest_metric(self.job.id)
         self.saved_base = (previous.time_saved_s or 0.0) if previous else 0.0
         self.started = time.monotonic()
-        self.gen, detok = self._engine(settings, prompt_ids, done_ids)
+        self.gen, detok = self._engine(settings, prompt_ids, done_ids, resume_from)
         return self._loop(detok)
 
-    def _engine(self, settings, prompt_ids: list[int], done_ids: list[int]):
+    def _engine(self, settings, prompt_ids: list[int], done_ids: list[int], resume_from: int | None):
         from tokenswift.decode.generate import Generator
         from tokenswift.decode.options import EngineOptions
         from tokenswift.text.detok import IncrementalDetokenizer
@@ -171,7 +178,16 @@ class JobRun:
             settings = settings.replace(drafter="fused")
         # The app records each token's alternatives (the Write tab's alternatives and branches; speed: README).
         options = dataclasses.replace(self.options or EngineOptions(), alternatives=True)
-        gen = Generator(self.lm, settings, prompt_ids, generated_ids=done_ids, options=options, pinned=pinned,
+        # A continuation, a branch or an edit starts with ids its family wrote: the run that wrote them goes on
+        # (its windows, its cache values), so the text is what that run would have written next. Past an end of
+        # text it could not go on: such ids are prompt.
+        start = len(prompt_ids) if resume_from is None else resume_from
+        if prompt_ids[start:] and prompt_ids[-1] in self.lm.eos_ids:
+            start = len(prompt_ids)
+        self.written = len(prompt_ids) - start
+        settings = settings.replace(max_new_tokens=settings.max_new_tokens + self.written)
+        gen = Generator(self.lm, settings, prompt_ids[:start], generated_ids=prompt_ids[start:] + done_ids,
+                        options=options, pinned=pinned,
                         pinned_source=lambda: draft_pinned(self.lm, *self.store.context_text(self.job.id), instruction))
         detok = IncrementalDetokenizer(self.lm.tokenizer, list(prompt_ids))
         if done_ids:
@@ -221,7 +237,7 @@ class JobRun:
             m = self.gen.metrics().to_dict()
         except Exception:  # noqa: BLE001 - a broken engine must not cost the tokens being saved
             return None
-        tokens = len(self.gen.produced)
+        tokens = len(self.gen.produced) - self.written
         use = self.gen.context_use()
         return MetricPoint(
             tokens=tokens, elapsed_s=elapsed, steps=m.get("steps"), alpha=m.get("alpha"), beta=m.get("beta"),

@@ -1,0 +1,85 @@
+"""A continuation, a branch and an edit that keeps the start of a draft go on with the run that wrote that start, in the
+app's own configuration (the default model in q4, the writing defaults, adaptive, one thread; the worker's code in this
+process): Continue writes what a longer draft would have written, a branch what the draft would have written had it
+taken the other token, and an edit that only cut the end off what the draft itself wrote after the cut.
+
+Before, each of them was prefilled as a new prompt: other windows, and in q4 a prefill's rounding in place of the
+steps', so the text parted from the draft's within a few dozen tokens (float64 rarely shows it: test_drafts.py and
+test_branches.py keep their proofs there)."""
+
+from __future__ import annotations
+
+import pytest
+from fastapi.testclient import TestClient
+from test_worker import one_torch_thread
+
+from storage import open_store
+from storage.records import ModelSpec, Owner
+from tokenswift.decode.generate import Generator
+from tokenswift.decode.options import EngineOptions
+from tokenswift.decode.settings import writing_settings
+from tokenswift.text.detok import IncrementalDetokenizer
+from tokenswift.text.prompting import prompt_ids
+from ui.api import create_app
+from worker.job import FlushPolicy, JobRun
+
+OPENING = "The lighthouse keeper's daughter had never seen the mainland. That winter, the supply boat"
+SETTINGS = writing_settings(seed=21, max_new_tokens=60)
+APP = EngineOptions(adaptive=True)  # the worker's; JobRun adds the alternatives
+
+
+@pytest.fixture
+def family(tmp_path, smollm2_q4, gguf_path):
+    store = open_store(f"sqlite:///{tmp_path / 'studio.db'}")
+
+    def run_next() -> int:
+        owner = Owner.here("test-worker")
+        job = store.claim_next(owner)
+        with one_torch_thread():
+            outcome = JobRun(store, owner, job, smollm2_q4, ModelSpec(str(gguf_path), None, "cpu", "q4"),
+                             FlushPolicy(0.0, 16), lambda: False, options=APP).run()
+        assert outcome == "done", store.get_generation(job.id).error
+        return job.id
+
+    yield store, run_next, TestClient(create_app(store))
+    store.close()
+
+
+def text_of(lm, prompt: list[int], ids: list[int]) -> str:
+    detok = IncrementalDetokenizer(lm.tokenizer, prompt)
+    return detok.push(ids) + detok.flush()
+
+
+def test_continue_branch_and_a_cut_go_on_as_the_draft_would(family, smollm2_q4):
+    store, run_next, client = family
+    lm, prompt = smollm2_q4, prompt_ids(smollm2_q4, OPENING)
+    with one_torch_thread():
+        straight = Generator(lm, SETTINGS.replace(max_new_tokens=100), prompt, options=APP).run()
+    draft = store.enqueue_generation(OPENING, SETTINGS).id
+    run_next()
+    assert store.get_tokens(draft).generated_ids == straight[:60]
+
+    # Continue: 40 more tokens are the longer draft's.
+    more = store.continue_generation(draft, SETTINGS.replace(max_new_tokens=40)).id
+    run_next()
+    assert store.get_tokens(more).generated_ids == straight[60:100]
+
+    # An edit that cuts the draft back to its first 35 tokens, then Continue: the draft's own tokens from there.
+    cut = store.save_edit(draft, OPENING + text_of(lm, prompt, straight[:35])).id
+    after_cut = store.continue_generation(cut, SETTINGS.replace(max_new_tokens=25)).id
+    run_next()
+    assert store.get_tokens(after_cut).prompt_ids == prompt + straight[:35]  # the draft's ids, not re-tokenized
+    assert store.get_tokens(after_cut).generated_ids == straight[35:60]
+
+    # A branch at a word with another likely token: what the draft's run writes on with that token.
+    position = next(p for p in range(10, 60) if any(
+        a["token"] != straight[p] for a in client.get(f"/api/generations/{draft}/alternatives",
+                                                      params={"position": p}).json()["alternatives"]))
+    view = client.get(f"/api/generations/{draft}/alternatives", params={"position": position}).json()
+    other = next(a["token"] for a in view["alternatives"] if a["token"] != straight[position])
+    made = client.post(f"/api/generations/{draft}/branch", json={"position": position, "token": other})
+    assert made.status_code == 201, made.text
+    run_next()
+    with one_torch_thread():
+        expected = Generator(lm, SETTINGS, prompt, generated_ids=straight[:position] + [other], options=APP).run()
+    assert store.get_tokens(made.json()["id"]).generated_ids == expected[position:]
