@@ -205,6 +205,20 @@ def test_the_portable_path_computes_what_the_avx2_path_does(rows, tmp_path, monk
     assert torch.allclose(portable.linear(x, weight), rows.linear(x, weight), rtol=1e-5, atol=1e-5)
 
 
+def test_attention_in_blocks_of_rows_is_attention_a_row_at_a_time(rows, tmp_path, monkeypatch):
+    """With AVX-512's 32 registers the kernel takes a KV head's query rows three at a time, each key and value
+    loaded once for them; AVX2 takes them one by one. Every sum is the same, bit for bit."""
+    monkeypatch.setenv("TOKENSWIFT_CACHE", str(tmp_path))
+    one_by_one = NativeRows(native.kernels(("-mno-avx512f",)))
+    keys, values = cache_layer(seed=9)
+    q = torch.randn(5, CFG.n_heads, CFG.head_dim, generator=torch.Generator().manual_seed(10))
+    mask = torch.ones(5, 1000, dtype=torch.bool)
+    mask[:, 995:] = torch.ones(5, 5, dtype=torch.bool).tril()
+    mask[4, 997] = False  # a tree: the last token's parent is the third
+    assert torch.equal(one_by_one.attend(CFG, q, keys[:, :1000], values[:, :1000], mask),
+                       rows.attend(CFG, q, keys[:, :1000], values[:, :1000], mask))
+
+
 @pytest.mark.parametrize(("fixture", "tolerance"), [("stories32", 1e-4), ("stories64", 1e-12)])
 def test_a_cpu_model_runs_them_and_gives_torchs_logits(request, fixture, tolerance):
     """float32 and float64 models on the CPU run the kernels, and their logits are torch's to the dtype's precision."""

@@ -61,37 +61,68 @@ INLINE __m256 exp_nonpositive(__m256 x) {
     return _mm256_andnot_ps(masked, _mm256_mul_ps(y, _mm256_castsi256_ps(e)));
 }
 
-/* scores[j] = scale * q . k[slot j] for the chunk's n slots, eight at a time (the last eight re-read the chunk's
-   last slot in place of slots past n, and write up to the next multiple of 8): every slot's sum takes the same
-   order, wherever n falls. */
-INLINE void row_scores(const float *q, const float *k, int64_t slot_stride, const int64_t *slots, int64_t s0,
-                       int64_t n, int64_t d, float scale, float *scores) {
-    for (int64_t j = 0; j < n; j += 8) {
-        const float *keys[8];
-        for (int u = 0; u < 8; ++u) keys[u] = k + SLOT(slots, s0, j + u < n ? j + u : n - 1) * slot_stride;
-        __m256 acc[8];
-        for (int u = 0; u < 8; ++u) acc[u] = _mm256_setzero_ps();
+/* Rows per block of the vector path: a block's keys and values are loaded once for all its rows. Three rows (a
+   token's query heads under one KV head at the default model's g = 3) keep their 24 accumulators in the 32 vector
+   registers of AVX-512VL; AVX2's 16 take one row at a time. Blocking changes no row's sums: each runs the same
+   operations in the same order whatever the rows beside it. */
+#ifdef __AVX512VL__
+#define ROW_BLOCK 3
+#else
+#define ROW_BLOCK 1
+#endif
+#define MAX_GROUP 3  /* the most rows a block takes anywhere (its arrays), ROW_BLOCK here */
+
+/* Asks for the d floats at x (a key or value of the next chunk) in L2; in L1 they would evict the chunk at work.
+   The hardware prefetcher stops at every 4 KiB page (16 slots of a head at d = 64): without this a plain step at
+   a 7K context spent a third of its attention waiting for memory, and a verify batch's extra rows could not hide
+   under the reads. */
+INLINE void prefetch_row(const float *x, int64_t d) {
+    for (int64_t i = 0; i < d; i += 16) _mm_prefetch((const char *)(x + i), _MM_HINT_T1);
+}
+
+/* scores[r * CHUNK + j] = scale * q[r] . key[j] for R rows and the chunk's keys, eight at a time (keys past n
+   repeat the last key: every slot's sum takes the same order wherever n falls), each key vector loaded once for
+   the R rows. A sum: eight lanes over d in order, then hsum8. */
+INLINE void block_scores(const float *const *q, const float *const *keys, int64_t padded, int64_t d, float scale,
+                         const int R, int64_t ahead, float *scores) {
+    for (int64_t j = 0; j < padded; j += 8) {
+        if (ahead)
+            for (int u = 0; u < 8; ++u) prefetch_row(keys[j + u] + ahead, d);
+        __m256 acc[MAX_GROUP][8];
+        for (int r = 0; r < R; ++r)
+            for (int u = 0; u < 8; ++u) acc[r][u] = _mm256_setzero_ps();
         for (int64_t i = 0; i < d; i += 8) {
-            const __m256 qv = _mm256_loadu_ps(q + i);
-            for (int u = 0; u < 8; ++u) acc[u] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(keys[u] + i), acc[u]);
+            __m256 qv[MAX_GROUP];
+            for (int r = 0; r < R; ++r) qv[r] = _mm256_loadu_ps(q[r] + i);
+            for (int u = 0; u < 8; ++u) {
+                const __m256 kv = _mm256_loadu_ps(keys[j + u] + i);
+                for (int r = 0; r < R; ++r) acc[r][u] = _mm256_fmadd_ps(qv[r], kv, acc[r][u]);
+            }
         }
-        _mm256_storeu_ps(scores + j, _mm256_mul_ps(hsum8(acc), _mm256_set1_ps(scale)));
+        for (int r = 0; r < R; ++r)
+            _mm256_storeu_ps(scores + r * CHUNK + j, _mm256_mul_ps(hsum8(acc[r]), _mm256_set1_ps(scale)));
     }
 }
 
-/* o[0, d) = sum over the chunk's n slots of p[j] * v[slot j], in order, the sums in registers (d <= 128). */
-INLINE void row_values(const float *p, const float *v, int64_t slot_stride, const int64_t *slots, int64_t s0,
-                       int64_t n, int64_t d, float *o) {
-    __m256 acc[16];
-    for (int64_t i = 0; i < d / 8; ++i) acc[i] = _mm256_setzero_ps();
+/* o[r * d + i] = sum over the chunk's n slots of p[r * CHUNK + j] * value[j][i], in slot order, for R rows and
+   D = d <= 128 (D / 8 accumulators a row), each value vector loaded once for the R rows. A zero weight adds +0 to
+   a sum that starts at +0 and whose values are finite: the sums are those of skipping it. */
+INLINE void block_values(const float *p, const float *const *values, int64_t n, const int64_t D, const int R,
+                         int64_t ahead, float *o) {
+    __m256 acc[MAX_GROUP][16];
+    for (int r = 0; r < R; ++r)
+        for (int64_t i = 0; i < D / 8; ++i) acc[r][i] = _mm256_setzero_ps();
     for (int64_t j = 0; j < n; ++j) {
-        const float w = p[j];
-        if (w == 0.0f) continue;  /* underflowed */
-        const __m256 wv = _mm256_set1_ps(w);
-        const float *value = v + SLOT(slots, s0, j) * slot_stride;
-        for (int64_t i = 0; i < d / 8; ++i) acc[i] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(value + 8 * i), acc[i]);
+        __m256 w[MAX_GROUP];
+        for (int r = 0; r < R; ++r) w[r] = _mm256_set1_ps(p[r * CHUNK + j]);
+        if (ahead) prefetch_row(values[j] + ahead, D);
+        for (int64_t i = 0; i < D / 8; ++i) {
+            const __m256 vv = _mm256_loadu_ps(values[j] + 8 * i);
+            for (int r = 0; r < R; ++r) acc[r][i] = _mm256_fmadd_ps(w[r], vv, acc[r][i]);
+        }
     }
-    for (int64_t i = 0; i < d / 8; ++i) _mm256_storeu_ps(o + 8 * i, acc[i]);
+    for (int r = 0; r < R; ++r)
+        for (int64_t i = 0; i < D / 8; ++i) _mm256_storeu_ps(o + r * D + 8 * i, acc[r][i]);
 }
 #endif
 
@@ -133,36 +164,68 @@ static struct part exponentiate(real *row, int64_t n) {
 }
 
 #ifdef AT_AVX2
-/* chunk_task's rows where d % 8 == 0 and d <= 128: every score and numerator in whole vectors (the slots past n,
-   up to the next multiple of 8, are -inf: exp 0), in the order of the scalar tail loops they replace. */
+/* Row r's softmax numerators over its padded scores (the slots past n are -inf: exp 0), in place, in whole
+   vectors; returns (max, sum). */
+static struct part exponentiate_vector(float *row, int64_t padded) {
+    __m256 top = _mm256_set1_ps(-INFINITY);
+    for (int64_t j = 0; j < padded; j += 8) top = _mm256_max_ps(top, _mm256_loadu_ps(row + j));
+    float lanes[8], max = -INFINITY, sum = 0.0f;
+    _mm256_storeu_ps(lanes, top);
+    for (int u = 0; u < 8; ++u) max = lanes[u] > max ? lanes[u] : max;
+    __m256 total = _mm256_setzero_ps();
+    const __m256 maxv = _mm256_set1_ps(max);
+    for (int64_t j = 0; j < padded; j += 8) {
+        const __m256 e = exp_nonpositive(_mm256_sub_ps(_mm256_loadu_ps(row + j), maxv));
+        _mm256_storeu_ps(row + j, e);
+        total = _mm256_add_ps(total, e);
+    }
+    _mm256_storeu_ps(lanes, total);
+    for (int u = 0; u < 8; ++u) sum += lanes[u];
+    return (struct part){max, sum};
+}
+
+/* chunk_task's rows where d % 8 == 0 and d <= 128, in blocks of ROW_BLOCK rows: the chunk's key and value
+   addresses found once for all of them, then every block's scores while the keys are in L1, then every block's
+   values (a chunk's keys and values together fill this core's 32 KiB L1). */
 static void chunk_rows_vector(const float *q, int64_t h, int64_t g, int64_t r0, int64_t rows, int64_t d,
                               const float *k, const float *v, int64_t slot_stride, const int64_t *slots, int64_t s0,
-                              int64_t n, float scale, int64_t head, float *scores, struct part *parts, float *o) {
+                              int64_t n, float scale, int64_t head, int64_t ahead, float *scores, struct part *parts,
+                              float *o) {
     const int64_t padded = (n + 7) / 8 * 8;
-    for (int64_t r = 0; r < rows; ++r) {
-        const int64_t row_id = r0 + r;
-        const float *qr = q + ((row_id / g) * h + head * g + row_id % g) * d;
-        float *row = scores + r * CHUNK;
-        if (d == 64) row_scores(qr, k, slot_stride, slots, s0, n, 64, scale, row);
-        else row_scores(qr, k, slot_stride, slots, s0, n, d, scale, row);
-        for (int64_t j = n; j < padded; ++j) row[j] = -INFINITY;
-        __m256 top = _mm256_set1_ps(-INFINITY);
-        for (int64_t j = 0; j < padded; j += 8) top = _mm256_max_ps(top, _mm256_loadu_ps(row + j));
-        float lanes[8], max = -INFINITY, sum = 0.0f;
-        _mm256_storeu_ps(lanes, top);
-        for (int u = 0; u < 8; ++u) max = lanes[u] > max ? lanes[u] : max;
-        __m256 total = _mm256_setzero_ps();
-        const __m256 maxv = _mm256_set1_ps(max);
-        for (int64_t j = 0; j < padded; j += 8) {
-            const __m256 e = exp_nonpositive(_mm256_sub_ps(_mm256_loadu_ps(row + j), maxv));
-            _mm256_storeu_ps(row + j, e);
-            total = _mm256_add_ps(total, e);
+    const float *keys[CHUNK], *values[CHUNK], *qs[MAX_GROUP];
+    for (int64_t j = 0; j < padded; ++j) {
+        const int64_t at = SLOT(slots, s0, j < n ? j : n - 1) * slot_stride;
+        keys[j] = k + at;
+        values[j] = v + at;
+    }
+    for (int64_t r = 0; r < rows; r += ROW_BLOCK) {
+        const int b = rows - r < ROW_BLOCK ? (int)(rows - r) : ROW_BLOCK;
+        for (int i = 0; i < b; ++i) {
+            const int64_t row_id = r0 + r + i;
+            qs[i] = q + ((row_id / g) * h + head * g + row_id % g) * d;
         }
-        _mm256_storeu_ps(lanes, total);
-        for (int u = 0; u < 8; ++u) sum += lanes[u];
-        parts[r] = (struct part){max, sum};
-        if (d == 64) row_values(row, v, slot_stride, slots, s0, n, 64, o + r * d);
-        else row_values(row, v, slot_stride, slots, s0, n, d, o + r * d);
+        float *sc = scores + r * CHUNK;
+        const int64_t next = r == 0 ? ahead : 0;  /* the first block reads the chunk from memory */
+        if (d != 64)  /* d = 64 (the default model's) blocked and inlined; others a row at a time */
+            for (int i = 0; i < b; ++i) block_scores(qs + i, keys, padded, d, scale, 1, i ? 0 : next, sc + i * CHUNK);
+        else if (b == ROW_BLOCK) block_scores(qs, keys, padded, 64, scale, ROW_BLOCK, next, sc);
+        else if (b == 2) block_scores(qs, keys, padded, 64, scale, 2, next, sc);
+        else block_scores(qs, keys, padded, 64, scale, 1, next, sc);
+    }
+    for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t j = n; j < padded; ++j) scores[r * CHUNK + j] = -INFINITY;
+        parts[r] = exponentiate_vector(scores + r * CHUNK, padded);
+    }
+    for (int64_t r = 0; r < rows; r += ROW_BLOCK) {
+        const int b = rows - r < ROW_BLOCK ? (int)(rows - r) : ROW_BLOCK;
+        const float *p = scores + r * CHUNK;
+        float *out = o + r * d;
+        const int64_t next = r == 0 ? ahead : 0;
+        if (d != 64)
+            for (int i = 0; i < b; ++i) block_values(p + i * CHUNK, values, n, d, 1, i ? 0 : next, out + i * d);
+        else if (b == ROW_BLOCK) block_values(p, values, n, 64, ROW_BLOCK, next, out);
+        else if (b == 2) block_values(p, values, n, 64, 2, next, out);
+        else block_values(p, values, n, 64, 1, next, out);
     }
 }
 #endif
@@ -172,13 +235,15 @@ static void chunk_rows_vector(const float *q, int64_t h, int64_t g, int64_t r0, 
    of exp(score - maximum) to parts[r - r0] and its exp-weighted sum of values to o[(r - r0) * d]. */
 static void chunk_task(const real *q, int64_t h, int64_t g, int64_t r0, int64_t rows, int64_t d, const real *k,
                        const real *v, int64_t slot_stride, const int64_t *slots, int64_t s0, int64_t n, real scale,
-                       int64_t head, real *scores, struct part *parts, real *o) {
+                       int64_t head, int64_t ahead, real *scores, struct part *parts, real *o) {
 #ifdef AT_AVX2
     if (d % 8 == 0 && d <= 128) {
-        chunk_rows_vector(q, h, g, r0, rows, d, k, v, slot_stride, slots, s0, n, scale, head, scores, parts, o);
+        chunk_rows_vector(q, h, g, r0, rows, d, k, v, slot_stride, slots, s0, n, scale, head, ahead, scores, parts,
+                          o);
         return;
     }
 #endif
+    (void)ahead;  /* the portable loops leave the next chunk to the hardware prefetcher */
     for (int64_t r = 0; r < rows; ++r) {
         const int64_t row_id = r0 + r;
         const real *qr = q + ((row_id / g) * h + head * g + row_id % g) * d;
@@ -237,8 +302,9 @@ int attend_rows(const real *q, int64_t t, int64_t h, int64_t kv_heads, int64_t d
         real *scratch = scores + me * rows * CHUNK;
         if (task < common) {  /* (head, whole chunk): every row */
             const int64_t head = task / whole, c = task % whole;
+            const int64_t ahead = c + 1 < whole ? CHUNK * slot_stride : 0;  /* the next chunk, to prefetch */
             chunk_task(q, h, g, 0, rows, d, k + head * head_stride, v + head * head_stride, slot_stride, NULL,
-                       c * CHUNK, CHUNK, scale, head, scratch, parts + task * rows, o + task * rows * d);
+                       c * CHUNK, CHUNK, scale, head, ahead, scratch, parts + task * rows, o + task * rows * d);
             continue;
         }
         const int64_t x = task - common, head = x / (t * most), i = x / most % t, c = x % most;
@@ -252,7 +318,7 @@ int attend_rows(const real *q, int64_t t, int64_t h, int64_t kv_heads, int64_t d
             slots[j] = at < lead ? c0 + at : tail[i * tail_width + at - lead];
         }
         chunk_task(q, h, g, i * g, g, d, k + head * head_stride, v + head * head_stride, slot_stride, slots, 0, n,
-                   scale, head, scratch, parts + common * rows + x * g, o + (common * rows + x * g) * d);
+                   scale, head, 0, scratch, parts + common * rows + x * g, o + (common * rows + x * g) * d);
     }
     for (int64_t head = 0; head < kv_heads; ++head) {
         for (int64_t r = 0; r < rows; ++r) {
