@@ -54,6 +54,25 @@ def test_the_portable_path_computes_what_the_avx2_path_does(kind, tmp_path, monk
     assert not torch.equal(y, torch.zeros_like(y))
 
 
+@pytest.mark.parametrize(("kind", "out"), [("Q4_0", 96), ("Q4_1", 40), ("Q8_0", 37)])
+def test_packed_products_compute_what_the_blocks_ones_do(kind, out, tmp_path, monkeypatch):
+    """Where the CPU has AVX-512 VNNI the products read weights repacked for it, sixteen rows a group (the last one
+    part empty here); a build without VNNI multiplies the file's blocks: the same to float rounding, and in both a
+    row's product is the same alone as in a batch."""
+    monkeypatch.setenv("TOKENSWIFT_CACHE", str(tmp_path))
+    weight = np.random.default_rng(5).standard_normal((out, IN)).astype(np.float32)
+    data = quants.quantize(weight, GGMLQuantizationType[kind])
+    linear = QuantLinear(kind, torch.from_numpy(data.view(np.uint8).reshape(out, -1).copy()), out, IN)
+    blocks = native.kernels(("-mno-avx512vnni",))
+    assert blocks.qk_packed_bytes(KINDS[kind], out, IN) == 0  # this build packs nothing
+    x = torch.randn(6, IN, generator=torch.Generator().manual_seed(6))
+    y = torch.empty(6, out)
+    for m in (6, 1):
+        assert blocks.qk_matmul(KINDS[kind], linear.blocks.data_ptr(), out, IN, x.data_ptr(), m, y.data_ptr(), 1) == 0
+        assert torch.allclose(y[:m], linear(x[:m]), rtol=1e-5, atol=1e-5)
+        assert torch.equal(linear(x[:m]), linear(x)[:m])
+
+
 def test_without_a_compiler_q4_says_what_is_missing(tmp_path, monkeypatch):
     monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
     with pytest.raises(ModelLoadError, match="could not run the C compiler .*no-such-cc"):

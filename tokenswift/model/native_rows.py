@@ -72,7 +72,8 @@ class NativeBlock:
 
     def _product(self, module: nn.Module) -> Product:
         if isinstance(module, QuantLinear):
-            return Product(self._keep(module.blocks), None, module.out_features, module.in_features, module._kind)
+            return Product(self._keep(module.product_weight), None, module.out_features, module.in_features,
+                           module._kind)
         bias = self._keep(module.bias) if module.bias is not None else None
         return Product(self._keep(module.weight), bias, module.out_features, module.in_features, DENSE_KIND)
 

@@ -19,6 +19,7 @@ from tokenswift.model.native import kernels
 GROUP = 32
 KINDS = {"Q4_0": 0, "Q4_1": 1, "Q8_0": 2}
 BLOCK_BYTES = {"Q4_0": 18, "Q4_1": 20, "Q8_0": 34}
+PACKED = 8  # quant_kernels.c: the kind number of a weight packed by qk_pack is PACKED + its GGUF kind's
 
 
 # From this many rows on (prefill chunks, large verify batches) a product dequantizes the weight and runs a float32
@@ -39,9 +40,17 @@ class QuantLinear(nn.Module):
             raise ModelLoadError(f"{kind} blocks of shape {tuple(blocks.shape)} for a {out_features}x{in_features} "
                                  "weight")
         self.kind, self.out_features, self.in_features = kind, out_features, in_features
-        self._kind = KINDS[kind]  # the kernel's number for it, looked up once (forward runs ~120 times a step)
         self.register_buffer("blocks", blocks.to(torch.uint8).contiguous())
         self._lib = kernels()
+        # The products' copy of the weight and its kind number for the kernel (looked up once: forward runs ~120
+        # times a step): repacked where this machine's kernels take packed weights (quant_packed.c, AVX-512 VNNI),
+        # else the blocks themselves.
+        self.product_weight, self._kind = self.blocks, KINDS[kind]
+        if size := self._lib.qk_packed_bytes(KINDS[kind], out_features, in_features):
+            self.product_weight = torch.empty(size, dtype=torch.uint8)
+            self._lib.qk_pack(KINDS[kind], self.blocks.data_ptr(), out_features, in_features,
+                              self.product_weight.data_ptr())
+            self._kind = PACKED + KINDS[kind]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # A decoding step calls this four times per layer: skip the no-op conversions (each is a dispatched op).
@@ -51,7 +60,7 @@ class QuantLinear(nn.Module):
         if flat.shape[0] >= DENSE_ROWS:
             return F.linear(flat, self.dequantized()).view(*x.shape[:-1], self.out_features).to(x.dtype)
         out = torch.empty(flat.shape[0], self.out_features)
-        if self._lib.qk_matmul(self._kind, self.blocks.data_ptr(), self.out_features, self.in_features,
+        if self._lib.qk_matmul(self._kind, self.product_weight.data_ptr(), self.out_features, self.in_features,
                                flat.data_ptr(), flat.shape[0], out.data_ptr(), torch.get_num_threads()):
             raise MemoryError("quantized product: out of memory for the activations' int8 copy")
         if x.dim() != 2:
@@ -61,5 +70,6 @@ class QuantLinear(nn.Module):
     def dequantized(self) -> torch.Tensor:
         """The float32 weight these blocks hold (for checks against the model's own weights)."""
         out = torch.empty(self.out_features, self.in_features)
-        self._lib.qk_rows(self._kind, self.blocks.data_ptr(), self.in_features, self.out_features, out.data_ptr())
+        self._lib.qk_rows(KINDS[self.kind], self.blocks.data_ptr(), self.in_features, self.out_features,
+                          out.data_ptr())
         return out

@@ -260,9 +260,17 @@ static void dot_q8(const uint8_t *row, int64_t nb, const int8_t *q, const float 
 }
 #endif
 
-/* y[m, n] = x[m, k] @ W[n, k].T for W in `kind` blocks ([n, k / 32, block bytes]). Returns 0, or -1 when out
-   of memory. Rows of W are shared among `threads` OpenMP threads. */
+/* quant_packed.c: its kinds are PACKED + the GGUF kind; without AVX-512 VNNI it packs nothing and refuses them. */
+#define PACKED 8
+int packed_matmul(int kind, const uint8_t *w, int64_t n, int64_t k, const int8_t *q, const float *d, const float *s,
+                  int64_t m, float *y, int threads);
+
+/* y[m, n] = x[m, k] @ W[n, k].T for W in `kind` blocks ([n, k / 32, block bytes]), or packed by qk_pack (kind
+   PACKED + the GGUF kind). Returns 0, or -1 when out of memory. Rows of W are shared among `threads` OpenMP
+   threads. */
 int qk_matmul(int kind, const uint8_t *w, int64_t n, int64_t k, const float *x, int64_t m, float *y, int threads) {
+    const int packed = kind >= PACKED;
+    if (packed) kind -= PACKED;
     const int64_t nb = k / QK, row_bytes = nb * BLOCK_BYTES[kind];
     int8_t *q = malloc((size_t)(m * k));
     float *d = malloc((size_t)(m * nb) * sizeof(float)), *s = malloc((size_t)(m * nb) * sizeof(float));
@@ -271,6 +279,11 @@ int qk_matmul(int kind, const uint8_t *w, int64_t n, int64_t k, const float *x, 
         return -1;
     }
     for (int64_t i = 0; i < m; ++i) quantize_row(x + i * k, k, q + i * k, d + i * nb, s + i * nb);
+    if (packed) {
+        const int status = packed_matmul(kind, w, n, k, q, d, s, m, y, threads);
+        free(q); free(d); free(s);
+        return status;
+    }
 #pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
     for (int64_t j = 0; j < n; ++j) {
         const uint8_t *row = w + j * row_bytes;

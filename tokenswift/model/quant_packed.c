@@ -1,0 +1,180 @@
+/* Products of GGUF weights repacked for AVX-512 VNNI (this machine's EPYC), sixteen weight rows at a time.
+
+   quant_kernels.c multiplies the file's own blocks a weight row at a time: each block's 32 products end in eight
+   lanes that are scaled and summed apart, so every activation row paid ~12 vector operations per block of 32 and
+   a verify batch's extra rows cost a third of a plain step's products. Here a group of sixteen weight rows is
+   stored block by block as vpdpbusd reads it (lane r: four consecutive weights of row r), the activations'
+   four-byte runs are broadcast, and each block's integer sums land one per lane, exact: per block and row, two
+   chains of four vpdpbusd, one conversion and two multiply-adds give sixteen outputs. The outputs come out as
+   lanes, with no horizontal sums, and each activation row's arithmetic is the same whatever rows share the call.
+
+   A group's block: the sixteen rows' scales d and offsets m as float16 (w = d q + m; Q4_0's m is -8 d, exact in
+   float16; Q8_0 has none), then the weights: for Q4 the file's own nibble bytes (byte j holds weights j and
+   j + 16), four runs of 64 bytes; for Q8 eight runs of q + 128, unsigned as vpdpbusd wants them, the 128 taken
+   back from each block's integer sum (exact, where an offset -128 d would cancel in floats). Rows past n (the
+   last group) are zero. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
+#include <immintrin.h>
+#define QP_VNNI 1
+#endif
+
+#define QK 32
+#define LANES 16     /* weight rows per group */
+#define TILE_ROWS 8  /* activation rows per pass over a group's weights (their 16 accumulators in registers) */
+enum { KIND_Q4_0 = 0, KIND_Q4_1 = 1, KIND_Q8_0 = 2 };
+
+#ifdef QP_VNNI
+static const int64_t GGUF_BYTES[3] = {18, 20, 34};
+
+/* Bytes of one group's block: 64 of scales and offsets, then 16 x 32 weights as nibbles (Q4) or bytes (Q8). */
+static int64_t group_block_bytes(int kind) { return 64 + (kind == KIND_Q8_0 ? 512 : 256); }
+#endif
+
+/* The bytes qk_pack writes for an n x k weight of `kind`, or 0 where this build has no packed products. */
+int64_t qk_packed_bytes(int kind, int64_t n, int64_t k) {
+#ifdef QP_VNNI
+    return (n + LANES - 1) / LANES * (k / QK) * group_block_bytes(kind);
+#else
+    (void)kind; (void)n; (void)k;
+    return 0;
+#endif
+}
+
+#ifdef QP_VNNI
+static uint16_t half_bits(const uint8_t *p) { uint16_t v; memcpy(&v, p, 2); return v; }
+
+/* float16 d times -8: exact, GGUF scales being far from float16's limits. */
+static uint16_t minus_8_times(uint16_t d) { return _cvtss_sh(_cvtsh_ss(d) * -8.0f, 0); }
+
+/* Writes the packed form of W ([n, k / 32, GGUF block bytes]) to out (qk_packed_bytes of them). */
+void qk_pack(int kind, const uint8_t *w, int64_t n, int64_t k, uint8_t *out) {
+    const int64_t nb = k / QK, bytes = GGUF_BYTES[kind], step = group_block_bytes(kind);
+    memset(out, 0, (size_t)qk_packed_bytes(kind, n, k));
+    for (int64_t g = 0; g * LANES < n; ++g)
+        for (int64_t b = 0; b < nb; ++b) {
+            uint8_t *blk = out + (g * nb + b) * step;
+            for (int64_t r = 0; r < LANES && g * LANES + r < n; ++r) {
+                const uint8_t *src = w + (g * LANES + r) * nb * bytes + b * bytes;
+                const uint16_t d = half_bits(src);
+                const uint16_t m = kind == KIND_Q4_1 ? half_bits(src + 2) : kind == KIND_Q4_0 ? minus_8_times(d) : 0;
+                memcpy(blk + 2 * r, &d, 2);
+                memcpy(blk + 32 + 2 * r, &m, 2);
+                for (int t = 0; t < (kind == KIND_Q8_0 ? 8 : 4); ++t)
+                    for (int c = 0; c < 4; ++c) {
+                        uint8_t *at = blk + 64 + t * 64 + r * 4 + c;
+                        if (kind == KIND_Q8_0) *at = (uint8_t)(src[2 + 4 * t + c] ^ 0x80);
+                        else *at = src[(kind == KIND_Q4_1 ? 4 : 2) + 4 * t + c];
+                    }
+            }
+        }
+}
+
+#define INLINE static inline __attribute__((always_inline))
+
+/* The exact integer sums of one activation row's block (32 int8 at x) with the group's 16 weight rows. */
+INLINE __m512i group_dot(const __m512i *w, int kind, const int8_t *x) {
+    const int32_t *run = (const int32_t *)x;  /* four-byte runs of the activations */
+    __m512i even = _mm512_setzero_si512(), odd = _mm512_setzero_si512();  /* two chains, summed exactly */
+    if (kind == KIND_Q8_0) {
+        for (int t = 0; t < 8; t += 2) {
+            even = _mm512_dpbusd_epi32(even, w[t], _mm512_set1_epi32(run[t]));
+            odd = _mm512_dpbusd_epi32(odd, w[t + 1], _mm512_set1_epi32(run[t + 1]));
+        }
+    } else {  /* w[t]: weights 4t..4t+3 (low nibbles); w[4 + t]: 16 + 4t.. (high ones) */
+        for (int t = 0; t < 4; ++t) {
+            even = _mm512_dpbusd_epi32(even, w[t], _mm512_set1_epi32(run[t]));
+            odd = _mm512_dpbusd_epi32(odd, w[4 + t], _mm512_set1_epi32(run[4 + t]));
+        }
+    }
+    return _mm512_add_epi32(even, odd);
+}
+
+/* R activation rows (quantized: q, scales d, d * sum s per block; for Q8, sums: 128 * sum per block) against
+   the group of 16 weight rows at blk: y[i * stride + lane] for lane < lanes. Per row and lane: acc += (wd * dx) *
+   sum over the blocks in order, offsets += wm * s apart, then acc + offsets. */
+INLINE void group_rows(const uint8_t *blk, int64_t nb, int kind, const int8_t *q, const float *d, const float *s,
+                       const int32_t *sums, int64_t k, const int R, float *y, int64_t stride, int lanes) {
+    const int64_t step = group_block_bytes(kind);
+    __m512 acc[TILE_ROWS], off[TILE_ROWS];
+    for (int i = 0; i < R; ++i) acc[i] = off[i] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b, blk += step) {
+        const __m512 wd = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)blk));
+        const __m512 wm = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(blk + 32)));
+        __m512i w[8];
+        if (kind == KIND_Q8_0) {
+            for (int t = 0; t < 8; ++t) w[t] = _mm512_loadu_si512(blk + 64 + 64 * t);
+        } else {
+            const __m512i low = _mm512_set1_epi8(0x0F);
+            for (int t = 0; t < 4; ++t) {
+                const __m512i raw = _mm512_loadu_si512(blk + 64 + 64 * t);
+                w[t] = _mm512_and_si512(raw, low);
+                w[4 + t] = _mm512_and_si512(_mm512_srli_epi16(raw, 4), low);
+            }
+        }
+        for (int i = 0; i < R; ++i) {
+            __m512i dot = group_dot(w, kind, q + i * k + b * QK);
+            if (kind == KIND_Q8_0)
+                dot = _mm512_sub_epi32(dot, _mm512_set1_epi32(sums[i * nb + b]));
+            else
+                off[i] = _mm512_fmadd_ps(wm, _mm512_set1_ps(s[i * nb + b]), off[i]);
+            acc[i] = _mm512_fmadd_ps(_mm512_mul_ps(wd, _mm512_set1_ps(d[i * nb + b])), _mm512_cvtepi32_ps(dot), acc[i]);
+        }
+    }
+    const __mmask16 keep = (__mmask16)((1u << lanes) - 1);
+    for (int i = 0; i < R; ++i) _mm512_mask_storeu_ps(y + i * stride, keep, _mm512_add_ps(acc[i], off[i]));
+}
+
+/* y[m, n] = the quantized activations' rows (quant_kernels.c's quantize_row) times the packed weight, groups of 16
+   rows shared among threads. Returns 0, -1 when out of memory (-2 in a build without VNNI, which packs nothing). */
+int packed_matmul(int kind, const uint8_t *w, int64_t n, int64_t k, const int8_t *q, const float *d, const float *s,
+                  int64_t m, float *y, int threads) {
+    const int64_t nb = k / QK, groups = (n + LANES - 1) / LANES, group_bytes = nb * group_block_bytes(kind);
+    int32_t *sums = NULL;  /* Q8: 128 times each activation block's sum, what q + 128 adds to its product */
+    if (kind == KIND_Q8_0) {
+        if (!(sums = malloc((size_t)(m * nb) * sizeof(int32_t))))
+            return -1;
+        for (int64_t i = 0; i < m * nb; ++i) {
+            int32_t sum = 0;
+            for (int j = 0; j < QK; ++j) sum += q[i * QK + j];
+            sums[i] = 128 * sum;
+        }
+    }
+#pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
+    for (int64_t g = 0; g < groups; ++g) {
+        const int lanes = n - g * LANES < LANES ? (int)(n - g * LANES) : LANES;
+        for (int64_t i = 0; i < m; i += TILE_ROWS) {
+            const int8_t *qi = q + i * k;
+            const float *di = d + i * nb, *si = s + i * nb;
+            const int32_t *ci = sums ? sums + i * nb : NULL;
+            float *yi = y + i * n + g * LANES;
+            const uint8_t *blk = w + g * group_bytes;
+            switch (m - i < TILE_ROWS ? m - i : TILE_ROWS) {
+            case 1: group_rows(blk, nb, kind, qi, di, si, ci, k, 1, yi, n, lanes); break;
+            case 2: group_rows(blk, nb, kind, qi, di, si, ci, k, 2, yi, n, lanes); break;
+            case 3: group_rows(blk, nb, kind, qi, di, si, ci, k, 3, yi, n, lanes); break;
+            case 4: group_rows(blk, nb, kind, qi, di, si, ci, k, 4, yi, n, lanes); break;
+            case 5: group_rows(blk, nb, kind, qi, di, si, ci, k, 5, yi, n, lanes); break;
+            case 6: group_rows(blk, nb, kind, qi, di, si, ci, k, 6, yi, n, lanes); break;
+            case 7: group_rows(blk, nb, kind, qi, di, si, ci, k, 7, yi, n, lanes); break;
+            default: group_rows(blk, nb, kind, qi, di, si, ci, k, 8, yi, n, lanes); break;
+            }
+        }
+    }
+    free(sums);
+    return 0;
+}
+#else
+int packed_matmul(int kind, const uint8_t *w, int64_t n, int64_t k, const int8_t *q, const float *d, const float *s,
+                  int64_t m, float *y, int threads) {
+    (void)kind; (void)w; (void)n; (void)k; (void)q; (void)d; (void)s; (void)m; (void)y; (void)threads;
+    return -2;
+}
+
+void qk_pack(int kind, const uint8_t *w, int64_t n, int64_t k, uint8_t *out) {
+    (void)kind; (void)w; (void)n; (void)k; (void)out;
+}
+#endif
