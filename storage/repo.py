@@ -131,13 +131,17 @@ class Store(DraftVerbs, BranchVerbs, RunVerbs, WorkerVerbs):
         memory: str = "",
         authors_note: str = "",
         world_info: str = "",
+        prompt_ids: list[int] | None = None,
     ) -> GenerationRecord:
         """Queue a job. Without a session a new book is made; without a model the worker's is used.
-        world_info: the draft's World Info as JSON (tokenswift.text.world_info; checked by the caller)."""
+        world_info: the draft's World Info as JSON (tokenswift.text.world_info; checked by the caller).
+        prompt_ids: the prompt as the model's ids (a chat its template rendered, ui/openai_api.py); None: the
+        worker tokenizes `prompt`."""
         with self._write() as s:
             book = _book(s, session_id)
             row = _new_generation(book, prompt, settings, model=model, heads=heads, memory=memory,
-                                  authors_note=authors_note, world_info=world_info)
+                                  authors_note=authors_note, world_info=world_info,
+                                  prompt_ids=None if prompt_ids is None else pack_ids(prompt_ids))
             s.add(row)
             s.flush()
             return from_row(GenerationRecord, row)

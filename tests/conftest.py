@@ -28,7 +28,8 @@ BOOKS = SHARED / "data" / "books"
 # A test that needs one of these starts a process or server (the app, Chromium, PostgreSQL, a worker), loads the
 # 135M default model or trains (heads, the draft layer), seconds each, so it is slow by what it uses:
 # `-m "not slow"` leaves it out, the full run keeps it.
-SLOW_FIXTURES = {"studio_app", "chromium", "pg_cluster", "workers", "smollm2", "smollm2_q4", "gguf_path", "trained"}
+SLOW_FIXTURES = {"studio_app", "chromium", "pg_cluster", "workers", "smollm2", "smollm2_q4", "gguf_path", "trained",
+                 "openai_app"}
 
 
 # Session fixtures that cost seconds to tens of seconds each (an app, a Chromium, a model load): under pytest-xdist

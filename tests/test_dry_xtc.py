@@ -18,7 +18,7 @@ from tokenswift.decode.generate import Generator
 from tokenswift.decode.metrics import distinct_n
 from tokenswift.decode.options import EngineOptions
 from tokenswift.decode.settings import Settings, SettingsError
-from tokenswift.sampling.dry_xtc import dry_penalties, xtc_draws, xtc_filter
+from tokenswift.sampling.dry_xtc import dry_amounts, xtc_draws, xtc_filter
 from tokenswift.text.context_window import pinned_ids
 
 DRY = dict(dry_multiplier=0.8, dry_base=1.75, dry_allowed_length=2, dry_range=64)
@@ -37,6 +37,14 @@ def reference_dry(history: list[int], breakers: set[int], multiplier, base, allo
         if length >= allowed:
             out[history[j]] = max(out[history[j]], multiplier * base ** (length - allowed))
     return out
+
+
+def dry_penalties(windows, breakers, multiplier, base, allowed, vocab) -> torch.Tensor:
+    """[R, vocab]: each token's largest amount (dry_amounts' followers and amounts), 0 for the others."""
+    followers, amounts = dry_amounts(windows, breakers, multiplier, base, allowed)
+    out = torch.zeros(windows.shape[0], vocab + 1, dtype=torch.float64)
+    out.scatter_reduce_(1, torch.where(followers >= 0, followers, vocab), amounts, "amax")
+    return out[:, :vocab]
 
 
 def test_dry_penalties_follow_the_rule():

@@ -9,6 +9,7 @@ import torch
 
 from tokenswift.decode.settings import Settings
 from tokenswift.sampling.keys import mix32, position_key
+from tokenswift.sampling.no_repeat import repeat_followers
 from tokenswift.sampling.sampler import (
     Noise,
     Sampler,
@@ -142,3 +143,29 @@ def test_a_draft_equal_to_the_model_is_the_token_it_samples():
     likeliest = best_per_depth(rows, Sampler(Settings(temperature=0.0, penalty=1.3), V, "cpu"), window,
                                [1] * len(rows), key=1000)
     assert sum(a == [b] for a, b in zip(likeliest, drawn, strict=True)) < len(rows) - 5
+
+
+def test_the_penalties_read_and_write_only_their_tokens_as_the_whole_row_rules_do():
+    """Sampler.penalize changes the columns of the ends of text, the window's tokens and the tokens a repeat would
+    go on with, by gather and scatter: the same scores as each rule applied to the whole row, on the whole
+    vocabulary and on a drafter's part of it."""
+    from test_dry_xtc import dry_penalties
+
+    breakers = torch.zeros(V, dtype=torch.bool)
+    breakers[[3, 7]] = True
+    s = Settings(penalty=1.3, penalty_length=12, dry_multiplier=0.8, dry_range=16, ban_eos=True, no_repeat_ngram=4)
+    sampler = Sampler(s, V, "cpu", (0, 1), breakers)
+    windows = torch.randint(0, 9, (3, 40), generator=torch.Generator().manual_seed(1))
+    windows[0, -3:] = windows[0, 10:13]  # row 0 ends in a run that came before: the token after it is refused
+    windows[2, :30] = -1
+    z = logits()
+    dense = z.masked_fill(torch.isin(torch.arange(V), torch.tensor([0, 1])), -math.inf)
+    dense = apply_penalty(dense, penalty_mask(windows[:, -12:], V), 1.3)
+    followers = repeat_followers(windows, 4)
+    refused = torch.zeros(3, V + 1, dtype=torch.bool).scatter_(1, torch.where(followers >= 0, followers, V),
+                                                                True)[:, :V]
+    dense = dense.masked_fill(refused, -math.inf)
+    dense = dense - dry_penalties(windows[:, -16:], breakers, 0.8, 1.75, 2, V)
+    assert refused.any() and torch.equal(sampler.penalize(z, windows), dense)
+    vocab = torch.arange(0, V, 2)
+    assert torch.equal(sampler.penalize(z[:, vocab], windows, vocab), dense[:, vocab])

@@ -74,6 +74,7 @@ from ui.exports import draft_book
 from ui.follow import Commits
 from ui.guard import Guard
 from ui.limits import Limits, printable, unicode_problem
+from ui.openai_api import add_openai_routes
 from ui.texts import DraftTexts
 from ui.tokens import PromptTokens
 
@@ -313,8 +314,10 @@ def control_route(request):
 
 def create_app(store: Store, credentials: Sequence[tuple[str, str]] | None = None,
                limits: Limits | None = None) -> Guard:
-    """A stand-alone app with just the API (tests, headless servers); app.py mounts the router instead."""
+    """A stand-alone app with just the APIs, /api and /v1 (tests, headless servers); app.py mounts them instead."""
     app = FastAPI(title="TokenSwift Studio API", docs_url="/api/docs", openapi_url="/api/openapi.json",
                   redoc_url=None)
-    app.include_router(create_router(store))
+    tokens, texts = PromptTokens(store), DraftTexts(store)
+    app.include_router(create_router(store, tokens, texts))
+    add_openai_routes(app, store, tokens, texts)
     return Guard(app, credentials or None, limits or Limits())

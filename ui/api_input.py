@@ -15,7 +15,7 @@ from storage.records import SQL_INT_MAX
 from tokenswift.decode.settings import WRITING_DEFAULTS, Settings, SettingsError
 from tokenswift.text.world_info import WorldInfo
 from ui.follow import MAX_WAIT_S
-from ui.limits import context_text_problem, printable, unicode_problem
+from ui.limits import context_text_problem, printable, target_problem, unicode_problem
 
 # API name -> Settings field, where they differ (the UI labels W "penalty window").
 SETTING_NAMES = {"penalty_window": "penalty_length"}
@@ -50,6 +50,7 @@ class SamplingIn(BaseModel):
     xtc_threshold: float | None = None  # XTC: tokens this likely count as top choices
     xtc_probability: float | None = None  # XTC: how often all top choices but the least likely are set aside
     ban: list[str] | None = None  # banned phrases (tokenswift/sampling/banned.py); [] bans none
+    no_repeat_ngram: Int | None = None  # no run of this many tokens already in the recent text again (0 = off)
 
 
 class GenerationIn(BaseModel):
@@ -134,6 +135,8 @@ def parse_request(payload: dict[str, Any]) -> tuple[GenerationIn, Settings]:
     for field in ("prompt", "mode"):
         if problem := unicode_problem(getattr(request, field)):
             raise invalid(field, problem)
+    if problem := target_problem(request.max_new_tokens):
+        raise invalid("max_new_tokens", problem)
     check_context_text({"memory": request.memory, "authors_note": request.authors_note})
     if request.continue_from is not None and (request.memory or request.authors_note):
         raise invalid("memory", "leave Memory and Author's Note out with continue_from (the parent's are kept; "

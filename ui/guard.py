@@ -3,11 +3,13 @@
 - Request bodies are capped (413 naming the limit): `Limits.body_bytes`, or `Limits.upload_bytes` (plus room
   for the multipart framing) on Gradio's upload route. A body sent without a length is read up to the cap.
 - With credentials, every path but the login page and static assets needs a login: HTTP Basic with one of
-  the pairs (API clients, curl, a browser opening /api/docs) or the session cookie that Gradio's login form
-  set. The API's docs and schema, Gradio's heartbeat and stream routes and uploads included. The login page
+  the pairs (API clients, curl, a browser opening /api/docs), a bearer API key that is one of the pairs'
+  passwords (OpenAI clients: `OpenAI(base_url=.../v1, api_key=password)`), or the session cookie that Gradio's
+  login form set. The API's docs and schema, Gradio's heartbeat and stream routes and uploads included. The login page
   is served without Gradio's list of endpoints.
 - Failed logins (a wrong Basic pair, a refused login form) are limited per client address: after `free`
   failures each attempt must wait, twice as long as the last (429 with Retry-After); a success clears it.
+- Under /v1 (ui/openai_api.py) these answers come in OpenAI's error shape, which its clients read.
 - Status reads (GET /api/generations/{id}) are limited per client address (`Limits.status_reads_per_s`,
   ui/ratelimit.py): over it, 429 with Retry-After before the API or the store sees the request. With
   credentials the login is checked first, so a stranger's reads are 401s and use up nobody's budget.
@@ -27,6 +29,7 @@ from collections.abc import Callable, Sequence
 from starlette.requests import HTTPConnection
 
 from ui.limits import Limits, size
+from ui.openai_input import OPENAI_PREFIX, error_body
 from ui.ratelimit import Buckets, is_status_read, retry_after
 
 UPLOAD_PATHS = ("/gradio_api/upload", "/gradio_api/upload/")
@@ -107,7 +110,8 @@ class Guard:
             await self.app(scope, receive, send)
         else:
             headers = {"WWW-Authenticate": 'Basic realm="TokenSwift Studio"'} if path.startswith("/api") else {}
-            await _answer(send, 401, "log in first (HTTP Basic, or the login page)", headers)
+            await _answer(send, 401, "log in first (HTTP Basic, an API key: the app's password as a bearer token, "
+                                     "or the login page)", headers, path)
 
     # --- sizes ---------------------------------------------------------------------------------------
 
@@ -122,10 +126,10 @@ class Guard:
             try:
                 declared = int(length)
             except ValueError:
-                await _answer(send, 400, "Content-Length is not a number")
+                await _answer(send, 400, "Content-Length is not a number", path=path)
                 return None
             if declared > limit:
-                await _answer(send, 413, f"{what} of {size(declared)} is over the {size(shown)} limit")
+                await _answer(send, 413, f"{what} of {size(declared)} is over the {size(shown)} limit", path=path)
                 return None
             return receive  # the server reads exactly Content-Length bytes: no more can arrive
         if headers.get(b"transfer-encoding") is None:
@@ -138,7 +142,7 @@ class Guard:
                 return receive
             total += len(message.get("body", b""))
             if total > limit:
-                await _answer(send, 413, f"{what} is over the {size(shown)} limit")
+                await _answer(send, 413, f"{what} is over the {size(shown)} limit", path=path)
                 return None
             body.append(message.get("body", b""))
             more = message.get("more_body", False)
@@ -165,24 +169,27 @@ class Guard:
 
     async def _login(self, connection: HTTPConnection, client: str, send) -> bool | None:
         """True: logged in; False: not (yet); None: refused and answered (bad pair, or throttled)."""
-        pair = _basic(connection.headers.get("authorization"))
+        header, path = connection.headers.get("authorization"), connection.url.path
+        pair = _basic(header) or _bearer(header)
         if pair is None:
             return self.sessions is not None and self.sessions(connection.cookies)
         if (wait := self.throttle.retry_after(client)) > 0:
-            await _too_many(send, wait)
+            await _too_many(send, wait, path)
             return None
         if self._known(*pair):
             self.throttle.succeeded(client)
             return True
         self.throttle.failed(client)
-        await _answer(send, 401, "wrong user or password", {"WWW-Authenticate": 'Basic realm="TokenSwift Studio"'})
+        what = "user or password" if pair[0] is not None else "API key (the app's password)"
+        await _answer(send, 401, f"wrong {what}", {"WWW-Authenticate": 'Basic realm="TokenSwift Studio"'}, path)
         return None
 
-    def _known(self, user: str, password: str) -> bool:
+    def _known(self, user: str | None, password: str) -> bool:
+        """user None: a bearer API key, which may be any pair's password."""
         found = False
         for known_user, known_password in self.credentials:
             # compare_digest on both parts, for every pair: no timing hint about which part was wrong.
-            ok_user = secrets.compare_digest(user.encode(), known_user.encode())
+            ok_user = user is None or secrets.compare_digest(user.encode(), known_user.encode())
             found |= ok_user & secrets.compare_digest(password.encode(), known_password.encode())
         return found
 
@@ -235,14 +242,23 @@ def _basic(header: str | None) -> tuple[str, str] | None:
     return user, password
 
 
-async def _too_many(send, wait: float) -> None:
+def _bearer(header: str | None) -> tuple[None, str] | None:
+    """An API key (Authorization: Bearer KEY), as (no user, the key)."""
+    if not header or not header.lower().startswith("bearer "):
+        return None
+    return None, header[7:].strip()
+
+
+async def _too_many(send, wait: float, path: str = "") -> None:
     seconds = max(1, round(wait))
     await _answer(send, 429, f"too many failed logins from this address; try again in {seconds} s",
-                  {"Retry-After": str(seconds)})
+                  {"Retry-After": str(seconds)}, path)
 
 
-async def _answer(send, status: int, detail: str, headers: dict[str, str] | None = None) -> None:
-    body = json.dumps({"detail": detail}).encode()
+async def _answer(send, status: int, detail: str, headers: dict[str, str] | None = None, path: str = "") -> None:
+    """path: under /v1, OpenAI's error shape (its clients show its message); elsewhere FastAPI's."""
+    shaped = error_body(status, detail) if path.startswith(OPENAI_PREFIX) else {"detail": detail}
+    body = json.dumps(shaped).encode()
     raw = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     raw += [(k.lower().encode(), v.encode()) for k, v in (headers or {}).items()]
     await send({"type": "http.response.start", "status": status, "headers": raw})

@@ -1,4 +1,5 @@
-"""One FastAPI app: the REST API (ui/api.py) under /api and the Gradio page at /, behind the same login."""
+"""One FastAPI app: the REST API (ui/api.py) under /api, the OpenAI-compatible endpoint (ui/openai_api.py) under /v1
+and the Gradio page at /, behind the same login."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from ui.api import create_router
 from ui.exports import Exports
 from ui.guard import Guard, gradio_sessions
 from ui.limits import Limits
+from ui.openai_api import add_openai_routes
 from ui.page import CSS, HEAD, THEME, build_page
 from ui.texts import DraftTexts
 from ui.tokens import PromptTokens
@@ -58,6 +60,7 @@ def create_app(store: Store, credentials: Credentials | None = None, *, own_work
     app = FastAPI(title="TokenSwift Studio", docs_url="/api/docs", openapi_url="/api/openapi.json", redoc_url=None)
     tokens, texts = PromptTokens(store), DraftTexts(store)  # one of each for the API and the page
     app.include_router(create_router(store, tokens, texts))  # before the mount: / would shadow it
+    add_openai_routes(app, store, tokens, texts)  # /v1, for OpenAI clients (SillyTavern, scripts)
     page = build_page(store, worker_hint=hint, exports=exports or Exports(), tokens=tokens, texts=texts)
     app = gr.mount_gradio_app(app, page, path="/", auth=credentials or None, auth_message="TokenSwift Studio",
                               theme=THEME, css=CSS, head=HEAD, footer_links=[], max_file_size=limits.upload_bytes)

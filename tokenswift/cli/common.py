@@ -55,7 +55,8 @@ def settings_from(args: argparse.Namespace, **extra) -> Settings:
                         shift_step=args.shift_step, dry_multiplier=args.dry_multiplier, dry_base=args.dry_base,
                         dry_allowed_length=args.dry_allowed_length, dry_range=args.dry_range,
                         dry_breakers=tuple(args.dry_breakers), xtc_threshold=args.xtc_threshold,
-                        xtc_probability=args.xtc_probability, **{"context_shift": args.context_shift, **extra})
+                        xtc_probability=args.xtc_probability, no_repeat_ngram=args.no_repeat_ngram,
+                        **{"context_shift": args.context_shift, **extra})
     except SettingsError as error:
         raise CliError(str(public_error(error))) from error
     return with_preset(settings, args) if args.preset else settings

@@ -115,6 +115,9 @@ def add_sampler_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--dry-breakers", action=Given, nargs="*", type=escaped_arg, default=list(d.dry_breakers),
                    metavar="TEXT",
                    help="DRY: a repeat never runs across these; \\n for a newline (default: \\n : \" *)")
+    g.add_argument("--no-repeat-ngram", action=Given, type=int, default=d.no_repeat_ngram, metavar="N",
+                   help="no run of N tokens already in the recent text is written again (a copied sentence or "
+                        "paragraph); 0 = off (default: %(default)s)")
     g.add_argument("--xtc-threshold", action=Given, type=float, default=d.xtc_threshold,
                    help="XTC: tokens at least this likely count as top choices (default: %(default)s)")
     g.add_argument("--xtc-probability", action=Given, type=float, default=d.xtc_probability,

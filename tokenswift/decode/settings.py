@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from tokenswift.sampling.banned import merged, phrase_problem
+from tokenswift.sampling.no_repeat import REPEAT_RANGE
 
 MODES = ("tokenswift", "ar")
 # The one-pass drafter (fused_drafter.py), the paper's two passes (drafting.py), the draft layer (layer_drafter.py),
@@ -77,6 +78,7 @@ class Settings:
     xtc_probability: float = 0.0  # 0 = off
     # Banned phrases (banned.py): the text rewinds where one would complete and goes on another way. Exact.
     ban: tuple[str, ...] = ()
+    no_repeat_ngram: int = 0  # no run of this many tokens already in the recent text is written again (0 = off)
 
     def __post_init__(self) -> None:
         # Values may come from JSON (lists, ints for floats): normalise before checking.
@@ -133,6 +135,8 @@ class Settings:
         need(_finite(self.xtc_probability) and 0 <= self.xtc_probability <= 1, "xtc_probability",
              "must be in 0..1")
         need(not isinstance(self.ban, str), "ban", "must be a list of phrases, not one string")
+        need(isinstance(self.no_repeat_ngram, int) and (self.no_repeat_ngram == 0 or 4 <= self.no_repeat_ngram <= 64),
+             "no_repeat_ngram", "must be 0 (off) or in 4..64 tokens")
         for name in ("stop", "dry_breakers", "ban"):
             at = next((i for i in map(lone_surrogate, map(str, getattr(self, name))) if i is not None), None)
             need(at is None, name, f"is not valid Unicode: a lone surrogate at character {at}")
@@ -151,9 +155,11 @@ class Settings:
 
     @property
     def history_length(self) -> int:
-        """Tokens of a position's history its sampling reads: the penalty's window and DRY's range (0: none)."""
+        """Tokens of a position's history its sampling reads: the penalty's window, DRY's range and the no-repeat
+        rule's (0: none)."""
         penalty = self.penalty_length if self.penalty != 1.0 else 0
-        return max(penalty, self.dry_range if self.dry_multiplier > 0 else 0)
+        dry = self.dry_range if self.dry_multiplier > 0 else 0
+        return max(penalty, dry, REPEAT_RANGE if self.no_repeat_ngram else 0)
 
     def window(self, model_context: int) -> tuple[int, int]:
         """The context window's size and shift step on a model with this context. A window larger than the
@@ -231,7 +237,7 @@ def lone_surrogate(text: str) -> int | None:
 # End of text: the one rule for the app, the API and the command line, whatever the length: a draft is written
 # to the length asked for (the model's end-of-text token is banned), unless the writer chooses to stop there.
 WRITING_DEFAULTS = {"temperature": 0.9, "top_p": 1.0, "min_p": 0.1, "penalty": 1.1, "penalty_length": 256,
-                    "dry_multiplier": 0.8, "ban_eos": True}
+                    "dry_multiplier": 0.8, "ban_eos": True, "no_repeat_ngram": 10}
 
 
 def concrete_drafter(drafter: str, has_layer: bool, device_type: str) -> str:

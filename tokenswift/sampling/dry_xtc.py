@@ -31,16 +31,17 @@ def breaker_ids(token_texts: tuple[str, ...], breakers: tuple[str, ...]) -> torc
     return torch.tensor([any(b in text for b in breakers) for text in token_texts], dtype=torch.bool)
 
 
-def dry_penalties(windows: torch.Tensor, breakers: torch.Tensor, multiplier: float, base: float,
-                  allowed: int, vocab_size: int) -> torch.Tensor:
-    """[R, vocab] amounts to subtract from the logits. windows: [R, n] token ids, oldest first, -1 = no token.
+def dry_amounts(windows: torch.Tensor, breakers: torch.Tensor, multiplier: float, base: float,
+                allowed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(followers [R, n-1] token ids, -1 = none; amounts [R, n-1] float64): each follower's logit is lowered by the
+    largest amount it has (the sampler subtracts it). windows: [R, n] token ids, oldest first, -1 = no token.
 
     Reversed, row r reads rev[0] = the last token. For each shift s, the match length is the number of leading
     k with rev[k] == rev[k + s] (no breaker, no padding): the tokens before position n-s repeat the text's
     end that far, so rev[s - 1], the token that followed them, would extend the repeat to L + 1."""
     rows, n = windows.shape
     if n < 2:
-        return torch.zeros(rows, vocab_size, dtype=torch.float64, device=windows.device)
+        return windows[:, :0], torch.zeros(rows, 0, dtype=torch.float64, device=windows.device)
     rev = windows.flip(1)
     ok = (rev >= 0) & ~breakers[rev.clamp_min(0)]
     # A match longer than allowed + MAX_EXPONENT gets the same (capped) penalty: only that many of its tokens need
@@ -55,9 +56,7 @@ def dry_penalties(windows: torch.Tensor, breakers: torch.Tensor, multiplier: flo
     follower = rev[:, s - 1]
     exponent = (length - allowed).clamp(max=MAX_EXPONENT).to(torch.float64)
     amount = torch.where((length >= allowed) & (follower >= 0), multiplier * base ** exponent, 0.0)
-    out = torch.zeros(rows, vocab_size + 1, dtype=torch.float64, device=windows.device)
-    out.scatter_reduce_(1, torch.where(follower >= 0, follower, vocab_size), amount, "amax")
-    return out[:, :vocab_size]
+    return torch.where(amount > 0, follower, -1), amount
 
 
 def xtc_draws(seed: int, positions: list[int] | torch.Tensor, device) -> torch.Tensor:
