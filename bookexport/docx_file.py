@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from bookexport.book import Book
 from bookexport.reflow import paragraphs
+from bookexport.text_formats import headed
 from bookexport.xmltext import xml_safe
 
 if TYPE_CHECKING:
@@ -23,11 +24,14 @@ def render(book: Book, chapters: list[tuple[str, str]], modified: datetime) -> b
     document.add_heading(xml_safe(book.title), level=0)
     if book.author:
         document.add_paragraph(f"by {xml_safe(book.author)}", style="Subtitle")
-    for heading, body in chapters:
-        # page_break_before keeps chapter openings on a new page without empty break paragraphs.
-        document.add_heading(xml_safe(heading), level=1).paragraph_format.page_break_before = True
-        for p in paragraphs(body):
+    for heading, body in headed(book, chapters):
+        # page_break_before keeps chapter openings on a new page without empty break paragraphs; an opening named
+        # after the book has no heading (the title page above has the title) and starts the page with its text.
+        if heading is not None:
+            document.add_heading(xml_safe(heading), level=1).paragraph_format.page_break_before = True
+        for index, p in enumerate(paragraphs(body)):
             paragraph = document.add_paragraph()
+            paragraph.paragraph_format.page_break_before = heading is None and index == 0
             for index, line in enumerate(p.lines):
                 run = paragraph.add_run(xml_safe(line))
                 if index + 1 < len(p.lines):

@@ -16,13 +16,13 @@ def render_txt(book: Book, chapters: list[tuple[str, str]], _: datetime) -> byte
         parts.append(f"by {book.author}")
     out = "\n".join(parts) + "\n\n"
     out += "".join(f"\n{heading}\n\n{body}\n\n" if heading else f"\n{body}\n\n"
-                   for heading, body in _headed(book, chapters))
+                   for heading, body in headed(book, chapters))
     return out.rstrip("\n").encode("utf-8") + b"\n"
 
 
-def _headed(book: Book, chapters: list[tuple[str, str]]) -> list[tuple[str | None, str]]:
-    """The chapters as a text format heads them: the opening, which chapters.py names after the book, follows
-    the book's own title line without repeating it (an e-book's contents still list it by that name)."""
+def headed(book: Book, chapters: list[tuple[str, str]]) -> list[tuple[str | None, str]]:
+    """The chapters as a text format or a DOCX heads them: the opening, which chapters.py names after the book,
+    follows the book's own title line without repeating it (an e-book's contents still list it by that name)."""
     return [(None if i == 0 and heading == book.title else heading, body) for i, (heading, body) in enumerate(chapters)]
 
 
@@ -49,7 +49,7 @@ def render_md(book: Book, chapters: list[tuple[str, str]], _: datetime) -> bytes
     blocks = [f"# {_md_inline(book.title)}"]
     if book.author:
         blocks.append(f"*by {_md_inline(book.author)}*")
-    for heading, body in _headed(book, chapters):
+    for heading, body in headed(book, chapters):
         if heading:
             blocks.append(f"## {_md_inline(heading)}")
         # Two trailing spaces are Markdown's hard line break, kept for verse and letters.

@@ -142,7 +142,7 @@ class MetricRow(Base):
     tokens_per_s: Mapped[float | None] = mapped_column(Float)
     ar_latency_s: Mapped[float | None] = mapped_column(Float)  # AR seconds per token (estimate)
     plain_share: Mapped[float | None] = mapped_column(Float)  # share of steps the adaptive engine took plain
-    context_pinned: Mapped[int | None] = mapped_column(Integer)  # tokens of BOS, Memory and Author's Note in view
+    context_pinned: Mapped[int | None] = mapped_column(Integer)  # tokens of Memory, World Info and note in view
     context_recent: Mapped[int | None] = mapped_column(Integer)  # story tokens in view (the latest ones)
     shifts: Mapped[int | None] = mapped_column(Integer)  # context shifts of the current run
     shift_s: Mapped[float | None] = mapped_column(Float)  # seconds they took

@@ -173,7 +173,7 @@ class MetricPoint:
     ar_latency_s: float | None = None
     time_saved_s: float | None = None
     plain_share: float | None = None  # share of steps taken as plain decoding (adaptive engine)
-    context_pinned: int | None = None  # tokens the model sees of BOS, Memory and Author's Note
+    context_pinned: int | None = None  # tokens the model sees of Memory, World Info and Author's Note
     context_recent: int | None = None  # story tokens it sees (the latest)
     shifts: int | None = None  # context shifts in the current run
     shift_s: float | None = None

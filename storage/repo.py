@@ -22,6 +22,7 @@ from storage.branches import BranchVerbs, refuse_with_branches
 from storage.drafts import DraftVerbs, parents_format
 from storage.errors import Conflict, NotFound, StoreError
 from storage.models import BOOK, ChunkRow, GenerationRow, MetricRow, SessionRow
+from storage.overview import OverviewVerbs
 from storage.records import (
     ChunkRecord,
     GenerationRecord,
@@ -41,7 +42,7 @@ from storage.runs import RunVerbs
 from storage.workers import WorkerVerbs
 
 
-class Store(DraftVerbs, BranchVerbs, RunVerbs, WorkerVerbs):
+class Store(DraftVerbs, OverviewVerbs, BranchVerbs, RunVerbs, WorkerVerbs):
     def __init__(self, engine: Engine, writer: Engine | None = None):
         self.engine = engine
         self._writer = writer or engine  # same pool; its transactions begin with BEGIN IMMEDIATE

@@ -83,6 +83,8 @@ INVALID = [
     ({**GOOD, "prompt": "   "}, "prompt"),
     ({**GOOD, "max_new_tokens": 0}, "max_new_tokens"),
     ({**GOOD, "max_new_tokens": "300"}, "max_new_tokens"),
+    ({**GOOD, "max_new_tokens": 10**12}, "max_new_tokens"),  # weeks of the worker's time, once queued
+    ({"max_new_tokens": 10**7 + 1, "continue_from": 1}, "max_new_tokens"),
     ({**GOOD, "mode": "fast"}, "mode"),
     ({**GOOD, "seed": -1}, "seed"),
     ({**GOOD, "model": "gpt"}, "model"),
@@ -219,6 +221,8 @@ def test_edit_a_draft_then_continue_from_the_edit(client, store):
     assert edit.status_code == 201 and edit.json()["parent_id"] == parent and edit.json()["status"] == "done"
     revision = client.get(f"/api/generations/{edit.json()['id']}").json()
     assert revision["origin"] == "edit" and client.get(f"/api/generations/{parent}").json()["text"] == " and a dragon"
+    assert revision["text"] == "Once upon a time and a red dragon"  # an edit's text is the writer's whole text
+    assert client.get(f"/api/generations/{edit.json()['id']}", params={"since": 0}).json()["text"] == ""  # no chunks
     child = client.post("/api/generations", json={"max_new_tokens": 10, "continue_from": edit.json()["id"]})
     assert child.status_code == 201
     assert store.get_generation(child.json()["id"]).prompt_text == "Once upon a time and a red dragon"

@@ -162,6 +162,9 @@ def test_click_a_word_pick_an_alternative_and_follow_the_branch(app_page, studio
     expect(page.locator("#write-branches input")).to_have_value(
         re.compile(rf"^#{branch} branch of #{original} at token"), **wait)
     expect(page.locator("#write-status")).to_contain_text("Done", timeout=120_000)
+    # The list of branches says so once it ends (it said "running · 1 tokens" until the page was reloaded).
+    expect(page.locator("#write-branches input")).to_have_value(
+        re.compile(rf"^#{branch} branch of #{original} at token [\d,]+ · done · "), **wait)
     chosen = re.search(r"“(.*)”", picked).group(1).replace("␣", " ")
     assert chosen.strip() in page.locator("#write-text textarea").input_value()
     page.screenshot(path=SHOTS / "10-branch.png", full_page=True)

@@ -74,8 +74,8 @@ def test_tokenswift_equals_ar_across_many_shifts(stories64, ar_runs, pinned, sam
     m = gen.metrics()
     assert m.shifts >= 10 and m.steps < MANY  # many shifts, and drafts were accepted between them
     use = gen.context_use()
-    assert use.memory == (1 + len(pinned.memory) + len(pinned.note) if with_pinned else 1)  # BOS pinned too
-    assert use.memory + use.recent <= NARROW
+    assert use.memory == (len(pinned.memory) + len(pinned.note) if with_pinned else 0) and use.frame == 1  # BOS
+    assert use.frame + use.memory + use.recent <= NARROW
 
 
 @pytest.mark.slow
@@ -182,6 +182,29 @@ def test_window_plan_boundaries_and_layout():
     with pytest.raises(SettingsError) as full:
         WindowPlan(prompt, 1, PinnedText(tuple(range(50)), ()), size=64, step=16, note_depth=4)
     assert full.value.field == "shift_step"
+
+
+def test_the_note_goes_between_words_not_inside_one():
+    """The note went `note_depth` tokens before the end wherever that fell ("they" … note … "'re"); it moves back to
+    the nearest token that begins a word, as a function of the ids alone (plain, TokenSwift and a resume agree)."""
+    prompt = [1, *range(10, 40)]
+    starts = frozenset({30, 33})  # ids 30 and 33 begin words; 34..39 continue 33
+    plan = WindowPlan(prompt, 1, PinnedText((5, 6), (7,), word_starts=starts), size=64, step=16, note_depth=4)
+    assert plan.window(prompt, 31) == [1, 5, 6, *range(10, 33), 7, *range(33, 40)]  # before 33, not inside it at 36
+    far = WindowPlan(prompt, 1, PinnedText((5, 6), (7,), word_starts=frozenset({11})), size=64, step=16, note_depth=4)
+    assert far.window(prompt, 31) == [1, 5, 6, *range(10, 36), 7, *range(36, 40)]  # no word start within reach
+    assert len(plan.window(prompt, 31)) == len(far.window(prompt, 31))  # the boundaries do not move
+
+
+def test_the_note_sits_before_a_word_of_the_real_tokenizer(stories64):
+    tokenizer = stories64.tokenizer
+    ids = tokenizer("Lily and Tom said that they're going home", add_special_tokens=False).input_ids
+    note = pinned_ids(stories64, "", NOTE)
+    for depth in range(1, len(ids)):
+        plan = WindowPlan([1, *ids], 1, note, size=256, step=16, note_depth=depth)
+        layout = plan.layout([1, *ids], len(ids) + 1)
+        after = next(piece for kind, piece in reversed(layout) if kind == "story")
+        assert tokenizer.convert_ids_to_tokens(after[:1])[0].startswith("\u2581"), (depth, after)  # "▁they", not "'"
 
 
 @pytest.mark.slow

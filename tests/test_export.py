@@ -400,8 +400,7 @@ def test_docx_structure_and_properties() -> None:
     assert (paragraphs[0].style.name, paragraphs[0].text) == ("Title", "The Storm")
     assert (paragraphs[1].style.name, paragraphs[1].text) == ("Subtitle", "by Ann Writer")
     headings = [p for p in paragraphs if p.style.name == "Heading 1"]
-    assert [h.text for h in headings] == [
-        "The Storm",
+    assert [h.text for h in headings] == [  # the opening follows the title page: the title is not printed again
         "CHAPTER I. THE HARBOUR",
         "CHAPTER II.",
         "CHAPTER XII. THE STORM",
@@ -411,9 +410,20 @@ def test_docx_structure_and_properties() -> None:
     assert len(body) == 2 + 2 + 1 + 5  # opening, chapter I, chapter II, chapter XII (+ verse, tricky x2, null)
     assert "Roses are red,\nViolets are blue." in body  # a line break inside one paragraph
     assert body[-3:] == [*TRICKY.strip().split("\n"), "nullbyte"]
+    assert [p.text for p in paragraphs].count("The Storm") == 1
+    opening = next(p for p in paragraphs if p.style.name == "Normal")
+    assert opening.text.startswith("THE STORM AT SEA") and opening.paragraph_format.page_break_before
     props = document.core_properties
     assert (props.title, props.author, props.language) == ("The Storm", "Ann Writer", "en-GB")
     assert props.modified == FIXED and props.comments == ""
+
+
+def test_a_short_draft_prints_its_title_once_in_docx() -> None:
+    """A draft without chapter headings is one piece named after the book: the DOCX printed the title twice."""
+    data, _, _ = export_book(make_book("The lamp was lit at dusk.\n\nThe sea rose."), "docx", modified=FIXED)
+    texts = [(p.style.name, p.text) for p in docx.Document(io.BytesIO(data)).paragraphs]
+    assert texts == [("Title", "The Storm"), ("Subtitle", "by Ann Writer"), ("Normal", "The lamp was lit at dusk."),
+                     ("Normal", "The sea rose.")]
 
 
 # --------------------------------------------------------------------------------------------------

@@ -198,3 +198,16 @@ def test_q4_refuses_what_it_cannot_run(tmp_path, home, stories_path):
         load_model(str(biased), dtype="q4")
     with pytest.raises(ModelLoadError, match="GGUF file's 4-bit weights on the CPU"):
         load_model(str(stories_path), dtype="q4")
+
+
+@pytest.mark.parametrize("case", ["llama-gqa-tied", "llama-mha"])  # a tied LM head, and its own
+def test_a_q4_model_counts_the_parameters_of_its_packed_weights(tmp_path, home, stories_path, case):
+    """The model notice's size (worker.holder.param_count): q4 keeps the projections packed, not as parameters; the
+    135M default model read "28.3M" (its embedding alone). Its packed LM head copies a weight counted once."""
+    from worker.holder import param_count
+
+    path = tmp_path / "q4.gguf"
+    write_gguf(path, stories_path, case, "Q4_1")
+    dense, lm = load_model(str(path)), load_model(str(path), dtype="q4")
+    assert lm.model.quantized_head is not None
+    assert param_count(lm) == param_count(dense) == sum(t.numel() for t in dense.model.parameters())

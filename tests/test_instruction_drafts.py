@@ -51,6 +51,10 @@ def test_chat_window_keeps_its_turns_with_memory_and_note_inside_them():
     prompt = [1, 2, 3, 9, *range(10, 40)]  # the turns, then 30 tokens of story (a writer's edit)
     plan = WindowPlan(prompt, 0, PinnedText((5, 6), (7, 7), frame), size=64, step=16, note_depth=4)
     assert plan.lead == 4 and plan.fixed == len([1, 5, 6, 3, 9]) + len([8, 7, 7, 9])
+    # The status line's "memory" is the writer's Memory and note: the chat turns are the frame ("memory 81" read an
+    # instruction draft's turns as Memory when it had none).
+    assert plan.frame_size() == len([1, 3, 9, 8, 9])
+    assert WindowPlan(prompt, 0, PinnedText((), (), frame), size=64, step=16, note_depth=4).frame_size() == 3
     assert plan.window(prompt, len(prompt)) == [1, 5, 6, 3, 9, *range(10, 36), 8, 7, 7, 9, *range(36, 40)]
     ids = list(range(300))
     ids[:4] = [1, 2, 3, 9]

@@ -149,6 +149,13 @@ def test_compare_two_columns(page):
     for name in ("A TokenSwift", "B TokenSwift", "A, B plain"):  # it said "AR" for each plain run
         expect(legend).to_contain_text(name)
     page.screenshot(path=SHOTS / "04-compare.png", full_page=True)
+    column_a = page.locator("#compare-text-0 textarea").input_value()
+    page.reload()  # the comparison comes back, its texts and results with it
+    page.get_by_role("tab", name="Compare").click()
+    expect(page.locator("#compare-status")).to_contain_text("3 of 3 runs done", timeout=30_000)
+    expect(page.locator("#compare-table")).to_contain_text("✔ identical")
+    expect(page.locator("#compare-text-0 textarea")).to_have_value(column_a)
+    expect(page.locator("#compare-prompt textarea")).to_have_value(re.compile("^The storm had been building"))
 
 
 def test_library_export_epub(page, tmp_path):

@@ -99,9 +99,9 @@ def test_one_login_guards_ui_and_api(app):
 
 @pytest.mark.parametrize(("change", "message"), [
     ({1: ""}, "Prompt: write or load the opening"),
-    ({4: 0.5}, "θ (penalty): theta must be a finite number >= 1"),
-    ({5: -1}, "W (penalty window): W must be in 0..131072"),
-    ({6: 999}, "k (n-gram top-k): k must be in 0..256"),
+    ({4: 0.5}, "Repetition penalty: theta must be a finite number >= 1"),
+    ({5: -1}, "Penalty window: W must be in 0..131072"),
+    ({6: 999}, "Phrase guesses: k must be in 0..256"),
     ({8: 1.5}, "top-p: must be in (0, 1]"),
     ({3: 50_000, 14: "Refuse"}, "exceed the model's context of 32,768 tokens"),  # context shifting off
     ({1: "Once upon a time " * 50, 3: 32_700, 14: "Refuse"},  # counted with the model's tokenizer, before queueing
@@ -109,8 +109,9 @@ def test_one_login_guards_ui_and_api(app):
     ({10: None}, "Seed: enter a number"),
     ({16: 1.0}, "DRY growth: must be in (1, 10]"),
     ({21: 1.5}, "XTC probability: must be in 0..1"),
-    ({22: "big tree\n!?"}, "Banned phrases: a phrase needs a letter or digit"),
-    ({23: "x" * 20_001}, "Memory: at most 20,000 characters"),
+    ({22: 2}, "No copied runs longer than: must be 0 (off) or in 4..64 tokens"),
+    ({23: "big tree\n!?"}, "Banned phrases: a phrase needs a letter or digit"),
+    ({24: "x" * 20_001}, "Memory: at most 20,000 characters"),
 ])
 def test_start_rejects_bad_input_readably(ui, change, message):
     # + prompt format, past end-of-text, past the context, DRY and XTC, Memory, Author's Note
@@ -267,7 +268,7 @@ def test_compare_two_columns(ui, app):
                1.0, 1024, 20, "top-p", 0.9, "fused", *DRY_XTC, 1.2, 1024, 20, "min-p", 0.05, "fused", *DRY_XTC]
     bad = list(columns)
     bad[13 + 2] = -1  # column B's k
-    assert "Column B — k (n-gram top-k)" in ui("/compare_run", "A harbour", 5, 150, 1.0, "2", *bad)["Compare status"]
+    assert "Column B — Phrase guesses" in ui("/compare_run", "A harbour", 5, 150, 1.0, "2", *bad)["Compare status"]
     assert "Prompt" in ui("/compare_run", " ", 5, 150, 1.0, "2", *columns)["Compare status"]
     too_long = ui("/compare_run", "Once upon a time " * 50, 5, 32_700, 1.0, "2", *columns)["Compare status"]
     assert "Column A — Target length: prompt (202 tokens) + max_new_tokens (32,700) exceed" in too_long
@@ -309,7 +310,7 @@ def test_library(ui):
     out = ui("/library_select_book", book_id)
     assert out["Title"] == "Library Book"
     gen_id = value(out["Draft"])
-    assert ui("/library_reload", book_id)["Title"] == "Library Book"
+    assert ui("/library_reload", book_id, None)["Title"] == "Library Book"
 
     assert "must not be empty" in ui("/library_rename", book_id, " ", "")["Library status"]
     out = ui("/library_rename", book_id, "The Archive", "A. Writer")
@@ -352,7 +353,7 @@ def test_library(ui):
     empty = ui("/library_delete_draft", book_id, left[0])  # the last draft: the empty book is offered too
     assert "**The Archive** has no drafts left. Delete the empty book too?" in empty["Delete confirmation"]
     assert "This book has no drafts" in empty["Library hint"]
-    assert any(v == book_id for _, v in ui("/library_reload", book_id)["Book"]["choices"])
+    assert any(v == book_id for _, v in ui("/library_reload", book_id, None)["Book"]["choices"])
     gone = ui("/library_delete", book_id)
     assert "Deleted" in gone["Library status"]
     assert all(v != book_id for _, v in gone["Book"]["choices"])
@@ -363,7 +364,10 @@ def test_model_tab(ui, tmp_path):
     filled = ui("/model_refresh")
     assert filled["Model directory or hub id"].endswith("stories260k") and filled["Device"] == "cpu"
     msg = ui("/model_apply", str(tmp_path / "nope"), "", "cpu", "float32")["Model message"]
-    assert "there is no folder or .gguf file" in msg
+    assert "Model: no such model" in msg and "no folder or .gguf file" in msg
+    for dtype in ("q4", "float32"):  # the q4 default once answered a wrong name with a sentence about number formats
+        unknown = ui("/model_apply", "nosuch-model", "", "cpu", dtype)["Model message"]
+        assert "Model: no such model 'nosuch-model'" in unknown and "q4" not in unknown
     refused = ui("/model_apply", "someone/not-cached-model", "", "cpu", "float32")
     assert "is not downloaded on this computer" in refused["Model message"]
     assert "ready" in refused["Model details"] and "Saved choice" not in refused["Model details"]  # kept
@@ -447,6 +451,10 @@ def test_context_shift_choice_and_the_context_line():
                               None, None, None, 0.0, None, None, None, None)
     point = MetricPoint(tokens=50, elapsed_s=1.0, context_pinned=180, context_recent=7_800, shifts=3)
     assert "context: memory 180 + last 7,800 tokens" in views.progress_line(record, 40, point)
+    bare = MetricPoint(tokens=50, elapsed_s=1.0, context_pinned=0, context_recent=7_800, shifts=3)  # no Memory set
+    assert "context: last 7,800 tokens" in views.progress_line(record, 40, bare)
+    with pytest.raises(FormError, match=r"Target length: must be at most 10,000,000 tokens"):
+        SettingsForm(target=10**12).to_settings()
 
 
 def _record(**changes):
@@ -602,3 +610,18 @@ def test_a_model_that_cannot_load_is_refused_before_anything_changes(tmp_path, m
     for text in (model.HELP, views.HOW_TO_POINT, parts.model.placeholder, refused, chosen["message"]):
         assert "stories260k" not in text and "260K" not in text
     store.close()
+
+
+def test_what_the_model_sees_shows_chat_turns_as_labels_not_tokens():
+    """An instruction draft's turns read "You: Write …", not "<|im_start|>user"; story text is shown as written."""
+    from ui import seen
+
+    pieces = [("frame", "<|im_start|>system\nYou are a helpful AI assistant<|im_end|>\n<|im_start|>user\nWrite a "
+                        "tale<|im_end|>\n<|im_start|>assistant\n", 30),
+              ("story", "The keeper <s> climbed.", 6),
+              ("note", "<|im_end|>\n<|im_start|>user\nGo on. Author's note: rain.<|im_end|>\n", 12)]
+    view = seen._render(pieces)
+    assert "im_start" not in view and "im_end" not in view
+    assert '<b class="ts-turn">You:</b> Write a tale' in view and '<b class="ts-turn">Model:</b> ' in view
+    assert '<b class="ts-turn">System:</b> You are a helpful AI assistant' in view
+    assert "The keeper &lt;s&gt; climbed." in view  # the writer's own text is never taken for a marker

@@ -219,7 +219,7 @@ def test_tokenswift_equals_ar_while_entries_come_and_go(stories64, sampler, k, w
     assert first_difference(followed(gen), expected) is None
     assert gen.metrics().steps < N  # drafts were accepted between the checkpoints
     use = gen.context_use()
-    assert use.memory + use.recent == gen._engine.length + 1 and use.memory <= gen.plan.fixed
+    assert use.frame + use.memory + use.recent == gen._engine.length + 1 and use.frame + use.memory <= gen.plan.fixed
     if window is not None:
         assert gen.plan.b1 + gen.plan.step < len(prompt) + N  # regular shifts too, not only checkpoints
     else:  # no shift: World Info alone changed the text, from the checkpoint where "Lily" came in
@@ -435,3 +435,22 @@ def test_an_imported_world_info_reaches_the_draft_and_what_the_model_sees(app_pa
     store = open_store(f"sqlite:///{studio_app.db}")
     assert json.loads(store.get_generation(draft).world_info)["entries"][1]["secondary_keys"] == ["x y"]
     store.close()
+
+
+def test_the_entry_form_adds_an_entry_to_the_json_box():
+    """World Info was JSON only, and nothing said an entry waits for its key: the form adds one (keys, text, always in
+    view) to the same JSON, checked as the engine checks it, and the help says when the model sees it."""
+    from ui.forms import FormError
+    from ui.world_info_panel import HELP, with_entry
+
+    one = with_entry("", " Lily, the girl ,", "Lily is Tom's younger sister.", False)
+    two = json.loads(with_entry(one, "", "It is the winter of 1850.", True))
+    assert [(e["keys"], e["content"], e["constant"]) for e in two["entries"]] == [
+        (["Lily", "the girl"], "Lily is Tom's younger sister.", False), ([], "It is the winter of 1850.", True)]
+    assert WorldInfo.from_dict(two).dynamic
+    for keys, content, constant, why in (("Lily", " ", False, "entry's text"), ("", "A fact.", False, "key")):
+        with pytest.raises(FormError, match=why):
+            with_entry(one, keys, content, constant)
+    with pytest.raises(FormError, match="World Info: the document"):
+        with_entry("[1, 2]", "Lily", "A fact.", False)  # a box that is not World Info is not overwritten
+    assert "waits for one of its keys to appear in the recent story" in HELP

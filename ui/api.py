@@ -13,7 +13,9 @@
     GET  /api/health
     GET  /api/presets                        -> {"<name>": {<preset>}, ...} (tokenswift/text/writing_presets.py)
 
-Polling: `text` is the whole generated text, or with `?since=N` only the text of chunks N, N+1, ...;
+Polling: `text` is the whole generated text, or with `?since=N` only the text of chunks N, N+1, ...; an edit's
+`text` (origin "edit") starts with the writer's edited text, as POST .../edit took it (an instruction draft's story),
+then what the model wrote after it, while `?since=N` still gives only the chunks' text;
 `next_since` is the N to ask with next time. The text is assembled once and extended by new chunks, and not
 read from the store at all while nothing was committed (ui/texts.py): polls never rebuild a long draft.
 `&wait=S` (0 to 10 seconds) makes it a long-poll: the answer comes as soon as there is text past chunk N or
@@ -26,7 +28,7 @@ applies from the draft's next resume. So is World Info ("world_info": {"depth", 
 "secondary_keys", "content", "constant", "enabled"}]}, tokenswift/text/world_info.py; null or absent: none; in PUT
 .../context, absent: unchanged), its errors named by entry and field ("world_info.entries[3].keys: ...").
 Targets past the model's context are accepted while context shifting is on (settings.context_shift, default
-on; false refuses them as before).
+on; false refuses them as before); a max_new_tokens above ui.limits.MAX_NEW_TOKENS (10,000,000) is a 422.
 
 Validation errors are 422 in FastAPI's shape, {"detail": [{"loc": [...], "msg", "type"}]}, and every
 msg starts with the field it is about ("settings.penalty_window: W must be in 0..131072"). Settings go through
@@ -227,6 +229,9 @@ def add_generation_routes(router: APIRouter, store: Store, tokens: PromptTokens,
                 break
             await commits.after(draft.version, left)
         text = draft.text if since is None else draft.since(since)
+        if since is None and draft.record.origin == "edit":  # the writer's text is its prompt: it is the edit's text
+            instruction = await run_in_threadpool(found, store.instruction, gen_id) or ""
+            text = draft.record.prompt_text[len(instruction):] + text
         return generation_view(draft.record, text, draft.metric.to_dict() if draft.metric else {})
 
     @router.delete("/generations/{gen_id}", status_code=204)

@@ -26,7 +26,7 @@ from storage.errors import Conflict, Invalid
 from storage.records import GenerationRecord
 from tokenswift.text.detok import IncrementalDetokenizer
 from ui.api_input import GenId, Int, found, invalid, json_object
-from ui.limits import printable
+from ui.limits import printable, target_problem
 from ui.tokens import PromptTokens
 
 
@@ -111,6 +111,8 @@ def add_branch_routes(router: APIRouter, store: Store, tokens: PromptTokens) -> 
         except ValidationError as error:
             e = error.errors(include_url=False)[0]
             raise invalid(printable(".".join(str(p) for p in e["loc"]) or "body"), printable(e["msg"])) from None
+        if request.max_new_tokens is not None and (problem := target_problem(request.max_new_tokens)):
+            raise invalid("max_new_tokens", problem)
         try:
             gen = found(lambda i: start_branch(store, tokens, i, request.position, request.token,
                                                request.max_new_tokens), gen_id)

@@ -38,7 +38,7 @@ DRAFTER_HELP = ("auto: the draft layer on a CPU where the model has one, else fu
                 "verification pass's own states (one pass per step); paper: a draft pass over the partial cache "
                 "first; layer: a small draft layer guesses one token at a time, each knowing the one before. Speed "
                 "only: the text is the same.")
-FIELDS = 13  # form values per column: ColumnParts.fields
+FIELDS = 14  # form values per column: ColumnParts.fields
 # Plain words on first sight; the paper's symbol and what a number means in a tooltip (ui/page.py sets them).
 TIPS = {
     "Same text as plain decoding": "TokenSwift is lossless: its text must equal the plain (AR) run's, token for token",
@@ -125,7 +125,15 @@ class Runs:
         return any(w.active for w in self.watches.values())
 
 
-def build() -> CompareParts:
+def kept() -> tuple[gr.BrowserState, gr.Timer]:
+    """The comparison's memory in this browser and its timer: made outside the tabs (ui/page.py), because a tab's
+    components are mounted when it is first shown, and a reloaded page opens on the Write tab. Made inside, the
+    remembered ids were read as None on load and Compare came back empty."""
+    return gr.BrowserState(None, storage_key="tokenswift-compare"), gr.Timer(TICK_S, active=False)
+
+
+def build(remembered: gr.BrowserState, timer: gr.Timer) -> CompareParts:
+    """remembered, timer: kept()'s, made outside the tabs."""
     gr.Markdown("Same prompt and seed, different settings. Each distinct sampling setting also runs once with "
                 "plain decoding: TokenSwift must write exactly the plain text, whatever its settings cost in "
                 "speed. Hover over a name for its symbol and meaning.")
@@ -170,9 +178,8 @@ def build() -> CompareParts:
     with gr.Row():
         alpha = gr.Plot(charts.alpha_chart([]), label="guesses overlay", show_label=False, elem_id="compare-alpha")
         speed = gr.Plot(charts.speed_chart([]), label="speed overlay", show_label=False, elem_id="compare-speed")
-    remembered = gr.BrowserState(None, storage_key="tokenswift-compare")
     return CompareParts(gr.State(None), remembered, prompt, seed, target, temperature, count, columns, run, status,
-                        texts, table, alpha, speed, gr.Timer(TICK_S, active=False))
+                        texts, table, alpha, speed, timer)
 
 
 def describe(s: Settings) -> str:
@@ -349,10 +356,13 @@ def wire(p: CompareParts, store: Store, page: gr.Blocks, tokens: PromptTokens, c
             runs = watch_all(Runs(**remembered))
         except (NotFound, TypeError):
             return {p.remembered: None}
-        return {**render(p, store, runs), **set_count(len(runs.ts_ids), dict_form=True)}
+        first = runs.watches[runs.ts_ids[0]].record  # what every run was asked with: prompt, seed, length, temperature
+        asked = Settings.from_json(first.settings_json)
+        return {**render(p, store, runs), **set_count(len(runs.ts_ids), dict_form=True), p.prompt: first.prompt_text,
+                p.seed: asked.seed, p.target: asked.max_new_tokens, p.temperature: asked.temperature}
 
     p.run.click(run, inputs, p.view, api_name="compare_run", **fast)
-    page.load(restore, p.remembered, [*p.view, p.count, *[c.box for c in p.columns]], api_name="compare_restore",
-              **fast)
+    page.load(restore, p.remembered, [*p.view, p.count, *[c.box for c in p.columns], p.prompt, p.seed, p.target,
+                                      p.temperature], api_name="compare_restore", **fast)
     p.timer.tick(tick, p.runs, p.view, api_name="compare_tick", show_progress="hidden", **fast)
     p.count.change(set_count, p.count, [c.box for c in p.columns] + p.texts, api_name="compare_columns", **fast)

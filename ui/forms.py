@@ -1,7 +1,8 @@
 """Form values -> tokenswift Settings, with messages a writer can read (no stack traces, UI labels).
 
-The UI shows θ/W/k; Settings keeps the paper's names (penalty, penalty_length, ngram_topk). A bad value
-raises FormError whose text names the field as the form labels it.
+The UI names the settings in words a writer knows ("Repetition penalty", the paper's θ in its help text); Settings
+keeps the paper's names (penalty, penalty_length, ngram_topk). A bad value raises FormError whose text names the
+field as the form labels it.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from dataclasses import dataclass, fields
 from tokenswift.cli.flags import escaped_arg
 from tokenswift.decode.settings import DRAFTERS, WRITING_DEFAULTS, Settings, SettingsError, writing_settings
 from tokenswift.sampling.banned import read_phrases
+from ui.limits import target_problem
 
 MODES = {"TokenSwift": "tokenswift", "AR": "ar"}
 # Sampler choice -> (Settings field, default value, value label).
@@ -29,11 +31,12 @@ TARGET_LABEL = "Target length (new tokens)"  # one name wherever a draft's lengt
 QUICK_LENGTHS = {"1K": 1_000, "5K": 5_000, "10K": 10_000, "25K": 25_000, "50K": 50_000, "100K": 100_000}
 LABELS = {
     "max_new_tokens": "Target length", "mode": "Mode", "seed": "Seed", "temperature": "Temperature",
-    "top_p": "top-p", "min_p": "min-p", "eta": "η", "penalty": "θ (penalty)", "penalty_length": "W (penalty window)",
-    "ngram_topk": "k (n-gram top-k)", "budget": "Partial-cache budget", "sinks": "Sinks", "drafter": "Drafter",
+    "top_p": "top-p", "min_p": "min-p", "eta": "η", "penalty": "Repetition penalty",
+    "penalty_length": "Penalty window", "ngram_topk": "Phrase guesses", "budget": "Guessing context",
+    "sinks": "Sinks", "drafter": "Drafter",
     "dry_multiplier": "DRY strength", "dry_base": "DRY growth", "dry_allowed_length": "DRY free repeats",
     "dry_range": "DRY look-back", "dry_breakers": "DRY breakers", "xtc_threshold": "XTC threshold",
-    "xtc_probability": "XTC probability", "ban": "Banned phrases",
+    "xtc_probability": "XTC probability", "no_repeat_ngram": "No copied runs longer than", "ban": "Banned phrases",
 }
 # The panel's first values: the writing defaults (tokenswift.decode.settings), shown as the panel shows them.
 DEFAULTS = {"theta": WRITING_DEFAULTS["penalty"], "window": WRITING_DEFAULTS["penalty_length"], "k": 20,
@@ -80,6 +83,7 @@ class SettingsForm:
     dry_breakers: Sequence[str] | None = shown_breakers(_WRITING.dry_breakers)  # as the panel lists them
     xtc_threshold: float | None = _WRITING.xtc_threshold
     xtc_probability: float | None = _WRITING.xtc_probability
+    no_repeat_ngram: float | None = _WRITING.no_repeat_ngram
     ban: str | None = "\n".join(_WRITING.ban)  # one phrase a line (the Write tab offers STARTER_BANS: write_parts)
     drafter: str = Settings.drafter  # not in the Write tab's panel (which passes the fields above in order)
 
@@ -107,6 +111,7 @@ class SettingsForm:
             "dry_breakers": breakers_from(self.dry_breakers),
             "xtc_threshold": _number(self.xtc_threshold, "xtc_threshold"),
             "xtc_probability": _number(self.xtc_probability, "xtc_probability"),
+            "no_repeat_ngram": _whole(self.no_repeat_ngram, "no_repeat_ngram"),
             "ban_eos": PAST_EOS[self.past_eos],
             "ban": tuple(read_phrases(self.ban or "")),
         }
@@ -145,6 +150,8 @@ class SettingsForm:
 
 
 def settings_from(values: dict) -> Settings:
+    if problem := target_problem(values.get("max_new_tokens", 0)):
+        raise FormError(f"Target length: {problem}")
     try:
         return Settings.from_dict(values)
     except SettingsError as error:
@@ -171,7 +178,7 @@ def form_from_settings(settings: Settings) -> SettingsForm:
         shift="Refuse" if settings.context_shift is False else "Shift", dry_multiplier=settings.dry_multiplier,
         dry_base=settings.dry_base, dry_allowed_length=settings.dry_allowed_length, dry_range=settings.dry_range,
         dry_breakers=shown_breakers(settings.dry_breakers), xtc_threshold=settings.xtc_threshold,
-        xtc_probability=settings.xtc_probability, ban="\n".join(settings.ban),
+        xtc_probability=settings.xtc_probability, no_repeat_ngram=settings.no_repeat_ngram, ban="\n".join(settings.ban),
     )
 
 

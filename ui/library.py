@@ -4,6 +4,7 @@ confirmation), continue, and export TXT/MD/EPUB/DOCX with a title and author."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -11,13 +12,19 @@ import gradio as gr
 
 from bookexport import export_book
 from storage import Conflict, NotFound, Store, StoreError
+from storage.overview import DraftSummary
+from storage.records import GenerationRecord
 from tokenswift.decode.settings import Settings
 from ui import views, write_view
 from ui.exports import Exports, draft_book
 from ui.forms import PROMPT_FORMATS, TARGET_LABEL, FormError, settings_from
+from ui.tokens import PromptTokens
 from ui.write_parts import WriteParts
 
+Counter = Callable[[GenerationRecord], "int | None"]
 FORMAT_LABELS = {"TXT": "txt", "Markdown": "md", "EPUB": "epub", "DOCX": "docx"}  # bookexport.FORMATS
+
+DRAFT_HEADERS = ["#", "Kind", "Status", "Prompt", "Words", "Tokens", "Target", "Created", "Its own first words"]
 
 
 @dataclass
@@ -73,7 +80,7 @@ def build() -> LibraryParts:
         confirm_text = gr.Markdown("", label="Delete confirmation")
         confirm_yes = gr.Button("Yes, delete it", variant="stop", size="sm", elem_id="library-delete-yes")
         confirm_no = gr.Button("Cancel", size="sm", elem_id="library-delete-no")
-    drafts = gr.Dataframe(headers=["#", "Status", "Mode", "Prompt", "Tokens", "Target", "Created", "Begins"], value=[],
+    drafts = gr.Dataframe(headers=DRAFT_HEADERS, value=[],
                           interactive=False, max_height=260, elem_id="library-drafts", label="Drafts in this book")
     with gr.Row():
         draft = gr.Dropdown([], label="Draft", elem_id="library-draft", scale=3)
@@ -97,12 +104,15 @@ def build() -> LibraryParts:
 
 NO_BOOKS = ("**No books yet.** Write an opening in the **Write** tab and press **Start**: every draft is saved "
             "here while it is written, and stays here when you close the browser.")
+NOTHING_YET = "(nothing written yet)"
 NO_DRAFTS = ("**This book has no drafts.** Start one in the **Write** tab (its title there names the book), or "
              "delete the empty book.")
 
 
-def listing(p: LibraryParts, store: Store, book_id: int | None) -> dict:
-    """Books, the chosen one (kept if it still exists, else the one last worked on), and its drafts."""
+def listing(p: LibraryParts, store: Store, book_id: int | None, count: Counter | None = None,
+            draft_id: int | None = None) -> dict:
+    """Books, the chosen one (kept if it still exists, else the one last worked on), and its drafts (the chosen
+    one kept if it is still there). count: the tokens of an edit's text that was never tokenized (None: not shown)."""
     sessions, counts = store.list_sessions(), store.draft_counts()
     ids = [s.id for s in sessions]
     if book_id not in ids:
@@ -110,7 +120,7 @@ def listing(p: LibraryParts, store: Store, book_id: int | None) -> dict:
     rows = [[s.id, s.title, s.author, counts.get(s.id, 0), f"{s.updated_at:%Y-%m-%d %H:%M}"] for s in sessions]
     choices = [(f"#{s.id} · {s.title}", s.id) for s in sessions]
     out = {p.book: gr.Dropdown(choices=choices, value=book_id), p.books: rows, **hidden(p)}
-    return {**out, **book_view(p, store, book_id)}
+    return {**out, **book_view(p, store, book_id, count, draft_id)}
 
 
 def hidden(p: LibraryParts) -> dict:
@@ -124,23 +134,53 @@ def _prompt_kind(settings_json: str) -> str:
     return next(label for label, value in PROMPT_FORMATS.items() if value == form)
 
 
-def book_view(p: LibraryParts, store: Store, book_id: int | None) -> dict:
+def kind_label(d: DraftSummary) -> str:
+    """"continuation of #12": its kind, and the draft it came from while that one exists."""
+    parent = d.record.parent_id
+    return f"{d.kind} of #{parent}" if parent is not None and d.kind != "new" else d.kind
+
+
+def _tokens(d: DraftSummary, count: Counter | None) -> int | str:
+    if d.tokens is not None:
+        return d.tokens
+    counted = count(d.record) if count is not None else None
+    return "–" if counted is None else counted
+
+
+def _target(d: DraftSummary) -> int | str:
+    """An edit that was saved finished writes nothing until continued: it has no target of its own."""
+    return "–" if d.kind == "edit" and d.record.finish_reason == "edit" else d.record.target_tokens
+
+
+def book_view(p: LibraryParts, store: Store, book_id: int | None, count: Counter | None = None,
+              draft_id: int | None = None) -> dict:
     if book_id is None:
         return {p.title: "", p.author: "", p.drafts: [], p.draft: gr.Dropdown(choices=[], value=None),
                 p.hint: NO_BOOKS}
     book = store.get_session(book_id)
-    gens = store.list_generations(book_id)
-    rows = [[g.id, g.status, g.mode, _prompt_kind(g.settings_json), g.produced_tokens, g.target_tokens,
-             f"{g.created_at:%Y-%m-%d %H:%M}", _begins(g.prompt_text)] for g in gens]
-    choices = [(f"#{g.id} · {g.status} · {g.produced_tokens:,} tokens", g.id) for g in gens]
+    drafts = store.overview(book_id)
+    rows = [[d.record.id, kind_label(d), d.record.status, _prompt_kind(d.record.settings_json), d.words,
+             _tokens(d, count), _target(d), f"{d.record.created_at:%Y-%m-%d %H:%M}", d.own_words or NOTHING_YET]
+            for d in drafts]
+    choices = [(f"#{d.record.id} · {kind_label(d)} · {d.record.status} · {d.words:,} words", d.record.id)
+               for d in drafts]
+    ids = [d.record.id for d in drafts]
+    chosen = draft_id if draft_id in ids else (ids[0] if ids else None)
     return {p.title: book.title, p.author: book.author, p.drafts: rows,
-            p.draft: gr.Dropdown(choices=choices, value=gens[0].id if gens else None),
-            p.hint: "" if gens else NO_DRAFTS}
+            p.draft: gr.Dropdown(choices=choices, value=chosen), p.hint: "" if drafts else NO_DRAFTS}
 
 
-def _begins(prompt: str, words: int = 8) -> str:
-    head = " ".join(prompt.split()[:words])
-    return head + ("…" if len(prompt.split()) > words else "")
+def token_counter(tokens: PromptTokens | None) -> Counter | None:
+    """Counts an untokenized edit's text with its model's tokenizer, as the worker will (None where it cannot)."""
+    if tokens is None:
+        return None
+
+    def count(record: GenerationRecord) -> int | None:
+        model = record.model or (tokens.target() or (None,))[0]
+        text = record.prompt_text  # an edit that never ran has written nothing: its text is its prompt
+        return None if model is None else tokens.use(model, lambda tokenizer, _: len(tokenizer(text).input_ids))
+
+    return count
 
 
 def export_file(store: Store, exports: Exports, gen_id: int, fmt: str, title: str, author: str) -> Path:
@@ -152,25 +192,31 @@ def export_file(store: Store, exports: Exports, gen_id: int, fmt: str, title: st
     return exports.write(filename, data)
 
 
-def wire(p: LibraryParts, store: Store, w: WriteParts, tabs: gr.Tabs, tab: gr.Tab, exports: Exports) -> None:
+def wire(p: LibraryParts, store: Store, w: WriteParts, tabs: gr.Tabs, tab: gr.Tab, exports: Exports,
+         tokens: PromptTokens | None = None) -> None:
+    """tokens: the app's tokenizers, to count an edit's text that no worker has tokenized yet."""
     fast = {"concurrency_limit": None}
+    count = token_counter(tokens)
+
+    def show(book_id, draft_id=None):
+        return listing(p, store, book_id, count, draft_id)
 
     def say(message: str, ok: bool = True) -> dict:
         (gr.Info if ok else gr.Warning)(views.plain(message))
         return {p.status: message if ok else f"{views.dot('bad')} {message}"}
 
-    def refresh(book_id):
-        return listing(p, store, book_id)
+    def refresh(book_id, draft_id):
+        return show(book_id, draft_id)
 
     def opened(book_id, write_book):
         """The tab opened: on the book of the draft in the Write tab, else the one chosen here before."""
-        return listing(p, store, write_book if write_book is not None else book_id)
+        return show(write_book if write_book is not None else book_id)
 
     def select_book(book_id):
         try:
-            return {**book_view(p, store, book_id), **hidden(p)}
+            return {**book_view(p, store, book_id, count), **hidden(p)}
         except NotFound:
-            return {**listing(p, store, None), **say(f"Book #{book_id} no longer exists.", ok=False)}
+            return {**show(None), **say(f"Book #{book_id} no longer exists.", ok=False)}
 
     def rename(book_id, title, author):
         if book_id is None:
@@ -181,7 +227,7 @@ def wire(p: LibraryParts, store: Store, w: WriteParts, tabs: gr.Tabs, tab: gr.Ta
             store.rename_session(book_id, title=title.strip(), author=(author or "").strip())
         except (NotFound, StoreError) as error:
             return say(f"Rename: {error}", ok=False)
-        return {**listing(p, store, book_id), **say(f"Saved “{title.strip()}”.")}
+        return {**show(book_id), **say(f"Saved “{title.strip()}”.")}
 
     def ask_delete(book_id):
         if book_id is None:
@@ -189,7 +235,7 @@ def wire(p: LibraryParts, store: Store, w: WriteParts, tabs: gr.Tabs, tab: gr.Ta
         try:
             book, drafts = store.get_session(book_id), store.draft_counts().get(book_id, 0)
         except NotFound:
-            return {**listing(p, store, None), **say(f"Book #{book_id} no longer exists.", ok=False)}
+            return {**show(None), **say(f"Book #{book_id} no longer exists.", ok=False)}
         text = f"Delete **{book.title}** and its {drafts} draft{'s' if drafts != 1 else ''}? This cannot be undone."
         return {p.confirm: gr.Row(visible=True), p.confirm_text: text, p.draft_confirm: gr.Row(visible=False)}
 
@@ -198,8 +244,8 @@ def wire(p: LibraryParts, store: Store, w: WriteParts, tabs: gr.Tabs, tab: gr.Ta
             title = store.get_session(book_id).title
             store.delete_session(book_id)
         except (NotFound, StoreError) as error:
-            return {**listing(p, store, None), **say(f"Delete: {error}", ok=False)}
-        return {**listing(p, store, None), **say(f"Deleted “{title}”.")}
+            return {**show(None), **say(f"Delete: {error}", ok=False)}
+        return {**show(None), **say(f"Deleted “{title}”.")}
 
     def cancel_delete():
         return {p.confirm: gr.Row(visible=False)}
@@ -210,12 +256,13 @@ def wire(p: LibraryParts, store: Store, w: WriteParts, tabs: gr.Tabs, tab: gr.Ta
         try:
             gen = store.get_generation(gen_id, with_text=False)
         except NotFound:
-            return {**listing(p, store, book_id), **say(f"Draft #{gen_id} no longer exists.", ok=False)}
+            return {**show(book_id), **say(f"Draft #{gen_id} no longer exists.", ok=False)}
         if gen.status in ("queued", "running"):  # the store refuses too; say so before asking
             return say(f"Delete draft: #{gen_id} is {gen.status}; stop it first (open it in Write, press Stop).",
                        ok=False)
-        text = (f"Delete draft **#{gen.id}** ({gen.status}, {gen.produced_tokens:,} tokens, begins “"
-                f"{_begins(gen.prompt_text)}”)? Drafts continued from it keep their text. This cannot be undone.")
+        own = next((d.own_words for d in store.overview(gen.session_id) if d.record.id == gen.id), "")
+        text = (f"Delete draft **#{gen.id}** ({gen.status}, {gen.produced_tokens:,} tokens written"
+                f"{f', “{own}”' if own else ''})? Drafts continued from it keep their text. This cannot be undone.")
         return {p.draft_confirm: gr.Row(visible=True), p.draft_confirm_text: text, p.confirm: gr.Row(visible=False)}
 
     def delete_draft(book_id, gen_id):
@@ -225,8 +272,8 @@ def wire(p: LibraryParts, store: Store, w: WriteParts, tabs: gr.Tabs, tab: gr.Ta
             store.delete_generation(gen_id)
             left = store.draft_counts().get(book_id, 0)
         except (Conflict, NotFound, StoreError) as error:
-            return {**listing(p, store, book_id), **say(f"Delete draft: {error}", ok=False)}
-        out = {**listing(p, store, book_id), **say(f"Deleted draft #{gen_id}.")}
+            return {**show(book_id), **say(f"Delete draft: {error}", ok=False)}
+        out = {**show(book_id), **say(f"Deleted draft #{gen_id}.")}
         if left == 0:  # offer to delete the empty book, rather than leave an "Untitled" behind
             title = store.get_session(book_id).title
             out.update({p.confirm: gr.Row(visible=True),
@@ -276,7 +323,9 @@ def wire(p: LibraryParts, store: Store, w: WriteParts, tabs: gr.Tabs, tab: gr.Ta
         return {p.file: str(path), **say(f"Exported {path.name}; download it below.")}
 
     tab.select(opened, [p.book, w.book], [*p.listing, p.status], api_name="library_refresh", **fast)
-    p.refresh.click(refresh, p.book, [*p.listing, p.status], api_name="library_reload", **fast)
+    p.refresh.click(refresh, [p.book, p.draft], [*p.listing, p.status], api_name="library_reload", **fast)
+    # A draft that ends (watched in the Write tab) changes its row: the list shows it without a click on Refresh.
+    w.ended.change(refresh, [p.book, p.draft], [*p.listing, p.status], api_name="library_draft_ended", **fast)
     p.book.input(select_book, p.book, [*p.listing, p.status], api_name="library_select_book", **fast)
     p.save.click(rename, [p.book, p.title, p.author], [*p.listing, p.status], api_name="library_rename", **fast)
     p.delete.click(ask_delete, p.book, [*p.listing, p.confirm_text, p.status], api_name="library_ask_delete",

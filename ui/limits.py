@@ -10,6 +10,16 @@ from tokenswift.decode.settings import lone_surrogate
 
 MIB = 2**20
 MAX_CONTEXT_TEXT = 20_000  # characters of a Memory or Author's Note: they must leave room for the story
+# The longest target a draft may ask for: about 7.5 million words, fifty long novels. A longer one is a typo that would
+# hold the worker for weeks (and a PostgreSQL store's 32-bit target column could not even hold 10**12).
+MAX_NEW_TOKENS = 10_000_000
+
+
+def target_problem(max_new_tokens: int) -> str | None:
+    """Why a draft's target is refused (beyond MAX_NEW_TOKENS); None if it is not. Below 1: Settings' own check."""
+    if max_new_tokens > MAX_NEW_TOKENS:
+        return f"must be at most {MAX_NEW_TOKENS:,} tokens (about 7.5 million words), not {max_new_tokens:,}"
+    return None
 
 
 @dataclass(frozen=True)

@@ -81,12 +81,13 @@ def check_spec(model: str, heads: str, device: str, dtype: str) -> tuple[ModelSp
         raise ValueError(f"Device: {device!r} is not cpu, cuda or cuda:N.")
     if dtype not in DTYPES:
         raise ValueError(f"Dtype: choose one of {', '.join(DTYPES)}.")
+    where = _where(model)  # a model that is not there is named as such, before what its dtype would need
     if dtype == "q4" and (device != "cpu" or not is_gguf(model)):
         raise ValueError("Dtype: q4 runs a .gguf file's own 4-bit (Q4_0/Q4_1) weights on the cpu device.")
     if heads and not Path(heads).expanduser().is_dir():
         raise ValueError(f"Draft heads: there is no folder {heads!r} on the server; leave the box empty to use "
                          "the model's own.")
-    return ModelSpec(model, heads or None, device, dtype), _where(model)
+    return ModelSpec(model, heads or None, device, dtype), where
 
 
 def _where(model: str) -> str:
@@ -105,8 +106,8 @@ def _where(model: str) -> str:
         raise ValueError(f"Model: {model!r} is a single file; give the checkpoint folder that holds it, or a .gguf "
                          "file.")
     if not HUB_ID.match(model) or model.startswith((".", "~")):
-        raise ValueError(f"Model: there is no folder or .gguf file {model!r} on the server; check the path, or "
-                         "press Default model.")
+        raise ValueError(f"Model: no such model {model!r}: no folder or .gguf file by that name on the server, and "
+                         "not a Hugging Face hub id (org/name); check the name, or press Default model.")
     snapshot = _cached(model)
     if snapshot is None:
         raise ValueError(f"Model: {model!r} is not downloaded on this computer; download it with "

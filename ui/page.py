@@ -94,11 +94,12 @@ def build_page(store: Store, *, worker_hint: str, exports: Exports, tokens: Prom
             gr.Markdown("## TokenSwift Studio", elem_id="ts-brand")
             banner = gr.Markdown(views.model_banner(store.list_workers(), store.desired_model(), worker_hint),
                                  label="Model banner", elem_id="ts-banner")
+        compare_kept = compare.kept()  # outside the tabs: read on load, whichever tab shows
         with gr.Tabs(elem_id="ts-tabs") as tabs:
             with gr.Tab("Write", id="write", elem_id="tab-write"):
                 write_ui = write_parts.build()
             with gr.Tab("Compare", id="compare", elem_id="tab-compare"):
-                compare_parts = compare.build()
+                compare_parts = compare.build(*compare_kept)
             with gr.Tab("Library", id="library", elem_id="tab-library") as library_tab:
                 library_parts = library.build()
             with gr.Tab("Model", id="model", elem_id="tab-model") as model_tab:
@@ -109,7 +110,7 @@ def build_page(store: Store, *, worker_hint: str, exports: Exports, tokens: Prom
         presets.wire(write_ui, exports)
         world_info_panel.wire(write_ui.world, write_ui.status, exports)
         compare.wire(compare_parts, store, page, tokens, texts.changes)
-        library.wire(library_parts, store, write_ui, tabs, library_tab, exports)
+        library.wire(library_parts, store, write_ui, tabs, library_tab, exports, tokens)
         model.wire(model_parts, store, model_tab)
 
         def refresh_status():

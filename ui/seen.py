@@ -9,6 +9,7 @@ loads it; no weights): an edit of them shows here at once, and reaches the model
 from __future__ import annotations
 
 import html
+import re
 from dataclasses import dataclass
 
 from storage import Store
@@ -27,6 +28,13 @@ STYLE = {"memory": "background:#fdf0c2", "world info": "background:#e3f5dc", "no
 LEGEND = ('<span style="{memory}">Memory</span> · <span style="{world}">World Info</span> · '
           '<span style="{note}">Author\'s Note</span> · '
           '<span style="{frame}">chat turns</span> · <span style="{shifted}">shifted out of view</span>')
+
+# Chat templates' markers, as an instruction draft's turns decode: ChatML (SmolLM, Qwen) and Llama 3. A turn's start
+# becomes its label ("You:"), its end a line break, a BOS nothing: the writer reads the turns, not the tokens.
+MARKER = re.compile(r"<\|im_start\|>(?P<chatml>\w+)\n?|<\|start_header_id\|>(?P<llama>\w+)<\|end_header_id\|>\n*"
+                    r"|(?P<end><\|im_end\|>\n?|<\|eot_id\|>)|<\|begin_of_text\|>|<s>|</s>")
+ROLES = {"system": "System", "user": "You", "assistant": "Model"}
+TURNS = ("frame", "note")  # the pieces that hold them (an instruction draft's note is a user turn)
 
 
 @dataclass(frozen=True)
@@ -97,6 +105,21 @@ def _render(pieces: list[tuple[str, str, int]]) -> str:
             tail = text[-SHIFTED_CHARS:]
             text = f"[{n:,} tokens no longer in view, ending:] …{tail}" if len(tail) < len(text) else text
         style = f' style="{STYLE[kind]}"' if STYLE[kind] else ""
-        spans.append(f'<span class="ts-seen-{kind.replace(" ", "-")}"{style}>{html.escape(text)}</span>')
+        shown = readable(text) if kind in TURNS else html.escape(text)
+        spans.append(f'<span class="ts-seen-{kind.replace(" ", "-")}"{style}>{shown}</span>')
     body = "".join(spans)
     return f'{head}<div class="ts-seen" style="white-space:pre-wrap">{body}</div>'
+
+
+def readable(text: str) -> str:
+    """`text` as HTML, its chat markers as the turns' labels (MARKER)."""
+    out, at = [], 0
+    for m in MARKER.finditer(text):
+        out.append(html.escape(text[at:m.start()]))
+        role = m.group("chatml") or m.group("llama")
+        if role:
+            out.append(f'<b class="ts-turn">{html.escape(ROLES.get(role, role.title()))}:</b> ')
+        elif m.group("end"):
+            out.append("\n")
+        at = m.end()
+    return "".join(out) + html.escape(text[at:])

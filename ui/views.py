@@ -11,11 +11,13 @@ WORKER_SILENT_S = 15.0  # a worker row older than this is shown as not running
 
 
 def context_in_use(latest: MetricPoint | None) -> str:
-    """What the model sees now: " · context: memory 180 + last 7,800 tokens" (memory = what stays pinned:
-    BOS, Memory and Author's Note; last = the newest story tokens, which a context shift trims)."""
+    """What the model sees now: " · context: memory 180 + last 7,800 tokens" (memory = the writer's pinned text:
+    Memory, World Info and Author's Note, left out when there is none; last = the newest story tokens, which a
+    context shift trims)."""
     if latest is None or latest.context_recent is None:
         return ""
-    return f" · context: memory {latest.context_pinned or 0:,} + last {latest.context_recent:,} tokens"
+    memory = f"memory {latest.context_pinned:,} + " if latest.context_pinned else ""
+    return f" · context: {memory}last {latest.context_recent:,} tokens"
 
 
 def progress_line(record: GenerationRecord, words: int, latest: MetricPoint | None, ahead: int = 0,

@@ -136,6 +136,8 @@ def wire(p: WriteParts, store: Store, page: gr.Blocks, tokens: PromptTokens, tex
         out = render(p, store, watch, text=texted, charts_too=charts_too) if changed else {p.status: gr.skip()}
         if not watch.active:
             out[p.timer] = gr.Timer(active=False)
+            record = watch.record
+            out[p.ended] = f"{record.id}:{record.status}:{record.produced_tokens}"
         return out
 
     def attach(remembered):

@@ -33,6 +33,13 @@ def wire(p, store: Store, tokens: PromptTokens) -> None:
             return {b.branches: gr.Dropdown(choices=[], value=None), b.words: "", **_cleared(b),
                     b.info: f"{views.dot('bad')} {error}"}
 
+    def relist(watch: Watch | None):
+        """A draft of the family ended: its line (status, length) in the list of branches changes."""
+        try:
+            return gr.Dropdown(choices=family_choices(store, watch.gen_id)) if watch is not None else gr.skip()
+        except (NotFound, StoreError):
+            return gr.skip()
+
     def look(watch: Watch | None, position):
         if watch is None or position is None:
             return _cleared(b)
@@ -73,6 +80,7 @@ def wire(p, store: Store, tokens: PromptTokens) -> None:
 
     # A draft opened anywhere (Start, Library, a branch, page load) changes the remembered id: list its family.
     p.remembered.change(refresh, p.remembered, b.reset, api_name="write_branches_refresh", **fast)
+    p.ended.change(relist, p.watch, b.branches, api_name="write_branches_relist", **fast)
     shown = lambda watch: refresh(watch.gen_id if watch else None)  # noqa: E731
     b.show.click(shown, p.watch, b.reset, api_name="write_words", **fast)
     b.box.expand(shown, p.watch, b.reset, **fast)  # opened: the draft as it is now

@@ -37,6 +37,7 @@ class WriteParts:
     book: gr.State  # session id that new drafts go into (None: a new book)
     remembered: gr.BrowserState  # the draft id, so a reopened tab shows it again
     full_shown: gr.State
+    ended: gr.State  # "id:status:tokens" of the last draft seen to stop: the lists that show it refresh on a change
     title: gr.Textbox
     prompt: gr.Textbox
     upload: gr.UploadButton
@@ -111,7 +112,7 @@ class WriteParts:
         return [self.watch, self.book, self.remembered, self.status, self.bar, self.text, self.alpha, self.ngram,
                 self.speed, self.saved, self.timer, self.pause, self.resume, self.stop, self.cont, self.full,
                 self.full_shown, self.show_all, self.speed_line, self.edit, self.editor, self.edit_row,
-                self.restore, self.offer, self.save_context, self.seen]
+                self.restore, self.offer, self.save_context, self.seen, self.ended]
 
     @property
     def opened(self) -> list:
@@ -132,8 +133,8 @@ def build() -> WriteParts:
             view = _view()
     return WriteParts(
         watch=gr.State(None), book=gr.State(None), remembered=gr.BrowserState(None, storage_key="tokenswift-draft"),
-        full_shown=gr.State(False), timer=gr.Timer(TICK_S, active=False), offer=offer, offer_text=offer_text,
-        offer_resume=offer_resume, offer_open=offer_open, offered=gr.State(None), **form, **view,
+        full_shown=gr.State(False), ended=gr.State(None), timer=gr.Timer(TICK_S, active=False), offer=offer,
+        offer_text=offer_text, offer_resume=offer_resume, offer_open=offer_open, offered=gr.State(None), **form, **view,
     )
 
 
@@ -177,15 +178,17 @@ def _form(d: SettingsForm) -> dict:
         save_context = gr.Button("Save Memory and Note to this draft", size="sm", interactive=False,
                                  elem_id="write-save-context")
     world = world_info_panel.build()
-    with gr.Accordion("Settings (presets, θ, W, k, sampler, DRY, XTC)", open=False, elem_id="write-settings"):
+    with gr.Accordion("Settings (presets, repetition, sampler, speed, DRY, XTC)", open=False,
+                      elem_id="write-settings"):
         presets = _presets()
         with gr.Row():
-            theta = gr.Number(d.theta, label="θ (penalty, 1 = off)", step=0.05, elem_id="write-theta",
-                              info="Repetition penalty: above 1 discourages repeating recent words.")
-            window = gr.Number(d.window, label="W (penalty window)", precision=0, elem_id="write-w",
-                               info="How many recent tokens the penalty looks back over.")
-            k = gr.Number(d.k, label="k (n-gram top-k)", precision=0, elem_id="write-k",
-                          info="How many phrases from the text so far are tried as guesses (speed only).")
+            theta = gr.Number(d.theta, label="Repetition penalty (1 = off)", step=0.05, elem_id="write-theta",
+                              info="Above 1 discourages repeating recent words (θ in the TokenSwift paper).")
+            window = gr.Number(d.window, label="Penalty window (tokens)", precision=0, elem_id="write-w",
+                               info="How many recent tokens the penalty looks back over (W).")
+            k = gr.Number(d.k, label="Phrase guesses", precision=0, elem_id="write-k",
+                          info="How many phrases from the text so far are tried as guesses (k, the n-gram top-k; "
+                               "speed only, the text stays the same).")
         with gr.Row():
             sampler = gr.Radio(list(SAMPLERS), value=d.sampler, label="Sampler", elem_id="write-sampler",
                                info="How the next word is drawn from the likely ones.")
@@ -196,8 +199,9 @@ def _form(d: SettingsForm) -> dict:
                                     elem_id="write-temperature", info="Higher is more surprising, lower more safe.")
             seed = gr.Number(d.seed, label="Seed", precision=0, elem_id="write-seed",
                              info="The same seed and settings write the same text again.")
-            budget = gr.Number(d.budget, label="Partial-cache budget (0 = auto)", precision=0, elem_id="write-budget",
-                               info="Tokens of context the guessing step reads (speed only; 0 picks it for you).")
+            budget = gr.Number(d.budget, label="Guessing context (0 = auto)", precision=0, elem_id="write-budget",
+                               info="Tokens of the story the guessing step reads (the partial-cache budget; speed "
+                                    "only, the text stays the same; 0 picks it for you).")
         with gr.Accordion("Repetition and stock phrases (DRY, XTC)", open=False, elem_id="write-dry-xtc"):
             dry_xtc = dry_xtc_panel.build(d, "write")
         with gr.Accordion("Banned phrases", open=False, elem_id="write-ban-box"):

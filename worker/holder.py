@@ -116,8 +116,16 @@ def usable(options):
 
 
 def param_count(model) -> int:
-    """The model's own weights (draft heads apart), as model cards count them."""
-    return sum(t.numel() for t in model.model.parameters())
+    """The model's own weights (draft heads apart), as model cards count them. A q4 model's projections keep their
+    weights packed in buffers (tokenswift.model.quant.QuantLinear), not parameters: each counts as the out x in
+    weights it stands for (only the embedding was left, and a 135M model read "28.3M"). Its packed LM head is a copy
+    of a weight still counted as a parameter (the embedding or lm_head): counted once, as the model card does."""
+    from tokenswift.model.quant import QuantLinear
+
+    net = model.model
+    head = getattr(net, "quantized_head", None)
+    packed = sum(m.out_features * m.in_features for m in net.modules() if isinstance(m, QuantLinear) and m is not head)
+    return sum(t.numel() for t in net.parameters()) + packed
 
 
 def heads_info(model, spec: ModelSpec, options=None) -> str | None:

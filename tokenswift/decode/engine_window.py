@@ -64,8 +64,8 @@ class EngineWindow:
         self.metrics.add_shift(time.perf_counter() - t0)
 
     def context_use(self) -> ContextUse:
-        pinned = self.plan.pinned_size(self.entries)
-        return ContextUse(pinned, self.length + 1 - pinned, self.shifts)
+        pinned, frame = self.plan.pinned_size(self.entries), self.plan.frame_size()
+        return ContextUse(pinned - frame, self.length + 1 - pinned, self.shifts, frame)
 
     @torch.inference_mode()
     def _prefill(self, upto: int, replay_from: int) -> tuple[torch.Tensor, list[torch.Tensor], torch.Tensor]:

@@ -3,7 +3,8 @@ Author's Note (KoboldCpp's ContextShift, NovelAI's Memory / Author's Note), and 
 
 The model sees a *window*: the prompt's leading BOS (an attention sink, when the tokenizer adds one), then
 the Memory and the World Info entries active there, then the most recent story tokens (the prompt's text and
-the generated text) with the Author's Note inserted `note_depth` tokens before their end. An instruction draft
+the generated text) with the Author's Note inserted `note_depth` tokens before their end (moved back to where a word
+begins: word_cut). An instruction draft
 keeps its chat format instead (PinnedText.frame): the Memory and World Info inside the system turn, the
 instruction's turn, then the story as the assistant's open turn; the note is a user turn of its own near the
 end (WindowPlan.layout says why).
@@ -38,7 +39,8 @@ Author's Note, re-inserted near the end at every shift, moves tokens relative to
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import lru_cache
 
 from tokenswift.decode.settings import Settings, SettingsError
 from tokenswift.text.prompting import ChatFrame, chat_frame, chat_turn, prompt_ids
@@ -54,6 +56,9 @@ class PinnedText:
     note: tuple[int, ...] = ()
     frame: ChatFrame | None = None
     world: WorldIds | None = None
+    # The ids that begin a word (their text starts with a space or a line break): the note is put before one of
+    # them, never inside a word (WindowPlan.layout). A function of the tokenizer: left out of comparisons.
+    word_starts: frozenset[int] = field(default=frozenset(), compare=False, repr=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "memory", tuple(int(t) for t in self.memory))
@@ -64,9 +69,10 @@ class PinnedText:
 class ContextUse:
     """What the model sees right now, for the status line ("context: memory 180 + last 7,800 tokens")."""
 
-    memory: int  # pinned tokens (BOS, Memory, World Info, Author's Note)
+    memory: int  # the writer's pinned tokens: Memory, World Info and Author's Note
     recent: int  # story tokens in the window
     shifts: int  # windows rebuilt since the run started
+    frame: int = 0  # the other pinned tokens: BOS, or an instruction draft's chat turns (not the writer's Memory)
 
 
 class WindowPlan:
@@ -153,6 +159,10 @@ class WindowPlan:
         world = self.pinned.world
         return self.fixed - self.reserve + (sum(len(world.contents[i]) for i in entries) if world else 0)
 
+    def frame_size(self) -> int:
+        """The pinned tokens that are neither Memory, World Info nor the note: BOS, or the chat turns around them."""
+        return self.fixed - self.reserve - len(self.pinned.memory) - len(self.pinned.note)
+
     def kept_start(self, b: int) -> int:
         """Story index of the oldest token window(b) keeps."""
         if b == self.prompt_len and self.fits0:
@@ -181,7 +191,7 @@ class WindowPlan:
         pieces = [("frame", before), ("memory", list(self.pinned.memory)), *entries, ("frame", after)]
         if not self.pinned.note:
             return [*pieces, ("frame", opener), ("story", kept)]
-        cut = max(0, len(kept) - self.note_depth)
+        cut = word_cut(kept, max(0, len(kept) - self.note_depth), self.pinned.word_starts)
         if cut:  # else the note follows the instruction's turn (no empty assistant turn before it)
             pieces += [("frame", opener), ("story", kept[:cut]), ("frame", close)]
         return [*pieces, ("note", list(self.pinned.note)), ("frame", opener), ("story", kept[cut:])]
@@ -193,6 +203,28 @@ class WindowPlan:
         at = self.built(ids, len(ids))
         return [("shifted", list(ids[self.lead:self.kept_start(b)])), *self.layout(ids, b, at),
                 ("story", list(ids[at:]))]
+
+
+WORD_REACH = 8  # tokens the note's place may move back to reach a word's start (longer words are split)
+# How tokenizers write a token's leading space or line break: byte-level BPE (GPT-2, Llama 3, SmolLM) and SentencePiece.
+WORD_MARKS = (" ", "\n", "\t", "\u0120", "\u010a", "\u0109", "\u2581", "<0x0A>", "<0x09>")
+
+
+def word_cut(kept: Sequence[int], cut: int, starts: frozenset[int]) -> int:
+    """`cut` moved back to the nearest token of kept[cut - WORD_REACH + 1:cut + 1] that begins a word, so that the note
+    sits between words ("they" … note … "'re" split one); unmoved when none does. A function of the ids alone, so
+    plain decoding, TokenSwift and a resume still build the same window."""
+    for i in range(cut, max(0, cut - WORD_REACH), -1):
+        if kept[i] in starts:
+            return i
+    return cut
+
+
+@lru_cache(maxsize=4)
+def word_start_ids(tokenizer) -> frozenset[int]:
+    """The ids of `tokenizer` whose text starts with a space or a line break (WORD_MARKS)."""
+    pieces = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
+    return frozenset(i for i, piece in enumerate(pieces) if isinstance(piece, str) and piece.startswith(WORD_MARKS))
 
 
 def window_plan(settings: Settings, prompt: Sequence[int], lead: int, pinned: PinnedText,
@@ -223,12 +255,13 @@ def pinned_ids(lm, memory: str, note: str, instruction: str | None = None,
 
     memory, note = memory.strip(), note.strip()
     lore = world_ids(lm, world, chat=instruction is not None) if world is not None else None
+    starts = word_start_ids(lm.tokenizer) if note else frozenset()
     if instruction is None:
         return PinnedText(encode(memory + "\n") if memory else (),
-                          encode(f"\n[Author's note: {note}]\n") if note else (), world=lore)
+                          encode(f"\n[Author's note: {note}]\n") if note else (), world=lore, word_starts=starts)
     asked = f"Go on with the story from where it stops. Author's note for what comes next: {note}"
     return PinnedText(encode(memory), tuple(chat_turn(lm, "user", asked)) if note else (),
-                      chat_frame(lm, instruction, memory, system=lore is not None), lore)
+                      chat_frame(lm, instruction, memory, system=lore is not None), lore, starts)
 
 
 def draft_context(lm, text: str, form: str, memory: str = "", note: str = "",
