@@ -267,7 +267,7 @@ def test_compare_two_columns(ui, app):
     columns = [1.2, 1024, 20, "top-p", 0.9, "fused", *DRY_XTC, 1.2, 1024, 4, "top-p", 0.9, "paper", *DRY_XTC,
                1.0, 1024, 20, "top-p", 0.9, "fused", *DRY_XTC, 1.2, 1024, 20, "min-p", 0.05, "fused", *DRY_XTC]
     bad = list(columns)
-    bad[13 + 2] = -1  # column B's k
+    bad[len(columns) // 4 + 2] = -1  # column B's k
     assert "Column B — Phrase guesses" in ui("/compare_run", "A harbour", 5, 150, 1.0, "2", *bad)["Compare status"]
     assert "Prompt" in ui("/compare_run", " ", 5, 150, 1.0, "2", *columns)["Compare status"]
     too_long = ui("/compare_run", "Once upon a time " * 50, 5, 32_700, 1.0, "2", *columns)["Compare status"]

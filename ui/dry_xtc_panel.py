@@ -11,7 +11,8 @@ from ui.forms import SettingsForm, shown_breakers
 
 # Offered in the breakers list besides the current ones; any other text can be typed in.
 BREAKER_CHOICES = shown_breakers(("\n", ":", '"', "*", ".", "!", "?", ",", ";", "“", "”", "—"))
-HELP = ("**DRY** (don't repeat yourself) pushes against copying a passage of the draft word for word. **XTC** "
+HELP = ("**DRY** (don't repeat yourself) pushes against copying a passage of the draft word for word, and **no "
+        "copied runs** forbids it outright past a few words. **XTC** "
         "(exclude top choices) now and then sets the likeliest words aside for a less obvious one that is still "
         "likely: fresher phrasing, fewer stock phrases.")
 
@@ -25,6 +26,7 @@ class DryXtcParts:
     dry_breakers: gr.Dropdown
     xtc_threshold: gr.Number
     xtc_probability: gr.Number
+    no_repeat_ngram: gr.Number
 
     @property
     def fields(self) -> list:
@@ -32,11 +34,11 @@ class DryXtcParts:
         return [getattr(self, name) for name in NAMES]
 
 
-NAMES = tuple(f.name for f in fields(DryXtcParts))  # SettingsForm's names for the seven, in its order
+NAMES = tuple(f.name for f in fields(DryXtcParts))  # SettingsForm's names for the eight, in its order
 
 
 def build(d: SettingsForm, prefix: str, *, helped: bool = True) -> DryXtcParts:
-    """The seven controls, with ids `{prefix}-dry-multiplier` and so on. helped: with the help lines (the Write
+    """The eight controls, with ids `{prefix}-dry-multiplier` and so on. helped: with the help lines (the Write
     tab); without, for the narrow Compare columns (the labels still say what 0 means)."""
 
     def info(text: str) -> str | None:
@@ -69,8 +71,12 @@ def build(d: SettingsForm, prefix: str, *, helped: bool = True) -> DryXtcParts:
         xtc_threshold = gr.Number(d.xtc_threshold, label="XTC threshold", step=0.01,
                                   elem_id=f"{prefix}-xtc-threshold",
                                   info=info("How likely a word must be to count as a top choice (0.1)."))
+    no_repeat_ngram = gr.Number(d.no_repeat_ngram, label="No copied runs longer than (tokens, 0 = off)", precision=0,
+                                elem_id=f"{prefix}-no-repeat-ngram",
+                                info=info("No run of this many tokens (10 ≈ 7 words) already in the last few pages is "
+                                          "written again: a sentence or paragraph is never copied word for word."))
     return DryXtcParts(dry_multiplier, dry_base, dry_allowed_length, dry_range, dry_breakers, xtc_threshold,
-                       xtc_probability)
+                       xtc_probability, no_repeat_ngram)
 
 
 def breakers_update(shown) -> gr.Dropdown:
