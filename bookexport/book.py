@@ -24,6 +24,9 @@ class Book:
     # True: the text may be hard-wrapped (a Gutenberg opening), so single line breaks are reflowed. False: the
     # model wrote it all (an instruction draft), and each line break it wrote ends a paragraph.
     wrapped: bool = True
+    # The book's own chapters as (title, text), in order (a plan's, storage/plans.py): exported as they are, each
+    # under its title, instead of the chapters found in `text` (which is then ignored).
+    chapters: tuple[tuple[str, str], ...] = ()
 
 
 def slugify(title: str) -> str:
@@ -37,12 +40,20 @@ def slugify(title: str) -> str:
 def normalized(book: Book) -> Book:
     title = " ".join(book.title.split()) or DEFAULT_TITLE
     author = " ".join(book.author.split())
-    text = _normalize_newlines(book.text)
-    if not book.wrapped:  # every line a paragraph, one blank line between them, as every format reads it
-        text = "\n\n".join(line.strip() for line in text.split("\n") if line.strip())
-    identifier = (book.identifier or "").strip() or _default_identifier(title, author, text)
+    text = _body(book.text, book.wrapped)
+    chapters = tuple((" ".join(heading.split()), _body(body, book.wrapped)) for heading, body in book.chapters)
+    whole = text + "".join(heading + body for heading, body in chapters)
+    identifier = (book.identifier or "").strip() or _default_identifier(title, author, whole)
     language = book.language.strip() or DEFAULT_LANGUAGE
-    return replace(book, title=title, author=author, text=text, identifier=identifier, language=language)
+    return replace(book, title=title, author=author, text=text, identifier=identifier, language=language,
+                   chapters=chapters)
+
+
+def _body(text: str, wrapped: bool) -> str:
+    text = _normalize_newlines(text)
+    if not wrapped:  # every line a paragraph, one blank line between them, as every format reads it
+        text = "\n\n".join(line.strip() for line in text.split("\n") if line.strip())
+    return text
 
 
 def _default_identifier(title: str, author: str, text: str) -> str:

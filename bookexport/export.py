@@ -28,7 +28,8 @@ RENDERERS = {"txt": text_formats.render_txt, "md": text_formats.render_md, "epub
 def export_book(
     book: Book, fmt: str, words_per_chapter: int = WORDS_PER_CHAPTER, *, modified: datetime | None = None
 ) -> tuple[bytes, str, str]:
-    """Render ``book`` as ``fmt`` and return (data, media type, suggested file name).
+    """Render ``book`` as ``fmt`` and return (data, media type, suggested file name). A book with chapters of its
+    own (Book.chapters) exports them, each under its title; else chapters are found in its text.
 
     ``modified`` stamps EPUB ``dcterms:modified`` and the DOCX core properties (naive means UTC; default:
     now). With it fixed, the EPUB bytes are identical for identical input.
@@ -37,7 +38,7 @@ def export_book(
     if key not in RENDERERS:
         raise ValueError(f"unknown export format {fmt!r}; choose one of: {', '.join(FORMATS)}")
     book = normalized(book)
-    chapters = split_chapters(book.text, words_per_chapter, opening_heading=book.title)
+    chapters = list(book.chapters) or split_chapters(book.text, words_per_chapter, opening_heading=book.title)
     data = RENDERERS[key](book, chapters, _utc_seconds(modified))
     return data, MEDIA_TYPES[key], f"{slugify(book.title)}.{key}"
 

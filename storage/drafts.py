@@ -12,6 +12,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from storage import provenance
+from storage.chapter_links import follow_chapter
 from storage.errors import Conflict, NotFound
 from storage.models import BOOK, ChunkRow, GenerationRow, SessionRow
 from storage.records import EditBase, GenerationRecord, from_row, unpack_ids, utcnow
@@ -47,6 +48,7 @@ class DraftVerbs:
             s.add(row)
             s.get(SessionRow, parent.session_id).updated_at = utcnow()
             s.flush()
+            follow_chapter(s, gen_id, row.id)  # a chapter's text is the writer's edit of it
             return from_row(GenerationRecord, row)
 
     def edit_base(self, gen_id: int) -> EditBase | None:

@@ -49,8 +49,35 @@ class SessionRow(Base):
     title: Mapped[str] = mapped_column(String(500))
     author: Mapped[str] = mapped_column(String(500), default="")
     kind: Mapped[str] = mapped_column(String(20), default=BOOK, server_default=BOOK)
+    premise: Mapped[str] = mapped_column(Text, default="", server_default="")  # its plan's (storage/plans.py)
     created_at: Mapped[datetime] = mapped_column(DateTime)
     updated_at: Mapped[datetime] = mapped_column(DateTime)
+
+
+class CharacterRow(Base):
+    """One of a book's characters: its chapter drafts get it as a World Info entry (ui/plan_drafts.py)."""
+
+    __tablename__ = "characters"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    session_id: Mapped[int] = mapped_column(ForeignKey("sessions.id", ondelete="CASCADE"), index=True)
+    position: Mapped[int] = mapped_column(Integer)
+    name: Mapped[str] = mapped_column(String(200))
+    description: Mapped[str] = mapped_column(Text)
+    keys: Mapped[str] = mapped_column(Text)  # JSON list of the key words that bring it into view, besides its name
+
+
+class ChapterRow(Base):
+    """One chapter of a book's plan, in the book's order (position); its text is its draft's."""
+
+    __tablename__ = "chapters"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    session_id: Mapped[int] = mapped_column(ForeignKey("sessions.id", ondelete="CASCADE"), index=True)
+    position: Mapped[int] = mapped_column(Integer)
+    title: Mapped[str] = mapped_column(String(500))
+    beats: Mapped[str] = mapped_column(Text)  # JSON list of what happens in it, in order
+    # The draft that is the chapter's text: the one written for it, or an edit or continuation of it, or one the
+    # writer chose; None: not written (or its draft was deleted).
+    draft_id: Mapped[int | None] = mapped_column(ForeignKey("generations.id", ondelete="SET NULL"), index=True)
 
 
 class GenerationRow(Base):
@@ -61,7 +88,8 @@ class GenerationRow(Base):
     session_id: Mapped[int] = mapped_column(ForeignKey("sessions.id", ondelete="CASCADE"), index=True)
     parent_id: Mapped[int | None] = mapped_column(ForeignKey("generations.id", ondelete="SET NULL"))
     # How it came from its parent: "continue" (the parent's text, longer) or "edit" (the writer's revision
-    # of the parent's text, which stays as it was); None for a new draft.
+    # of the parent's text, which stays as it was), "branch"; for a new draft "chapter" (written for a chapter of the
+    # book's plan) or None.
     origin: Mapped[str | None] = mapped_column(String(20))
     prompt_text: Mapped[str] = mapped_column(Text)
     prompt_ids: Mapped[bytes | None] = mapped_column(LargeBinary)  # None until the worker tokenizes

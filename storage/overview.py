@@ -20,14 +20,14 @@ from storage.drafts import instruction_of
 from storage.models import ChunkRow, GenerationRow
 from storage.records import GenerationRecord, from_row
 
-KINDS = {None: "new", "continue": "continuation", "edit": "edit", "branch": "branch"}
+KINDS = {None: "new", "continue": "continuation", "edit": "edit", "branch": "branch", "chapter": "chapter"}
 LEAD_WORDS = 8
 
 
 @dataclass(frozen=True)
 class DraftSummary:
     record: GenerationRecord
-    kind: str  # "new", "continuation", "edit" or "branch" (KINDS)
+    kind: str  # "new", "continuation", "edit", "branch" or "chapter" (KINDS)
     words: int  # of its whole text; an instruction draft's story alone
     tokens: int | None  # its prompt's ids and those it wrote; None: an edit that never ran (not tokenized yet)
     own_words: str  # its first words of its own (see the module docstring); "" when it has none yet

@@ -96,7 +96,8 @@ class GenerationRecord:
     control: str | None
     owner: str | None
     heartbeat_at: datetime | None
-    origin: str | None = None  # "continue", "edit" (a writer's revision of the parent) or None (new)
+    origin: str | None = None  # "continue", "edit" (a writer's revision of the parent), "branch", "chapter" (written
+    # for a chapter of the plan) or None (new)
     text: str | None = None  # generated text, assembled from the chunks when asked for
     chunk_count: int = 0  # the next chunk's seq: a poller asks for the text since the count it last saw
     memory: str = ""  # pinned at the top of the model's context (tokenswift.text.context_window)

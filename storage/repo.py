@@ -19,10 +19,12 @@ from sqlalchemy.orm import Session
 
 from storage import provenance
 from storage.branches import BranchVerbs, refuse_with_branches
+from storage.chapter_links import chapter_to_write, follow_chapter
 from storage.drafts import DraftVerbs, parents_format
 from storage.errors import Conflict, NotFound, StoreError
 from storage.models import BOOK, ChunkRow, GenerationRow, MetricRow, SessionRow
 from storage.overview import OverviewVerbs
+from storage.plans import PlanVerbs
 from storage.records import (
     ChunkRecord,
     GenerationRecord,
@@ -42,7 +44,7 @@ from storage.runs import RunVerbs
 from storage.workers import WorkerVerbs
 
 
-class Store(DraftVerbs, OverviewVerbs, BranchVerbs, RunVerbs, WorkerVerbs):
+class Store(DraftVerbs, OverviewVerbs, PlanVerbs, BranchVerbs, RunVerbs, WorkerVerbs):
     def __init__(self, engine: Engine, writer: Engine | None = None):
         self.engine = engine
         self._writer = writer or engine  # same pool; its transactions begin with BEGIN IMMEDIATE
@@ -133,18 +135,23 @@ class Store(DraftVerbs, OverviewVerbs, BranchVerbs, RunVerbs, WorkerVerbs):
         authors_note: str = "",
         world_info: str = "",
         prompt_ids: list[int] | None = None,
+        chapter_id: int | None = None,
     ) -> GenerationRecord:
         """Queue a job. Without a session a new book is made; without a model the worker's is used.
         world_info: the draft's World Info as JSON (tokenswift.text.world_info; checked by the caller).
         prompt_ids: the prompt as the model's ids (a chat its template rendered, ui/openai_api.py); None: the
-        worker tokenizes `prompt`."""
+        worker tokenizes `prompt`. chapter_id: a chapter of the book's plan (storage/plans.py) this draft is
+        written for (origin "chapter"): the chapter's text is this draft from now on."""
         with self._write() as s:
             book = _book(s, session_id)
+            chapter = None if chapter_id is None else chapter_to_write(s, chapter_id, book.id)
             row = _new_generation(book, prompt, settings, model=model, heads=heads, memory=memory,
                                   authors_note=authors_note, world_info=world_info,
                                   prompt_ids=None if prompt_ids is None else pack_ids(prompt_ids))
             s.add(row)
             s.flush()
+            if chapter is not None:
+                row.origin, chapter.draft_id = "chapter", row.id
             return from_row(GenerationRecord, row)
 
     def continue_generation(
@@ -174,6 +181,7 @@ class Store(DraftVerbs, OverviewVerbs, BranchVerbs, RunVerbs, WorkerVerbs):
                 row.resume_from = parent.written_from()
             s.add(row)
             s.flush()
+            follow_chapter(s, parent_id, row.id)  # a chapter's text is its draft, continued
             return from_row(GenerationRecord, row)
 
     def set_context_text(self, gen_id: int, memory: str, authors_note: str,

@@ -12,6 +12,7 @@
     GET  /api/generations/{id}/alternatives?position=N, POST .../branch, GET .../branches: ui/branches.py
     GET  /api/health
     GET  /api/presets                        -> {"<name>": {<preset>}, ...} (tokenswift/text/writing_presets.py)
+    /api/books, /api/books/{id}/plan, .../chapters[/{cid}[/write]], .../export: a book's plan, ui/plan_api.py
 
 Polling: `text` is the whole generated text, or with `?since=N` only the text of chunks N, N+1, ...; an edit's
 `text` (origin "edit") starts with the writer's edited text, as POST .../edit took it (an instruction draft's story),
@@ -77,6 +78,7 @@ from ui.follow import Commits
 from ui.guard import Guard
 from ui.limits import Limits, printable, unicode_problem
 from ui.openai_api import add_openai_routes
+from ui.plan_api import add_plan_routes
 from ui.texts import DraftTexts
 from ui.tokens import PromptTokens
 
@@ -181,6 +183,7 @@ def create_router(store: Store, tokens: PromptTokens | None = None, texts: Draft
     add_generation_routes(router, store, tokens, texts, commits or Commits(texts.changes))
     add_control_routes(router, store)
     add_branch_routes(router, store, tokens)
+    add_plan_routes(router, store, tokens)
 
     @router.get("/health")
     def health() -> dict:

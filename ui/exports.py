@@ -41,9 +41,15 @@ def draft_book(gen, session, title: str, author: str, instruction: str | None) -
     draft (instruction: Store.instruction) is its whole story, every run and edit of it, without the instruction
     (it stays with the draft's details), its line breaks paragraphs. gen.text is only the last run's text: an
     edit's is empty and a continuation's its new part, the story before it is in its prompt.
-    One identifier per Library book, so e-readers see a re-export as a new version, not a new book."""
-    identifier = f"urn:uuid:{uuid.uuid5(uuid.NAMESPACE_URL, f'tokenswift-studio:session:{session.id}')}"
+    """
+    identifier = book_identifier(session.id)
     text, story = prompt_parts(gen.prompt_text, instruction)
     if instruction is not None:
         return Book(title, author, (story + (gen.text or "")).lstrip(), identifier=identifier, wrapped=False)
     return Book(title, author, text + (gen.text or ""), identifier=identifier)
+
+
+def book_identifier(session_id: int) -> str:
+    """One identifier per Library book, so e-readers see a re-export (a draft's, or its plan's) as a new version of
+    the book, not a new book."""
+    return f"urn:uuid:{uuid.uuid5(uuid.NAMESPACE_URL, f'tokenswift-studio:session:{session_id}')}"
