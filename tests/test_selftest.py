@@ -6,17 +6,14 @@ path down writes the very same text.
 
 from __future__ import annotations
 
-import collections
 import copy
 import dataclasses
 import time
-import traceback
-from pathlib import Path
 
 import pytest
 import torch
-from torch.overrides import TorchFunctionMode
 
+from tokenswift.bench.counting import counting
 from tokenswift.bench.shapes import preset, random_heads, random_model
 from tokenswift.decode.engine import Engine
 from tokenswift.decode.generate import Generator
@@ -283,32 +280,13 @@ def test_every_fast_path_tensor_is_allocated_on_the_models_device(kind):
     assert len(held) > 20 and len(elsewhere) == len(staging) and all(any(t is s for s in staging) for t in elsewhere)
 
 
-class HostSyncs(TorchFunctionMode):
-    """Counts, by the file that asks, every host read of tensor data (a stream sync on CUDA) and every tensor made
-    from host data straight on the device (from pageable memory, a copy that waits for the queued work)."""
-
-    READS = {"item", "tolist", "__int__", "__bool__", "__float__", "__index__", "cpu", "numpy", "nonzero"}
-
-    def __init__(self):
-        super().__init__()
-        self.by_file = collections.Counter()
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        name = getattr(func, "__name__", "")
-        if name in self.READS or (name in ("tensor", "as_tensor") and "device" in kwargs):
-            caller = next(f for f in traceback.extract_stack()[::-1] if "/torch/" not in f.filename
-                          and not f.filename.endswith("test_selftest.py"))
-            self.by_file[Path(caller.filename).name] += 1
-        return func(*args, **kwargs)
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("drafter", ["fused", "paper"])
 def test_host_syncs_per_iteration_on_the_fast_path(stories64, drafter):
     """The same code as on a GPU: an AR step reads its token once; a TokenSwift iteration reads the targets once
     (fastpath.py) and sends its ids through pinned memory (engine.py: none). What remains is the drafts' top-k, a
-    nonzero and a read per draft depth (drafting.py, sampler.py) plus the noise keys' upload (keys.py)."""
+    nonzero and a read per draft depth (drafting.py, sampler.py) plus the noise keys' upload (keys.py): the CPU's
+    ranking; on CUDA one read for every depth (test_iteration_counts.py)."""
     lm = dataclasses.replace(stories64, heads=random_heads(stories64.config, "cpu", torch.float64, seed=2))
     prompt = lm.encode(PROMPT)
     s = Settings(max_new_tokens=400, seed=2, ignore_eos=True, ngram_topk=5, tree=(1, 2, 2), budget=48,
@@ -320,11 +298,12 @@ def test_host_syncs_per_iteration_on_the_fast_path(stories64, drafter):
         engine.start()
         for _ in range(5):  # past the first AR probe
             step()
-        with HostSyncs() as syncs:
+        with counting(skip=("test_selftest.py",)) as counts:
             for _ in range(10):
                 step()
         drafts = {"drafting.py": 10 * depth, "sampler.py": 10 * depth, "keys.py": 10 * depth} if depth else {}
-        assert syncs.by_file == {"fastpath.py": 10, **drafts}
+        assert counts.syncs == {"fastpath.py": 10, **drafts}
+        assert counts.replays == 10 * (1 + (mode == "tokenswift" and drafter == "paper"))
     draft_passes = [p for key, p in engine.fast.passes.items() if key[0] == "draft"]
     assert [p.sampled for p in draft_passes] == ([None] if drafter == "paper" else [])  # no sample for nothing
 

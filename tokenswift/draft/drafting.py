@@ -18,6 +18,9 @@ from tokenswift.model.kv_cache import KVCache
 from tokenswift.model.loading import LoadedModel
 from tokenswift.sampling.sampler import Sampler
 
+# Devices whose drafts are ranked with one host read for every depth (_noisy_best_one_read); elsewhere one per depth.
+ONE_READ_DEVICES = frozenset({"cuda"})
+
 
 class Drafter(Protocol):
     uses_hidden: bool  # whether the engine must observe() the last committed token's last-layer state
@@ -64,12 +67,29 @@ def best_per_depth(logits: torch.Tensor, sampler: Sampler, window: torch.Tensor 
         best = torch.topk(scores, max(widths), dim=-1).indices
         best = (best if vocab is None else vocab[best]).tolist()
         return [best[d][:w] for d, w in enumerate(widths)]
+    if logits.device.type in ONE_READ_DEVICES:
+        return _noisy_best_one_read(logits, sampler, windows, widths, key, vocab)
     scores = sampler.process(logits, windows, vocab, [key + d for d in range(logits.shape[0])])
     levels = []
     for d, w in enumerate(widths):
         ids, noisy = sampler.noisy(scores[d], key + d, vocab)
         levels.append(ids[torch.topk(noisy, min(w, len(ids))).indices].tolist())
     return levels
+
+
+def _noisy_best_one_read(logits: torch.Tensor, sampler: Sampler, windows: torch.Tensor | None,
+                         widths: list[int], key: int, vocab: torch.Tensor | None) -> list[list[int]]:
+    """best_per_depth's sampling ranking with one host read for every depth: the noise of every column (each
+    value the one `Sampler.noisy` draws for it), the positions made on the device, one top-k. Where a host read
+    waits for the device (CUDA) that beats a read per depth; on a CPU the per-row noise of the few tokens the
+    filters keep is cheaper (a 49K-token vocabulary's full noise costs milliseconds there)."""
+    keys = torch.arange(key, key + logits.shape[0], device=logits.device)
+    scores = sampler.process(logits, windows, vocab, keys)
+    noisy = scores.double() + sampler.noise.gumbel(keys, vocab)
+    top = torch.topk(noisy, min(max(widths), noisy.shape[-1]), dim=-1)
+    ids = top.indices if vocab is None else vocab[top.indices]
+    best = torch.where(torch.isfinite(top.values), ids, -1).tolist()  # a filtered-out token is never proposed
+    return [[t for t in best[d][:w] if t >= 0] for d, w in enumerate(widths)]
 
 
 class HeadsDrafter:

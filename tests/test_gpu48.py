@@ -1,0 +1,34 @@
+"""Issue 48's one-call GPU measurement, rehearsed on a CPU (DRY_RUN_CPU=1): the script runs end to end and writes
+the JSON a GPU session reads, with the syncs and replays of every TokenSwift run (CUDA's branch: 2 and 1)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.slow
+def test_the_rehearsal_writes_every_number_the_gpu_run_reports(tmp_path):
+    env = {**os.environ, "DRY_RUN_CPU": "1", "OUT": str(tmp_path), "PYTHON": sys.executable, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(["bash", str(ROOT / "scripts/gpu_issue48.sh")], env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    result = json.loads((tmp_path / "issue48.json").read_text())
+    assert result["dry_run"] and {"profile", "shape", "minutes_100k", "model_runs", "copy_gb_s"} <= result.keys()
+    assert set(result["profile"]) == {"plain", "verify4"} and all(p["top"] for p in result["profile"].values())
+    assert [r["context"] for r in result["shape"]] == [64, 256]
+    assert all(set(r["verify_over_plain"]) == {"2", "4"} for r in result["shape"])
+    assert result["minutes_100k"]["paper_tokenswift"] == 90.0 and result["minutes_100k"]["tokenswift_paper_tau"] > 0
+    runs = result["model_runs"]
+    assert [r["prompt_tokens"] for r in runs] == [32, 64]
+    for r in runs:
+        assert r["syncs_per_iteration"] == 2 and r["replays_per_iteration"] >= 1
+        assert r["plain_step"]["syncs_per_iteration"] == 1 and r["plain_step"]["replays_per_iteration"] == 1
+    assert "syncs/it" in (tmp_path / "issue48.txt").read_text()
