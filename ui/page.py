@@ -1,4 +1,4 @@
-"""The page: a header with the model's status, and the four tabs (one module each: build() + wire()).
+"""The page: a header with the model's status, and the five tabs (one module each: build() + wire()).
 
 Cross-tab wiring lives here: a slow timer that refreshes the banner, the Write tab's model limit and the
 Model tab's details from the worker-status rows.
@@ -11,7 +11,19 @@ import json
 import gradio as gr
 
 from storage import Store
-from ui import compare, library, model, presets, views, world_info_panel, write, write_parts, write_view
+from ui import (
+    compare,
+    library,
+    model,
+    plan,
+    plan_parts,
+    presets,
+    views,
+    world_info_panel,
+    write,
+    write_parts,
+    write_view,
+)
 from ui.exports import Exports
 from ui.texts import DraftTexts
 from ui.tokens import PromptTokens
@@ -40,6 +52,9 @@ footer { display: none !important; }
 .ts-legend { font-size: 0.85em; color: #6b7280; margin-bottom: 4px; }
 .ts-src-opening { background: #fdf6e3; }
 .ts-src-edit { background: #fce7f3; text-decoration: underline dotted #db2777; }
+.ts-plan-table { width: 100%; border-collapse: collapse; font-size: 0.95em; }
+.ts-plan-table th, .ts-plan-table td { border-bottom: 1px solid var(--border-color-primary); padding: 4px 8px;
+                                       text-align: left; vertical-align: top; }
 #write-offer { border: 1px solid #d97706; border-radius: 8px; padding: 4px 10px; align-items: center; }
 /* Toasts sit at the bottom, so they never cover the model banner at the top. */
 .toast-wrap { top: auto !important; bottom: var(--size-4); }
@@ -98,6 +113,8 @@ def build_page(store: Store, *, worker_hint: str, exports: Exports, tokens: Prom
         with gr.Tabs(elem_id="ts-tabs") as tabs:
             with gr.Tab("Write", id="write", elem_id="tab-write"):
                 write_ui = write_parts.build()
+            with gr.Tab("Plan", id="plan", elem_id="tab-plan") as plan_tab:
+                plan_ui = plan_parts.build()
             with gr.Tab("Compare", id="compare", elem_id="tab-compare"):
                 compare_parts = compare.build(*compare_kept)
             with gr.Tab("Library", id="library", elem_id="tab-library") as library_tab:
@@ -111,6 +128,7 @@ def build_page(store: Store, *, worker_hint: str, exports: Exports, tokens: Prom
         world_info_panel.wire(write_ui.world, write_ui.status, exports)
         compare.wire(compare_parts, store, page, tokens, texts.changes)
         library.wire(library_parts, store, write_ui, tabs, library_tab, exports, tokens)
+        plan.wire(plan_ui, store, write_ui, tabs, plan_tab, exports, tokens)
         model.wire(model_parts, store, model_tab)
 
         def refresh_status():
