@@ -58,20 +58,21 @@ def main() -> None:
     p.add_argument("--tokens", type=int, default=1500)
     p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                    help="a setting on top of the writing defaults (JSON value)")
+    p.add_argument("--seeds", type=int, default=1, help="drafts per instruction, seeds 1..N")
     p.add_argument("--json")
     args = p.parse_args()
     torch.set_num_threads(1)
     changes = {k: json.loads(v) for k, v in (s.split("=", 1) for s in args.set)}
     lm = load_model(str(default_model_path()), dtype="q4")
-    settings = writing_settings(max_new_tokens=args.tokens, seed=1, prompt_format="instruction", **changes)
     rows = []
-    for instruction in INSTRUCTIONS:
+    for seed, instruction in ((s, i) for s in range(1, args.seeds + 1) for i in INSTRUCTIONS):
+        settings = writing_settings(max_new_tokens=args.tokens, seed=seed, prompt_format="instruction", **changes)
         prompt, pinned = draft_context(lm, instruction, "instruction")
         t0 = time.perf_counter()
         ids = Generator(lm, settings, prompt, pinned=pinned, options=EngineOptions(adaptive=True)).run()
         text = lm.tokenizer.decode(ids, skip_special_tokens=True)
-        rows.append({"instruction": instruction[:40], "seconds": time.perf_counter() - t0, **measure(text, ids),
-                     "text": text})
+        rows.append({"instruction": instruction[:40], "seed": seed, "seconds": time.perf_counter() - t0,
+                     **measure(text, ids), "text": text})
         r = rows[-1]
         print(f"{r['instruction']:<42} {r['words']:>5} words  talk {r['talk_share']:6.1%}  "
               f"in repeats {r['repeated_token_share']:6.1%}  repeated paragraphs {r['repeated_paragraphs']}",

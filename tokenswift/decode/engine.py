@@ -65,9 +65,11 @@ class Engine(EngineWindow, EngineProbe):
         if plan is None:
             prompt = list(ids[:prompt_len])
             plan = window_plan(settings, prompt, leading_bos(lm, prompt), PinnedText(), lm.max_context)
+        plan = plan.answered_from or plan
         # Cache slots (= RoPE positions) index the window; self.ids is the whole story. A slot past the
         # window's Author's Note holds story index slot + offset (the noise key of design §3).
-        self.plan, self.offset, self.next_boundary, self.shifts = plan, 0, 0, 0
+        # Past an instruction draft's answer, the story's own plan (context_window.AfterAnswer).
+        self.plan, self.offset, self.next_boundary, self.shifts = plan.after_answer(ids), 0, 0, 0
         # World Info: the next checkpoint (world_info.py) and the entries in the window now.
         self.next_check, self.entries = 0, ()
         self.pinned_source = pinned_source
@@ -292,6 +294,11 @@ class Engine(EngineWindow, EngineProbe):
                 self._tops.append(self.fast.alternatives(accepted))
         else:
             accepted, emitted = walk(trie, lambda node: self._target_token(rows(node), trie, node, L))
+        end = self.sampler.answer_end
+        if end is not None and end in emitted:  # the answer ended: what follows
+            # is predicted from the window that asks for more (context_window.AfterAnswer)
+            cut = emitted.index(end) + 1
+            accepted, emitted = accepted[:cut], emitted[:cut]
         # 5. Commit: compact the accepted path's K/V behind the prefix, extend the partial cache and n-grams.
         self.cache.commit(self._to_device([L + i for i in accepted], 1), L)
         self.length = L + len(accepted)

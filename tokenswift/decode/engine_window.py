@@ -27,6 +27,10 @@ class EngineWindow:
         at = self.plan.built(self.ids, t) if at is None else at
         self.next_boundary, self.next_check = self.plan.next_boundary(t), self.plan.next_checkpoint(t)
         self.entries = self.plan.active(self.ids, at)
+        # Until an instruction draft's answer has ended (AfterAnswer); the captured passes sample in their graphs,
+        # which know no such rule: there the end of text stays banned.
+        after = self.plan.pinned.after_answer if self.plan.answered_from is None else None
+        self.sampler.answer_end = after.section_break if after and self.s.ban_eos and self.fast is None else None
         built = self.plan.window(self.ids, b, at)
         tokens = built + self.ids[at:]
         self.buf[:len(tokens)] = torch.tensor(tokens, dtype=torch.int64)
@@ -42,9 +46,14 @@ class EngineWindow:
 
     def _shift_if_due(self) -> None:
         """Before predicting the token at a boundary: rebuild the window (the same rebuild a resume does); at a
-        World Info checkpoint whose entries differ from the window's, rebuild it there with them."""
+        World Info checkpoint whose entries differ from the window's, rebuild it there with them; after the section
+        break that ends an instruction draft's answer, rebuild it as the story's own (context_window.AfterAnswer)."""
         t, at = len(self.ids), None
-        if t < self.next_boundary:
+        end = self.sampler.answer_end
+        answered = end is not None and self.ids[-1] == end
+        if answered:
+            self.plan = self.plan.after_answer(self.ids)
+        elif t < self.next_boundary:
             if t < self.next_check:
                 return
             self.next_check = self.plan.next_checkpoint(t)
@@ -53,8 +62,9 @@ class EngineWindow:
             at = t
         self._sync()
         t0 = time.perf_counter()
-        if at is None and self.pinned_source is not None and (pinned := self.pinned_source()) != self.plan.pinned:
-            self.plan = self.plan.with_pinned(pinned)
+        base = self.plan.answered_from or self.plan
+        if at is None and self.pinned_source is not None and (pinned := self.pinned_source()) != base.pinned:
+            self.plan = base.with_pinned(pinned).after_answer(self.ids)
         _, queries, hidden = self._load_window(fresh=False, at=at)
         if self.drafter is not None:
             self.drafter.start(self.cache, self.length, queries)  # the partial cache is reselected

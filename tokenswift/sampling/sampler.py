@@ -140,6 +140,8 @@ class Sampler:
         self.eos = torch.tensor(eos_ids, dtype=torch.int64, device=device)[None] if settings.ban_eos and eos_ids \
             else None
         self._columns: dict[int, torch.Tensor] = {}  # a drafter's vocabulary -> each token's column (_cols)
+        # In an instruction draft's answer (context_window.AfterAnswer): the token that takes the end of text's place.
+        self.answer_end: int | None = None
         # A banned phrase's bans are part of the rule too, keyed by position like the noise: every row sampled at
         # that position, plain or a trie node, eager or captured (a device comparison, no host sync), obeys them.
         self.bans = {}
@@ -162,6 +164,9 @@ class Sampler:
         width = z.shape[1]
         out = torch.cat((z, z.new_zeros(z.shape[0], 1)), dim=1)
         if self.eos is not None:
+            if self.answer_end is not None and vocab is None:  # the end of text's probability goes to the break
+                end = out[:, self.answer_end:self.answer_end + 1]
+                out[:, self.answer_end] = torch.cat((end, out[:, self.eos[0]]), dim=1).logsumexp(dim=1)
             out.scatter_(1, self._cols(self.eos.expand(z.shape[0], -1), vocab, width), -math.inf)
         if windows is not None and s.penalty != 1.0 and s.penalty_length > 0:
             cols = self._cols(windows[:, -s.penalty_length:], vocab, width)
