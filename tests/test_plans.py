@@ -125,16 +125,17 @@ def test_an_instruction_chapter_sees_the_premise_its_beats_and_the_last_chapters
     plan, second = plan_of(store, "Chapter 1: Arrival\n" + ending)
     draft = chapter_draft(plan, plan.chapters[1], chat=True)
     assert draft.prompt_format == "instruction" and draft.authors_note == ""
-    assert "A keeper finds a drowned man's diary." in draft.memory and "The Lighthouse" in draft.memory
-    assert "Write chapter 2, “The Storm”" in draft.prompt and "- Ann sees a ship\n- the lamp fails" in draft.prompt
-    told = draft.prompt.split("ends:\n\n")[1].split("\n\nWrite chapter 2")[0]
+    assert draft.prompt == ("Write chapter 2 of the novel, “The Storm”. What happens in it: Ann sees a ship; the lamp "
+                            "fails. Write it as the novel's prose, going on from where chapter 1 ends.")
+    premise, told = draft.memory.split("\n\nChapter 1, “Arrival”, ends:\n\n")
+    assert premise == "You are writing a novel, “The Lighthouse”.\n\nPremise: A keeper finds a drowned man's diary."
     assert told.startswith("…w103 ") and told.endswith("w399\nThe door closed.")  # its last 300 words
     entries = WorldInfo.from_json(draft.world_info).entries
     assert [(e.keys, e.content, e.constant) for e in entries] == [
         (("Ann", "keeper"), "Ann: the keeper, forty, stubborn", True),  # named in the beats: in view at once
         (("Tom",), "Tom: the drowned sailor", False)]  # in view once the story names him
     first = chapter_draft(plan, plan.chapters[0], chat=True)
-    assert "ends:" not in first.prompt and "Write chapter 1, “Arrival”" in first.prompt
+    assert "ends:" not in first.memory and first.prompt.startswith("Write chapter 1 of the novel, “Arrival”.")
 
 
 @pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)

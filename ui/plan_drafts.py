@@ -2,11 +2,13 @@
 
 A chapter is its own draft in the book. On a chat model (the default, SmolLM2-Instruct) it is an instruction draft:
 
-* the **premise** is the draft's Memory, which an instruction draft keeps in the system turn at the top of every
-  window (tokenswift/text/context_window.pinned_ids): it frames the whole chapter, however long, as the book's;
-* the **beats** and the **previous chapter's closing words** are in the instruction, the user's turn, which also
-  stays in every window: a chat model reads its task there, and the chapter's text (the assistant's answer) starts
-  clean, so neither the beats nor the previous chapter's words are exported as this chapter's text;
+* the **premise** and the **previous chapter's closing words** are the draft's Memory, which an instruction draft
+  keeps in the system turn at the top of every window (tokenswift/text/context_window.pinned_ids): context that
+  frames the whole chapter, however long, and that the writer can read and change in the Write tab;
+* the **beats** are in the instruction, the user's turn, which also stays in every window: the task, in one short
+  paragraph of prose (as a list, or after the previous chapter's text, the 135M default model copied the list's
+  form or wrote chat). The chapter's text (the assistant's answer) starts clean, so neither the beats nor the
+  previous chapter's words are exported as this chapter's text;
 * the **characters** are the draft's World Info, one entry each (keys: its name and key words): an entry enters the
   window when the story names the character; one named in the chapter's title or beats is in view from the first
   word (constant for this chapter), since the beats are not story text that World Info searches.
@@ -76,22 +78,20 @@ def chapter_draft(plan: Plan, chapter: Chapter, chat: bool) -> ChapterDraft:
     """The draft that writes `chapter` of `plan`. chat: the model has a chat template (an instruction draft)."""
     previous = next((c for c in plan.chapters if c.position == chapter.position - 1), None)
     before = closing(body(previous)) if previous is not None and body(previous) else ""
-    beats = "\n".join(f"- {beat}" for beat in chapter.beats)
     world = world_info(plan.characters, " ".join((chapter.title, *chapter.beats)))
     if not chat:
         memory = "\n\n".join(part for part in (plan.premise.strip(), before) if part)
         return ChapterDraft(f"{heading(chapter)}\n\n", "continue", memory,
                             f"This chapter: {'; '.join(chapter.beats)}" if chapter.beats else "", world)
     title = plan.book.title.strip()
-    memory = "\n\n".join(part for part in (f"You are writing a novel, “{title}”." if title else "",
-                                           f"Premise: {plan.premise.strip()}" if plan.premise.strip() else "") if part)
-    asks = []
-    if before:
-        asks.append(f"Chapter {previous.position}, “{previous.title}”, ends:\n\n{before}")
-    asks.append(f"Write chapter {chapter.position}, “{chapter.title}”." + (f" In it:\n{beats}" if beats else ""))
-    asks.append("Write the chapter's prose only, as the novel's text, going on from where the last chapter ends."
-                if before else "Write the chapter's prose only, as the novel's text.")
-    return ChapterDraft("\n\n".join(asks), "instruction", memory, "", world)
+    memory = "\n\n".join(part for part in (
+        f"You are writing a novel, “{title}”." if title else "",
+        f"Premise: {plan.premise.strip()}" if plan.premise.strip() else "",
+        f"Chapter {previous.position}, “{previous.title}”, ends:\n\n{before}" if before else "") if part)
+    what = f" What happens in it: {'; '.join(chapter.beats)}." if chapter.beats else ""
+    follow = f", going on from where chapter {previous.position} ends" if before else ""
+    ask = f"Write chapter {chapter.position} of the novel, “{chapter.title}”.{what}"
+    return ChapterDraft(f"{ask} Write it as the novel's prose{follow}.", "instruction", memory, "", world)
 
 
 def world_info(characters: tuple[Character, ...], named_in: str) -> str:
