@@ -441,7 +441,7 @@ def test_policy_moves_to_a_smaller_batch_when_verify_gets_expensive():
         shape = policy.choose()
         picks.append(shape.slots)
         policy.observe(shape.cut(levels), paths, [5, 1, 1], cost[shape.slots])  # top-1 path: 3 accepted
-    assert picks[:8] == [121, 121, 56, 56, 28, 28, 13, 13]  # warm-up: each shape twice, largest first
+    assert picks[:8] == [13, 13, 28, 28, 56, 56, 121, 121]  # warm-up: each shape twice, smallest first
     assert picks[-10:].count(13) >= 8  # every shape accepts the top-1 path here: the cheapest wins
 
 
@@ -502,7 +502,7 @@ def test_exploring_beside_plain_steps_favours_the_shape_closest_to_paying():
     policy = CandidatePolicy(shapes, explore_every=8, plain_explore_share=0.5)
     explored = []
     for i in range(400):
-        if i == 8:  # after the warm-up (each shape twice, largest first), the engine's AR probe
+        if i == 8:  # after the warm-up (each shape twice, smallest first), the engine's AR probe
             policy.observe_plain(0.0625)  # 16 tokens/s: plain steps stay faster than every shape
         shape = policy.choose()
         if shape is None:
@@ -511,7 +511,33 @@ def test_exploring_beside_plain_steps_favours_the_shape_closest_to_paying():
         if i >= 8:
             explored.append(shape.slots)
         policy.observe(shape.cut(levels), paths, [5], cost[shape.slots])
-    assert explored[:12] == [13, 13, 13, 121, 13, 13, 13, 56, 13, 13, 13, 28]
+    assert explored[:12] == [13, 13, 13, 28, 13, 13, 13, 56, 13, 13, 13, 121]
+
+
+def test_a_shape_that_cannot_beat_plain_steps_is_never_run():
+    """With plain steps timed (the engine's probe comes first), the warm-up extrapolates each larger shape's time
+    from the smaller ones: one whose deepest path, all accepted, would still write slower than plain steps (on a
+    CPU the 84-row shape costs 14 plain steps) is never timed; on a GPU, where rows are nearly free, all are."""
+    shapes = ladder((1, 3, 3, 3), 20)[:4]
+    levels = [[5], [1, 2, 3], [1, 2, 3], [1, 2, 3]]
+
+    def picks(cost) -> list[int]:
+        policy = CandidatePolicy(shapes, explore_every=8)
+        policy.observe_plain(0.014)
+        slots = []
+        for _ in range(40):
+            shape = policy.choose()
+            if shape is None:
+                policy.observe_plain(0.014)
+                continue
+            slots.append(shape.slots)
+            policy.observe(shape.cut(levels), [], [5], cost(shape.slots))
+        return slots
+
+    cpu = picks(lambda rows: 0.014 + 0.0015 * rows)  # 13 rows: 2.4 plain steps; 121 rows: 14
+    assert 121 not in cpu and 56 not in cpu and cpu[:4] == [13, 13, 28, 28]
+    gpu = picks(lambda rows: 0.014 + 0.00001 * rows)
+    assert gpu[:8] == [13, 13, 28, 28, 56, 56, 121, 121]
 
 
 def test_a_random_model_without_a_tokenizer_decodes_on_the_cpu():
