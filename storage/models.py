@@ -211,6 +211,7 @@ class DesiredModelRow(Base):
     heads: Mapped[str | None] = mapped_column(String(1000))
     device: Mapped[str | None] = mapped_column(String(50))
     dtype: Mapped[str | None] = mapped_column(String(50))
+    draft_model: Mapped[str | None] = mapped_column(String(1000))  # None: no draft model
     updated_at: Mapped[datetime | None] = mapped_column(DateTime)
 
     __table_args__ = (CheckConstraint("id = 1", name="single_row"),)

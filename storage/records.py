@@ -209,6 +209,7 @@ class ModelSpec:
     heads: str | None = None
     device: str = "cpu"
     dtype: str = "float32"
+    draft_model: str | None = None  # a smaller model with its tokenizer that drafts for it (speed only)
 
 
 @dataclass(frozen=True)

@@ -82,6 +82,7 @@ class WorkerVerbs:
                 row = DesiredModelRow(id=DESIRED_ID)
                 s.add(row)
             row.model, row.heads, row.device, row.dtype = spec.model, spec.heads, spec.device, spec.dtype
+            row.draft_model = spec.draft_model
             row.updated_at = utcnow()
 
     def desired_model(self) -> ModelSpec | None:
@@ -90,7 +91,7 @@ class WorkerVerbs:
             row = s.get(DesiredModelRow, DESIRED_ID)
             if row is None or not row.model:
                 return None
-            return ModelSpec(row.model, row.heads, row.device or "cpu", row.dtype or "float32")
+            return ModelSpec(row.model, row.heads, row.device or "cpu", row.dtype or "float32", row.draft_model)
 
     def get_worker(self, worker_id: str) -> WorkerStatus | None:
         with self._read() as s:

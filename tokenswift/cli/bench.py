@@ -23,6 +23,7 @@ from tokenswift.cli.common import (
 )
 from tokenswift.cli.flags import (
     add_ban_args,
+    add_draft_model_arg,
     add_fast_args,
     add_instruction_arg,
     add_model_args,
@@ -42,6 +43,7 @@ def add_commands(sub) -> None:
     """bench, bench-ar, bench-bound and bench-shift"""
     cmp = sub.add_parser("bench", help="AR versus TokenSwift on one prompt, in one process")
     add_model_args(cmp)
+    add_draft_model_arg(cmp)
     add_prompt_args(cmp, books=True)
     add_sampler_args(cmp)
     cmp.add_argument("--warmup-tokens", type=int, default=16,
@@ -139,7 +141,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     prompt_ids = bench_prompt_ids(args, lm, text)
     pinned = pinned_ids(lm, "", "", world=world) if world is not None else None
     check_lengths(lm, settings, prompt_ids, pinned)
-    if lm.heads is None and concrete_drafter(settings.drafter, lm.draft_layer is not None, lm.device.type) != "layer":
+    drafter = concrete_drafter(settings.drafter, lm.draft_layer is not None, lm.device.type, lm.draft_model is not None)
+    if lm.heads is None and drafter not in ("layer", "model"):
         note("note: no draft heads: TokenSwift drafts with the base head and n-grams only")
     result = compare(lm, prompt_ids, settings, warmup_tokens=args.warmup_tokens, slice_tokens=args.slice_tokens,
                      options=options, pinned=pinned, window_tokens=args.window_tokens)

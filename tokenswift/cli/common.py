@@ -160,6 +160,13 @@ def open_model(args: argparse.Namespace) -> LoadedModel:
                         draft=getattr(args, "draft", None), threads=args.threads)
     except (ModelLoadError, HeadsError) as error:
         raise CliError(str(error)) from None
+    if draft_model := getattr(args, "draft_model", None):
+        from tokenswift.draft.model_drafter import attach_draft_model
+
+        try:
+            lm = attach_draft_model(lm, draft_model)
+        except SettingsError as error:
+            raise CliError(str(error)) from None
     if lm.threads is not None:  # one model for the whole process: its thread count is the process's
         torch.set_num_threads(lm.threads)
     return lm

@@ -69,6 +69,12 @@ def add_model_args(p: argparse.ArgumentParser, heads: bool = True) -> None:
                    help="also write the results (ids, text, metrics) to this JSON file (default: none)")
 
 
+def add_draft_model_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--draft-model", default=None, metavar="PATH",
+                   help="a smaller model with the same tokenizer that drafts for this one (checkpoint directory, "
+                        ".gguf file or cached hub id; --drafter model, which auto then picks) (default: none)")
+
+
 def add_sampler_args(p: argparse.ArgumentParser) -> None:
     d = writing_settings()
     p.add_argument("--max-new-tokens", type=int, required=True,
@@ -92,8 +98,9 @@ def add_sampler_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--drafter", choices=DRAFTERS, default=d.drafter,
                    help="how TokenSwift drafts: fused (from the verify pass's own states, one pass per step), "
                         "paper (a draft pass over the partial cache, then verification), layer (a draft layer "
-                        "guessing one token at a time) or auto (layer on a CPU where the model has a draft layer, "
-                        "else fused); never changes the text (default: %(default)s)")
+                        "guessing one token at a time), model (a draft model, --draft-model) or auto (the draft model "
+                        "where one is given, else layer on a CPU where the model has a draft layer, else fused); "
+                        "never changes the text (default: %(default)s)")
     p.add_argument("--eta", action=Given, type=float, default=d.eta,
                    help="eta sampling: drop tokens below an entropy-scaled threshold; 0 = off (default: %(default)s)")
     p.add_argument("--penalty", action=Given, type=float, default=d.penalty,

@@ -21,6 +21,7 @@ from tokenswift.cli.common import (
 from tokenswift.cli.flags import (
     GivenSwitch,
     add_ban_args,
+    add_draft_model_arg,
     add_fast_args,
     add_instruction_arg,
     add_model_args,
@@ -35,6 +36,7 @@ def add_command(sub) -> None:
     """generate"""
     gen = sub.add_parser("generate", help="generate text, streamed to stdout")
     add_model_args(gen)
+    add_draft_model_arg(gen)
     add_prompt_args(gen)
     add_sampler_args(gen)
     gen.add_argument("--mode", default="tokenswift",

@@ -25,6 +25,7 @@ from tokenswift.decode.trie import build_trie, verify_inputs, walk
 from tokenswift.draft.drafting import Drafter, HeadsDrafter
 from tokenswift.draft.fused_drafter import FusedDrafter
 from tokenswift.draft.layer_drafter import LayerDrafter
+from tokenswift.draft.model_drafter import ModelDrafter
 from tokenswift.model.fastpath import FastPasses, padded_capacity
 from tokenswift.model.forward import COLUMN_ROWS, column_product
 from tokenswift.model.kv_cache import KVCache
@@ -60,7 +61,7 @@ class Engine(EngineWindow, EngineProbe):
         pinned_source: the draft's current Memory and note, asked for at each shift (an edit applies there).
         bans: {story index: token ids} the sampler forbids there (banned.py)."""
         settings = settings.replace(drafter=concrete_drafter(settings.drafter, lm.draft_layer is not None,
-                                                             lm.device.type))
+                                                             lm.device.type, lm.draft_model is not None))
         self.lm, self.s, self.prompt_len = lm, settings, prompt_len
         if plan is None:
             prompt = list(ids[:prompt_len])
@@ -150,6 +151,8 @@ class Engine(EngineWindow, EngineProbe):
             return FusedDrafter(self.lm, self.s, self.sampler)
         if self.s.drafter == "layer":
             return LayerDrafter(self.lm, self.s, self.sampler, self.cache.capacity)
+        if self.s.drafter == "model":  # reads the committed tokens from the buffer, slot by slot
+            return ModelDrafter(self.lm, self.s, self.sampler, self.buf, self.cache.capacity)
         return HeadsDrafter(self.lm, self.s, self.sampler, default_budget(self.s, self.prompt_len), self.fast)
 
     def _observe(self, hidden: torch.Tensor | None, following: list[int], first: int) -> None:

@@ -17,8 +17,8 @@ from tokenswift.sampling.no_repeat import REPEAT_RANGE
 
 MODES = ("tokenswift", "ar")
 # The one-pass drafter (fused_drafter.py), the paper's two passes (drafting.py), the draft layer (layer_drafter.py),
-# or auto: the one that is fastest where it runs (concrete_drafter).
-DRAFTERS = ("auto", "fused", "paper", "layer")
+# a draft model (model_drafter.py), or auto: the one that is fastest where it runs (concrete_drafter).
+DRAFTERS = ("auto", "fused", "paper", "layer", "model")
 PROMPT_FORMATS = ("continue", "instruction")  # an opening to continue, or an instruction (the chat template)
 INT64_MAX = 2**63 - 1  # the noise is keyed by 64 bits of the seed; the app's store keeps seed and target as int64
 NGRAM_LEN = 4  # tokens an n-gram path proposes; every drafter, the engine and the adaptive ladder size batches by it
@@ -240,12 +240,15 @@ WRITING_DEFAULTS = {"temperature": 0.9, "top_p": 1.0, "min_p": 0.1, "penalty": 1
                     "dry_multiplier": 0.8, "ban_eos": True, "no_repeat_ngram": 10}
 
 
-def concrete_drafter(drafter: str, has_layer: bool, device_type: str) -> str:
-    """The drafter `auto` stands for: the draft layer on a CPU where the model has one (there, a verify pass costs
-    nearly its rows in compute, so only drafts the model agrees with pay: the layer's are right about three times
-    as often as the heads'), else the fused drafter (on a GPU a wide tree verifies nearly free)."""
+def concrete_drafter(drafter: str, has_layer: bool, device_type: str, has_model: bool = False) -> str:
+    """The drafter `auto` stands for: the draft model where one was given (the writer chose it for this model);
+    the draft layer on a CPU where the model has one (there, a verify pass costs nearly its rows in compute, so only
+    drafts the model agrees with pay: the layer's are right about three times as often as the heads'), else the
+    fused drafter (on a GPU a wide tree verifies nearly free)."""
     if drafter != "auto":
         return drafter
+    if has_model:
+        return "model"
     return "layer" if has_layer and device_type == "cpu" else "fused"
 
 

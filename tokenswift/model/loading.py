@@ -53,6 +53,7 @@ class LoadedModel:
     weights: str = "float"  # "q4": every layer's projections are the GGUF file's 4-bit blocks
     draft_layer: DraftLayer | None = None  # the autoregressive drafter's layer (draft_layer.py)
     draft_error: str | None = None  # why a draft layer found beside the model could not be used
+    draft_model: LoadedModel | None = None  # a smaller model with its tokenizer that drafts (model_drafter.py)
     threads: int | None = None  # torch's intra-op threads while it runs (load_model: cpu_threads); None: torch's
     flex: FlexKernel = field(default_factory=FlexKernel)  # the fast path's FlexAttention, compiled for this model
 
@@ -117,7 +118,8 @@ class LoadedModel:
 
     def memory_bytes(self) -> int:
         tensors = list(self.model.parameters()) + (list(self.heads.parameters()) if self.heads else [])
-        return sum(t.numel() * t.element_size() for t in tensors)
+        own = sum(t.numel() * t.element_size() for t in tensors)
+        return own + (self.draft_model.memory_bytes() if self.draft_model is not None else 0)
 
 
 SMALL_MODEL_PARAMS = 100_000_000
