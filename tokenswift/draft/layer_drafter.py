@@ -16,7 +16,10 @@ Exactness does not depend on any of this: the chain is only a proposal; verifica
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import torch
+from torch import nn
 
 from tokenswift.decode.settings import Settings
 from tokenswift.draft.drafting import best_per_depth
@@ -25,6 +28,7 @@ from tokenswift.model.kv_cache import KVCache
 from tokenswift.model.loading import LoadedModel
 from tokenswift.model.masks import causal_mask
 from tokenswift.model.native_rows import MAX_ROWS, NativeBlock
+from tokenswift.model.quant import QuantLinear
 from tokenswift.sampling.sampler import Sampler, node_windows
 
 
@@ -60,11 +64,19 @@ class LayerDrafter:
         self.widths = [1] * (len(settings.tree) - 1)  # a chain as deep as the tree
         self.dtype = self.layer.norm.weight.dtype  # may be narrower than the model's (loading._pick_draft)
         self.head_rows = lm.model.head_weight[self.layer.vocab].to(self.dtype)
+        # With the model's integer kernels (q4), the layer's products and its head rows run from Q8_0 copies, a
+        # quarter of float32's bytes: a 3-deep draft at 2K took 4.2 ms instead of 7.5, and accepted as many tokens
+        # (1.72 against 1.73 per iteration over three held-out openings). The text, decided by verification, is the
+        # same.
+        quantized = lm.precision == "q4" and lm.model.native is not None
         cache = KVCache(1, self.cfg.n_kv_heads, capacity, self.cfg.head_dim, lm.device, self.dtype)
         self.keys, self.values = cache.k[0], cache.v[0]
         # The model's C kernels run the layer too where it has them and the layer shares its float32.
         self.native = lm.model.native if self.dtype == torch.float32 else None
-        self.block = NativeBlock(self.native, self.cfg, self.layer.layer) if self.native is not None else None
+        quantized = quantized and self.native is not None
+        block = q8_block(self.layer.layer) if quantized else self.layer.layer
+        self.block = NativeBlock(self.native, self.cfg, block) if self.native is not None else None
+        self.head = QuantLinear.q8(self.head_rows) if quantized else None
         self.filled = self.valid_from = 0  # rows [valid_from, filled) hold committed states
         self.pending: list[tuple[torch.Tensor, list[int]]] = []  # committed, not yet run: (states, following tokens)
         self.pending_count = 0
@@ -108,7 +120,8 @@ class LayerDrafter:
             return []
         levels, state, rows = [], self.state, window
         for d in range(len(self.widths[:depth])):
-            scores = self.layer.logits(state, self.head_rows, self.native)  # over the draft vocabulary
+            scores = (self.head(self.layer.norm(state)) if self.head is not None  # over the draft vocabulary
+                      else self.layer.logits(state, self.head_rows, self.native))
             levels.append(best_per_depth(scores, self.sampler, rows, [1], key + d, self.layer.vocab)[0])
             if d + 1 < len(self.widths[:depth]):
                 state = self._run(state, levels[-1], position + d)
@@ -137,3 +150,16 @@ class LayerDrafter:
         block = self.block if len(tokens) <= MAX_ROWS else None  # slot = position
         return self.layer.step(states.to(self.dtype), embedded, cos, sin, CacheAttention(self, first, len(tokens)),
                                (self.keys, self.values, pos), block)
+
+
+def q8_block(block: nn.Module) -> SimpleNamespace:
+    """A decoder layer (forward.Block) as its NativeBlock reads it, with its four products as Q8_0 copies
+    (QuantLinear.q8); a product with a bias stays as it is (QuantLinear has none). The layer itself is left alone."""
+    def q8(linear: nn.Module) -> nn.Module:
+        return QuantLinear.q8(linear.weight) if getattr(linear, "bias", None) is None else linear
+
+    attn, mlp = block.self_attn, block.mlp
+    return SimpleNamespace(self_attn=SimpleNamespace(qkv_proj=q8(attn.qkv_proj), o_proj=q8(attn.o_proj)),
+                           mlp=SimpleNamespace(gate_up_proj=q8(mlp.gate_up_proj), down_proj=q8(mlp.down_proj)),
+                           input_layernorm=block.input_layernorm,
+                           post_attention_layernorm=block.post_attention_layernorm)
