@@ -31,6 +31,17 @@ def test_the_story_goes_on_past_the_answer_exactly(smollm2_q4):
         assert Generator(lm, SETTINGS, prompt, pinned=pinned, generated_ids=ids[:at], options=APP).run() == ids
 
 
+def test_the_turn_that_asks_for_more_is_no_memory(smollm2_q4):
+    """Without a Memory or note, the status line's "memory" stays 0 past the answer: the turn that asks the model
+    to go on is part of the chat's frame, not the writer's."""
+    prompt, pinned = draft_context(smollm2_q4, INSTRUCTION, "instruction")
+    run = Generator(smollm2_q4, SETTINGS.replace(max_new_tokens=90), prompt, pinned=pinned, options=APP)
+    ids = run.run()
+    assert pinned.after_answer.section_break in ids and run._engine.plan.answered_from is not None
+    use = run.context_use()
+    assert use.memory == 0 and use.frame > len(pinned.frame.prompt)
+
+
 def test_without_keep_writing_the_answer_ends_the_draft(smollm2_q4):
     prompt, pinned = draft_context(smollm2_q4, INSTRUCTION, "instruction")
     run = Generator(smollm2_q4, SETTINGS.replace(ban_eos=False), prompt, pinned=pinned)

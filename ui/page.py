@@ -107,8 +107,9 @@ def build_page(store: Store, *, worker_hint: str, exports: Exports, tokens: Prom
     with gr.Blocks(title="TokenSwift Studio", delete_cache=(3600, 3600)) as page:
         with gr.Row(elem_id="ts-header"):
             gr.Markdown("## TokenSwift Studio", elem_id="ts-brand")
-            banner = gr.Markdown(views.model_banner(store.list_workers(), store.desired_model(), worker_hint),
-                                 label="Model banner", elem_id="ts-banner")
+            # Built once when the app starts (before its worker runs): every page shows this until its load event
+            # reads the workers, so it must not say there is none.
+            banner = gr.Markdown(f"{views.dot('wait')} Checking the model…", label="Model banner", elem_id="ts-banner")
         compare_kept = compare.kept()  # outside the tabs: read on load, whichever tab shows
         with gr.Tabs(elem_id="ts-tabs") as tabs:
             with gr.Tab("Write", id="write", elem_id="tab-write"):

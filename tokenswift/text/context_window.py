@@ -195,8 +195,10 @@ class WindowPlan:
         return self.fixed - self.reserve + (sum(len(world.contents[i]) for i in entries) if world else 0)
 
     def frame_size(self) -> int:
-        """The pinned tokens that are neither Memory, World Info nor the note: BOS, or the chat turns around them."""
-        return self.fixed - self.reserve - len(self.pinned.memory) - len(self.pinned.note)
+        """The pinned tokens that are neither Memory, World Info nor the writer's note: BOS, or the chat turns around
+        them (past an instruction draft's answer without a note, the turn that asks the model to go on too)."""
+        asked = self.answered_from is not None and not self.answered_from.pinned.note
+        return self.fixed - self.reserve - len(self.pinned.memory) - (0 if asked else len(self.pinned.note))
 
     def kept_start(self, b: int) -> int:
         """Story index of the oldest token window(b) keeps."""
