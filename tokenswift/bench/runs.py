@@ -110,7 +110,7 @@ def weight_bytes(lm: LoadedModel) -> int:
 
 def kv_bytes_per_token(lm: LoadedModel) -> int:
     cfg = lm.config
-    return 2 * cfg.n_layers * cfg.n_kv_heads * cfg.head_dim * torch.finfo(lm.dtype).bits // 8
+    return 2 * cfg.n_layers * cfg.n_kv_heads * cfg.head_dim * torch.finfo(lm.cache_dtype).bits // 8
 
 
 def ar_at_context(lm: LoadedModel, context: int, steps: int, warmup: int = 4, temperature: float = 0.0) -> dict:

@@ -134,6 +134,7 @@ def open_model(args: argparse.Namespace) -> LoadedModel:
     from tokenswift.model.default_model import default_model_path
     from tokenswift.model.loading import (
         ModelLoadError,
+        compact_cache,
         default_device,
         default_dtype,
         load_model,
@@ -159,6 +160,10 @@ def open_model(args: argparse.Namespace) -> LoadedModel:
         lm = load_model(args.model, device=device, dtype=dtype, heads=getattr(args, "heads", None),
                         draft=getattr(args, "draft", None), threads=args.threads)
     except (ModelLoadError, HeadsError) as error:
+        raise CliError(str(error)) from None
+    try:
+        lm = compact_cache(lm, getattr(args, "kv_cache", "float32"))
+    except ValueError as error:
         raise CliError(str(error)) from None
     if draft_model := getattr(args, "draft_model", None):
         from tokenswift.draft.model_drafter import attach_draft_model

@@ -87,7 +87,7 @@ class Engine(EngineWindow, EngineProbe):
         if fast is not None:
             capacity = padded_capacity(capacity)  # compiled kernels specialise on it: keep to a few sizes
         cfg = lm.config
-        self.cache = KVCache(cfg.n_layers, cfg.n_kv_heads, capacity, cfg.head_dim, lm.device, lm.dtype,
+        self.cache = KVCache(cfg.n_layers, cfg.n_kv_heads, capacity, cfg.head_dim, lm.device, lm.cache_dtype,
                              slot_major=fast is not None)
         self.ids = list(ids)
         self.buf = torch.zeros(capacity, dtype=torch.int64, device=lm.device)

@@ -61,7 +61,7 @@ class PartialCache:
         for layer, q in enumerate(queries):
             keys, values = full.view(layer, length)
             group_q = q.view(cfg.n_kv_heads, cfg.group, cfg.head_dim).sum(dim=1)  # [kv_heads, head_dim]
-            scores = torch.einsum("kld,kd->kl", keys[:, s:], group_q)
+            scores = torch.einsum("kld,kd->kl", keys[:, s:].to(group_q.dtype), group_q)  # a bf16 cache widened
             # topk with largest=False over the negated ranking would do too; sorting ascending puts the
             # least important first, where newly committed tokens will overwrite them.
             idx = torch.topk(scores, keep, dim=-1).indices.flip(-1) + s

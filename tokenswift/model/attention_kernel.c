@@ -14,7 +14,13 @@
    has its own list, a task (KV head, token, chunk) for its query heads. So a row's result depends on its query and
    the keys and values it sees, in order, and on nothing else: not the rows beside it, where its slots sit, nor the
    thread count. (A sliding window hides the first slots from later rows: then nothing is shared, and each token
-   reads its own window.) */
+   reads its own window.)
+
+   The cache holds float32 (real) or, compact, bfloat16 keys and values (kv_bf16, real.h): a bf16 element is widened
+   to float32 exactly as it is loaded, and every sum then runs as over a float32 cache holding the same values, so
+   a step reads half the bytes and computes what the float32 kernel computes over the rounded values. (AVX-512
+   BF16's vdpbf16ps would halve the key products too, but rounds q to bf16 and sums pairs in its own order: a
+   portable path could not follow it bit for bit.) */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -72,22 +78,30 @@ INLINE __m256 exp_nonpositive(__m256 x) {
 #endif
 #define MAX_GROUP 3  /* the most rows a block takes anywhere (its arrays), ROW_BLOCK here */
 
-/* Asks for the d floats at x (a key or value of the next chunk) in L2; in L1 they would evict the chunk at work.
+/* Lanes i..i+7 of a cached key or value (its first element at `row`), widened to float32 from a bf16 cache. */
+INLINE __m256 load_kv(const char *row, int64_t i, const int bf16) {
+    if (!bf16)
+        return _mm256_loadu_ps((const float *)row + i);
+    const __m128i half = _mm_loadu_si128((const __m128i *)((const uint16_t *)row + i));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(half), 16));
+}
+
+/* Asks for the `bytes` at x (a key or value of the next chunk) in L2; in L1 they would evict the chunk at work.
    The hardware prefetcher stops at every 4 KiB page (16 slots of a head at d = 64): without this a plain step at
    a 7K context spent a third of its attention waiting for memory, and a verify batch's extra rows could not hide
    under the reads. */
-INLINE void prefetch_row(const float *x, int64_t d) {
-    for (int64_t i = 0; i < d; i += 16) _mm_prefetch((const char *)(x + i), _MM_HINT_T1);
+INLINE void prefetch_row(const char *x, int64_t bytes) {
+    for (int64_t i = 0; i < bytes; i += 64) _mm_prefetch(x + i, _MM_HINT_T1);
 }
 
 /* scores[r * CHUNK + j] = scale * q[r] . key[j] for R rows and the chunk's keys, eight at a time (keys past n
    repeat the last key: every slot's sum takes the same order wherever n falls), each key vector loaded once for
    the R rows. A sum: eight lanes over d in order, then hsum8. */
-INLINE void block_scores(const float *const *q, const float *const *keys, int64_t padded, int64_t d, float scale,
-                         const int R, int64_t ahead, float *scores) {
+INLINE void block_scores(const float *const *q, const char *const *keys, int64_t padded, int64_t d, float scale,
+                         const int R, int64_t ahead, const int bf16, float *scores) {
     for (int64_t j = 0; j < padded; j += 8) {
         if (ahead)
-            for (int u = 0; u < 8; ++u) prefetch_row(keys[j + u] + ahead, d);
+            for (int u = 0; u < 8; ++u) prefetch_row(keys[j + u] + ahead, d << (bf16 ? 1 : 2));
         __m256 acc[MAX_GROUP][8];
         for (int r = 0; r < R; ++r)
             for (int u = 0; u < 8; ++u) acc[r][u] = _mm256_setzero_ps();
@@ -95,7 +109,7 @@ INLINE void block_scores(const float *const *q, const float *const *keys, int64_
             __m256 qv[MAX_GROUP];
             for (int r = 0; r < R; ++r) qv[r] = _mm256_loadu_ps(q[r] + i);
             for (int u = 0; u < 8; ++u) {
-                const __m256 kv = _mm256_loadu_ps(keys[j + u] + i);
+                const __m256 kv = load_kv(keys[j + u], i, bf16);
                 for (int r = 0; r < R; ++r) acc[r][u] = _mm256_fmadd_ps(qv[r], kv, acc[r][u]);
             }
         }
@@ -107,17 +121,17 @@ INLINE void block_scores(const float *const *q, const float *const *keys, int64_
 /* o[r * d + i] = sum over the chunk's n slots of p[r * CHUNK + j] * value[j][i], in slot order, for R rows and
    D = d <= 128 (D / 8 accumulators a row), each value vector loaded once for the R rows. A zero weight adds +0 to
    a sum that starts at +0 and whose values are finite: the sums are those of skipping it. */
-INLINE void block_values(const float *p, const float *const *values, int64_t n, const int64_t D, const int R,
-                         int64_t ahead, float *o) {
+INLINE void block_values(const float *p, const char *const *values, int64_t n, const int64_t D, const int R,
+                         int64_t ahead, const int bf16, float *o) {
     __m256 acc[MAX_GROUP][16];
     for (int r = 0; r < R; ++r)
         for (int64_t i = 0; i < D / 8; ++i) acc[r][i] = _mm256_setzero_ps();
     for (int64_t j = 0; j < n; ++j) {
         __m256 w[MAX_GROUP];
         for (int r = 0; r < R; ++r) w[r] = _mm256_set1_ps(p[r * CHUNK + j]);
-        if (ahead) prefetch_row(values[j] + ahead, D);
+        if (ahead) prefetch_row(values[j] + ahead, D << (bf16 ? 1 : 2));
         for (int64_t i = 0; i < D / 8; ++i) {
-            const __m256 vv = _mm256_loadu_ps(values[j] + 8 * i);
+            const __m256 vv = load_kv(values[j], 8 * i, bf16);
             for (int r = 0; r < R; ++r) acc[r][i] = _mm256_fmadd_ps(w[r], vv, acc[r][i]);
         }
     }
@@ -126,9 +140,14 @@ INLINE void block_values(const float *p, const float *const *values, int64_t n, 
 }
 #endif
 
-static real dot(const real *a, const real *b, int64_t d) {
+/* Element i of a cached key or value (its first element at `row`): real, or bf16 widened. */
+static inline real kv_at(const char *row, int64_t i, int bf16) {
+    return bf16 ? (real)from_bf16(((const uint16_t *)row)[i]) : ((const real *)row)[i];
+}
+
+static real dot(const real *a, const char *b, int64_t d, int bf16) {
     real sum = 0.0;
-    for (int64_t i = 0; i < d; ++i) sum += a[i] * b[i];
+    for (int64_t i = 0; i < d; ++i) sum += a[i] * kv_at(b, i, bf16);
     return sum;
 }
 
@@ -186,15 +205,17 @@ static struct part exponentiate_vector(float *row, int64_t padded) {
 
 /* chunk_task's rows where d % 8 == 0 and d <= 128, in blocks of ROW_BLOCK rows: the chunk's key and value
    addresses found once for all of them, then every block's scores while the keys are in L1, then every block's
-   values (a chunk's keys and values together fill this core's 32 KiB L1). */
-static void chunk_rows_vector(const float *q, int64_t h, int64_t g, int64_t r0, int64_t rows, int64_t d,
-                              const float *k, const float *v, int64_t slot_stride, const int64_t *slots, int64_t s0,
-                              int64_t n, float scale, int64_t head, int64_t ahead, float *scores, struct part *parts,
-                              float *o) {
+   values (a chunk's keys and values together fill this core's 32 KiB L1). Inlined twice, for each cache element
+   (bf16 a constant). */
+INLINE void chunk_rows_vector(const float *q, int64_t h, int64_t g, int64_t r0, int64_t rows, int64_t d,
+                              const char *k, const char *v, int64_t slot_stride, const int64_t *slots, int64_t s0,
+                              int64_t n, float scale, int64_t head, int64_t ahead, const int bf16, float *scores,
+                              struct part *parts, float *o) {
     const int64_t padded = (n + 7) / 8 * 8;
-    const float *keys[CHUNK], *values[CHUNK], *qs[MAX_GROUP];
+    const char *keys[CHUNK], *values[CHUNK];
+    const float *qs[MAX_GROUP];
     for (int64_t j = 0; j < padded; ++j) {
-        const int64_t at = SLOT(slots, s0, j < n ? j : n - 1) * slot_stride;
+        const int64_t at = SLOT(slots, s0, j < n ? j : n - 1) * slot_stride * (bf16 ? 2 : 4);
         keys[j] = k + at;
         values[j] = v + at;
     }
@@ -207,10 +228,11 @@ static void chunk_rows_vector(const float *q, int64_t h, int64_t g, int64_t r0, 
         float *sc = scores + r * CHUNK;
         const int64_t next = r == 0 ? ahead : 0;  /* the first block reads the chunk from memory */
         if (d != 64)  /* d = 64 (the default model's) blocked and inlined; others a row at a time */
-            for (int i = 0; i < b; ++i) block_scores(qs + i, keys, padded, d, scale, 1, i ? 0 : next, sc + i * CHUNK);
-        else if (b == ROW_BLOCK) block_scores(qs, keys, padded, 64, scale, ROW_BLOCK, next, sc);
-        else if (b == 2) block_scores(qs, keys, padded, 64, scale, 2, next, sc);
-        else block_scores(qs, keys, padded, 64, scale, 1, next, sc);
+            for (int i = 0; i < b; ++i)
+                block_scores(qs + i, keys, padded, d, scale, 1, i ? 0 : next, bf16, sc + i * CHUNK);
+        else if (b == ROW_BLOCK) block_scores(qs, keys, padded, 64, scale, ROW_BLOCK, next, bf16, sc);
+        else if (b == 2) block_scores(qs, keys, padded, 64, scale, 2, next, bf16, sc);
+        else block_scores(qs, keys, padded, 64, scale, 1, next, bf16, sc);
     }
     for (int64_t r = 0; r < rows; ++r) {
         for (int64_t j = n; j < padded; ++j) scores[r * CHUNK + j] = -INFINITY;
@@ -222,24 +244,40 @@ static void chunk_rows_vector(const float *q, int64_t h, int64_t g, int64_t r0, 
         float *out = o + r * d;
         const int64_t next = r == 0 ? ahead : 0;
         if (d != 64)
-            for (int i = 0; i < b; ++i) block_values(p + i * CHUNK, values, n, d, 1, i ? 0 : next, out + i * d);
-        else if (b == ROW_BLOCK) block_values(p, values, n, 64, ROW_BLOCK, next, out);
-        else if (b == 2) block_values(p, values, n, 64, 2, next, out);
-        else block_values(p, values, n, 64, 1, next, out);
+            for (int i = 0; i < b; ++i)
+                block_values(p + i * CHUNK, values, n, d, 1, i ? 0 : next, bf16, out + i * d);
+        else if (b == ROW_BLOCK) block_values(p, values, n, 64, ROW_BLOCK, next, bf16, out);
+        else if (b == 2) block_values(p, values, n, 64, 2, next, bf16, out);
+        else block_values(p, values, n, 64, 1, next, bf16, out);
     }
+}
+
+static void chunk_rows_float(const float *q, int64_t h, int64_t g, int64_t r0, int64_t rows, int64_t d,
+                             const char *k, const char *v, int64_t slot_stride, const int64_t *slots, int64_t s0,
+                             int64_t n, float scale, int64_t head, int64_t ahead, float *scores, struct part *parts,
+                             float *o) {
+    chunk_rows_vector(q, h, g, r0, rows, d, k, v, slot_stride, slots, s0, n, scale, head, ahead, 0, scores, parts, o);
+}
+
+static void chunk_rows_bf16(const float *q, int64_t h, int64_t g, int64_t r0, int64_t rows, int64_t d,
+                            const char *k, const char *v, int64_t slot_stride, const int64_t *slots, int64_t s0,
+                            int64_t n, float scale, int64_t head, int64_t ahead, float *scores, struct part *parts,
+                            float *o) {
+    chunk_rows_vector(q, h, g, r0, rows, d, k, v, slot_stride, slots, s0, n, scale, head, ahead, 1, scores, parts, o);
 }
 #endif
 
 /* Task: query rows [r0, r0 + rows) of KV head `head` (row r: token r / g, query head head * g + r % g) over n <=
    CHUNK cached slots that all of them see, SLOT(slots, s0, j) for j < n. Writes each row's maximum score and sum
-   of exp(score - maximum) to parts[r - r0] and its exp-weighted sum of values to o[(r - r0) * d]. */
-static void chunk_task(const real *q, int64_t h, int64_t g, int64_t r0, int64_t rows, int64_t d, const real *k,
-                       const real *v, int64_t slot_stride, const int64_t *slots, int64_t s0, int64_t n, real scale,
-                       int64_t head, int64_t ahead, real *scores, struct part *parts, real *o) {
+   of exp(score - maximum) to parts[r - r0] and its exp-weighted sum of values to o[(r - r0) * d]. k and v: the
+   head's first key and value (bf16: in a compact cache); slot_stride and `ahead` count elements. */
+static void chunk_task(const real *q, int64_t h, int64_t g, int64_t r0, int64_t rows, int64_t d, const char *k,
+                       const char *v, int bf16, int64_t slot_stride, const int64_t *slots, int64_t s0, int64_t n,
+                       real scale, int64_t head, int64_t ahead, real *scores, struct part *parts, real *o) {
 #ifdef AT_AVX2
     if (d % 8 == 0 && d <= 128) {
-        chunk_rows_vector(q, h, g, r0, rows, d, k, v, slot_stride, slots, s0, n, scale, head, ahead, scores, parts,
-                          o);
+        (bf16 ? chunk_rows_bf16 : chunk_rows_float)(q, h, g, r0, rows, d, k, v, slot_stride, slots, s0, n, scale,
+                                                    head, ahead * (bf16 ? 2 : 4), scores, parts, o);
         return;
     }
 #endif
@@ -248,14 +286,15 @@ static void chunk_task(const real *q, int64_t h, int64_t g, int64_t r0, int64_t 
         const int64_t row_id = r0 + r;
         const real *qr = q + ((row_id / g) * h + head * g + row_id % g) * d;
         real *row = scores + r * CHUNK;
-        for (int64_t j = 0; j < n; ++j) row[j] = scale * dot(qr, k + SLOT(slots, s0, j) * slot_stride, d);
+        const int64_t size = bf16 ? 2 : (int64_t)sizeof(real);
+        for (int64_t j = 0; j < n; ++j) row[j] = scale * dot(qr, k + SLOT(slots, s0, j) * slot_stride * size, d, bf16);
         parts[r] = exponentiate(row, n);
         real *out = o + r * d;
         memset(out, 0, (size_t)d * sizeof(real));
         for (int64_t j = 0; j < n; ++j) {
             if (row[j] == 0.0) continue;
-            const real *value = v + SLOT(slots, s0, j) * slot_stride;
-            for (int64_t i = 0; i < d; ++i) out[i] += row[j] * value[i];
+            const char *value = v + SLOT(slots, s0, j) * slot_stride * size;
+            for (int64_t i = 0; i < d; ++i) out[i] += row[j] * kv_at(value, i, bf16);
         }
     }
 }
@@ -271,11 +310,11 @@ static int64_t result_at(int64_t c, int64_t head, int64_t r, int64_t whole, int6
 
 /* out[t, h * d] = softmax(scale * q k^T) v for q [t, h, d] (contiguous) over the slots each token sees: all of
    [0, shared), then its own slots tail[i * tail_width + j] for j < tail_count[i], ascending and >= shared. k and
-   v's element (head, slot, i) is at head * head_stride + slot * slot_stride + i; every token sees at least one
-   slot. kv_heads divides h (GQA: query head i reads KV head i / (h / kv_heads)). Returns 0, or -1 when out of
-   memory. */
-int attend_rows(const real *q, int64_t t, int64_t h, int64_t kv_heads, int64_t d, const real *k, const real *v,
-                int64_t head_stride, int64_t slot_stride, int64_t shared, const int64_t *tail,
+   v's element (head, slot, i) is at head * head_stride + slot * slot_stride + i, a real or (kv_bf16) a bf16;
+   every token sees at least one slot. kv_heads divides h (GQA: query head i reads KV head i / (h / kv_heads)).
+   Returns 0, or -1 when out of memory. */
+int attend_rows(const real *q, int64_t t, int64_t h, int64_t kv_heads, int64_t d, const void *k, const void *v,
+                int kv_bf16, int64_t head_stride, int64_t slot_stride, int64_t shared, const int64_t *tail,
                 const int64_t *tail_count, int64_t tail_width, real scale, real *out, int threads) {
     /* Whole chunks of [0, shared) for all rows; from c0 on, each token's slots: [c0, shared) and then its tail. */
     const int64_t g = h / kv_heads, rows = g * t, c0 = shared / CHUNK * CHUNK, whole = c0 / CHUNK;
@@ -286,6 +325,8 @@ int attend_rows(const real *q, int64_t t, int64_t h, int64_t kv_heads, int64_t d
         most = chunks > most ? chunks : most;
     }
     const int64_t common = kv_heads * whole, own = kv_heads * t * most;
+    const int64_t head_bytes = head_stride * (kv_bf16 ? 2 : (int64_t)sizeof(real));
+    const char *keys = k, *values = v;
     struct part *parts = malloc((size_t)(common * rows + own * g) * sizeof(struct part));
     real *o = malloc((size_t)((common * rows + own * g) * d) * sizeof(real));
     real *scores = malloc((size_t)(threads * rows * CHUNK) * sizeof(real));
@@ -303,8 +344,8 @@ int attend_rows(const real *q, int64_t t, int64_t h, int64_t kv_heads, int64_t d
         if (task < common) {  /* (head, whole chunk): every row */
             const int64_t head = task / whole, c = task % whole;
             const int64_t ahead = c + 1 < whole ? CHUNK * slot_stride : 0;  /* the next chunk, to prefetch */
-            chunk_task(q, h, g, 0, rows, d, k + head * head_stride, v + head * head_stride, slot_stride, NULL,
-                       c * CHUNK, CHUNK, scale, head, ahead, scratch, parts + task * rows, o + task * rows * d);
+            chunk_task(q, h, g, 0, rows, d, keys + head * head_bytes, values + head * head_bytes, kv_bf16, slot_stride,
+                       NULL, c * CHUNK, CHUNK, scale, head, ahead, scratch, parts + task * rows, o + task * rows * d);
             continue;
         }
         const int64_t x = task - common, head = x / (t * most), i = x / most % t, c = x % most;
@@ -317,8 +358,8 @@ int attend_rows(const real *q, int64_t t, int64_t h, int64_t kv_heads, int64_t d
             const int64_t at = c * CHUNK + j;
             slots[j] = at < lead ? c0 + at : tail[i * tail_width + at - lead];
         }
-        chunk_task(q, h, g, i * g, g, d, k + head * head_stride, v + head * head_stride, slot_stride, slots, 0, n,
-                   scale, head, 0, scratch, parts + common * rows + x * g, o + (common * rows + x * g) * d);
+        chunk_task(q, h, g, i * g, g, d, keys + head * head_bytes, values + head * head_bytes, kv_bf16, slot_stride,
+                   slots, 0, n, scale, head, 0, scratch, parts + common * rows + x * g, o + (common * rows + x * g) * d);
     }
     for (int64_t head = 0; head < kv_heads; ++head) {
         for (int64_t r = 0; r < rows; ++r) {

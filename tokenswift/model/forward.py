@@ -100,9 +100,9 @@ class Attention(nn.Module):
         keys None (the draft layer's training): no cache, x may have batch dims, and attend gets this call's own
         k and v, [..., T, kv_heads, head_dim]. Returns the output and q."""
         q, k, v = self.qkv(x, cos, sin)
-        if keys is not None:
-            keys.index_copy_(1, slots, k.transpose(0, 1))
-            values.index_copy_(1, slots, v.transpose(0, 1))
+        if keys is not None:  # a compact (bfloat16) cache stores them rounded as the C kernels round them
+            keys.index_copy_(1, slots, k.transpose(0, 1).to(keys.dtype))
+            values.index_copy_(1, slots, v.transpose(0, 1).to(values.dtype))
             k, v = keys, values
         return self.o_proj(attend(q, k, v)), q
 
@@ -144,6 +144,8 @@ class SpanAttention:
             if self.seen is None:
                 self.seen = SeenSlots.of(self.mask, q.shape[0], self.span)
             return self.native.attend(self.cfg, q, keys, values, self.seen)
+        if keys.dtype != q.dtype:  # a compact cache: its stored values, widened exactly, as the C kernel reads them
+            keys, values = keys.to(q.dtype), values.to(q.dtype)
         return sdpa_folded(self.cfg, q, keys, values, self.mask)
 
 

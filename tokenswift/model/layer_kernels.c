@@ -27,29 +27,40 @@ static void add_rms_norm(const real *x, const real *y, const real *w, real eps, 
     rms_norm(sum, w, eps, rows, d, out);
 }
 
+/* x [d] into the cache's elements from `at` (cache: real, or bf16 where kv_bf16). */
+static void store_kv(void *cache, int64_t at, const real *x, int64_t d, int kv_bf16) {
+    if (!kv_bf16) {
+        memcpy((real *)cache + at, x, (size_t)d * sizeof(real));
+        return;
+    }
+    uint16_t *o = (uint16_t *)cache + at;
+    for (int64_t j = 0; j < d; ++j) o[j] = to_bf16((float)x[j]);
+}
+
 /* qkv [t, heads + 2 kv_heads, d] (one product's rows: q heads, k heads, v heads) -> q [t, heads, d] rotated, and
    the rotated k and the v of token i written to slot slots[i] of keys and values (element (head, slot, j) at
-   head * head_stride + slot * slot_stride + j). cos, sin: [t, d] rope_table rows (sin's first half negated):
-   x * cos + roll(x, d / 2) * sin, as rope.apply_rope. */
+   head * head_stride + slot * slot_stride + j: a real, or in a compact cache (kv_bf16) a bf16 rounded as torch
+   rounds). cos, sin: [t, d] rope_table rows (sin's first half negated): x * cos + roll(x, d / 2) * sin, as
+   rope.apply_rope. */
 static void rope_store(const real *qkv, const real *cos, const real *sin, int64_t t, int64_t heads,
-                       int64_t kv_heads, int64_t d, const int64_t *slots, real *keys, real *values,
+                       int64_t kv_heads, int64_t d, const int64_t *slots, void *keys, void *values, int kv_bf16,
                        int64_t head_stride, int64_t slot_stride, real *q) {
     const int64_t width = (heads + 2 * kv_heads) * d, half = d / 2;
+    real key[d];
     for (int64_t i = 0; i < t; ++i) {
         const real *row = qkv + i * width, *c = cos + i * d, *s = sin + i * d;
         for (int64_t h = 0; h < heads + kv_heads; ++h) {
             const real *x = row + h * d;
-            real *o = h < heads ? q + (i * heads + h) * d : keys + (h - heads) * head_stride + slots[i] * slot_stride;
+            real *o = h < heads ? q + (i * heads + h) * d : key;
             for (int64_t j = 0; j < d; ++j) {
                 const real a = x[j] * c[j], b = x[j < half ? j + half : j - half] * s[j];
                 o[j] = a + b;
             }
+            if (h >= heads)
+                store_kv(keys, (h - heads) * head_stride + slots[i] * slot_stride, key, d, kv_bf16);
         }
-        for (int64_t h = 0; h < kv_heads; ++h) {
-            const real *x = row + (heads + kv_heads + h) * d;
-            real *o = values + h * head_stride + slots[i] * slot_stride;
-            for (int64_t j = 0; j < d; ++j) o[j] = x[j];
-        }
+        for (int64_t h = 0; h < kv_heads; ++h)
+            store_kv(values, h * head_stride + slots[i] * slot_stride, row + (heads + kv_heads + h) * d, d, kv_bf16);
     }
 }
 
@@ -163,16 +174,16 @@ static int product(const struct product *p, const real *x, int64_t m, real *y, i
    the rotated keys and the values written to `slots` of keys/values (rope_store's layout). Returns 0, or -1 when
    out of memory. */
 int block_in(const struct block *b, const real *x, int64_t t, const real *cos, const real *sin,
-             const int64_t *slots, real *keys, real *values, int64_t head_stride, int64_t slot_stride, real *q,
-             int threads) {
+             const int64_t *slots, void *keys, void *values, int kv_bf16, int64_t head_stride, int64_t slot_stride,
+             real *q, int threads) {
     real *h = malloc((size_t)(t * b->dim) * sizeof(real)), *qkv = malloc((size_t)(t * b->qkv.n) * sizeof(real));
     int status = -1;
     if (h && qkv) {
         rms_norm(x, b->input_norm, (real)b->eps, t, b->dim, h);
         status = product(&b->qkv, h, t, qkv, threads);
         if (status == 0)
-            rope_store(qkv, cos, sin, t, b->heads, b->kv_heads, b->head_dim, slots, keys, values, head_stride,
-                       slot_stride, q);
+            rope_store(qkv, cos, sin, t, b->heads, b->kv_heads, b->head_dim, slots, keys, values, kv_bf16,
+                       head_stride, slot_stride, q);
     }
     free(h); free(qkv);
     return status;

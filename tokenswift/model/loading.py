@@ -13,7 +13,7 @@ import json
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -55,6 +55,7 @@ class LoadedModel:
     draft_error: str | None = None  # why a draft layer found beside the model could not be used
     draft_model: LoadedModel | None = None  # a smaller model with its tokenizer that drafts (model_drafter.py)
     threads: int | None = None  # torch's intra-op threads while it runs (load_model: cpu_threads); None: torch's
+    kv_cache: str = "float32"  # "bf16": engines keep keys and values in bfloat16 (compact_cache); else full precision
     flex: FlexKernel = field(default_factory=FlexKernel)  # the fast path's FlexAttention, compiled for this model
 
     @contextmanager
@@ -74,6 +75,12 @@ class LoadedModel:
     def precision(self) -> str:
         """What --dtype loaded it: q4, or the dtype of its weights and activations."""
         return "q4" if self.weights == "q4" else str(self.dtype).removeprefix("torch.")
+
+    @property
+    def cache_dtype(self) -> torch.dtype:
+        """The element of its engines' KV caches: every pass of a run (plain steps, drafts, verify rows, prefill and
+        replay) reads the values stored there, so the text depends on it as on the weights' precision."""
+        return torch.bfloat16 if self.kv_cache == "bf16" else self.dtype
 
     @property
     def config(self) -> ModelConfig:
@@ -348,3 +355,17 @@ def _pick_draft(path: Path, draft: str | None, net: Transformer, device, dtype) 
         return load_layer(found, net.cfg, net.head_weight, device, dtype), None
     except DraftLayerError as error:
         return None, str(error)
+
+
+KV_CACHES = ("float32", "bf16")
+
+
+def compact_cache(lm: LoadedModel, kind: str) -> LoadedModel:
+    """lm with its engines' KV cache in `kind`: "float32" (full precision, the model's own dtype) or "bf16", half the
+    bytes for every step to read, for a float32 or q4 model on the CPU (the C kernels read it; float64, where
+    exactness is proven, keeps a full-precision cache). Raises ValueError where it does not apply."""
+    if kind not in KV_CACHES:
+        raise ValueError(f"kv-cache: expected one of {', '.join(KV_CACHES)}, got {kind!r}")
+    if kind == "bf16" and (lm.device.type != "cpu" or lm.dtype != torch.float32):
+        raise ValueError(f"kv-cache bf16: for float32 or q4 models on the CPU, not {lm.precision} on {lm.device.type}")
+    return replace(lm, kv_cache=kind)

@@ -36,9 +36,9 @@ def signatures(real) -> dict[str, tuple[list, object]]:
     """name -> (argument types, result type) of the kernels whose element type is `real` (ctypes.c_float or
     c_double); the GGUF block products are float32's only."""
     rows = {
-        "attend_rows": ([PTR, I64, I64, I64, I64, PTR, PTR, I64, I64, I64, PTR, PTR, I64, real, PTR, ctypes.c_int],
-                        ctypes.c_int),
-        "block_in": ([PTR, PTR, I64, PTR, PTR, PTR, PTR, PTR, I64, I64, PTR, ctypes.c_int], ctypes.c_int),
+        "attend_rows": ([PTR, I64, I64, I64, I64, PTR, PTR, ctypes.c_int, I64, I64, I64, PTR, PTR, I64, real, PTR,
+                         ctypes.c_int], ctypes.c_int),
+        "block_in": ([PTR, PTR, I64, PTR, PTR, PTR, PTR, PTR, ctypes.c_int, I64, I64, PTR, ctypes.c_int], ctypes.c_int),
         "block_out": ([PTR, PTR, PTR, I64, ctypes.c_int], ctypes.c_int),
         "dense_matmul": ([PTR, I64, I64, PTR, I64, PTR, ctypes.c_int], None),
     }

@@ -80,13 +80,14 @@ class NativeBlock:
     def before_attention(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, slots: torch.Tensor,
                          keys: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
         """x [T, dim] -> q [T, heads, head_dim] rotated; the rotated keys and the values written to `slots` of
-        keys/values (this layer's cache, [kv_heads, capacity, head_dim], the same strides)."""
-        _same_strides(keys, values)
+        keys/values (this layer's cache, [kv_heads, capacity, head_dim], the same strides; the kernels' dtype, or
+        bfloat16 for a compact cache, rounded as torch rounds)."""
+        bf16 = self.rows.cache_element(keys, values)
         _contiguous(x)
         cos, sin, slots = cos.contiguous(), sin.contiguous(), slots.contiguous()
         q = torch.empty(x.shape[0], self.cfg.n_heads, self.cfg.head_dim, dtype=self.rows.dtype)
         if self.lib.block_in(self.ref, x.data_ptr(), x.shape[0], cos.data_ptr(), sin.data_ptr(), slots.data_ptr(),
-                             keys.data_ptr(), values.data_ptr(), keys.stride(0), keys.stride(1), q.data_ptr(),
+                             keys.data_ptr(), values.data_ptr(), bf16, keys.stride(0), keys.stride(1), q.data_ptr(),
                              torch.get_num_threads()):
             raise MemoryError("native block: out of memory for a layer's activations")
         return q
@@ -131,13 +132,22 @@ class NativeRows:
                             out.data_ptr(), torch.get_num_threads())
         return out
 
+    def cache_element(self, keys: torch.Tensor, values: torch.Tensor) -> int:
+        """1 where a cache layer's keys and values are bfloat16 (a compact cache of a float32 model), 0 where they
+        are the kernels' dtype; anything else is refused (the C side reads them unchecked)."""
+        _same_strides(keys, values)
+        if keys.dtype != values.dtype or keys.dtype not in (self.dtype, torch.bfloat16) or (
+                keys.dtype == torch.bfloat16 and self.dtype != torch.float32):
+            raise ValueError(f"native rows: a {keys.dtype} cache for {self.dtype} kernels")
+        return int(keys.dtype == torch.bfloat16)
+
     def attend(self, cfg: ModelConfig, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
                mask: torch.Tensor | SeenSlots | None) -> torch.Tensor:
-        """q [T, heads, head_dim]; keys, values [kv_heads, span, head_dim] (a cache's layer); mask None (every row
-        sees every slot), [T, span] bool, or the SeenSlots of one (a forward's layers share them) -> [T, heads *
-        head_dim]."""
+        """q [T, heads, head_dim]; keys, values [kv_heads, span, head_dim] (a cache's layer: the kernels' dtype or
+        bfloat16); mask None (every row sees every slot), [T, span] bool, or the SeenSlots of one (a forward's
+        layers share them) -> [T, heads * head_dim]."""
         t, span = q.shape[0], keys.shape[1]
-        _same_strides(keys, values)
+        bf16 = self.cache_element(keys, values)
         seen = mask if isinstance(mask, SeenSlots) else SeenSlots.of(mask, t, span)
         if seen.span != span or seen.count.shape[0] != t:  # the C side reads the lists unchecked
             raise ValueError(f"row attention: slots seen by {seen.count.shape[0]} rows over {seen.span} slots, "
@@ -145,8 +155,9 @@ class NativeRows:
         q = q.contiguous()
         out = torch.empty(t, cfg.n_heads * cfg.head_dim, dtype=self.dtype)
         if self.lib.attend_rows(q.data_ptr(), t, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, keys.data_ptr(),
-                                values.data_ptr(), keys.stride(0), keys.stride(1), seen.shared, seen.tail.data_ptr(),
-                                seen.count.data_ptr(), seen.tail.shape[1], 1.0 / math.sqrt(cfg.head_dim),
+                                values.data_ptr(), bf16, keys.stride(0), keys.stride(1), seen.shared,
+                                seen.tail.data_ptr(), seen.count.data_ptr(), seen.tail.shape[1],
+                                1.0 / math.sqrt(cfg.head_dim),
                                 out.data_ptr(), torch.get_num_threads()):
             raise MemoryError("row attention: out of memory for the per-chunk partial sums")
         return out

@@ -20,4 +20,24 @@ typedef float real;
 #define TS_AVX2 1
 #endif
 #endif
+
+#include <stdint.h>
+#include <string.h>
+/* A compact KV cache keeps keys and values in bfloat16, the upper half of a float32's bits (kv_cache.py). A value is
+   rounded to the nearest, ties to even, as torch rounds (a prefill chunk's keys are written by torch, a step's
+   here: both must store the same bits); NaN stays a quiet NaN. Reading widens exactly. */
+static inline uint16_t to_bf16(float x) {
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+        return 0x7fc0;
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+static inline float from_bf16(uint16_t h) {
+    const uint32_t u = (uint32_t)h << 16;
+    float x;
+    memcpy(&x, &u, sizeof x);
+    return x;
+}
 #endif
