@@ -106,6 +106,7 @@ INVALID = [
     (with_settings(dry_breakers=[""]), "settings.dry_breakers"),
     (with_settings(xtc_threshold=0.9), "settings.xtc_threshold"),
     (with_settings(xtc_probability=2.0), "settings.xtc_probability"),
+    (with_settings(top_n_sigma=-1.0), "settings.top_n_sigma"),
     (with_settings(penalty_window=10**11), "settings.penalty_window"),  # a window of 800 GB, once
     (with_settings(tree=[1, 99999, 3]), "settings.tree"),  # more candidate rows than an iteration may verify
     ({**GOOD, "session_id": 999}, "session_id"),

@@ -51,6 +51,7 @@ class SamplingIn(BaseModel):
     xtc_probability: float | None = None  # XTC: how often all top choices but the least likely are set aside
     ban: list[str] | None = None  # banned phrases (tokenswift/sampling/banned.py); [] bans none
     no_repeat_ngram: Int | None = None  # no run of this many tokens already in the recent text again (0 = off)
+    top_n_sigma: float | None = None  # keep tokens within n standard deviations of the top logit (0 = off)
 
 
 class GenerationIn(BaseModel):

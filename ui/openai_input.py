@@ -22,6 +22,7 @@ from ui.limits import printable, unicode_problem
 
 OPENAI_PREFIX = "/v1"
 NUMBER, INTEGER, FLAG, STRINGS, BREAKERS = "a number", "an integer", "true or false", "strings", "breakers"
+SIGMA = "a number of standard deviations"  # top-nσ: llama.cpp's clients send -1 for off, ours is 0
 
 # Request name -> (Settings field, kind). Two names for one field: the KoboldCpp and text-generation-webui ones.
 SAMPLERS = {
@@ -37,6 +38,7 @@ SAMPLERS = {
     "xtc_threshold": ("xtc_threshold", NUMBER), "xtc_probability": ("xtc_probability", NUMBER),
     "ignore_eos": ("ban_eos", FLAG), "ban_eos_token": ("ban_eos", FLAG),
     "banned_strings": ("ban", STRINGS),
+    "top_n_sigma": ("top_n_sigma", SIGMA), "nsigma": ("top_n_sigma", SIGMA),
 }
 # OpenAI fields for what the engine does not do: taken at their neutral values (clients send those), else refused.
 NEUTRAL = {"n": (1,), "best_of": (1,), "echo": (False,), "suffix": ("",), "logprobs": (False, 0),
@@ -158,7 +160,7 @@ def _seed(value: Any) -> int:
 
 
 def _convert(name: str, value: Any, kind: str) -> Any:
-    ok = {NUMBER: _number, INTEGER: _integer, FLAG: lambda v: v if isinstance(v, bool) else None,
+    ok = {NUMBER: _number, SIGMA: _sigma, INTEGER: _integer, FLAG: lambda v: v if isinstance(v, bool) else None,
           STRINGS: _strings, BREAKERS: _breakers}[kind](value)
     if ok is None:
         what = "a list of strings" if kind in (STRINGS, BREAKERS) else kind
@@ -168,6 +170,11 @@ def _convert(name: str, value: Any, kind: str) -> Any:
 
 def _number(value: Any) -> float | None:
     return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _sigma(value: Any) -> float | None:
+    number = _number(value)
+    return None if number is None else max(number, 0.0)
 
 
 def _integer(value: Any) -> int | None:

@@ -106,6 +106,9 @@ def add_sampler_args(p: argparse.ArgumentParser) -> None:
                         "never changes the text (default: %(default)s)")
     p.add_argument("--eta", action=Given, type=float, default=d.eta,
                    help="eta sampling: drop tokens below an entropy-scaled threshold; 0 = off (default: %(default)s)")
+    p.add_argument("--top-n-sigma", action=Given, type=float, default=d.top_n_sigma, metavar="N",
+                   help="top-nσ: keep only the tokens whose logit is within N standard deviations of the top one "
+                        "(1 is strict, 2 to 3 loose); 0 = off (default: %(default)s)")
     p.add_argument("--penalty", action=Given, type=float, default=d.penalty,
                    help="repetition penalty θ: above 1 discourages repeating recent tokens; 1 = off "
                         "(default: %(default)s)")

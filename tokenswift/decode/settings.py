@@ -79,6 +79,7 @@ class Settings:
     # Banned phrases (banned.py): the text rewinds where one would complete and goes on another way. Exact.
     ban: tuple[str, ...] = ()
     no_repeat_ngram: int = 0  # no run of this many tokens already in the recent text is written again (0 = off)
+    top_n_sigma: float = 0.0  # keep tokens within n standard deviations of the top logit (sampler.py); 0 = off
 
     def __post_init__(self) -> None:
         # Values may come from JSON (lists, ints for floats): normalise before checking.
@@ -137,6 +138,7 @@ class Settings:
         need(not isinstance(self.ban, str), "ban", "must be a list of phrases, not one string")
         need(isinstance(self.no_repeat_ngram, int) and (self.no_repeat_ngram == 0 or 4 <= self.no_repeat_ngram <= 64),
              "no_repeat_ngram", "must be 0 (off) or in 4..64 tokens")
+        need(_finite(self.top_n_sigma) and 0 <= self.top_n_sigma <= 100, "top_n_sigma", "must be in 0..100 (0 = off)")
         for name in ("stop", "dry_breakers", "ban"):
             at = next((i for i in map(lone_surrogate, map(str, getattr(self, name))) if i is not None), None)
             need(at is None, name, f"is not valid Unicode: a lone surrogate at character {at}")

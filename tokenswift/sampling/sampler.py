@@ -1,4 +1,4 @@
-"""Samplers: the contextual penalty, temperature, top-k/top-p/min-p/η filters, and position-keyed noise.
+"""Samplers: the contextual penalty, temperature, top-nσ/top-k/top-p/min-p/η filters, and position-keyed noise.
 
 Every function here is row-wise: row r of a batch is processed exactly as it would be alone, so a node of
 the verification trie gets the same token as plain decoding would at that position.
@@ -79,6 +79,18 @@ def top_p_filter(scores: torch.Tensor, top_p: float, min_keep: int) -> torch.Ten
     remove = cumulative <= (1 - top_p)
     remove[..., -min_keep:] = False
     return scores.masked_fill(remove.scatter(-1, order, remove), -math.inf)
+
+
+def top_n_sigma_filter(scores: torch.Tensor, n: float) -> torch.Tensor:
+    """Top-nσ (Tang et al., "Top-nσ: Not All Logits Are You Need"; llama.cpp PR 11223): keep the tokens whose score
+    is at least max − n·σ, σ the population standard deviation of the row's finite scores (tokens an earlier rule set
+    to −inf are not counted, as llama.cpp). Max and σ both scale by 1/T, so the kept set does not depend on the
+    temperature: the model's own confidence picks how many tokens stay."""
+    finite = torch.isfinite(scores)
+    count = finite.sum(dim=-1, keepdim=True)
+    mean = torch.where(finite, scores, 0.0).sum(dim=-1, keepdim=True) / count
+    sigma = (torch.where(finite, scores - mean, 0.0) ** 2).sum(dim=-1, keepdim=True).div(count).sqrt()
+    return scores.masked_fill(scores < scores.amax(dim=-1, keepdim=True) - n * sigma, -math.inf)
 
 
 def min_p_filter(scores: torch.Tensor, min_p: float, min_keep: int) -> torch.Tensor:
@@ -205,6 +217,8 @@ class Sampler:
         if s.temperature == 0:
             return z
         z = z / s.temperature
+        if s.top_n_sigma:  # llama.cpp's place: after the penalties and DRY, before the truncations
+            z = top_n_sigma_filter(z, s.top_n_sigma)
         if s.top_k:
             z = top_k_filter(z, s.top_k)
         if s.top_p < 1.0:
