@@ -25,7 +25,9 @@ def test_the_rehearsal_writes_every_number_the_gpu_run_reports(tmp_path):
     assert set(result["profile"]) == {"plain", "verify4"} and all(p["top"] for p in result["profile"].values())
     assert [r["context"] for r in result["shape"]] == [64, 256]
     assert all(set(r["verify_over_plain"]) == {"2", "4"} for r in result["shape"])
-    assert result["minutes_100k"]["paper_tokenswift"] == 90.0 and result["minutes_100k"]["tokenswift_paper_tau"] > 0
+    # The rehearsal's contexts (64, 256) are extrapolated to the paper's 4K-104K: a noisy slope is clamped at 0 there.
+    minutes = result["minutes_100k"]
+    assert minutes["paper_tokenswift"] == 90.0 and minutes["tokenswift_paper_tau"] >= 0 and minutes["plain"] >= 0
     runs = result["model_runs"]
     assert [r["prompt_tokens"] for r in runs] == [32, 64]
     for r in runs:
