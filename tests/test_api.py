@@ -107,6 +107,8 @@ INVALID = [
     (with_settings(xtc_threshold=0.9), "settings.xtc_threshold"),
     (with_settings(xtc_probability=2.0), "settings.xtc_probability"),
     (with_settings(top_n_sigma=-1.0), "settings.top_n_sigma"),
+    (with_settings(adaptive_target=1.5), "settings.adaptive_target"),
+    (with_settings(adaptive_decay=1.0), "settings.adaptive_decay"),
     (with_settings(penalty_window=10**11), "settings.penalty_window"),  # a window of 800 GB, once
     (with_settings(tree=[1, 99999, 3]), "settings.tree"),  # more candidate rows than an iteration may verify
     ({**GOOD, "session_id": 999}, "session_id"),

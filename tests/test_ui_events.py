@@ -111,8 +111,11 @@ def test_one_login_guards_ui_and_api(app):
     ({16: 1.0}, "DRY growth: must be in (1, 10]"),
     ({21: 1.5}, "XTC probability: must be in 0..1"),
     ({22: 2}, "No copied runs longer than: must be 0 (off) or in 4..64 tokens"),
-    ({23: "big tree\n!?"}, "Banned phrases: a phrase needs a letter or digit"),
-    ({24: "x" * 20_001}, "Memory: at most 20,000 characters"),
+    ({23: -1.0}, "Top-nσ: must be in 0..100 (0 = off)"),
+    ({24: 1.5}, "Adaptive-P target: must be in 0..1 (negative = off)"),
+    ({25: 1.0}, "Adaptive-P memory: must be in 0..0.99"),
+    ({26: "big tree\n!?"}, "Banned phrases: a phrase needs a letter or digit"),
+    ({27: "x" * 20_001}, "Memory: at most 20,000 characters"),
 ])
 def test_start_rejects_bad_input_readably(ui, change, message):
     # + prompt format, past end-of-text, past the context, DRY and XTC, Memory, Author's Note

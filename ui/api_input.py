@@ -52,6 +52,8 @@ class SamplingIn(BaseModel):
     ban: list[str] | None = None  # banned phrases (tokenswift/sampling/banned.py); [] bans none
     no_repeat_ngram: Int | None = None  # no run of this many tokens already in the recent text again (0 = off)
     top_n_sigma: float | None = None  # keep tokens within n standard deviations of the top logit (0 = off)
+    adaptive_target: float | None = None  # Adaptive-P: the chosen words' probability on average (negative = off)
+    adaptive_decay: float | None = None  # Adaptive-P: how slowly its average forgets (about 1/(1 - decay) tokens)
 
 
 class GenerationIn(BaseModel):

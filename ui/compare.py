@@ -38,7 +38,7 @@ DRAFTER_HELP = ("auto: the draft layer on a CPU where the model has one, else fu
                 "verification pass's own states (one pass per step); paper: a draft pass over the partial cache "
                 "first; layer: a small draft layer guesses one token at a time, each knowing the one before. Speed "
                 "only: the text is the same.")
-FIELDS = 14  # form values per column: ColumnParts.fields
+FIELDS = 6 + len(dry_xtc_panel.NAMES)  # form values per column: ColumnParts.fields
 # Plain words on first sight; the paper's symbol and what a number means in a tooltip (ui/page.py sets them).
 TIPS = {
     "Same text as plain decoding": "TokenSwift is lossless: its text must equal the plain (AR) run's, token for token",

@@ -1,5 +1,6 @@
-"""The DRY and XTC controls (tokenswift/sampling/dry_xtc.py) in a novelist's words: built alike in the Write tab's
-settings panel and in each Compare column, whose values both go through ui.forms.SettingsForm."""
+"""The DRY and XTC controls (tokenswift/sampling/dry_xtc.py), no copied runs, top-nσ and Adaptive-P in a novelist's
+words: built alike in the Write tab's settings panel and in each Compare column, whose values both go through
+ui.forms.SettingsForm."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ BREAKER_CHOICES = shown_breakers(("\n", ":", '"', "*", ".", "!", "?", ",", ";", 
 HELP = ("**DRY** (don't repeat yourself) pushes against copying a passage of the draft word for word, and **no "
         "copied runs** forbids it outright past a few words. **XTC** "
         "(exclude top choices) now and then sets the likeliest words aside for a less obvious one that is still "
-        "likely: fresher phrasing, fewer stock phrases.")
+        "likely: fresher phrasing, fewer stock phrases. **Top-nσ** writes only words nearly as likely as the best; "
+        "**Adaptive-P** keeps the words about as expected as you ask, on average.")
 
 
 @dataclass
@@ -27,6 +29,9 @@ class DryXtcParts:
     xtc_threshold: gr.Number
     xtc_probability: gr.Number
     no_repeat_ngram: gr.Number
+    top_n_sigma: gr.Number
+    adaptive_target: gr.Number
+    adaptive_decay: gr.Number
 
     @property
     def fields(self) -> list:
@@ -34,11 +39,11 @@ class DryXtcParts:
         return [getattr(self, name) for name in NAMES]
 
 
-NAMES = tuple(f.name for f in fields(DryXtcParts))  # SettingsForm's names for the eight, in its order
+NAMES = tuple(f.name for f in fields(DryXtcParts))  # SettingsForm's names for the eleven, in its order
 
 
 def build(d: SettingsForm, prefix: str, *, helped: bool = True) -> DryXtcParts:
-    """The eight controls, with ids `{prefix}-dry-multiplier` and so on. helped: with the help lines (the Write
+    """The eleven controls, with ids `{prefix}-dry-multiplier` and so on. helped: with the help lines (the Write
     tab); without, for the narrow Compare columns (the labels still say what 0 means)."""
 
     def info(text: str) -> str | None:
@@ -75,8 +80,20 @@ def build(d: SettingsForm, prefix: str, *, helped: bool = True) -> DryXtcParts:
                                 elem_id=f"{prefix}-no-repeat-ngram",
                                 info=info("No run of this many tokens (10 ≈ 7 words) already in the last few pages is "
                                           "written again: a sentence or paragraph is never copied word for word."))
+    top_n_sigma = gr.Number(d.top_n_sigma, label="Top-nσ (0 = off)", step=0.1, elem_id=f"{prefix}-top-n-sigma",
+                            info=info("Only words nearly as likely as the best one may be written: 1 keeps the "
+                                      "sentence on its rails, 2 to 3 leaves room; steady even at a high temperature."))
+    with gr.Row():
+        adaptive_target = gr.Number(d.adaptive_target, label="Adaptive-P target (-1 = off)", step=0.05,
+                                    elem_id=f"{prefix}-adaptive-target",
+                                    info=info("How expected the words should be on average: 0.3 surprising, 0.5 "
+                                              "balanced, 0.7 close to the obvious. After a run of obvious words it "
+                                              "reaches for a fresher one."))
+        adaptive_decay = gr.Number(d.adaptive_decay, label="Adaptive-P memory", step=0.01,
+                                   elem_id=f"{prefix}-adaptive-decay",
+                                   info=info("How far back that average looks: 0.9 is about the last ten words."))
     return DryXtcParts(dry_multiplier, dry_base, dry_allowed_length, dry_range, dry_breakers, xtc_threshold,
-                       xtc_probability, no_repeat_ngram)
+                       xtc_probability, no_repeat_ngram, top_n_sigma, adaptive_target, adaptive_decay)
 
 
 def breakers_update(shown) -> gr.Dropdown:

@@ -37,6 +37,7 @@ LABELS = {
     "dry_multiplier": "DRY strength", "dry_base": "DRY growth", "dry_allowed_length": "DRY free repeats",
     "dry_range": "DRY look-back", "dry_breakers": "DRY breakers", "xtc_threshold": "XTC threshold",
     "xtc_probability": "XTC probability", "no_repeat_ngram": "No copied runs longer than", "ban": "Banned phrases",
+    "top_n_sigma": "Top-nσ", "adaptive_target": "Adaptive-P target", "adaptive_decay": "Adaptive-P memory",
 }
 # The panel's first values: the writing defaults (tokenswift.decode.settings), shown as the panel shows them.
 DEFAULTS = {"theta": WRITING_DEFAULTS["penalty"], "window": WRITING_DEFAULTS["penalty_length"], "k": 20,
@@ -84,6 +85,9 @@ class SettingsForm:
     xtc_threshold: float | None = _WRITING.xtc_threshold
     xtc_probability: float | None = _WRITING.xtc_probability
     no_repeat_ngram: float | None = _WRITING.no_repeat_ngram
+    top_n_sigma: float | None = _WRITING.top_n_sigma
+    adaptive_target: float | None = _WRITING.adaptive_target
+    adaptive_decay: float | None = _WRITING.adaptive_decay
     ban: str | None = "\n".join(_WRITING.ban)  # one phrase a line (the Write tab offers STARTER_BANS: write_parts)
     drafter: str = Settings.drafter  # not in the Write tab's panel (which passes the fields above in order)
 
@@ -93,7 +97,7 @@ class SettingsForm:
 
     def text_settings(self) -> dict:
         """The Settings values that shape the text (what a preset holds): the sampler, θ and W, DRY, XTC, the
-        banned phrases and the end-of-text choice. The filters not chosen stay off."""
+        banned phrases, top-nσ, Adaptive-P and the end-of-text choice. The filters not chosen stay off."""
         if self.sampler not in SAMPLERS:
             raise FormError(f"Sampler: choose one of {', '.join(SAMPLERS)}")
         if self.past_eos not in PAST_EOS:
@@ -112,6 +116,9 @@ class SettingsForm:
             "xtc_threshold": _number(self.xtc_threshold, "xtc_threshold"),
             "xtc_probability": _number(self.xtc_probability, "xtc_probability"),
             "no_repeat_ngram": _whole(self.no_repeat_ngram, "no_repeat_ngram"),
+            "top_n_sigma": _number(self.top_n_sigma, "top_n_sigma"),
+            "adaptive_target": _number(self.adaptive_target, "adaptive_target"),
+            "adaptive_decay": _number(self.adaptive_decay, "adaptive_decay"),
             "ban_eos": PAST_EOS[self.past_eos],
             "ban": tuple(read_phrases(self.ban or "")),
         }
@@ -179,6 +186,8 @@ def form_from_settings(settings: Settings) -> SettingsForm:
         dry_base=settings.dry_base, dry_allowed_length=settings.dry_allowed_length, dry_range=settings.dry_range,
         dry_breakers=shown_breakers(settings.dry_breakers), xtc_threshold=settings.xtc_threshold,
         xtc_probability=settings.xtc_probability, no_repeat_ngram=settings.no_repeat_ngram, ban="\n".join(settings.ban),
+        top_n_sigma=settings.top_n_sigma, adaptive_target=settings.adaptive_target,
+        adaptive_decay=settings.adaptive_decay,
     )
 
 

@@ -39,6 +39,7 @@ SAMPLERS = {
     "ignore_eos": ("ban_eos", FLAG), "ban_eos_token": ("ban_eos", FLAG),
     "banned_strings": ("ban", STRINGS),
     "top_n_sigma": ("top_n_sigma", SIGMA), "nsigma": ("top_n_sigma", SIGMA),
+    "adaptive_target": ("adaptive_target", NUMBER), "adaptive_decay": ("adaptive_decay", NUMBER),
 }
 # OpenAI fields for what the engine does not do: taken at their neutral values (clients send those), else refused.
 NEUTRAL = {"n": (1,), "best_of": (1,), "echo": (False,), "suffix": ("",), "logprobs": (False, 0),

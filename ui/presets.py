@@ -25,7 +25,7 @@ from ui.write_view import problem
 # The panel's boxes a preset fills (SettingsForm's names); the length, seed, mode and speed boxes stay as they are.
 FILLED = ("theta", "window", "sampler", "sampler_value", "temperature", "past_eos", "dry_multiplier", "dry_base",
           "dry_allowed_length", "dry_range", "dry_breakers", "xtc_threshold", "xtc_probability", "no_repeat_ngram",
-          "ban")
+          "top_n_sigma", "adaptive_target", "adaptive_decay", "ban")
 PANEL = [f.name for f in fields(SettingsForm) if f.name != "drafter"]  # WriteParts.form's order
 MAX_TEMPERATURE = 2.0  # the panel's slider ends there
 FILENAME = "tokenswift-preset.json"

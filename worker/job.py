@@ -178,6 +178,8 @@ class JobRun:
             settings = settings.replace(drafter="fused")
         # The app records each token's alternatives (the Write tab's alternatives and branches; speed: README).
         options = dataclasses.replace(self.options or EngineOptions(), alternatives=True)
+        if settings.adaptive_target >= 0:  # its history is kept on the host: the eager passes (the same text)
+            options = dataclasses.replace(options, fast=None, choice=None)
         # A continuation, a branch or an edit starts with ids its family wrote: the run that wrote them goes on
         # (its windows, its cache values), so the text is what that run would have written next. Past an end of
         # text it could not go on: such ids are prompt.

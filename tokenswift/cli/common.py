@@ -56,7 +56,8 @@ def settings_from(args: argparse.Namespace, **extra) -> Settings:
                         dry_allowed_length=args.dry_allowed_length, dry_range=args.dry_range,
                         dry_breakers=tuple(args.dry_breakers), xtc_threshold=args.xtc_threshold,
                         xtc_probability=args.xtc_probability, no_repeat_ngram=args.no_repeat_ngram,
-                        top_n_sigma=args.top_n_sigma,
+                        top_n_sigma=args.top_n_sigma, adaptive_target=args.adaptive_target,
+                        adaptive_decay=args.adaptive_decay,
                         **{"context_shift": args.context_shift, **extra})
     except SettingsError as error:
         raise CliError(str(public_error(error))) from error

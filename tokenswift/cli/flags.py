@@ -109,6 +109,11 @@ def add_sampler_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--top-n-sigma", action=Given, type=float, default=d.top_n_sigma, metavar="N",
                    help="top-nσ: keep only the tokens whose logit is within N standard deviations of the top one "
                         "(1 is strict, 2 to 3 loose); 0 = off (default: %(default)s)")
+    p.add_argument("--adaptive-target", action=Given, type=float, default=d.adaptive_target, metavar="P",
+                   help="Adaptive-P: steer the chosen words' probability toward P on average (0.3 surprising, 0.7 "
+                        "close to the model's favourites); negative = off; not with --fast (default: %(default)s)")
+    p.add_argument("--adaptive-decay", action=Given, type=float, default=d.adaptive_decay, metavar="D",
+                   help="Adaptive-P: how slowly its average forgets, about 1/(1-D) tokens (default: %(default)s)")
     p.add_argument("--penalty", action=Given, type=float, default=d.penalty,
                    help="repetition penalty θ: above 1 discourages repeating recent tokens; 1 = off "
                         "(default: %(default)s)")

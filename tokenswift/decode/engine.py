@@ -376,11 +376,9 @@ class Engine(EngineWindow, EngineProbe):
     def _sample(self, logits: torch.Tensor, window: torch.Tensor | None, position: int) -> int:
         """The target's token at story position `position` from one row of logits [1, vocab]; when recording, also
         its alternatives, from the scores it is drawn from (alternatives.py)."""
-        if not self.record:
-            return int(self.sampler.sample(logits, window, [position])[0])
-        scores = self.sampler.process(logits, window, positions=[position])
-        token = self.sampler.choose(scores, [position])
-        self._tops.append(top_rows(scores, token))
+        token, scores = self.sampler.draw(logits, window, position)
+        if self.record:
+            self._tops.append(top_rows(scores, token))
         return int(token[0])
 
     def take_alternatives(self) -> list[Alternatives] | None:

@@ -42,7 +42,11 @@ class EngineWindow:
         # sampled from it; else all but its last token, the root then): a resume prefills that much again and
         # replays the tokens since as the steps computed them (prefill.py).
         prefilled = len(built) if at == self.prompt_len else len(built) - 1
-        return self._prefill(self.length, prefilled)
+        if self.sampler.adaptive is None:
+            return self._prefill(self.length, prefilled)
+        # Adaptive-P's history starts where the window was built: a resume recomputes it from the rows since.
+        self.sampler.adaptive.restart(at)
+        return self._prefill(self.length, prefilled, chosen=t - at)
 
     def _shift_if_due(self) -> None:
         """Before predicting the token at a boundary: rebuild the window (the same rebuild a resume does); at a
@@ -78,11 +82,23 @@ class EngineWindow:
         return ContextUse(pinned - frame, self.length + 1 - pinned, self.shifts, frame)
 
     @torch.inference_mode()
-    def _prefill(self, upto: int, replay_from: int) -> tuple[torch.Tensor, list[torch.Tensor], torch.Tensor]:
+    def _prefill(self, upto: int, replay_from: int,
+                 chosen: int = 0) -> tuple[torch.Tensor, list[torch.Tensor], torch.Tensor]:
         """Slots [0, upto), those from replay_from on as exact rows (prefill.py). Returns the last token's logits and
         queries, and the states (Engine._states' rows) of the last rows a drafter reads (the layer drafter: its
-        window; the others: one)."""
+        window; the others: one). chosen: the last rows whose next tokens Adaptive-P's history holds."""
         keep = self.lm.draft_layer.window if self.ts and self.s.drafter == "layer" else 1
-        out = prefill(self.lm.model, self.buf[:upto], self.cache, keep, last=True,
+        out = prefill(self.lm.model, self.buf[:upto], self.cache, max(keep, chosen), last=True,
                       keep_layers=self.feature_layers, replay_from=min(replay_from, upto))
-        return out.logits, out.queries, self._states(out)
+        if chosen:
+            self._recall(out.hidden[-chosen:], upto - chosen)
+        return out.logits, out.queries, self._states(out)[-keep:]
+
+    def _recall(self, hidden: torch.Tensor, first: int) -> None:
+        """Adaptive-P's history from the states of slots first.. : each row's logits as a step takes them (one row
+        through the LM head), sampled as the step sampled them, and the token the run chose there."""
+        for i in range(hidden.shape[0]):
+            slot = first + i
+            position = slot + 1 + self.offset
+            self.sampler.recall(self.lm.model.logits_of(hidden[i:i + 1]), self._window(slot + 1, []), position,
+                                self.ids[position])

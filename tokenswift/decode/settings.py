@@ -80,6 +80,9 @@ class Settings:
     ban: tuple[str, ...] = ()
     no_repeat_ngram: int = 0  # no run of this many tokens already in the recent text is written again (0 = off)
     top_n_sigma: float = 0.0  # keep tokens within n standard deviations of the top logit (sampler.py); 0 = off
+    # Adaptive-P (adaptive_p.py): steer the chosen tokens' probability toward a target; negative = off (llama.cpp's).
+    adaptive_target: float = -1.0
+    adaptive_decay: float = 0.9  # how slowly the history forgets: it spans about 1/(1 - decay) tokens
 
     def __post_init__(self) -> None:
         # Values may come from JSON (lists, ints for floats): normalise before checking.
@@ -139,6 +142,9 @@ class Settings:
         need(isinstance(self.no_repeat_ngram, int) and (self.no_repeat_ngram == 0 or 4 <= self.no_repeat_ngram <= 64),
              "no_repeat_ngram", "must be 0 (off) or in 4..64 tokens")
         need(_finite(self.top_n_sigma) and 0 <= self.top_n_sigma <= 100, "top_n_sigma", "must be in 0..100 (0 = off)")
+        need(_finite(self.adaptive_target) and self.adaptive_target <= 1, "adaptive_target",
+             "must be in 0..1 (negative = off)")
+        need(_finite(self.adaptive_decay) and 0 <= self.adaptive_decay <= 0.99, "adaptive_decay", "must be in 0..0.99")
         for name in ("stop", "dry_breakers", "ban"):
             at = next((i for i in map(lone_surrogate, map(str, getattr(self, name))) if i is not None), None)
             need(at is None, name, f"is not valid Unicode: a lone surrogate at character {at}")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import torch
 
+from tokenswift.decode.settings import SettingsError
 from tokenswift.decode.trie import Trie, verify_inputs
 from tokenswift.sampling.alternatives import top_rows
 from tokenswift.sampling.sampler import Sampler, last_ids, node_windows
@@ -48,6 +49,9 @@ class DeviceSampler:
 
     def __init__(self, sampler: Sampler, ids: torch.Tensor):
         s = sampler.s
+        if sampler.adaptive is not None:
+            raise SettingsError("adaptive_target", "Adaptive-P keeps a history the captured passes cannot: run it "
+                                                   "off the fast path (without --fast)")
         self.sampler, self.ids = sampler, ids
         self.w = s.history_length
         self.offsets = torch.arange(self.w, device=ids.device)

@@ -23,6 +23,7 @@ from collections.abc import Collection, Mapping
 import torch
 
 from tokenswift.decode.settings import Settings
+from tokenswift.sampling.adaptive_p import AdaptiveP, steered
 from tokenswift.sampling.dry_xtc import dry_amounts, xtc_draws, xtc_filter
 from tokenswift.sampling.keys import M32, mix32, position_keys, uniform
 from tokenswift.sampling.no_repeat import REPEAT_RANGE, repeat_followers
@@ -148,6 +149,9 @@ class Sampler:
             raise ValueError("DRY is on: the sampler needs the sequence breakers' token ids")
         self.vocab_size = vocab_size
         self.noise = Noise(settings.seed, vocab_size, device) if settings.temperature > 0 else None
+        # Adaptive-P's history (adaptive_p.py): only the target's own draws (draw, recall) read and move it.
+        self.adaptive = AdaptiveP(settings.adaptive_target, settings.adaptive_decay) \
+            if settings.adaptive_target >= 0 else None
         # Banning end-of-text is part of the sampling rule, so plain decoding and every trie node obey it alike.
         self.eos = torch.tensor(eos_ids, dtype=torch.int64, device=device)[None] if settings.ban_eos and eos_ids \
             else None
@@ -268,3 +272,20 @@ class Sampler:
     def sample(self, logits: torch.Tensor, windows: torch.Tensor | None,
                positions: list[int] | torch.Tensor) -> torch.Tensor:
         return self.choose(self.process(logits, windows, positions=positions), positions)
+
+    def draw(self, logits: torch.Tensor, window: torch.Tensor | None,
+             position: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The target's token at story position `position` from one row of logits, and the scores it was drawn from;
+        with Adaptive-P on, steered by the history and moving it on (drafters' proposals use sample, not this)."""
+        scores = self.process(logits, window, positions=[position])
+        if self.adaptive is None:
+            return self.choose(scores, [position]), scores
+        scores, probs = steered(scores, self.adaptive.adjusted(position))
+        token = self.choose(scores, [position])
+        self.adaptive.chose(position, float(probs[0, token[0]]))
+        return token, scores
+
+    def recall(self, logits: torch.Tensor, window: torch.Tensor | None, position: int, token: int) -> None:
+        """Adaptive-P's history after `token` was chosen at `position` from these logits (a resume's replayed rows)."""
+        _, probs = steered(self.process(logits, window, positions=[position]), self.adaptive.adjusted(position))
+        self.adaptive.chose(position, float(probs[0, token]))

@@ -39,6 +39,8 @@ FIELDS = {
     "ban": ("ban", "strings"),  # banned phrases (tokenswift.sampling.banned)
     "no_repeat_ngram": ("no_repeat_ngram", "integer"),  # tokenswift.sampling.no_repeat
     "top_n_sigma": ("top_n_sigma", "number"),  # sampler.top_n_sigma_filter
+    "adaptive_target": ("adaptive_target", "number"),  # tokenswift.sampling.adaptive_p
+    "adaptive_decay": ("adaptive_decay", "number"),
 }
 MAX_BYTES = 64 * 1024  # a full preset is about 500 bytes; anything near this is not one
 # The built-in presets, as changes to the writing defaults (every one is exact: TokenSwift == plain decoding).
