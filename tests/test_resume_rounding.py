@@ -80,20 +80,25 @@ def test_q4_resumes_mid_window_and_around_a_shift_exactly(smollm2_q4, opening):
     check(resumed, straight)
 
 
-def cache_at(lm, opening: str, cut: int):
-    """(the story ids, the filled K/V) of an uninterrupted run once it has `cut` or more new tokens, and of an engine
-    resumed from those ids."""
+def caches_at(lm, opening: str, cuts: list[int]):
+    """For each cut: (the filled K/V of one uninterrupted run once it has that many new tokens or more, and of an
+    engine resumed from its ids then)."""
     prompt, pinned = lm.encode(opening)[:60], pinned_ids(lm, MEMORY, NOTE)
     run = Generator(lm, SETTINGS, prompt, options=APP, pinned=pinned)
+    out, pending = [], list(cuts)
     for _ in run.steps():
-        if len(run.produced) >= cut:
-            break
-    engine = run._engine
-    resumed = Engine(lm, SETTINGS, list(engine.ids), len(prompt), APP, plan=run.plan)
-    resumed.start()
-    assert (resumed.length, resumed.offset) == (engine.length, engine.offset)
-    return [(k[:, :engine.length], v[:, :engine.length]) for k, v in engine.cache.layers], \
-        [(k[:, :resumed.length], v[:, :resumed.length]) for k, v in resumed.cache.layers]
+        if len(run.produced) < pending[0]:
+            continue
+        engine = run._engine
+        resumed = Engine(lm, SETTINGS, list(engine.ids), len(prompt), APP, plan=run.plan)
+        resumed.start()
+        assert (resumed.length, resumed.offset) == (engine.length, engine.offset)
+        out.append(([(k[:, :engine.length].clone(), v[:, :engine.length].clone()) for k, v in engine.cache.layers],
+                     [(k[:, :resumed.length], v[:, :resumed.length]) for k, v in resumed.cache.layers]))
+        pending.pop(0)
+        if not pending:
+            return out
+    raise AssertionError("the run ended before its last cut")
 
 
 @pytest.mark.parametrize("model", ["smollm2", "smollm2_q4"])
@@ -101,7 +106,7 @@ def test_a_rebuilt_cache_holds_the_uninterrupted_runs_values_bit_for_bit(request
     """Token by token, float32 parts from a resume only at a rare near-tie; its cache shows every rounding at once:
     mid-window (the prompt's prefill, then steps) and past a shift (the window's prefill, then steps)."""
     lm = request.getfixturevalue(model)
-    for cut in (30, shift_points(lm, opening)[0] + 20):
-        straight, resumed = cache_at(lm, opening, cut)
+    cuts = (30, shift_points(lm, opening)[0] + 20)
+    for cut, (straight, resumed) in zip(cuts, caches_at(lm, opening, list(cuts)), strict=True):
         for layer, ((k, v), (k2, v2)) in enumerate(zip(straight, resumed, strict=True)):
             assert torch.equal(k, k2) and torch.equal(v, v2), f"{cut} tokens in: layer {layer}'s keys or values differ"

@@ -264,19 +264,19 @@ def test_the_default_model_in_q4_survives_pause_and_kill_9_exactly(store, worker
     from tokenswift.decode.settings import writing_settings
     from tokenswift.text.prompting import prompt_ids
 
-    s = writing_settings(seed=3, max_new_tokens=170, context_window=128)  # shifts from about 90 tokens, every 33
+    s = writing_settings(seed=3, max_new_tokens=120, context_window=112)  # shifts from about 75 tokens, every 29
     with one_torch_thread():
         straight = Generator(smollm2_q4, s, prompt_ids(smollm2_q4, PROMPT, "continue"),
                              options=EngineOptions(adaptive=True, alternatives=True)).run()
     gen_id = store.enqueue_generation(PROMPT, s).id
     gate, model = workers.gate, str(gguf_path)
-    gate.hold_at(40)
+    gate.hold_at(32)
     proc = workers.start(gated=True, model=model, dtype="q4")
     workers.wait_until(gate.held, 120, proc)
     store.request_pause(gen_id)
     gate.release()
     workers.wait_until(lambda: store.get_generation(gen_id, with_text=False).status == "paused", 60, proc)
-    gate.hold_at(110)
+    gate.hold_at(90)
     store.request_resume(gen_id)
     workers.wait_until(gate.held, 120, proc)
     os.kill(proc.pid, signal.SIGKILL)
