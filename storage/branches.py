@@ -109,7 +109,7 @@ class BranchVerbs:
             if left < 0 or not in_sql_range(left):
                 raise Invalid("max_new_tokens", "must be >= 0")
             row = _branch_row(parent, prefix_text, left)
-            generated = [t for packed in s.scalars(_ids_query(gen_id)) for t in unpack_ids(packed)]
+            generated = generated_ids(s, gen_id)
             row.prompt_ids = pack_ids(unpack_ids(parent.prompt_ids) + generated[:position])
             row.resume_from = parent.written_from()  # the run goes on as the original's would have, with the token
             s.add(row)
@@ -190,5 +190,7 @@ def _branch_row(parent: GenerationRow, prefix_text: str, left: int) -> Generatio
     )
 
 
-def _ids_query(gen_id: int):
-    return select(ChunkRow.token_ids).where(ChunkRow.generation_id == gen_id).order_by(ChunkRow.seq)
+def generated_ids(s: Session, gen_id: int) -> list[int]:
+    """The ids a draft generated: its chunks' ids in order (the store's one reading of them)."""
+    query = select(ChunkRow.token_ids).where(ChunkRow.generation_id == gen_id).order_by(ChunkRow.seq)
+    return [t for packed in s.scalars(query) for t in unpack_ids(packed)]

@@ -12,6 +12,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from storage import provenance
+from storage.branches import generated_ids
 from storage.chapter_links import follow_chapter
 from storage.errors import Conflict, NotFound
 from storage.models import BOOK, ChunkRow, GenerationRow, SessionRow
@@ -59,9 +60,8 @@ class DraftVerbs:
             while row.parent_id is not None:
                 row = _get(s, row.parent_id)
                 if row.prompt_ids is not None:
-                    query = select(ChunkRow.token_ids).where(ChunkRow.generation_id == row.id).order_by(ChunkRow.seq)
-                    generated = [t for packed in s.scalars(query) for t in unpack_ids(packed)]
-                    return EditBase(row.prompt_text, unpack_ids(row.prompt_ids), generated, row.written_from())
+                    return EditBase(row.prompt_text, unpack_ids(row.prompt_ids), generated_ids(s, row.id),
+                                    row.written_from())
         return None
 
     def instruction(self, gen_id: int) -> str | None:

@@ -18,7 +18,7 @@ from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 
 from storage import provenance
-from storage.branches import BranchVerbs, refuse_with_branches
+from storage.branches import BranchVerbs, generated_ids, refuse_with_branches
 from storage.chapter_links import chapter_to_write, follow_chapter
 from storage.drafts import DraftVerbs, parents_format
 from storage.errors import Conflict, NotFound, StoreError
@@ -177,7 +177,7 @@ class Store(DraftVerbs, OverviewVerbs, PlanVerbs, BranchVerbs, RunVerbs, WorkerV
             row.parent_id, row.origin = parent_id, "continue"
             row.settings_json = parents_format(parent, row.settings_json)  # its text's format, not the request's
             if parent.prompt_ids is not None:  # the worker goes on with the run that wrote them
-                row.prompt_ids = pack_ids(unpack_ids(parent.prompt_ids) + _generated_ids(s, parent_id))
+                row.prompt_ids = pack_ids(unpack_ids(parent.prompt_ids) + generated_ids(s, parent_id))
                 row.resume_from = parent.written_from()
             s.add(row)
             s.flush()
@@ -247,7 +247,7 @@ class Store(DraftVerbs, OverviewVerbs, PlanVerbs, BranchVerbs, RunVerbs, WorkerV
     def get_tokens(self, gen_id: int) -> Tokens:
         with self._read() as s:
             row = _get(s, GenerationRow, gen_id, "generation")
-            return Tokens(unpack_ids(row.prompt_ids), _generated_ids(s, gen_id))
+            return Tokens(unpack_ids(row.prompt_ids), generated_ids(s, gen_id))
 
     def chunks(self, gen_id: int, after_seq: int = -1) -> list[ChunkRecord]:
         """Chunks in order; a UI polling a running job passes the last seq it has seen."""
@@ -336,8 +336,3 @@ def _new_generation(book: SessionRow, prompt: str, settings: JobSettings, **mode
 def _text(s: Session, gen_id: int) -> str:
     query = select(ChunkRow.text).where(ChunkRow.generation_id == gen_id).order_by(ChunkRow.seq)
     return "".join(s.scalars(query))
-
-
-def _generated_ids(s: Session, gen_id: int) -> list[int]:
-    query = select(ChunkRow.token_ids).where(ChunkRow.generation_id == gen_id).order_by(ChunkRow.seq)
-    return [t for packed in s.scalars(query) for t in unpack_ids(packed)]

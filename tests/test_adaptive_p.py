@@ -13,11 +13,11 @@ import pytest
 import torch
 from test_context_shift import MEMORY, NARROW, NOTE, first_difference
 from test_exactness import PROMPT, random_heads
+from test_top_n_sigma import check_exact_and_acting
 
 from tokenswift.cli.main import main
 from tokenswift.decode.engine import Engine
 from tokenswift.decode.generate import Generator
-from tokenswift.decode.options import EngineOptions
 from tokenswift.decode.settings import Settings, SettingsError
 from tokenswift.sampling.adaptive_p import AdaptiveP, steered
 from tokenswift.sampling.in_graph import DeviceSampler
@@ -93,13 +93,8 @@ CASES = [("fused", 20, False, 1, AP), ("fused", 20, True, 2, {**AP, "penalty": 1
 @pytest.mark.slow
 @pytest.mark.parametrize(("drafter", "k", "adaptive", "seed", "sampling"), CASES)
 def test_tokenswift_equals_ar_with_adaptive_p(stories64, drafter, k, adaptive, seed, sampling):
-    lm = dataclasses.replace(stories64, heads=random_heads(stories64, 3))
-    prompt = lm.encode(PROMPT)
-    s = Settings(max_new_tokens=300, seed=seed, ignore_eos=True, ngram_topk=k, budget=48, drafter=drafter,
-                 **sampling)
-    expected = Generator(lm, s.replace(mode="ar"), prompt).run()
-    assert expected != Generator(lm, s.replace(mode="ar", adaptive_target=-1.0), prompt).run()  # it acts here
-    assert first_difference(Generator(lm, s, prompt, options=EngineOptions(adaptive=adaptive)).run(), expected) is None
+    lm, s, prompt, expected = check_exact_and_acting(stories64, drafter, k, adaptive, seed, sampling,
+                                                     {"adaptive_target": -1.0})
     resumed = Generator(lm, s, prompt, generated_ids=expected[:150])  # the history recomputed from replayed rows
     assert first_difference(resumed.run(), expected) is None
 

@@ -63,15 +63,23 @@ CASES = [("fused", 20, False, 1, dict(temperature=1.0, top_n_sigma=1.0)),
 @pytest.mark.slow
 @pytest.mark.parametrize(("drafter", "k", "adaptive", "seed", "sampling"), CASES)
 def test_tokenswift_equals_ar_with_top_n_sigma(stories64, drafter, k, adaptive, seed, sampling):
+    lm, s, prompt, expected = check_exact_and_acting(stories64, drafter, k, adaptive, seed, sampling,
+                                                     {"top_n_sigma": 0.0})
+    resumed = Generator(lm, s, prompt, generated_ids=expected[:150])
+    assert first_difference(resumed.run(), expected) is None
+
+
+def check_exact_and_acting(stories64, drafter, k, adaptive, seed, sampling: dict, off: dict):
+    """TokenSwift writes plain decoding's 300 tokens with `sampling`, and turning the sampler `off` changes them.
+    Returns (the model with heads, the settings, the prompt, plain decoding's tokens)."""
     lm = dataclasses.replace(stories64, heads=random_heads(stories64, 3))
     prompt = lm.encode(PROMPT)
     s = Settings(max_new_tokens=300, seed=seed, ignore_eos=True, ngram_topk=k, budget=48, drafter=drafter,
                  **sampling)
     expected = Generator(lm, s.replace(mode="ar"), prompt).run()
-    assert expected != Generator(lm, s.replace(mode="ar", top_n_sigma=0.0), prompt).run()  # it acts here
+    assert expected != Generator(lm, s.replace(mode="ar", **off), prompt).run()  # it acts here
     assert first_difference(Generator(lm, s, prompt, options=EngineOptions(adaptive=adaptive)).run(), expected) is None
-    resumed = Generator(lm, s, prompt, generated_ids=expected[:150])
-    assert first_difference(resumed.run(), expected) is None
+    return lm, s, prompt, expected
 
 
 @pytest.mark.slow
