@@ -273,6 +273,9 @@ def app_page(chromium, studio_app):
 
     context = chromium.new_context(viewport={"width": 1400, "height": 1000}, accept_downloads=True)
     context.set_default_timeout(20_000)
+    # An event's answer takes seconds where a loaded 2-core machine runs the app beside the suite: assertions wait
+    # as long as actions do (playwright's 5 s default failed in CI).
+    expect.set_options(timeout=20_000)
     page = context.new_page()
     page.app_url = studio_app.url
     log_in(page, studio_app.url)

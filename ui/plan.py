@@ -57,7 +57,10 @@ def character_table(characters) -> str:
 
 def wire(p: PlanParts, store: Store, w: WriteParts, tabs: gr.Tabs, tab: gr.Tab, exports: Exports,
          tokens: PromptTokens) -> None:
-    fast = {"concurrency_limit": None}
+    # One plan event at a time, in the order the page sent them: two redraws of the book list racing (the tab's
+    # opening and "New book" pressed at once) could leave the server holding the older choices, which then
+    # refuses the new book's id as "not in the list of choices" on the next event. Each is a few store reads.
+    fast = {"concurrency_limit": 1, "concurrency_id": "plan"}
     shown = [*p.shown, p.status]
 
     def say(message: str, ok: bool = True) -> dict:
