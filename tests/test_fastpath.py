@@ -120,7 +120,7 @@ def test_passes_match_the_eager_model(name, kind):
         tokens, positions, tree = verify_inputs(trie, length + 1, shape.slots)
         mask = with_prefix(tree, length + 1, positions, None)
         ref = model(tokens, positions, eager, length + 1, mask, capture_queries=True)
-        logits, queries, targets, hidden = passes.verify(trie, length + 1, shape.slots)
+        logits, queries, targets, hidden, _ = passes.verify(trie, length + 1, shape.slots)
         assert close(logits, ref.logits, 1e-10) and close(hidden, ref.hidden, 1e-10)
         assert close(queries, torch.stack(ref.queries), 1e-12)
         assert targets == host_targets(sampler, ref.logits, trie, ids, length + 1, 64)

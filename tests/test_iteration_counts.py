@@ -1,8 +1,9 @@
 """Issue 48 on a CPU: the host syncs and pass calls (graph replays on CUDA) of one plain step and one TokenSwift
 iteration on the fast path, the code a GPU runs (bench/counting.py), counted exactly so that one more fails here.
 
-The drafts are ranked with one host read for every depth on CUDA (drafting.ONE_READ_DEVICES); the tests add the CPU
-to that set to run the CUDA branch, and check it proposes the very tokens of the per-depth ranking.
+On CUDA (drafting.ONE_READ_DEVICES) the drafts are ranked with one host read for every depth, and the fused
+drafter's are made inside the pass that samples the root (device_drafts.py); the tests add the CPU to that set to
+run the CUDA branch, and check both propose the very tokens of the host's ranking.
 """
 
 from __future__ import annotations
@@ -27,10 +28,12 @@ SAMPLING = dict(temperature=1.0, min_p=0.1, penalty=1.2, penalty_length=64)
 # Per plain step: the token's read, one replay, and the host's torch calls around it (the pass's three input
 # writes and the token's pinned upload; views included).
 AR = {"syncs": 1, "replays": 1, "outside": 11}
-# Per TokenSwift iteration on CUDA's branch: the drafts' one read and the targets' one read (the trie is built and
-# walked on the host, so the drafts must reach it before the verify pass); replays: the paper drafter's draft graph
-# and the verify graph (the fused drafter's heads run outside graphs).
-TS = {"fused": {"syncs": 2, "replays": 1}, "paper": {"syncs": 2, "replays": 2}}
+# Per TokenSwift iteration on CUDA's branch. Fused: one read, of the targets and every row's next drafts together,
+# one replay (the verify graph drafts too). Paper: its draft pass runs over the partial cache from the root, which
+# the host learns from the verify pass's read, and the trie is built on the host from its drafts: two reads, two
+# replays.
+TS = {"fused": {"syncs": {"fastpath.py": 1.0}, "replays": 1},
+      "paper": {"syncs": {"drafting.py": 1.0, "fastpath.py": 1.0}, "replays": 2}}
 
 
 @pytest.fixture(scope="module")
@@ -44,11 +47,12 @@ def cuda_branch(monkeypatch):
     monkeypatch.setattr(drafting, "ONE_READ_DEVICES", frozenset({"cuda", "cpu"}))
 
 
-def engine(lm, mode: str, drafter: str = "paper") -> Engine:
+def engine(lm, mode: str, drafter: str = "paper", adaptive: bool = False, **sampling) -> Engine:
     s = Settings(max_new_tokens=200, seed=2, ignore_eos=True, ngram_topk=5, tree=(1, 2, 2), budget=48,
-                 drafter=drafter, mode=mode, **SAMPLING)
+                 drafter=drafter, mode=mode, **(sampling or SAMPLING))
     prompt = list(range(5, 60))
-    e = Engine(lm, s, prompt, len(prompt), EngineOptions(fast=FastOptions(attention="sdpa", bucket=4096)))
+    options = EngineOptions(fast=FastOptions(attention="sdpa", bucket=4096), adaptive=adaptive)
+    e = Engine(lm, s, prompt, len(prompt), options)
     e.start()
     step = e.ts_step if mode == "tokenswift" else e.ar_step
     for _ in range(5):  # past the first AR probe and the captures
@@ -80,11 +84,31 @@ def test_every_layer_of_a_plain_step_runs_inside_its_pass(lm, monkeypatch):
 
 
 @pytest.mark.parametrize("drafter", ["fused", "paper"])
-def test_a_tokenswift_iteration_reads_the_host_twice(lm, cuda_branch, drafter):
+def test_a_fused_tokenswift_iteration_reads_the_host_once(lm, cuda_branch, drafter):
     counts = per_step(engine(lm, "tokenswift", drafter).ts_step, 10)
-    assert counts["syncs_by_file"] == {"drafting.py": 1.0, "fastpath.py": 1.0}
-    assert counts["syncs_per_iteration"] == TS[drafter]["syncs"]
+    assert counts["syncs_by_file"] == TS[drafter]["syncs"]
     assert counts["replays_per_iteration"] == TS[drafter]["replays"]
+
+
+@pytest.mark.parametrize("sampling", [SAMPLING, dict(temperature=0.0, penalty=1.3, penalty_length=64)])
+def test_the_drafts_made_in_the_passes_are_the_host_drafts_and_the_text_is_plain_decodings(lm, cuda_branch,
+                                                                                          sampling):
+    """After every verify pass and every plain step of the adaptive policy, the fused drafter holds the drafts the
+    pass made below the accepted node; they are the ones it would rank on the host from the state it observed, and
+    the run writes plain decoding's tokens."""
+    e = engine(lm, "tokenswift", "fused", adaptive=True, **sampling)
+    for n in range(12):
+        with torch.inference_mode():  # as ts_step runs it
+            e._plain_step() if n % 3 == 2 else e.ts_step()
+        made, d = e.drafter.ready, e.drafter
+        assert made is not None and len(made) == len(d.widths)
+        d.ready = None
+        host = d.propose(e.root, e.length, e._window(e.length + 1, []), len(d.widths), e.length + 1 + e.offset)
+        assert made == host
+    ar = engine(lm, "ar", **sampling)
+    while len(ar.ids) < len(e.ids):
+        ar.ar_step()
+    assert ar.ids[:len(e.ids)] == e.ids
 
 
 @pytest.mark.parametrize("extra", ["sync", "replay"])
@@ -103,6 +127,14 @@ def test_one_more_sync_or_replay_fails_the_count(lm, cuda_branch, monkeypatch, e
     monkeypatch.setattr(fastpath.FastPasses, "verify", more)
     counts = per_step(engine(lm, "tokenswift").ts_step, 4)
     assert counts["syncs_per_iteration"] + counts["replays_per_iteration"] == 2 + TS["paper"]["replays"] + 1
+
+
+def test_a_fused_iteration_that_drafts_on_the_host_again_fails_the_count(lm, cuda_branch, monkeypatch):
+    """Without the pass's drafts the fused drafter ranks on the host: one read more per iteration, which the count
+    sees."""
+    monkeypatch.setattr(Engine, "_draft_in_passes", lambda self: None)
+    counts = per_step(engine(lm, "tokenswift", "fused").ts_step, 6)
+    assert counts["syncs_per_iteration"] == 2
 
 
 def test_the_one_read_ranking_proposes_the_per_depth_ranking_tokens(monkeypatch):

@@ -33,6 +33,9 @@ class Counts:
     replays: int = 0
     # torch calls made by the host outside passes, by name: each is at most one kernel launch on CUDA (a view none)
     outside: collections.Counter = field(default_factory=collections.Counter)
+    # torch calls made inside passes, by name: an upper bound on the kernels a captured graph replays (views and
+    # metadata calls launch none, fused kernels count once)
+    inside: collections.Counter = field(default_factory=collections.Counter)
     in_pass: bool = False
 
     def add_sync(self) -> None:
@@ -56,8 +59,7 @@ class _SyncMode(TorchFunctionMode):
         name = getattr(func, "__name__", "")
         if name in READS or (name in ("tensor", "as_tensor") and kwargs.get("device") is not None):
             self.counts.add_sync()
-        if not self.counts.in_pass:
-            self.counts.outside[name] += 1
+        (self.counts.inside if self.counts.in_pass else self.counts.outside)[name] += 1
         return func(*args, **kwargs)
 
 
@@ -94,4 +96,5 @@ def per_step(step: Callable[[], object], steps: int, skip: tuple[str, ...] = ())
         for _ in range(steps):
             step()
     return {"syncs_per_iteration": counts.total_syncs / steps, "replays_per_iteration": counts.replays / steps,
-            "syncs_by_file": {name: n / steps for name, n in sorted(counts.syncs.items())}}
+            "syncs_by_file": {name: n / steps for name, n in sorted(counts.syncs.items())},
+            "torch_calls_in_passes_per_iteration": sum(counts.inside.values()) / steps}

@@ -22,6 +22,8 @@ from tokenswift.decode.ngram import NgramTable
 from tokenswift.decode.options import EngineOptions
 from tokenswift.decode.settings import CAPACITY_SPARE, NGRAM_LEN, Settings, concrete_drafter, max_nodes
 from tokenswift.decode.trie import build_trie, verify_inputs, walk
+from tokenswift.draft import drafting
+from tokenswift.draft.device_drafts import DeviceDrafts
 from tokenswift.draft.drafting import Drafter, HeadsDrafter
 from tokenswift.draft.fused_drafter import FusedDrafter
 from tokenswift.draft.layer_drafter import LayerDrafter
@@ -135,6 +137,7 @@ class Engine(EngineWindow, EngineProbe):
             emitted = [token]
         if self.ts:
             self.drafter = self._make_drafter()
+            self._draft_in_passes()
             if self.adaptive:
                 self.policy = CandidatePolicy(ladder(self.drafter.widths, self.s.ngram_topk))
             self.drafter.start(self.cache, self.length, queries)
@@ -154,6 +157,13 @@ class Engine(EngineWindow, EngineProbe):
         if self.s.drafter == "model":  # reads the committed tokens from the buffer, slot by slot
             return ModelDrafter(self.lm, self.s, self.sampler, self.buf, self.cache.capacity)
         return HeadsDrafter(self.lm, self.s, self.sampler, default_budget(self.s, self.prompt_len), self.fast)
+
+    def _draft_in_passes(self) -> None:
+        """Where one host read per iteration beats drafting on the host (drafting.ONE_READ_DEVICES), the fast
+        path's sampling passes make the fused drafter's next proposals too (device_drafts.py)."""
+        if (self.fast is not None and isinstance(self.drafter, FusedDrafter) and self.drafter.widths
+                and self.lm.device.type in drafting.ONE_READ_DEVICES):
+            self.fast.drafts = DeviceDrafts(self.drafter, self.fast.draw)
 
     def _observe(self, hidden: torch.Tensor | None, following: list[int], first: int) -> None:
         """The states of the tokens just committed at slots first.. (_states' rows), and the token after each."""
@@ -221,34 +231,37 @@ class Engine(EngineWindow, EngineProbe):
     def ar_step(self) -> StepResult:
         self._shift_if_due()
         b0, t0 = self._built(), time.perf_counter()
-        token, _ = self._ar_forward_and_sample()
+        token, _, _ = self._ar_forward_and_sample()
         self._sync()
         dt = self._less_builds(time.perf_counter() - t0, b0)
         self.metrics.add_step(1, 0, 0, False, 0.0, dt, 0.0)
         self.metrics.ar_latency_s = dt
         return StepResult([token])
 
-    def _ar_forward_and_sample(self) -> tuple[int, torch.Tensor | None]:
+    def _ar_forward_and_sample(self, drafts: bool = False) -> tuple[int, torch.Tensor | None, list[int] | None]:
+        """drafts: on the fast path with drafts in its passes, the fused drafter gets its next proposals too."""
         n = self.length
-        token, hidden = self._ar_token(n)
+        token, hidden, drafted = self._ar_token(n, drafts)
         self.length = n + 1
         self._append([token])
-        return token, hidden
+        return token, hidden, drafted
 
-    def _ar_token(self, n: int) -> tuple[int, torch.Tensor | None]:
+    def _ar_token(self, n: int, drafts: bool = False) -> tuple[int, torch.Tensor | None, list[int] | None]:
         """Run the token in slot n (writing its K/V; it attends to slots [0, n]), sample position n + 1.
-        Also returns the token's last-layer state."""
+        Also returns the token's last-layer state, and with `drafts` the pass's drafts below the token (else
+        None)."""
         if self.fast is not None:
-            token, hidden = self.fast.ar_token(n)  # forward and sampling in one graph: one host sync per token
+            # forward and sampling in one graph: one host sync per token
+            token, hidden, drafted = self.fast.ar_token(n, drafts)
             if self.record:
                 self._tops.append(self.fast.alternatives([0]))
-            return token, hidden
+            return token, hidden, drafted
         pos = torch.tensor([n], device=self.lm.device)
         window = self.lm.config.sliding_window
         # A sliding-window model must mask old keys here too, or AR and verification would differ.
         mask = causal_mask(n, 1, pos, window, self.lm.device) if window is not None else None
         out = self.lm.model(self.buf[n:n + 1], pos, self.cache, n, mask, keep_layers=self.feature_layers)
-        return self._sample(out.logits, self._window(n + 1, []), n + 1 + self.offset), self._states(out)
+        return self._sample(out.logits, self._window(n + 1, []), n + 1 + self.offset), self._states(out), None
 
     # -- TokenSwift ----------------------------------------------------------------------------------
 
@@ -286,7 +299,7 @@ class Engine(EngineWindow, EngineProbe):
         capture = self.drafter.wants_queries(self.max_commit)
         b2, t2 = self._built(), time.perf_counter()
         # 3. Verify: the target over the full cache with every candidate at once, under the tree mask.
-        rows, all_queries, targets, hidden = self._verify(trie, L, pad, capture)
+        rows, all_queries, targets, hidden, drafted = self._verify(trie, L, pad, capture)
         self._sync()
         t3 = time.perf_counter()
         verify_s = self._less_builds(t3 - t2, b2)
@@ -308,6 +321,8 @@ class Engine(EngineWindow, EngineProbe):
         queries = [q[accepted[-1]] for q in all_queries] if capture else None
         self.drafter.commit(self.cache, L, self.length, queries)
         self._observe(hidden[accepted] if hidden is not None else None, emitted, L)
+        if drafted is not None:
+            self.drafter.given(self.fast.drafts.levels(drafted, accepted[-1]))
         self._append(emitted)
         self._advance_ngrams()
         self._sync()
@@ -328,9 +343,11 @@ class Engine(EngineWindow, EngineProbe):
         target's sample at the next position, then the same bookkeeping as an accepted root alone."""
         b0, t0 = self._built(), time.perf_counter()
         L = self.length
-        token, hidden = self._ar_forward_and_sample()
+        token, hidden, drafted = self._ar_forward_and_sample(drafts=True)
         self.drafter.commit(self.cache, L, self.length, None)
         self._observe(hidden, [token], L)
+        if drafted is not None:
+            self.drafter.given(self.fast.drafts.levels(drafted, 0))
         self._advance_ngrams()
         self._sync()
         dt = self._less_builds(time.perf_counter() - t0, b0)
@@ -343,15 +360,15 @@ class Engine(EngineWindow, EngineProbe):
     def _verify(self, trie, L: int, pad: int, capture: bool):
         """rows(node) -> that candidate row's logits [1, vocab]; each layer's queries [T, heads, dim] when
         capture is set; the target's token after every trie node when the fast path sampled them (else
-        None); every row's last-layer state.
+        None); every row's last-layer state; every row's drafts when the fast path made them (else None).
 
         Off the fast path the LM head runs only on the rows the walk visits (the accepted path and one
         more), not on every candidate; a small batch takes one product for all its rows where that costs about
         what one row does (16-bit weights; the CPU's C products up to PRODUCT_ROWS rows, torch's float32 column product
         up to COLUMN_ROWS)."""
         if self.fast is not None:
-            logits, queries, targets, hidden = self.fast.verify(trie, L, pad)
-            return (lambda node: logits[node:node + 1]), queries, targets, hidden
+            logits, queries, targets, hidden, drafted = self.fast.verify(trie, L, pad)
+            return (lambda node: logits[node:node + 1]), queries, targets, hidden, drafted
         tokens, positions, tree_mask = (t.to(self.lm.device) for t in verify_inputs(trie, L, pad))
         mask = with_prefix(tree_mask, L, positions, self.lm.config.sliding_window)
         out = self.lm.model(tokens, positions, self.cache, L, mask, logits="none", capture_queries=capture,
@@ -361,7 +378,7 @@ class Engine(EngineWindow, EngineProbe):
             rows = lambda node: logits[node:node + 1]  # noqa: E731
         else:
             rows = lambda node: self.lm.model.logits_of(out.hidden[node:node + 1])  # noqa: E731
-        return rows, out.queries, None, self._states(out)
+        return rows, out.queries, None, self._states(out), None
 
     def _target_token(self, logits: torch.Tensor, trie, node: int, L: int) -> int:
         """The target's token after `node`, from that row's logits [1, vocab]."""

@@ -79,17 +79,27 @@ def best_per_depth(logits: torch.Tensor, sampler: Sampler, window: torch.Tensor 
 
 def _noisy_best_one_read(logits: torch.Tensor, sampler: Sampler, windows: torch.Tensor | None,
                          widths: list[int], key: int, vocab: torch.Tensor | None) -> list[list[int]]:
-    """best_per_depth's sampling ranking with one host read for every depth: the noise of every column (each
-    value the one `Sampler.noisy` draws for it), the positions made on the device, one top-k. Where a host read
+    """best_per_depth's sampling ranking with one host read for every depth (rank_on_device). Where a host read
     waits for the device (CUDA) that beats a read per depth; on a CPU the per-row noise of the few tokens the
     filters keep is cheaper (a 49K-token vocabulary's full noise costs milliseconds there)."""
     keys = torch.arange(key, key + logits.shape[0], device=logits.device)
+    best = rank_on_device(logits, sampler, windows, keys, max(widths), vocab).tolist()
+    return [[t for t in best[d][:w] if t >= 0] for d, w in enumerate(widths)]
+
+
+def rank_on_device(logits: torch.Tensor, sampler: Sampler, windows: torch.Tensor | None, keys: torch.Tensor,
+                   k: int, vocab: torch.Tensor | None) -> torch.Tensor:
+    """[R, k] the best k token ids of each draft row as best_per_depth ranks them, -1 where a filter leaves fewer,
+    with no host read: row r is sampled with the noise of position keys[r] (every value the one `Sampler.noisy`
+    draws for it), so this also runs inside a captured pass (device_drafts.py)."""
+    if sampler.noise is None:
+        best = torch.topk(sampler.penalize(logits, windows, vocab), min(k, logits.shape[-1]), dim=-1).indices
+        return best if vocab is None else vocab[best]
     scores = sampler.process(logits, windows, vocab, keys)
     noisy = scores.double() + sampler.noise.gumbel(keys, vocab)
-    top = torch.topk(noisy, min(max(widths), noisy.shape[-1]), dim=-1)
+    top = torch.topk(noisy, min(k, noisy.shape[-1]), dim=-1)
     ids = top.indices if vocab is None else vocab[top.indices]
-    best = torch.where(torch.isfinite(top.values), ids, -1).tolist()  # a filtered-out token is never proposed
-    return [[t for t in best[d][:w] if t >= 0] for d, w in enumerate(widths)]
+    return torch.where(torch.isfinite(top.values), ids, -1)  # a filtered-out token is never proposed
 
 
 class HeadsDrafter:

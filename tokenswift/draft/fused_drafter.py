@@ -34,6 +34,8 @@ class FusedDrafter:
         # Without heads nothing is drafted and the n-gram paths are the only candidates.
         self.widths = list(settings.tree[1:gamma + 1])
         self.hidden: torch.Tensor | None = None  # [1, dim]: the state whose base-head sample is the root
+        # The next proposals, when the pass that sampled the root already made them (device_drafts.py).
+        self.ready: list[list[int]] | None = None
         self.vocab = lm.heads.vocab if lm.heads is not None else None
         self.weight = None  # the LM head's rows for the draft vocabulary; None: the whole head
         if self.vocab is not None:
@@ -42,7 +44,7 @@ class FusedDrafter:
             self.weight = lm.model.head_weight[self.vocab]
 
     def start(self, full: KVCache, length: int, queries: list[torch.Tensor]) -> None:
-        pass  # the heads need the prompt's last state only, given through observe()
+        self.ready = None  # the heads need the prompt's last state only, given through observe()
 
     def wants_queries(self, count: int) -> bool:
         return False
@@ -51,6 +53,11 @@ class FusedDrafter:
         """The last-layer states of the tokens just committed; the heads read the last one's (the root was
         sampled after it)."""
         self.hidden = hidden.reshape(len(following), -1)[-1:].clone()  # on the fast path a pass buffer
+        self.ready = None
+
+    def given(self, levels: list[list[int]]) -> None:
+        """The proposals for the root just observed, made inside the pass that sampled it (device_drafts.py)."""
+        self.ready = levels
 
     def ngram_prefix(self, root: int, levels: list[list[int]]) -> list[int]:
         return []  # the root is certain: n-gram continuations hang from it
@@ -60,6 +67,9 @@ class FusedDrafter:
         lm, widths = self.lm, self.widths[:depth]
         if not widths:
             return []
+        if self.ready is not None:
+            levels, self.ready = self.ready[:depth], None
+            return levels
         # Scored over the draft vocabulary only, when the heads have one: tokens outside it are never proposed.
         root_id = torch.tensor([root], device=self.hidden.device) if lm.heads.next_token else None
         logits = lm.heads.logits(lm.model, self.hidden, root_id, len(widths), self.weight)

@@ -100,7 +100,7 @@ class Pass:
     def __init__(self, model: Transformer, cache: KVCache, t: int, kind: str, span: int, graphs: str,
                  heads=None, draft_rows: int = 1, queries: bool = False, pool=None,
                  sampler: DeviceSampler | None = None, packed: bool = False, factory: Callable | None = None,
-                 alternatives: bool = False):
+                 alternatives: bool = False, drafts=None):
         cfg, dev = model.cfg, model.rope_cos.device
         self.model, self.cache, self.heads, self.draft_rows = model, cache, heads, draft_rows
         # With a sampler, the pass also draws the target's token after every row (row i: position
@@ -124,7 +124,11 @@ class Pass:
         self.hidden = torch.empty(t, cfg.dim, dtype=self.logits.dtype, device=dev)  # what the fused drafter reads
         shape = (cfg.n_layers, t, cfg.n_heads, cfg.head_dim)
         self.queries = torch.empty(shape, dtype=self.logits.dtype, device=dev) if queries else None
-        self.sampled = torch.zeros(t, dtype=torch.long, device=dev) if sampler else None
+        # What the host reads after a sampling pass, in one copy: the sampled tokens, then with `drafts` (the fused
+        # drafter's device_drafts.DeviceDrafts) every row's next proposals.
+        self.drafts = drafts
+        self.readout = torch.zeros(t + (drafts.size(t) if drafts else 0), dtype=torch.long, device=dev)
+        self.sampled = self.readout[:t] if sampler else None
         # Each sampled row's alternatives (alternatives.py), from the scores its token is drawn from.
         self.top = torch.zeros(t, ROW, dtype=torch.float64, device=dev) if sampler and alternatives else None
         self.graphs, self.pool = graphs, pool
@@ -159,6 +163,9 @@ class Pass:
             if self.sampler is not None:
                 self.sampled.copy_(self.sampler(self.logits, self.visible.start, self.positions, self.paths,
                                                 self.top))
+            if self.drafts is not None:
+                self.readout[self.sampled.numel():].copy_(
+                    self.drafts(x, self.sampled, self.visible.start, self.positions, self.paths).flatten())
             return
         # The draft pass (drafting.HeadsDrafter): the base head's row, then the chained draft heads' rows on the
         # pre-norm state. Heads that read the next token get the depth-1 guess they extend: the token the target
@@ -219,6 +226,9 @@ class FastPasses:
         self.draw = DeviceSampler(sampler, ids) if sampler is not None and ids is not None else None
         self.ids, self.queries, self.record = ids, queries, alternatives
         self.sampled_last: Pass | None = None  # the last pass that sampled: its alternatives are read next
+        # The fused drafter's proposals made inside the sampling passes (device_drafts.DeviceDrafts), set by the
+        # engine once its drafter exists: then an iteration reads the host once.
+        self.drafts = None
         # Seconds spent in passes' first calls (capture, kernel compilation, warm-up): one-off costs the engine
         # books apart from decoding, so neither the adaptive policy nor time saved counts them.
         self.build_s = 0.0
@@ -284,20 +294,25 @@ class FastPasses:
             p = self._ar(token, n, None)
         return p.logits, p.hidden
 
-    def ar_token(self, n: int) -> tuple[int, torch.Tensor]:
+    def ar_token(self, n: int, drafts: bool = False) -> tuple[int, torch.Tensor, list[int] | None]:
         """One AR step in one graph: the token in slot n of `ids` through the model, then the sampled
-        token for position n + 1 (its `int` is the step's only host sync), and the state [1, dim]."""
+        token for position n + 1 (the step's only host read), the state [1, dim], and with `drafts` (and
+        self.drafts set) the drafts below the sampled token, read with it (DeviceDrafts.levels' input)."""
         if self.draw is None:
             raise RuntimeError("ar_token needs FastPasses(..., sampler=, ids=)")
         _check_room(self.cache, n, 1)
+        drafter = self.drafts if drafts else None
         with self._guard(self.options.attention):
-            p = self.sampled_last = self._ar(self.ids[n:n + 1], n, self.draw)
-            return int(p.sampled[0]), p.hidden
+            p = self.sampled_last = self._ar(self.ids[n:n + 1], n, self.draw, drafter)
+            if drafter is None:
+                return int(p.sampled[0]), p.hidden, None
+            values = p.readout.tolist()
+            return values[0], p.hidden, values[1:]
 
-    def _ar(self, token: torch.Tensor, n: int, sampler: DeviceSampler | None) -> Pass:
-        name = "ar" if sampler is None else "ar+sample"
+    def _ar(self, token: torch.Tensor, n: int, sampler: DeviceSampler | None, drafts=None) -> Pass:
+        name = ("ar" if sampler is None else "ar+sample") + ("+drafts" if drafts else "")
         p = self._get(name, self.cache, 1, self.options.attention, n + 1, sampler=sampler,
-                      alternatives=self.record and sampler is not None)
+                      alternatives=self.record and sampler is not None, drafts=drafts)
         p.tokens.copy_(token)
         p.positions.fill_(n)
         p.visible.start.fill_(n)
@@ -320,26 +335,31 @@ class FastPasses:
         return p.logits
 
     def verify(self, trie: Trie, start: int, t: int
-               ) -> tuple[torch.Tensor, torch.Tensor | None, list[int] | None, torch.Tensor]:
+               ) -> tuple[torch.Tensor, torch.Tensor | None, list[int] | None, torch.Tensor, list[int] | None]:
         """The trie's candidates, padded to t rows, after `start` committed tokens: logits [t, V], per-layer
         queries [layers, t, heads, head_dim] (None unless FastPasses keeps them), the target's token after each
-        trie node when the pass samples (its `tolist` is the one host sync), and last-layer states [t, dim].
+        trie node when the pass samples (its `tolist` is the one host sync), last-layer states [t, dim], and with
+        self.drafts every row's drafts, read with the targets (DeviceDrafts.levels' input; else None).
 
         Every input (start, tokens, positions, tree mask, each node's path) is built on the host into one
         pinned buffer and reaches the device in one asynchronous copy."""
         _check_room(self.cache, start, t)
         kind = self.options.verify_attention or self.options.attention
-        name = "verify" if self.draw is None else "verify+sample"
+        drafts = self.drafts if self.draw is not None else None
+        name = ("verify" if self.draw is None else "verify+sample") + ("+drafts" if drafts else "")
         with self._guard(kind):
             p = self.sampled_last = self._get(name, self.cache, t, kind, start + t, queries=self.queries,
                                               sampler=self.draw, packed=True,
-                                              alternatives=self.record and self.draw is not None)
+                                              alternatives=self.record and self.draw is not None, drafts=drafts)
             # Rewriting the host buffer is safe: the previous copy from it finished before its targets were read.
             pack_verify_inputs(trie, start, t, self.draw is not None, p.host_inputs)
             p.inputs.copy_(p.host_inputs, non_blocking=True)
             self._run(p)
+            if drafts is not None:
+                values = p.readout.tolist()
+                return p.logits, p.queries, values[:len(trie.tokens)], p.hidden, values[t:]
             targets = p.sampled[: len(trie.tokens)].tolist() if self.draw is not None else None
-        return p.logits, p.queries, targets, p.hidden
+        return p.logits, p.queries, targets, p.hidden, None
 
 
     def alternatives(self, rows: list[int]) -> torch.Tensor:

@@ -114,7 +114,7 @@ def _compare_verify(lm: LoadedModel, passes: FastPasses, eager: KVCache, ids: to
     trie = build_trie(int(ids[n]), levels, [])
     tokens, positions, tree = (t.to(lm.device) for t in verify_inputs(trie, n, VERIFY_ROWS))
     ref = lm.model(tokens, positions, eager, n, with_prefix(tree, n, positions, None)).logits
-    logits, _, targets, _ = passes.verify(trie, n, VERIFY_ROWS)
+    logits, _, targets, _, _ = passes.verify(trie, n, VERIFY_ROWS)
     rows = len(trie.tokens)
     why = _differ("verify logits", logits[:rows], ref[:rows], tol)
     for row in range(rows):  # the pass samples (FastPasses was given a sampler)
