@@ -7,6 +7,7 @@ book (the record) · export (the entry point) · one module per format: text_for
 from bookexport.book import Book, slugify
 from bookexport.chapters import split_chapters
 from bookexport.export import FORMATS, MEDIA_TYPES, export_book
-from bookexport.reflow import paragraphs, reflow_text
+from bookexport.reflow import SCENE_BREAK, paragraphs, reflow_text
 
-__all__ = ["FORMATS", "MEDIA_TYPES", "Book", "export_book", "paragraphs", "reflow_text", "slugify", "split_chapters"]
+__all__ = ["FORMATS", "MEDIA_TYPES", "SCENE_BREAK", "Book", "export_book", "paragraphs", "reflow_text", "slugify",
+           "split_chapters"]

@@ -7,7 +7,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from bookexport.book import Book
-from bookexport.reflow import paragraphs
+from bookexport.reflow import SCENE_BREAK, paragraphs
 from bookexport.text_formats import headed
 from bookexport.xmltext import xml_safe
 
@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
 def render(book: Book, chapters: list[tuple[str, str]], modified: datetime) -> bytes:
     import docx  # imported here so TXT/MD/EPUB export works even where python-docx is missing
-    from docx.enum.text import WD_BREAK
+    from docx.enum.text import WD_ALIGN_PARAGRAPH, WD_BREAK
 
     document = docx.Document()
     _set_core_properties(document.core_properties, book, modified)
@@ -32,6 +32,9 @@ def render(book: Book, chapters: list[tuple[str, str]], modified: datetime) -> b
         for index, p in enumerate(paragraphs(body)):
             paragraph = document.add_paragraph()
             paragraph.paragraph_format.page_break_before = heading is None and index == 0
+            if p.scene_break:
+                paragraph.add_run(SCENE_BREAK)
+                paragraph.alignment = WD_ALIGN_PARAGRAPH.CENTER
             for index, line in enumerate(p.lines):
                 run = paragraph.add_run(xml_safe(line))
                 if index + 1 < len(p.lines):

@@ -9,7 +9,7 @@ import zipfile
 from datetime import datetime
 
 from bookexport.book import Book
-from bookexport.reflow import paragraphs
+from bookexport.reflow import SCENE_BREAK, paragraphs
 from bookexport.xmltext import xml_safe
 
 _ZIP_EPOCH = (1980, 1, 1, 0, 0, 0)  # fixed entry times keep the archive byte-for-byte reproducible
@@ -23,7 +23,8 @@ _CSS = """\
 body { margin: 0 5%; line-height: 1.5; }
 h1, h2 { text-align: center; font-weight: normal; margin: 2em 0 1.5em; }
 p { margin: 0; text-indent: 1.5em; }
-h2 + p { text-indent: 0; }
+h2 + p, .scene + p { text-indent: 0; }
+p.scene { text-indent: 0; text-align: center; margin: 1em 0; }
 .titlepage { text-align: center; margin-top: 30%; }
 .titlepage p { text-indent: 0; font-style: italic; }
 nav ol { list-style: none; padding: 0; }
@@ -156,6 +157,7 @@ def _title_page(book: Book) -> str:
 
 def _chapter_xhtml(book: Book, chapter: tuple[str, str]) -> str:
     heading, body = chapter
-    paras = "".join("<p>" + "<br/>\n".join(_x(line) for line in p.lines) + "</p>\n" for p in paragraphs(body))
+    paras = "".join(f'<p class="scene">{SCENE_BREAK}</p>\n' if p.scene_break else
+                    "<p>" + "<br/>\n".join(_x(line) for line in p.lines) + "</p>\n" for p in paragraphs(body))
     section = f'<section epub:type="chapter">\n<h2>{_x(heading)}</h2>\n{paras}</section>'
     return _xhtml(book, heading, section)

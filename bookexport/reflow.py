@@ -5,6 +5,10 @@ indented next line, a line that ends a sentence when the next word would still h
 greedy wrap never leaves that room), a sentence end before a line of dialogue, or a sentence end on a
 line too long to be a wrap. Every other break is a wrap and becomes a space, so a sentence is never cut
 in two. Blocks of only short lines (verse, a letter's address, a list) keep their line breaks.
+
+Two or more blank lines between paragraphs are a scene break (a manuscript's convention, and what the app writes
+where an instruction draft's answer ends and the story goes on): an empty Paragraph there, which the formats show
+as SCENE_BREAK.
 """
 
 from __future__ import annotations
@@ -12,7 +16,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-BLANK_LINE = re.compile(r"\n[ \t]*\n")
+BLANK_LINE = re.compile(r"\n[ \t]*\n(?:[ \t]*\n)*")
+SCENE_BREAK = "* * *"
 SENTENCE_END = re.compile(r"[.!?…][\"'”’)\]*_]*$")
 DIALOGUE = ('"', "“", "‘", "'", "—", "«", "–")
 SHORT_LINES = 45  # a block whose lines all stay below this is verse or a list: its lines are kept
@@ -27,7 +32,11 @@ SHORT_LAST_LINE = 0.8  # in such a block, a sentence ending before 80% of the wi
 class Paragraph:
     start: int  # offsets into the text, so chapters can cut between paragraphs without losing a character
     end: int
-    lines: tuple[str, ...]  # one line for prose; several for verse, shown with line breaks
+    lines: tuple[str, ...]  # one line for prose; several for verse, shown with line breaks; none: a scene break
+
+    @property
+    def scene_break(self) -> bool:
+        return not self.lines
 
 
 def paragraphs(text: str) -> list[Paragraph]:
@@ -38,13 +47,15 @@ def paragraphs(text: str) -> list[Paragraph]:
         end = gap.start() if gap else len(text)
         found.extend(_block(text[start:end], start))
         start = gap.end() if gap else end
+        if gap and gap.group().count("\n") > 2 and found and not found[-1].scene_break and text[start:].strip():
+            found.append(Paragraph(gap.start(), gap.start(), ()))
     return found
 
 
 def reflow_text(text: str) -> str:
     """The text with its paragraphs rejoined, one blank line between them (the app's reading view)."""
     text = text.replace("\r\n", "\n").replace("\r", "\n")
-    return "\n\n".join("\n".join(p.lines) for p in paragraphs(text))
+    return "\n\n".join("\n".join(p.lines) or SCENE_BREAK for p in paragraphs(text))
 
 
 def _block(block: str, start: int) -> list[Paragraph]:

@@ -6,7 +6,7 @@ import re
 from datetime import datetime
 
 from bookexport.book import Book
-from bookexport.reflow import paragraphs
+from bookexport.reflow import SCENE_BREAK, paragraphs
 
 
 def render_txt(book: Book, chapters: list[tuple[str, str]], _: datetime) -> bytes:
@@ -53,5 +53,5 @@ def render_md(book: Book, chapters: list[tuple[str, str]], _: datetime) -> bytes
         if heading:
             blocks.append(f"## {_md_inline(heading)}")
         # Two trailing spaces are Markdown's hard line break, kept for verse and letters.
-        blocks.extend("  \n".join(_md_line(line) for line in p.lines) for p in paragraphs(body))
+        blocks.extend("  \n".join(_md_line(line) for line in p.lines) or SCENE_BREAK for p in paragraphs(body))
     return ("\n\n".join(blocks) + "\n").encode("utf-8")

@@ -323,7 +323,8 @@ def test_epub_package_lists_every_chapter() -> None:
 
 
 def test_epub_xhtml_is_well_formed_and_escaped() -> None:
-    text = f"Before the first heading: {TRICKY}\n\nCHAPTER I. “Café” & <Co>\n\n{TRICKY}\n\nline\x0cfeed\x00"
+    tricky = TRICKY.strip()
+    text = f"Before the first heading: {tricky}\n\nCHAPTER I. “Café” & <Co>\n\n{tricky}\n\nline\x0cfeed\x00"
     book = make_book(text, title='The <Storm> & "Co"', author="Zoë “Writer”", language="fr")
     archive, _ = epub_parts(export_book(book, "epub", modified=FIXED)[0])
     pages = [n for n in archive.namelist() if n.endswith(".xhtml")]
@@ -358,9 +359,10 @@ def test_epub_xhtml_is_well_formed_and_escaped() -> None:
 
 
 def test_epub_paragraphs_split_at_blank_lines() -> None:
+    """One blank line (spaces or not) parts paragraphs; two are a scene break (reflow.py)."""
     archive, _ = epub_parts(export_book(make_book("CHAPTER I\n\nOne.\n\n\nTwo.\n  \nThree."), "epub")[0])
     root = ET.fromstring(archive.read("OEBPS/chapter-001.xhtml"))
-    assert [p.text for p in root.iterfind(".//x:p", XHTML_NS)] == ["One.", "Two.", "Three."]
+    assert [p.text for p in root.iterfind(".//x:p", XHTML_NS)] == ["One.", "* * *", "Two.", "Three."]
 
 
 def test_epub_is_deterministic_and_modified_is_utc() -> None:
@@ -392,7 +394,7 @@ def test_generated_identifier_is_stable_per_content() -> None:
 
 
 def test_docx_structure_and_properties() -> None:
-    text = GUTENBERG + "\n\nRoses are red,\nViolets are blue.\n\n" + TRICKY + "\n\nnull\x00byte"
+    text = GUTENBERG.strip() + "\n\nRoses are red,\nViolets are blue.\n\n" + TRICKY.strip() + "\n\nnull\x00byte"
     data, media_type, name = export_book(make_book(text, language="en-GB"), "docx", modified=FIXED)
     assert media_type.endswith("wordprocessingml.document") and name == "the-storm.docx"
     document = docx.Document(io.BytesIO(data))

@@ -8,10 +8,12 @@ import json
 import lzma
 import random
 import re
+import zipfile
 
 import docx
 import pytest
 from conftest import BOOKS, need_shared
+from docx.enum.text import WD_ALIGN_PARAGRAPH
 
 from bookexport import Book, export_book, paragraphs, reflow_text, split_chapters
 from bookexport.reflow import BLANK_LINE, SENTENCE_END
@@ -109,3 +111,24 @@ def test_a_short_wrapped_block_keeps_its_paragraph_ends():
             "“There will be weather before night,” he said to no one in particular.")
     lines = text.split("\n")
     assert joined(text) == [" ".join(lines[:3]), " ".join(lines[3:5]), lines[5]]
+
+
+def test_two_blank_lines_are_a_scene_break_in_every_format():
+    """Where an instruction draft's answer ends the app writes a section break (two blank lines): the reading view
+    and every format show it, and a single blank line stays a plain paragraph break."""
+    text = ("The lamp went out.\n\nShe climbed down in the dark.\n\n\nMorning came grey over the rocks.\n\n\n\n\n"
+            "Nobody spoke of it again.\n\n\n")
+    got = paragraphs(text)
+    assert [p.scene_break for p in got] == [False, False, True, False, True, False]
+    assert reflow_text(text).split("\n\n") == ["The lamp went out.", "She climbed down in the dark.", "* * *",
+                                               "Morning came grey over the rocks.", "* * *",
+                                               "Nobody spoke of it again."]
+    book = Book("The Lamp", "", text)
+    markdown = export_book(book, "md")[0].decode()
+    assert "dark.\n\n* * *\n\nMorning" in markdown and markdown.count("* * *") == 2
+    with zipfile.ZipFile(io.BytesIO(export_book(book, "epub")[0])) as epub:
+        pages = "".join(epub.read(n).decode() for n in epub.namelist() if n.endswith(".xhtml"))
+    assert pages.count('<p class="scene">* * *</p>') == 2
+    document = docx.Document(io.BytesIO(export_book(book, "docx")[0]))
+    breaks = [p for p in document.paragraphs if p.text == "* * *"]
+    assert len(breaks) == 2 and all(p.alignment == WD_ALIGN_PARAGRAPH.CENTER for p in breaks)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import html
 
-from bookexport import paragraphs
+from bookexport import SCENE_BREAK, paragraphs
 from storage.provenance import EDIT, MODEL, OPENING
 
 LEGEND = ('<div class="ts-legend"><span class="ts-src-opening">your opening</span> · '
@@ -45,6 +45,9 @@ def _reflowed(chars: list[tuple[str, str]]) -> list[tuple[str, str]]:
     for n, p in enumerate(paragraphs(text)):
         if n:
             out += [("\n", out[-1][1]), ("\n", out[-1][1])]
+        if p.scene_break:  # shown, not part of the text: the whole-text view is for reading
+            out += [(ch, out[-1][1]) for ch in SCENE_BREAK]
+            continue
         prose = len(p.lines) == 1
         after_break = False
         for ch, source in chars[p.start : p.end]:
