@@ -25,9 +25,9 @@ SAMPLERS = {
 }
 # (drafter, sampler, k, heads, seed, tokens). The paper's drafter: k in {0, 5, 20} each with and without heads,
 # across the four samplers and five seeds; one long run, the others long enough for 10+ partial-cache
-# re-selections (budget 48: one every 32 tokens; 400 tokens give 12). The fused drafter: every sampler,
+# re-selections (budget 40 with 16 sinks: one every 24 tokens; 300 tokens give 12). The fused drafter: every sampler,
 # k in {0, 20}, with and without heads.
-SHORT = 400
+SHORT = 300
 CASES = [("paper", "minp-penalty", 20, True, 3, N), ("paper", "greedy", 0, True, 1, SHORT),
          ("paper", "greedy", 20, False, 1, SHORT), ("paper", "minp-penalty", 5, True, 2, SHORT),
          ("paper", "top-p", 0, False, 4, SHORT), ("paper", "eta", 5, False, 5, SHORT),
@@ -69,7 +69,7 @@ def ar_reference(stories64, ar_runs):
 def test_tokenswift_equals_ar_on_stories260k(stories64, ar_reference, drafter, sampler, k, heads, seed, n):
     prompt, reference = ar_reference
     lm = with_heads(stories64, random_heads(stories64, seed) if heads else None)
-    s = Settings(max_new_tokens=n, seed=seed, ignore_eos=True, ngram_topk=k, budget=48, sinks=16,
+    s = Settings(max_new_tokens=n, seed=seed, ignore_eos=True, ngram_topk=k, budget=40, sinks=16,
                  drafter=drafter, **SAMPLERS[sampler])
     gen = Generator(lm, s, prompt)
     tokens = gen.run()
