@@ -192,155 +192,167 @@ def export_file(store: Store, exports: Exports, gen_id: int, fmt: str, title: st
     return exports.write(filename, data)
 
 
+class LibraryEvents:
+    """The Library tab's handlers: each returns the components it redraws and says what happened in the status
+    line. `wire` binds them to the page's events."""
+
+    def __init__(self, p: LibraryParts, store: Store, w: WriteParts, tabs: gr.Tabs, exports: Exports,
+                 count) -> None:
+        self.p, self.store, self.w, self.tabs, self.exports, self.count = p, store, w, tabs, exports, count
+
+    def show(self, book_id, draft_id=None):
+        return listing(self.p, self.store, book_id, self.count, draft_id)
+
+    def say(self, message: str, ok: bool = True) -> dict:
+        (gr.Info if ok else gr.Warning)(views.plain(message))
+        return {self.p.status: message if ok else f"{views.dot('bad')} {message}"}
+
+    def refresh(self, book_id, draft_id):
+        return self.show(book_id, draft_id)
+
+    def opened(self, book_id, write_book):
+        """The tab opened: on the book of the draft in the Write tab, else the one chosen here before."""
+        return self.show(write_book if write_book is not None else book_id)
+
+    def select_book(self, book_id):
+        try:
+            return {**book_view(self.p, self.store, book_id, self.count), **hidden(self.p)}
+        except NotFound:
+            return {**self.show(None), **self.say(f"Book #{book_id} no longer exists.", ok=False)}
+
+    def rename(self, book_id, title, author):
+        if book_id is None:
+            return self.say("Rename: choose a book first.", ok=False)
+        if not (title or "").strip():
+            return self.say("Title: must not be empty.", ok=False)
+        try:
+            self.store.rename_session(book_id, title=title.strip(), author=(author or "").strip())
+        except (NotFound, StoreError) as error:
+            return self.say(f"Rename: {error}", ok=False)
+        return {**self.show(book_id), **self.say(f"Saved “{title.strip()}”.")}
+
+    def ask_delete(self, book_id):
+        if book_id is None:
+            return self.say("Delete: choose a book first.", ok=False)
+        try:
+            book, drafts = self.store.get_session(book_id), self.store.draft_counts().get(book_id, 0)
+        except NotFound:
+            return {**self.show(None), **self.say(f"Book #{book_id} no longer exists.", ok=False)}
+        text = f"Delete **{book.title}** and its {drafts} draft{'s' if drafts != 1 else ''}? This cannot be undone."
+        p = self.p
+        return {p.confirm: gr.Row(visible=True), p.confirm_text: text, p.draft_confirm: gr.Row(visible=False)}
+
+    def delete(self, book_id):
+        try:
+            title = self.store.get_session(book_id).title
+            self.store.delete_session(book_id)
+        except (NotFound, StoreError) as error:
+            return {**self.show(None), **self.say(f"Delete: {error}", ok=False)}
+        return {**self.show(None), **self.say(f"Deleted “{title}”.")}
+
+    def cancel_delete(self):
+        return {self.p.confirm: gr.Row(visible=False)}
+
+    def ask_delete_draft(self, book_id, gen_id):
+        if gen_id is None:
+            return self.say("Delete draft: choose a draft first.", ok=False)
+        try:
+            gen = self.store.get_generation(gen_id, with_text=False)
+        except NotFound:
+            return {**self.show(book_id), **self.say(f"Draft #{gen_id} no longer exists.", ok=False)}
+        if gen.status in ("queued", "running"):  # the store refuses too; say so before asking
+            return self.say(f"Delete draft: #{gen_id} is {gen.status}; stop it first (open it in Write, press Stop).",
+                       ok=False)
+        own = next((d.own_words for d in self.store.overview(gen.session_id) if d.record.id == gen.id), "")
+        text = (f"Delete draft **#{gen.id}** ({gen.status}, {gen.produced_tokens:,} tokens written"
+                f"{f', “{own}”' if own else ''})? Drafts continued from it keep their text. This cannot be undone.")
+        p = self.p
+        return {p.draft_confirm: gr.Row(visible=True), p.draft_confirm_text: text, p.confirm: gr.Row(visible=False)}
+
+    def delete_draft(self, book_id, gen_id):
+        if gen_id is None:
+            return self.say("Delete draft: choose a draft first.", ok=False)
+        try:
+            self.store.delete_generation(gen_id)
+            left = self.store.draft_counts().get(book_id, 0)
+        except (Conflict, NotFound, StoreError) as error:
+            return {**self.show(book_id), **self.say(f"Delete draft: {error}", ok=False)}
+        out = {**self.show(book_id), **self.say(f"Deleted draft #{gen_id}.")}
+        if left == 0:  # offer to delete the empty book, rather than leave an "Untitled" behind
+            title = self.store.get_session(book_id).title
+            out.update({self.p.confirm: gr.Row(visible=True),
+                        self.p.confirm_text: f"**{title}** has no drafts left. Delete the empty book too?"})
+        return out
+
+    def cancel_delete_draft(self):
+        return {self.p.draft_confirm: gr.Row(visible=False)}
+
+    def open_draft(self, gen_id):
+        if gen_id is None:
+            return self.say("Open: choose a draft first.", ok=False)
+        try:
+            return {**write_view.show_generation(self.w, self.store, gen_id), self.tabs: gr.Tabs(selected="write")}
+        except NotFound as error:
+            return self.say(f"Open: {error}", ok=False)
+
+    def continue_draft(self, gen_id, extend_by):
+        if gen_id is None:
+            return self.say("Continue: choose a draft first.", ok=False)
+        try:
+            parent = self.store.get_generation(gen_id, with_text=False)
+            values = json.loads(parent.settings_json)  # the parent's settings, longer
+            values["max_new_tokens"] = int(extend_by) if extend_by is not None else 0
+            settings = settings_from(values)
+            limit = write_view.model_limit(self.store)
+            existing = len(self.store.get_tokens(gen_id).prompt_ids) + parent.produced_tokens
+            if settings.context_shift is False and limit and existing + settings.max_new_tokens > limit:
+                raise FormError(f"Target length: existing text ({existing:,} tokens) + max_new_tokens "
+                                f"({settings.max_new_tokens:,}) exceed the model's context of {limit:,} tokens")
+            child = self.store.continue_generation(gen_id, settings)
+        except FormError as error:
+            return self.say(str(error), ok=False)
+        except (Conflict, NotFound, StoreError) as error:
+            return self.say(f"Continue: {error}", ok=False)
+        return {**write_view.show_generation(self.w, self.store, child.id, fill_form=False),
+                self.tabs: gr.Tabs(selected="write")}
+
+    def export(self, gen_id, fmt, title, author):
+        if gen_id is None:
+            return self.say("Export: choose a draft first.", ok=False)
+        if fmt not in FORMAT_LABELS:
+            return self.say(f"Export: choose one of {', '.join(FORMAT_LABELS)}.", ok=False)
+        try:
+            path = export_file(self.store, self.exports, gen_id, fmt, title or "", author or "")
+        except (NotFound, StoreError, OSError) as error:
+            return self.say(f"Export: {error}", ok=False)
+        return {self.p.file: str(path), **self.say(f"Exported {path.name}; download it below.")}
+
+
 def wire(p: LibraryParts, store: Store, w: WriteParts, tabs: gr.Tabs, tab: gr.Tab, exports: Exports,
          tokens: PromptTokens | None = None) -> None:
     """tokens: the app's tokenizers, to count an edit's text that no worker has tokenized yet."""
     fast = {"concurrency_limit": None}
     count = token_counter(tokens)
-
-    def show(book_id, draft_id=None):
-        return listing(p, store, book_id, count, draft_id)
-
-    def say(message: str, ok: bool = True) -> dict:
-        (gr.Info if ok else gr.Warning)(views.plain(message))
-        return {p.status: message if ok else f"{views.dot('bad')} {message}"}
-
-    def refresh(book_id, draft_id):
-        return show(book_id, draft_id)
-
-    def opened(book_id, write_book):
-        """The tab opened: on the book of the draft in the Write tab, else the one chosen here before."""
-        return show(write_book if write_book is not None else book_id)
-
-    def select_book(book_id):
-        try:
-            return {**book_view(p, store, book_id, count), **hidden(p)}
-        except NotFound:
-            return {**show(None), **say(f"Book #{book_id} no longer exists.", ok=False)}
-
-    def rename(book_id, title, author):
-        if book_id is None:
-            return say("Rename: choose a book first.", ok=False)
-        if not (title or "").strip():
-            return say("Title: must not be empty.", ok=False)
-        try:
-            store.rename_session(book_id, title=title.strip(), author=(author or "").strip())
-        except (NotFound, StoreError) as error:
-            return say(f"Rename: {error}", ok=False)
-        return {**show(book_id), **say(f"Saved “{title.strip()}”.")}
-
-    def ask_delete(book_id):
-        if book_id is None:
-            return say("Delete: choose a book first.", ok=False)
-        try:
-            book, drafts = store.get_session(book_id), store.draft_counts().get(book_id, 0)
-        except NotFound:
-            return {**show(None), **say(f"Book #{book_id} no longer exists.", ok=False)}
-        text = f"Delete **{book.title}** and its {drafts} draft{'s' if drafts != 1 else ''}? This cannot be undone."
-        return {p.confirm: gr.Row(visible=True), p.confirm_text: text, p.draft_confirm: gr.Row(visible=False)}
-
-    def delete(book_id):
-        try:
-            title = store.get_session(book_id).title
-            store.delete_session(book_id)
-        except (NotFound, StoreError) as error:
-            return {**show(None), **say(f"Delete: {error}", ok=False)}
-        return {**show(None), **say(f"Deleted “{title}”.")}
-
-    def cancel_delete():
-        return {p.confirm: gr.Row(visible=False)}
-
-    def ask_delete_draft(book_id, gen_id):
-        if gen_id is None:
-            return say("Delete draft: choose a draft first.", ok=False)
-        try:
-            gen = store.get_generation(gen_id, with_text=False)
-        except NotFound:
-            return {**show(book_id), **say(f"Draft #{gen_id} no longer exists.", ok=False)}
-        if gen.status in ("queued", "running"):  # the store refuses too; say so before asking
-            return say(f"Delete draft: #{gen_id} is {gen.status}; stop it first (open it in Write, press Stop).",
-                       ok=False)
-        own = next((d.own_words for d in store.overview(gen.session_id) if d.record.id == gen.id), "")
-        text = (f"Delete draft **#{gen.id}** ({gen.status}, {gen.produced_tokens:,} tokens written"
-                f"{f', “{own}”' if own else ''})? Drafts continued from it keep their text. This cannot be undone.")
-        return {p.draft_confirm: gr.Row(visible=True), p.draft_confirm_text: text, p.confirm: gr.Row(visible=False)}
-
-    def delete_draft(book_id, gen_id):
-        if gen_id is None:
-            return say("Delete draft: choose a draft first.", ok=False)
-        try:
-            store.delete_generation(gen_id)
-            left = store.draft_counts().get(book_id, 0)
-        except (Conflict, NotFound, StoreError) as error:
-            return {**show(book_id), **say(f"Delete draft: {error}", ok=False)}
-        out = {**show(book_id), **say(f"Deleted draft #{gen_id}.")}
-        if left == 0:  # offer to delete the empty book, rather than leave an "Untitled" behind
-            title = store.get_session(book_id).title
-            out.update({p.confirm: gr.Row(visible=True),
-                        p.confirm_text: f"**{title}** has no drafts left. Delete the empty book too?"})
-        return out
-
-    def cancel_delete_draft():
-        return {p.draft_confirm: gr.Row(visible=False)}
-
-    def open_draft(gen_id):
-        if gen_id is None:
-            return say("Open: choose a draft first.", ok=False)
-        try:
-            return {**write_view.show_generation(w, store, gen_id), tabs: gr.Tabs(selected="write")}
-        except NotFound as error:
-            return say(f"Open: {error}", ok=False)
-
-    def continue_draft(gen_id, extend_by):
-        if gen_id is None:
-            return say("Continue: choose a draft first.", ok=False)
-        try:
-            parent = store.get_generation(gen_id, with_text=False)
-            values = json.loads(parent.settings_json)  # the parent's settings, longer
-            values["max_new_tokens"] = int(extend_by) if extend_by is not None else 0
-            settings = settings_from(values)
-            limit = write_view.model_limit(store)
-            existing = len(store.get_tokens(gen_id).prompt_ids) + parent.produced_tokens
-            if settings.context_shift is False and limit and existing + settings.max_new_tokens > limit:
-                raise FormError(f"Target length: existing text ({existing:,} tokens) + max_new_tokens "
-                                f"({settings.max_new_tokens:,}) exceed the model's context of {limit:,} tokens")
-            child = store.continue_generation(gen_id, settings)
-        except FormError as error:
-            return say(str(error), ok=False)
-        except (Conflict, NotFound, StoreError) as error:
-            return say(f"Continue: {error}", ok=False)
-        return {**write_view.show_generation(w, store, child.id, fill_form=False), tabs: gr.Tabs(selected="write")}
-
-    def export(gen_id, fmt, title, author):
-        if gen_id is None:
-            return say("Export: choose a draft first.", ok=False)
-        if fmt not in FORMAT_LABELS:
-            return say(f"Export: choose one of {', '.join(FORMAT_LABELS)}.", ok=False)
-        try:
-            path = export_file(store, exports, gen_id, fmt, title or "", author or "")
-        except (NotFound, StoreError, OSError) as error:
-            return say(f"Export: {error}", ok=False)
-        return {p.file: str(path), **say(f"Exported {path.name}; download it below.")}
-
-    tab.select(opened, [p.book, w.book], [*p.listing, p.status], api_name="library_refresh", **fast)
-    p.refresh.click(refresh, [p.book, p.draft], [*p.listing, p.status], api_name="library_reload", **fast)
+    on = LibraryEvents(p, store, w, tabs, exports, count)
+    tab.select(on.opened, [p.book, w.book], [*p.listing, p.status], api_name="library_refresh", **fast)
+    p.refresh.click(on.refresh, [p.book, p.draft], [*p.listing, p.status], api_name="library_reload", **fast)
     # A draft that ends (watched in the Write tab) changes its row: the list shows it without a click on Refresh.
-    w.ended.change(refresh, [p.book, p.draft], [*p.listing, p.status], api_name="library_draft_ended", **fast)
-    p.book.input(select_book, p.book, [*p.listing, p.status], api_name="library_select_book", **fast)
-    p.save.click(rename, [p.book, p.title, p.author], [*p.listing, p.status], api_name="library_rename", **fast)
-    p.delete.click(ask_delete, p.book, [*p.listing, p.confirm_text, p.status], api_name="library_ask_delete",
+    w.ended.change(on.refresh, [p.book, p.draft], [*p.listing, p.status], api_name="library_draft_ended", **fast)
+    p.book.input(on.select_book, p.book, [*p.listing, p.status], api_name="library_select_book", **fast)
+    p.save.click(on.rename, [p.book, p.title, p.author], [*p.listing, p.status], api_name="library_rename", **fast)
+    p.delete.click(on.ask_delete, p.book, [*p.listing, p.confirm_text, p.status], api_name="library_ask_delete",
                    **fast)
-    p.confirm_yes.click(delete, p.book, [*p.listing, p.status], api_name="library_delete", **fast)
-    p.confirm_no.click(cancel_delete, None, p.confirm, api_name="library_cancel_delete", **fast)
-    p.draft.input(cancel_delete_draft, None, p.draft_confirm, api_name="library_select_draft", **fast)
-    p.delete_draft.click(ask_delete_draft, [p.book, p.draft], [*p.listing, p.draft_confirm_text, p.status],
+    p.confirm_yes.click(on.delete, p.book, [*p.listing, p.status], api_name="library_delete", **fast)
+    p.confirm_no.click(on.cancel_delete, None, p.confirm, api_name="library_cancel_delete", **fast)
+    p.draft.input(on.cancel_delete_draft, None, p.draft_confirm, api_name="library_select_draft", **fast)
+    p.delete_draft.click(on.ask_delete_draft, [p.book, p.draft], [*p.listing, p.draft_confirm_text, p.status],
                          api_name="library_ask_delete_draft", **fast)
-    p.draft_confirm_yes.click(delete_draft, [p.book, p.draft], [*p.listing, p.confirm_text, p.status],
+    p.draft_confirm_yes.click(on.delete_draft, [p.book, p.draft], [*p.listing, p.confirm_text, p.status],
                               api_name="library_delete_draft", **fast)
-    p.draft_confirm_no.click(cancel_delete_draft, None, p.draft_confirm, api_name="library_cancel_delete_draft",
+    p.draft_confirm_no.click(on.cancel_delete_draft, None, p.draft_confirm, api_name="library_cancel_delete_draft",
                              **fast)
-    p.open.click(open_draft, p.draft, [*w.opened, tabs, p.status], api_name="library_open", **fast)
-    p.cont.click(continue_draft, [p.draft, p.extend_by], [*w.opened, tabs, p.status], api_name="library_continue",
-                 **fast)
-    p.export.click(export, [p.draft, p.fmt, p.title, p.author], [p.file, p.status], api_name="library_export",
+    p.open.click(on.open_draft, p.draft, [*w.opened, tabs, p.status], api_name="library_open", **fast)
+    p.cont.click(on.continue_draft, [p.draft, p.extend_by], [*w.opened, tabs, p.status],
+                 api_name="library_continue", **fast)
+    p.export.click(on.export, [p.draft, p.fmt, p.title, p.author], [p.file, p.status], api_name="library_export",
                    **fast)
