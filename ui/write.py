@@ -35,45 +35,46 @@ from ui.write_view import (
 MAX_UPLOAD_BYTES = 8 * 1024 * 1024
 
 
-def wire(p: WriteParts, store: Store, page: gr.Blocks, tokens: PromptTokens, texts: DraftTexts) -> None:
-    """`page`: the Blocks, whose load event reattaches a reopened tab to its draft. `tokens`: the app's
-    tokenizer cache, to refuse a prompt + target beyond the model's context before queueing it. `texts`: the
-    app's cache of whole texts ("Show whole text")."""
-    fast = {"concurrency_limit": None}  # handlers only read or write the store; the GPU is the worker's
+class WriteEvents:
+    """The Write tab's handlers: each returns the components it redraws. `wire` binds them to the page's events."""
 
-    def start(title, prompt, book, *rest):
+    def __init__(self, p: WriteParts, store: Store, tokens: PromptTokens, texts: DraftTexts) -> None:
+        self.p, self.store, self.tokens, self.texts = p, store, tokens, texts
+
+    def start(self, title, prompt, book, *rest):
         *form, memory, note, world = rest
         memory, note = memory or "", note or ""
         if not (prompt or "").strip():
-            return problem(p, "Prompt: write or load the opening of your story first.")
+            return problem(self.p, "Prompt: write or load the opening of your story first.")
         for label, text in (("Prompt", prompt), ("Book title", title or "")):
             if reason := unicode_problem(text):
-                return problem(p, f"{label}: {reason}.")
+                return problem(self.p, f"{label}: {reason}.")
         if reason := _context_problem(memory, note):
-            return problem(p, reason)
-        if reason := no_model_problem(store):
-            return problem(p, reason)
+            return problem(self.p, reason)
+        if reason := no_model_problem(self.store):
+            return problem(self.p, reason)
         try:
             world = stored(world)
-            limit, prompt_tokens = prompt_budget(store, tokens, prompt)
+            limit, prompt_tokens = prompt_budget(self.store, self.tokens, prompt)
             settings = SettingsForm(*form).to_settings(limit=limit, prompt_tokens=prompt_tokens)
             title = (title or "").strip() or "Untitled"
             if book is None:
-                book = store.create_session(title).id
-            elif store.get_session(book).title != title:
-                store.rename_session(book, title=title)
-            gen = store.enqueue_generation(prompt, settings, session_id=book, memory=memory, authors_note=note,
+                book = self.store.create_session(title).id
+            elif self.store.get_session(book).title != title:
+                self.store.rename_session(book, title=title)
+            gen = self.store.enqueue_generation(prompt, settings, session_id=book, memory=memory, authors_note=note,
                                            world_info=world)
         except FormError as error:
-            return problem(p, str(error))
+            return problem(self.p, str(error))
         except NotFound:  # the book was deleted in the Library meanwhile: start a new one
-            gen = store.enqueue_generation(prompt, settings, session_id=store.create_session(title).id,
+            gen = self.store.enqueue_generation(prompt, settings, session_id=self.store.create_session(title).id,
                                            memory=memory, authors_note=note, world_info=world)
         except StoreError as error:
-            return problem(p, str(error))
-        return show_generation(p, store, gen.id, fill_form=False)
+            return problem(self.p, str(error))
+        return show_generation(self.p, self.store, gen.id, fill_form=False)
 
-    def control(verb):
+    def control(self, verb):
+        p, store = self.p, self.store
         request = {"pause": store.request_pause, "resume": store.request_resume, "stop": store.request_cancel}[verb]
 
         def handler(watch: Watch | None):
@@ -88,24 +89,25 @@ def wire(p: WriteParts, store: Store, page: gr.Blocks, tokens: PromptTokens, tex
 
         return handler
 
-    def continue_draft(watch: Watch | None, *rest):
+    def continue_draft(self, watch: Watch | None, *rest):
         *form, memory, note, world = rest
         if watch is None:
-            return problem(p, "Continue: open a finished draft first (Library tab, or Start one).")
+            return problem(self.p, "Continue: open a finished draft first (Library tab, or Start one).")
         if reason := _context_problem(memory or "", note or ""):
-            return problem(p, reason)
+            return problem(self.p, reason)
         try:
             world = stored(world)
-            limit, existing = _existing_tokens(store, tokens, watch)
+            limit, existing = _existing_tokens(self.store, self.tokens, watch)
             settings = SettingsForm(*form).to_settings(limit=limit, prompt_tokens=existing,
                                                        prompt_label="existing text")
-            gen = store.continue_generation(watch.gen_id, settings)
-            gen = store.set_context_text(gen.id, memory or "", note or "", world)  # as the boxes show them
+            gen = self.store.continue_generation(watch.gen_id, settings)
+            gen = self.store.set_context_text(gen.id, memory or "", note or "", world)  # as the boxes show them
         except (FormError, Conflict, NotFound, StoreError) as error:
-            return problem(p, f"Continue: {error}" if not isinstance(error, FormError) else str(error))
-        return show_generation(p, store, gen.id, fill_form=False)
+            return problem(self.p, f"Continue: {error}" if not isinstance(error, FormError) else str(error))
+        return show_generation(self.p, self.store, gen.id, fill_form=False)
 
-    def save_context(watch: Watch | None, memory, note, world):
+    def save_context(self, watch: Watch | None, memory, note, world):
+        p, store = self.p, self.store
         if watch is None:
             return problem(p, "Memory: open a draft first.")
         if reason := _context_problem(memory or "", note or ""):
@@ -121,11 +123,12 @@ def wire(p: WriteParts, store: Store, page: gr.Blocks, tokens: PromptTokens, tex
         return {p.status: f"{views.dot('ok')} Memory, Author's Note and World Info saved to Draft #{watch.gen_id}: "
                           f"they apply {when}."}
 
-    def tick(watch: Watch | None):
+    def tick(self, watch: Watch | None):
+        p, store = self.p, self.store
         if watch is None:
             return {p.timer: gr.Timer(active=False)}
         try:
-            moved, texted, pointed = watch.refresh(store, texts.changes)  # no store read between commits
+            moved, texted, pointed = watch.refresh(store, self.texts.changes)  # no store read between commits
         except NotFound:  # deleted from the Library while we watched
             return {**render(p, store, None), p.status: "This draft was deleted."}
         charts_too = watch.charts_now(pointed, CHART_S, time.monotonic())
@@ -140,22 +143,23 @@ def wire(p: WriteParts, store: Store, page: gr.Blocks, tokens: PromptTokens, tex
             out[p.ended] = f"{record.id}:{record.status}:{record.produced_tokens}"
         return out
 
-    def attach(remembered):
+    def attach(self, remembered):
         """On page load: the draft this browser last showed, else the one the worker is busy with; and,
         whatever this browser remembers, the draft being written or last paused is offered."""
         gen_id = remembered
         try:
             if gen_id is not None:
-                store.get_generation(gen_id, with_text=False)
+                self.store.get_generation(gen_id, with_text=False)
         except NotFound:
             gen_id = None
-        offer = store.resumable()
+        offer = self.store.resumable()
         if gen_id is None and offer is not None and offer.status in ACTIVE:
             gen_id = offer.id
-        out = show_generation(p, store, gen_id) if gen_id is not None else {}
-        return {**out, **_offer(p, store, offer, shown=gen_id), p.limit: limit_line(store)}
+        out = show_generation(self.p, self.store, gen_id) if gen_id is not None else {}
+        return {**out, **_offer(self.p, self.store, offer, shown=gen_id), self.p.limit: limit_line(self.store)}
 
-    def take_offer(resume: bool):
+    def take_offer(self, resume: bool):
+        p, store = self.p, self.store
         def handler(offered):
             if offered is None:
                 return {p.offer: gr.Row(visible=False)}
@@ -168,63 +172,72 @@ def wire(p: WriteParts, store: Store, page: gr.Blocks, tokens: PromptTokens, tex
 
         return handler
 
-    def new_book():
+    def new_book(self):
+        p, store = self.p, self.store
         return {**render(p, store, None, full=True), p.book: None, p.remembered: None, p.title: "Untitled",
                 p.status: "New book: write an opening and press **Start**."}
 
-    def upload(file):
+    def upload(self, file):
         path = Path(file if isinstance(file, str) else file.name)
         if path.stat().st_size > MAX_UPLOAD_BYTES:
-            return problem(p, f"Load .txt: {path.name} is larger than {MAX_UPLOAD_BYTES // 2**20} MB.")
+            return problem(self.p, f"Load .txt: {path.name} is larger than {MAX_UPLOAD_BYTES // 2**20} MB.")
         try:
             content = path.read_text(encoding="utf-8-sig")
         except UnicodeDecodeError:
-            return problem(p, f"Load .txt: {path.name} is not UTF-8 text; save it as UTF-8 and try again.")
-        return {p.prompt: content, p.status: f"Loaded {path.name}: {len(content.split()):,} words."}
+            return problem(self.p, f"Load .txt: {path.name} is not UTF-8 text; save it as UTF-8 and try again.")
+        return {self.p.prompt: content, self.p.status: f"Loaded {path.name}: {len(content.split()):,} words."}
 
-    def quick_pick(choice):
+    def quick_pick(self, choice):
         value = parse_target(choice)
         return gr.skip() if value is None else value
 
-    def sampler_changed(choice):
+    def sampler_changed(self, choice):
         if choice not in SAMPLERS:
             return gr.skip()
         _, default, label = SAMPLERS[choice]
         return gr.Number(default, label=label)
 
-    def toggle_full(watch: Watch | None, shown: bool, reflow: bool):
+    def toggle_full(self, watch: Watch | None, shown: bool, reflow: bool):
+        p, store = self.p, self.store
         if shown or watch is None:
             return {p.full: gr.HTML(visible=False, value=""), p.full_shown: False, p.show_all: "Show whole text"}
-        words = len(texts.whole(watch.gen_id).split())
+        words = len(self.texts.whole(watch.gen_id).split())
         label = f"Whole text ({words:,} words, snapshot at {watch.record.produced_tokens:,} tokens)"
         return {p.full: gr.HTML(whole(store, watch.gen_id, reflow), visible=True, label=label), p.full_shown: True,
                 p.show_all: "Hide whole text"}
 
-    def reflowed(watch: Watch | None, shown: bool, reflow: bool):
-        return whole(store, watch.gen_id, reflow) if shown and watch is not None else gr.skip()
+    def reflowed(self, watch: Watch | None, shown: bool, reflow: bool):
+        return whole(self.store, watch.gen_id, reflow) if shown and watch is not None else gr.skip()
 
+
+def wire(p: WriteParts, store: Store, page: gr.Blocks, tokens: PromptTokens, texts: DraftTexts) -> None:
+    """`page`: the Blocks, whose load event reattaches a reopened tab to its draft. `tokens`: the app's
+    tokenizer cache, to refuse a prompt + target beyond the model's context before queueing it. `texts`: the
+    app's cache of whole texts ("Show whole text")."""
+    fast = {"concurrency_limit": None}  # handlers only read or write the store; the GPU is the worker's
+    on = WriteEvents(p, store, tokens, texts)
     context = [p.memory, p.note, p.world.editor]
-    p.start.click(start, [p.title, p.prompt, p.book, *p.form, *context], p.opened, api_name="write_start", **fast)
-    p.pause.click(control("pause"), p.watch, p.view, api_name="write_pause", **fast)
-    p.resume.click(control("resume"), p.watch, p.view, api_name="write_resume", **fast)
-    p.stop.click(control("stop"), p.watch, p.view, api_name="write_stop", **fast)
-    p.cont.click(continue_draft, [p.watch, *p.form, *context], p.opened, api_name="write_continue", **fast)
-    p.save_context.click(save_context, [p.watch, *context], p.status, api_name="write_save_context", **fast)
-    p.timer.tick(tick, p.watch, p.view, api_name="write_tick", show_progress="hidden", **fast)
-    p.new_book.click(new_book, None, p.opened, api_name="write_new_book", **fast)
-    p.upload.upload(upload, p.upload, [p.prompt, p.status], api_name="write_upload", **fast)
-    p.quick.input(quick_pick, p.quick, p.target, api_name="write_quick_length", **fast)
-    p.sampler.input(sampler_changed, p.sampler, p.sampler_value, api_name="write_sampler", **fast)
-    p.show_all.click(toggle_full, [p.watch, p.full_shown, p.reflow], [p.full, p.full_shown, p.show_all],
+    p.start.click(on.start, [p.title, p.prompt, p.book, *p.form, *context], p.opened, api_name="write_start", **fast)
+    p.pause.click(on.control("pause"), p.watch, p.view, api_name="write_pause", **fast)
+    p.resume.click(on.control("resume"), p.watch, p.view, api_name="write_resume", **fast)
+    p.stop.click(on.control("stop"), p.watch, p.view, api_name="write_stop", **fast)
+    p.cont.click(on.continue_draft, [p.watch, *p.form, *context], p.opened, api_name="write_continue", **fast)
+    p.save_context.click(on.save_context, [p.watch, *context], p.status, api_name="write_save_context", **fast)
+    p.timer.tick(on.tick, p.watch, p.view, api_name="write_tick", show_progress="hidden", **fast)
+    p.new_book.click(on.new_book, None, p.opened, api_name="write_new_book", **fast)
+    p.upload.upload(on.upload, p.upload, [p.prompt, p.status], api_name="write_upload", **fast)
+    p.quick.input(on.quick_pick, p.quick, p.target, api_name="write_quick_length", **fast)
+    p.sampler.input(on.sampler_changed, p.sampler, p.sampler_value, api_name="write_sampler", **fast)
+    p.show_all.click(on.toggle_full, [p.watch, p.full_shown, p.reflow], [p.full, p.full_shown, p.show_all],
                      api_name="write_show_all", **fast)
-    p.reflow.input(reflowed, [p.watch, p.full_shown, p.reflow], p.full, api_name="write_reflow", **fast)
+    p.reflow.input(on.reflowed, [p.watch, p.full_shown, p.reflow], p.full, api_name="write_reflow", **fast)
     p.seen_show.click(lambda watch: seen.context_html(store, tokens, watch.gen_id) if watch is not None
                       else "<p>Open a draft first (Library tab, or Start one).</p>", p.watch, p.seen,
                       api_name="write_seen", **fast)
     offer_out = [*p.opened, p.offer]
-    p.offer_resume.click(take_offer(True), p.offered, offer_out, api_name="write_offer_resume", **fast)
-    p.offer_open.click(take_offer(False), p.offered, offer_out, api_name="write_offer_open", **fast)
-    page.load(attach, p.remembered, [*p.opened, p.limit, p.offer, p.offer_text, p.offered], api_name="write_attach",
+    p.offer_resume.click(on.take_offer(True), p.offered, offer_out, api_name="write_offer_resume", **fast)
+    p.offer_open.click(on.take_offer(False), p.offered, offer_out, api_name="write_offer_open", **fast)
+    page.load(on.attach, p.remembered, [*p.opened, p.limit, p.offer, p.offer_text, p.offered], api_name="write_attach",
               **fast)
     edit.wire(p, store)
     write_branch_events.wire(p, store, tokens)
