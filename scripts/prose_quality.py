@@ -26,9 +26,9 @@ sys.path.insert(0, str(REPO))
 
 from tokenswift.decode.generate import Generator  # noqa: E402
 from tokenswift.decode.metrics import distinct_n  # noqa: E402
-from tokenswift.decode.settings import Settings  # noqa: E402
 from tokenswift.model.default_model import default_model_path  # noqa: E402
 from tokenswift.model.loading import load_model  # noqa: E402
+from tokenswift.settings import Settings  # noqa: E402
 
 EVAL = REPO.parent / "shared" / "data" / "books" / "eval.jsonl.xz"
 WORD = re.compile(r"[A-Za-z]+(?:'[A-Za-z]+)?")

@@ -18,10 +18,10 @@ from test_top_n_sigma import check_exact_and_acting
 from tokenswift.cli.main import main
 from tokenswift.decode.engine import Engine
 from tokenswift.decode.generate import Generator
-from tokenswift.decode.settings import Settings, SettingsError
 from tokenswift.sampling.adaptive_p import AdaptiveP, steered
 from tokenswift.sampling.in_graph import DeviceSampler
 from tokenswift.sampling.sampler import Sampler
+from tokenswift.settings import Settings, SettingsError
 from tokenswift.text.context_window import pinned_ids
 from ui.openai_input import OpenAIError, parse_options
 

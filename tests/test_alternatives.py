@@ -24,9 +24,9 @@ from storage.migrate import alembic_config, upgrade
 from storage.records import Owner, Progress
 from tokenswift.decode.generate import Generator
 from tokenswift.decode.options import EngineOptions
-from tokenswift.decode.settings import Settings
 from tokenswift.model.fastpath import FastOptions
 from tokenswift.sampling.alternatives import TOP
+from tokenswift.settings import Settings
 from tokenswift.text.context_window import pinned_ids
 
 RECORD = EngineOptions(alternatives=True)

@@ -147,7 +147,7 @@ def test_dry_and_xtc_go_through_the_api_by_their_settings_names(client, store):
 
 def test_a_stored_row_from_before_a_limit_still_loads():
     """Rows the store kept before W and the candidate rows were bounded still open (Library, Write, worker)."""
-    from tokenswift.decode.settings import CAPACITY_SPARE, MAX_WINDOW, ROPE_SLACK, Settings, max_nodes
+    from tokenswift.settings import CAPACITY_SPARE, MAX_WINDOW, ROPE_SLACK, Settings, max_nodes
 
     old = {**json.loads(Settings().to_json()), "penalty_length": 10**9, "ngram_topk": 256, "tree": [1, 99999, 3]}
     kept = Settings.from_json(json.dumps(old))
@@ -524,7 +524,7 @@ def test_health_says_when_the_store_cannot_be_written(client, store):
 
 
 def test_prompt_format_and_end_of_text_ban_reach_the_stored_settings(client, store):
-    from tokenswift.decode.settings import Settings
+    from tokenswift.settings import Settings
 
     def stored(payload):
         response = client.post("/api/generations", json=payload)

@@ -19,9 +19,10 @@ from test_presets_browser import start
 from tokenswift.cli.main import main
 from tokenswift.decode.generate import Generator
 from tokenswift.decode.options import EngineOptions
-from tokenswift.decode.settings import Settings, SettingsError
-from tokenswift.draft.draft_layer import initial_layer
-from tokenswift.sampling.banned import STARTER_BANS, PhraseWatch, normal
+from tokenswift.model.draft_layer import initial_layer
+from tokenswift.sampling.banned import PhraseWatch
+from tokenswift.settings import Settings, SettingsError
+from tokenswift.settings.phrases import STARTER_BANS, normal
 from tokenswift.text.context_window import pinned_ids
 from tokenswift.text.detok import IncrementalDetokenizer
 

@@ -24,8 +24,9 @@ from tokenswift.cli.main import main
 from tokenswift.decode.engine import Engine
 from tokenswift.decode.generate import Generator
 from tokenswift.decode.options import EngineOptions
-from tokenswift.decode.settings import Settings, SettingsError, concrete_drafter
-from tokenswift.draft.draft_layer import (
+from tokenswift.draft.fused_drafter import FusedDrafter
+from tokenswift.draft.layer_drafter import LayerDrafter
+from tokenswift.model.draft_layer import (
     CONFIG_NAME,
     WEIGHTS_NAME,
     DraftLayerError,
@@ -33,12 +34,11 @@ from tokenswift.draft.draft_layer import (
     save_layer,
     with_features,
 )
-from tokenswift.draft.fused_drafter import FusedDrafter
-from tokenswift.draft.layer_drafter import LayerDrafter
 from tokenswift.model.fastpath import FastOptions
 from tokenswift.model.kv_cache import KVCache
 from tokenswift.model.masks import causal_mask
 from tokenswift.sampling.sampler import Sampler, last_ids, penalty_mask
+from tokenswift.settings import Settings, SettingsError, concrete_drafter
 from tokenswift.text.context_window import pinned_ids
 from tokenswift.train.draft_data import TeacherStore, feature_layers
 from tokenswift.train.draft_loss import Penalty, penalised_loss, penalised_targets, unrolled_states, window_mask

@@ -7,7 +7,7 @@ import pytest
 
 from storage import Conflict, open_store
 from storage.records import ModelSpec, Owner, Progress
-from tokenswift.decode.settings import Settings
+from tokenswift.settings import Settings
 
 OPENING = "Once upon a time, there was a little dog named Max."
 

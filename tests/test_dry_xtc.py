@@ -17,8 +17,8 @@ from tokenswift.cli.main import main
 from tokenswift.decode.generate import Generator
 from tokenswift.decode.metrics import distinct_n
 from tokenswift.decode.options import EngineOptions
-from tokenswift.decode.settings import Settings, SettingsError
 from tokenswift.sampling.dry_xtc import dry_amounts, xtc_draws, xtc_filter
+from tokenswift.settings import Settings, SettingsError
 from tokenswift.text.context_window import pinned_ids
 
 DRY = dict(dry_multiplier=0.8, dry_base=1.75, dry_allowed_length=2, dry_range=64)

@@ -10,9 +10,9 @@ from tiny_models import hf_model, save_checkpoint
 
 from tokenswift.decode.engine import Engine
 from tokenswift.decode.generate import Generator
-from tokenswift.decode.settings import Settings
-from tokenswift.draft.heads import new_heads
+from tokenswift.model.heads import new_heads
 from tokenswift.model.loading import load_model
+from tokenswift.settings import Settings
 
 N = 700
 PROMPT = "The old lighthouse keeper climbed the stairs and"

@@ -22,8 +22,6 @@ from tokenswift.decode.adaptive import CandidatePolicy, Shape, accepted_under, b
 from tokenswift.decode.engine import Engine
 from tokenswift.decode.generate import Generator
 from tokenswift.decode.options import EngineOptions
-from tokenswift.decode.settings import Settings, SettingsError
-from tokenswift.decode.trie import build_trie, verify_inputs
 from tokenswift.model import fastpath
 from tokenswift.model.attention import ATTENTION, BLOCK, FlexAttention, Visible, effective_kind
 from tokenswift.model.fastpath import FastOptions, FastPasses, Pass
@@ -32,6 +30,8 @@ from tokenswift.model.loading import ROPE_SLACK
 from tokenswift.model.masks import causal_mask, with_prefix
 from tokenswift.sampling.in_graph import DeviceSampler, pack_verify_inputs, trie_paths
 from tokenswift.sampling.sampler import Sampler
+from tokenswift.sampling.trie import build_trie, verify_inputs
+from tokenswift.settings import Settings, SettingsError
 
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 pytestmark = pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")

@@ -16,11 +16,11 @@ from tokenswift.bench.counting import counting, per_step
 from tokenswift.bench.shapes import preset, random_heads, random_model
 from tokenswift.decode.engine import Engine
 from tokenswift.decode.options import EngineOptions
-from tokenswift.decode.settings import Settings
 from tokenswift.draft import drafting
 from tokenswift.model import fastpath
 from tokenswift.model.fastpath import FastOptions
 from tokenswift.sampling.sampler import Sampler
+from tokenswift.settings import Settings
 
 pytestmark = pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
 SAMPLING = dict(temperature=1.0, min_p=0.1, penalty=1.2, penalty_length=64)

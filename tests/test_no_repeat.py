@@ -9,8 +9,8 @@ import torch
 from test_exactness import PROMPT, random_heads, with_heads
 
 from tokenswift.decode.generate import Generator
-from tokenswift.decode.settings import Settings, SettingsError
 from tokenswift.sampling.no_repeat import repeat_followers
+from tokenswift.settings import Settings, SettingsError
 
 
 def test_the_token_that_would_end_a_repeated_run_is_refused():

@@ -20,7 +20,7 @@ from openai import AuthenticationError, BadRequestError, NotFoundError, OpenAI
 
 from storage import open_store
 from tokenswift.decode.generate import Generator
-from tokenswift.decode.settings import WRITING_DEFAULTS, Settings
+from tokenswift.settings import WRITING_DEFAULTS, Settings
 from tokenswift.text.detok import IncrementalDetokenizer
 from ui.api import create_app
 from ui.limits import Limits

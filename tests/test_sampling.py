@@ -7,7 +7,6 @@ import math
 import pytest
 import torch
 
-from tokenswift.decode.settings import Settings
 from tokenswift.sampling.keys import mix32, position_key
 from tokenswift.sampling.no_repeat import repeat_followers
 from tokenswift.sampling.sampler import (
@@ -21,6 +20,7 @@ from tokenswift.sampling.sampler import (
     top_k_filter,
     top_p_filter,
 )
+from tokenswift.settings import Settings
 
 V = 50
 

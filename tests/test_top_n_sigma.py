@@ -17,8 +17,8 @@ from test_exactness import PROMPT, random_heads
 from tokenswift.cli.main import main
 from tokenswift.decode.generate import Generator
 from tokenswift.decode.options import EngineOptions
-from tokenswift.decode.settings import Settings, SettingsError
 from tokenswift.sampling.sampler import Sampler, top_n_sigma_filter
+from tokenswift.settings import Settings, SettingsError
 from tokenswift.text.context_window import pinned_ids
 from ui.openai_input import OpenAIError, parse_options
 

@@ -246,7 +246,7 @@ def test_what_the_model_sees(ui):
 def test_what_the_model_sees_marks_the_text_shifted_out(tmp_path):
     from storage import open_store
     from storage.records import ModelSpec, Owner, Progress
-    from tokenswift.decode.settings import Settings
+    from tokenswift.settings import Settings
     from ui import seen
     from ui.tokens import PromptTokens
 
@@ -421,7 +421,7 @@ def test_forms_charts_and_word_count_without_an_app():
     import plotly.graph_objects as go
 
     from storage.records import MetricPoint
-    from tokenswift.decode.settings import Settings
+    from tokenswift.settings import Settings
     from ui import charts
     from ui.forms import SettingsForm, ar_twin, form_from_settings
     from ui.live import Watch

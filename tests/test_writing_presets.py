@@ -16,7 +16,7 @@ from test_exactness import PROMPT, random_heads
 from storage import open_store
 from tokenswift.cli.main import main
 from tokenswift.decode.generate import Generator
-from tokenswift.decode.settings import WRITING_DEFAULTS, Settings, SettingsError, writing_settings
+from tokenswift.settings import WRITING_DEFAULTS, Settings, SettingsError, writing_settings
 from tokenswift.text.context_window import pinned_ids
 from tokenswift.text.writing_presets import (
     FIELDS,

@@ -33,7 +33,7 @@ on; false refuses them as before); a max_new_tokens above ui.limits.MAX_NEW_TOKE
 
 Validation errors are 422 in FastAPI's shape, {"detail": [{"loc": [...], "msg", "type"}]}, and every
 msg starts with the field it is about ("settings.penalty_window: W must be in 0..131072"). Settings go through
-tokenswift.decode.settings.Settings, so the API, the CLI and the UI reject the same values with the same words.
+tokenswift.settings.Settings, so the API, the CLI and the UI reject the same values with the same words.
 Integers are checked against the store's 64-bit range and text against Unicode (a lone surrogate) before
 anything else sees them: bad input is a 422, never a 500. Login, body and upload limits: ui/guard.py.
 This process never loads the model: it reads and writes the store, and loads only the model's tokenizer
@@ -56,7 +56,7 @@ from bookexport import FORMATS, export_book
 from storage import Conflict, NotFound, Store, StoreError
 from storage.health import store_problem
 from storage.records import SQL_INT_MAX, GenerationRecord
-from tokenswift.decode.settings import Settings, SettingsError
+from tokenswift.settings import Settings, SettingsError
 from tokenswift.text.writing_presets import built_in
 from ui.api_input import (
     SETTING_NAMES,

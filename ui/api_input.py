@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from storage import NotFound
 from storage.records import SQL_INT_MAX
-from tokenswift.decode.settings import WRITING_DEFAULTS, Settings, SettingsError
+from tokenswift.settings import WRITING_DEFAULTS, Settings, SettingsError
 from tokenswift.text.world_info import WorldInfo
 from ui.follow import MAX_WAIT_S
 from ui.limits import context_text_problem, printable, target_problem, unicode_problem

@@ -16,7 +16,7 @@ from storage.changes import Changes
 from storage.models import COMPARISON
 from storage.records import GenerationRecord
 from tokenswift.decode.metrics import distinct
-from tokenswift.decode.settings import DRAFTERS, Settings
+from tokenswift.settings import DRAFTERS, Settings
 from ui import charts, dry_xtc_panel, views
 from ui.dry_xtc_panel import DryXtcParts
 from ui.forms import DEFAULTS, SAMPLERS, FormError, SettingsForm, ar_twin

@@ -11,8 +11,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, fields
 
 from tokenswift.cli.flags import escaped_arg
-from tokenswift.decode.settings import DRAFTERS, WRITING_DEFAULTS, Settings, SettingsError, writing_settings
-from tokenswift.sampling.banned import read_phrases
+from tokenswift.settings import DRAFTERS, WRITING_DEFAULTS, Settings, SettingsError, writing_settings
+from tokenswift.settings.phrases import read_phrases
 from ui.limits import target_problem
 
 MODES = {"TokenSwift": "tokenswift", "AR": "ar"}
@@ -23,7 +23,7 @@ SAMPLERS = {
     "η": ("eta", 0.0009, "η (eta-sampling ε, 0 = off)"),
 }
 PROMPT_FORMATS = {"Continue my text": "continue", "Follow my instruction": "instruction"}
-# At the model's end-of-text token: ban it (the draft reaches its length) or stop (decode/settings.py's one rule).
+# At the model's end-of-text token: ban it (the draft reaches its length) or stop (tokenswift/settings' one rule).
 PAST_EOS = {"Keep writing": True, "Stop there": False}
 # Past the model's context: shift it (drop the oldest text, keep the Memory), or refuse such targets.
 CONTEXT_SHIFT = {"Shift": None, "Refuse": False}
@@ -39,7 +39,7 @@ LABELS = {
     "xtc_probability": "XTC probability", "no_repeat_ngram": "No copied runs longer than", "ban": "Banned phrases",
     "top_n_sigma": "Top-nσ", "adaptive_target": "Adaptive-P target", "adaptive_decay": "Adaptive-P memory",
 }
-# The panel's first values: the writing defaults (tokenswift.decode.settings), shown as the panel shows them.
+# The panel's first values: the writing defaults (tokenswift.settings), shown as the panel shows them.
 DEFAULTS = {"theta": WRITING_DEFAULTS["penalty"], "window": WRITING_DEFAULTS["penalty_length"], "k": 20,
             "sampler": "min-p" if WRITING_DEFAULTS["min_p"] else "top-p",
             "temperature": WRITING_DEFAULTS["temperature"], "seed": 0, "budget": 0}

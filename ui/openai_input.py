@@ -17,7 +17,7 @@ import secrets
 from dataclasses import dataclass
 from typing import Any
 
-from tokenswift.decode.settings import INT64_MAX, WRITING_DEFAULTS, Settings, SettingsError
+from tokenswift.settings import INT64_MAX, WRITING_DEFAULTS, Settings, SettingsError
 from ui.limits import printable, unicode_problem
 
 OPENAI_PREFIX = "/v1"

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import gradio as gr
 
-from tokenswift.decode.settings import Settings, SettingsError
+from tokenswift.settings import Settings, SettingsError
 from tokenswift.text.writing_presets import FIELDS, built_in, preset_json, preset_of, read_preset, to_settings
 from ui import views
 from ui.dry_xtc_panel import breakers_update

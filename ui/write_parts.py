@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import gradio as gr
 
-from tokenswift.sampling.banned import STARTER_BANS
+from tokenswift.settings.phrases import STARTER_BANS
 from tokenswift.text.writing_presets import built_in
 from ui import charts, dry_xtc_panel, views, world_info_panel, write_branches
 from ui.dry_xtc_panel import DryXtcParts

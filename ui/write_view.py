@@ -8,7 +8,7 @@ import gradio as gr
 
 from storage import Store
 from storage.records import GenerationRecord
-from tokenswift.decode.settings import Settings
+from tokenswift.settings import Settings
 from ui import charts, views, wholetext
 from ui.dry_xtc_panel import breakers_update
 from ui.forms import SAMPLERS, form_from_settings

@@ -135,7 +135,7 @@ class JobRun:
         return "released"
 
     def _run(self) -> str:
-        from tokenswift.decode.settings import Settings
+        from tokenswift.settings import Settings
         from tokenswift.text.prompting import prompt_ids as make_prompt
         from worker.edits import kept_ids
 

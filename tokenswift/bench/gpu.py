@@ -25,14 +25,14 @@ import torch
 
 from tokenswift.bench.runs import copy_bandwidth, kv_bytes_per_token, sync_device, weight_bytes
 from tokenswift.decode.adaptive import Shape, ladder
-from tokenswift.decode.settings import Settings
-from tokenswift.decode.trie import build_trie, verify_inputs, walk
 from tokenswift.model.fastpath import FastOptions, FastPasses, padded_capacity
 from tokenswift.model.kv_cache import KVCache
 from tokenswift.model.loading import LoadedModel
 from tokenswift.model.masks import with_prefix
 from tokenswift.sampling.in_graph import pack_verify_inputs, packed_size
 from tokenswift.sampling.sampler import Sampler
+from tokenswift.sampling.trie import build_trie, verify_inputs, walk
+from tokenswift.settings import Settings
 
 CONTEXTS = (4096, 32768, 65536, 100_000)
 TINY_CONTEXTS = (64, 256)

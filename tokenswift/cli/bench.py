@@ -32,7 +32,7 @@ from tokenswift.cli.flags import (
     add_world_info_arg,
     int_list_arg,
 )
-from tokenswift.decode.settings import lone_surrogate
+from tokenswift.settings import lone_surrogate
 
 if TYPE_CHECKING:
     from tokenswift.model.loading import LoadedModel
@@ -133,7 +133,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if args.window_tokens < args.slice_tokens or args.window_tokens % args.slice_tokens:
         raise CliError(f"window-tokens: must be a multiple of --slice-tokens ({args.slice_tokens})")
     from tokenswift.bench.runs import compare
-    from tokenswift.decode.settings import concrete_drafter
+    from tokenswift.settings import concrete_drafter
     from tokenswift.text.context_window import pinned_ids
 
     lm = open_model(args)
@@ -237,7 +237,7 @@ def cmd_bench_bound(args: argparse.Namespace) -> int:
     if args.repeats < 1:
         raise CliError("repeats: must be >= 1")
     from tokenswift.bench.bound import bench_bound, print_bench_bound
-    from tokenswift.decode.settings import max_nodes
+    from tokenswift.settings import max_nodes
 
     lm = open_model(args)
     prompt_ids = bench_prompt_ids(args, lm, text)

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tokenswift.decode.settings import Settings, SettingsError, lone_surrogate, threads_problem, writing_settings
+from tokenswift.settings import Settings, SettingsError, lone_surrogate, threads_problem, writing_settings
 from tokenswift.text.world_info import WorldInfo
 from tokenswift.text.writing_presets import public_error
 
@@ -100,7 +100,7 @@ def read_prompt(args: argparse.Namespace) -> str:
 
 def read_bans(args: argparse.Namespace) -> tuple[str, ...]:
     """--ban and --ban-file's phrases; neither given: the writing default."""
-    from tokenswift.sampling.banned import read_phrases
+    from tokenswift.settings.phrases import read_phrases
 
     if args.ban is None and args.ban_file is None:
         return writing_settings().ban
@@ -132,8 +132,8 @@ def read_world_info(args: argparse.Namespace) -> WorldInfo | None:
 def open_model(args: argparse.Namespace) -> LoadedModel:
     import torch
 
-    from tokenswift.draft.heads import HeadsError
     from tokenswift.model.default_model import default_model_path
+    from tokenswift.model.heads import HeadsError
     from tokenswift.model.loading import (
         ModelLoadError,
         compact_cache,
@@ -193,7 +193,7 @@ def engine_options(args: argparse.Namespace, lm: LoadedModel):
         except ValueError as error:
             raise CliError(str(error)) from None
     if fast is not None and lm.device.type == "cuda":  # as the worker: only a path that passed its self-test
-        from tokenswift.model.selftest import choose_path
+        from tokenswift.decode.selftest import choose_path
 
         fast, choice = choose_path(lm, fast)
         return EngineOptions(fast=fast, adaptive=args.adaptive, choice=choice)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from tokenswift.decode.settings import DRAFTERS, writing_settings
+from tokenswift.settings import DRAFTERS, writing_settings
 
 
 def tree_arg(text: str) -> tuple[int, ...]:

@@ -20,8 +20,6 @@ from tokenswift.decode.engine_window import EngineWindow
 from tokenswift.decode.metrics import RunMetrics
 from tokenswift.decode.ngram import NgramTable
 from tokenswift.decode.options import EngineOptions
-from tokenswift.decode.settings import CAPACITY_SPARE, NGRAM_LEN, Settings, concrete_drafter, max_nodes
-from tokenswift.decode.trie import build_trie, verify_inputs, walk
 from tokenswift.draft.drafting import Drafter, HeadsDrafter
 from tokenswift.draft.fused_drafter import FusedDrafter
 from tokenswift.draft.layer_drafter import LayerDrafter
@@ -35,6 +33,8 @@ from tokenswift.model.native_rows import PRODUCT_ROWS
 from tokenswift.sampling.alternatives import Alternatives, from_rows, top_rows
 from tokenswift.sampling.dry_xtc import breaker_ids
 from tokenswift.sampling.sampler import Sampler, last_ids, node_windows
+from tokenswift.sampling.trie import build_trie, verify_inputs, walk
+from tokenswift.settings import CAPACITY_SPARE, NGRAM_LEN, Settings, concrete_drafter, max_nodes
 from tokenswift.text.context_window import PinnedText, WindowPlan, leading_bos, window_plan
 
 SHARED_HEAD_ROWS = 16  # up to this many candidate rows share one LM-head product (16-bit weights, see _verify)

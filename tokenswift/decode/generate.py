@@ -18,10 +18,10 @@ from tokenswift.decode.banned_engine import BannedEngine
 from tokenswift.decode.engine import Engine
 from tokenswift.decode.metrics import RunMetrics
 from tokenswift.decode.options import EngineOptions
-from tokenswift.decode.settings import Settings, SettingsError
 from tokenswift.draft.model_drafter import check_draft_model
 from tokenswift.model.loading import LoadedModel
 from tokenswift.sampling.alternatives import Alternatives
+from tokenswift.settings import Settings, SettingsError
 from tokenswift.text.context_window import ContextUse, PinnedText, WindowPlan, leading_bos, window_plan
 from tokenswift.text.detok import IncrementalDetokenizer
 

@@ -21,7 +21,6 @@ from pathlib import Path
 
 import torch
 
-from tokenswift.decode.settings import Settings, SettingsError
 from tokenswift.draft.drafting import best_per_depth
 from tokenswift.model import gguf_checkpoint
 from tokenswift.model.kv_cache import KVCache
@@ -29,6 +28,7 @@ from tokenswift.model.loading import LoadedModel, ModelLoadError, load_model
 from tokenswift.model.masks import causal_mask
 from tokenswift.model.prefill import PREFILL_CHUNK
 from tokenswift.sampling.sampler import Sampler, node_windows
+from tokenswift.settings import Settings, SettingsError
 
 # Texts whose ids both tokenizers must agree on: words, spaces, digits, punctuation, accents, a newline run.
 PROBES = ("The old lighthouse keeper said: \"Well, 42 boats!\"\n\n  café — naïve", "<|im_start|>user\nHi")

@@ -22,11 +22,11 @@ from collections.abc import Collection, Mapping
 
 import torch
 
-from tokenswift.decode.settings import Settings
 from tokenswift.sampling.adaptive_p import AdaptiveP, steered
 from tokenswift.sampling.dry_xtc import dry_amounts, xtc_draws, xtc_filter
 from tokenswift.sampling.keys import M32, mix32, position_keys, uniform
-from tokenswift.sampling.no_repeat import REPEAT_RANGE, repeat_followers
+from tokenswift.sampling.no_repeat import repeat_followers
+from tokenswift.settings import REPEAT_RANGE, Settings
 
 
 class Noise:

@@ -6,7 +6,7 @@ holds what changes the words: the sampler, the penalties, DRY, XTC, the banned p
 end-of-text token.
 Never the length, seed or mode of a draft, the speed-only knobs (k, tree, budget, drafter), nor World Info:
 those belong to a draft, not to a way of writing. A key left out takes its writing default
-(tokenswift.decode.settings.WRITING_DEFAULTS), so a preset means the same in the app, the API and the command line.
+(tokenswift.settings.WRITING_DEFAULTS), so a preset means the same in the app, the API and the command line.
 
 Parsing is strict and names the key at fault (SettingsError.field): an unknown key, a value of the wrong JSON
 type, a value out of range. Whole-file problems (too large, not JSON, not an object) name "preset".
@@ -18,7 +18,7 @@ import dataclasses
 import json
 from pathlib import Path
 
-from tokenswift.decode.settings import INT64_MAX, Settings, SettingsError, writing_settings
+from tokenswift.settings import INT64_MAX, Settings, SettingsError, writing_settings
 
 # Preset key (the API's name) -> (Settings field, the JSON type its value must have).
 FIELDS = {

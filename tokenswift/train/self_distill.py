@@ -17,7 +17,7 @@ def self_distill(lm: LoadedModel, dc: DistillConfig, prompts: list[list[int]], s
     prompt k mod len(prompts) and seed + k: sampling noise is keyed by seed and position, so one seed
     would repeat the same text."""
     from tokenswift.decode.generate import Generator
-    from tokenswift.decode.settings import Settings
+    from tokenswift.settings import Settings
 
     docs, made = [], 0
     with tqdm(total=dc.tokens, desc="self-distill", unit="tok", disable=not progress) as bar:

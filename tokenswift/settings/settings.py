@@ -8,35 +8,23 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from tokenswift.sampling.banned import merged, phrase_problem
-from tokenswift.sampling.no_repeat import REPEAT_RANGE
-
-MODES = ("tokenswift", "ar")
-# The one-pass drafter (fused_drafter.py), the paper's two passes (drafting.py), the draft layer (layer_drafter.py),
-# a draft model (model_drafter.py), or auto: the one that is fastest where it runs (concrete_drafter).
-DRAFTERS = ("auto", "fused", "paper", "layer", "model")
-PROMPT_FORMATS = ("continue", "instruction")  # an opening to continue, or an instruction (the chat template)
-INT64_MAX = 2**63 - 1  # the noise is keyed by 64 bits of the seed; the app's store keeps seed and target as int64
-NGRAM_LEN = 4  # tokens an n-gram path proposes; every drafter, the engine and the adaptive ladder size batches by it
-# Positions past the context the RoPE table holds: a verify batch's candidate rows sit at the last token's
-# position + depth, and the cache keeps spare slots; trees and n-gram counts with more rows are refused.
-ROPE_SLACK = 1024
-MAX_THREADS = 256  # a model's CPU threads (not a setting of the text): far past any core count, and below the
-# count at which the tokenizer's thread pool fails to start
-CAPACITY_SPARE = 8  # cache slots beyond the longest text and one verify batch
-MAX_WINDOW = 1 << 17  # the penalty's window W, in tokens: past a novel's length it adds nothing but memory
-
-
-class SettingsError(ValueError):
-    """A setting is out of range; the message names the field."""
-
-    def __init__(self, field_name: str, message: str):
-        super().__init__(f"{field_name}: {message}")
-        self.field, self.reason = field_name, message
+from tokenswift.settings.limits import (
+    CAPACITY_SPARE,
+    DRAFTERS,
+    INT64_MAX,
+    MAX_WINDOW,
+    MODES,
+    PROMPT_FORMATS,
+    REPEAT_RANGE,
+    ROPE_SLACK,
+    SettingsError,
+    finite,
+    lone_surrogate,
+    max_nodes,
+)
+from tokenswift.settings.phrases import merged, phrase_problem
 
 
 @dataclass(frozen=True)
@@ -102,13 +90,13 @@ class Settings:
         need(self.mode in MODES, "mode", f"must be one of {', '.join(MODES)}, got {self.mode!r}")
         need(isinstance(self.seed, int) and 0 <= self.seed <= INT64_MAX, "seed", "must be an integer in 0..2**63-1")
         need(1 <= self.max_new_tokens <= INT64_MAX, "max_new_tokens", "must be in 1..2**63-1")
-        need(_finite(self.temperature) and self.temperature >= 0, "temperature", "must be a finite number >= 0")
+        need(finite(self.temperature) and self.temperature >= 0, "temperature", "must be a finite number >= 0")
         need(self.top_k >= 0, "top_k", "must be >= 0")
-        need(_finite(self.top_p) and 0 < self.top_p <= 1, "top_p", "must be in (0, 1]")
-        need(_finite(self.min_p) and 0 <= self.min_p < 1, "min_p", "must be in [0, 1)")
-        need(_finite(self.eta) and 0 <= self.eta < 1, "eta", "must be in [0, 1)")
+        need(finite(self.top_p) and 0 < self.top_p <= 1, "top_p", "must be in (0, 1]")
+        need(finite(self.min_p) and 0 <= self.min_p < 1, "min_p", "must be in [0, 1)")
+        need(finite(self.eta) and 0 <= self.eta < 1, "eta", "must be in [0, 1)")
         need(self.min_keep >= 1, "min_keep", "must be >= 1")
-        need(_finite(self.penalty) and self.penalty >= 1, "penalty", "theta must be a finite number >= 1")
+        need(finite(self.penalty) and self.penalty >= 1, "penalty", "theta must be a finite number >= 1")
         need(0 <= self.penalty_length <= MAX_WINDOW, "penalty_length", f"W must be in 0..{MAX_WINDOW}")
         need(1 <= self.gamma <= 8, "gamma", "must be in 1..8")
         need(len(self.tree) >= 1 and all(k >= 1 for k in self.tree), "tree", "needs positive widths")
@@ -128,23 +116,23 @@ class Settings:
         need(self.context_window is None or self.context_window >= 16, "context_window", "must be >= 16 tokens")
         need(self.shift_step is None or self.shift_step >= 1, "shift_step", "must be >= 1")
         need(0 <= self.note_depth <= 100_000, "note_depth", "must be in 0..100000")
-        need(_finite(self.dry_multiplier) and 0 <= self.dry_multiplier <= 100, "dry_multiplier", "must be in 0..100")
-        need(_finite(self.dry_base) and 1 < self.dry_base <= 10, "dry_base", "must be in (1, 10]")
+        need(finite(self.dry_multiplier) and 0 <= self.dry_multiplier <= 100, "dry_multiplier", "must be in 0..100")
+        need(finite(self.dry_base) and 1 < self.dry_base <= 10, "dry_base", "must be in (1, 10]")
         need(isinstance(self.dry_allowed_length, int) and 1 <= self.dry_allowed_length <= 100,
              "dry_allowed_length", "must be in 1..100")
         need(isinstance(self.dry_range, int) and 2 <= self.dry_range <= 4096, "dry_range", "must be in 2..4096")
         need(len(self.dry_breakers) <= 32 and all(0 < len(b) <= 16 for b in self.dry_breakers), "dry_breakers",
              "at most 32 breakers of 1 to 16 characters")
-        need(_finite(self.xtc_threshold) and 0 <= self.xtc_threshold <= 0.5, "xtc_threshold", "must be in 0..0.5")
-        need(_finite(self.xtc_probability) and 0 <= self.xtc_probability <= 1, "xtc_probability",
+        need(finite(self.xtc_threshold) and 0 <= self.xtc_threshold <= 0.5, "xtc_threshold", "must be in 0..0.5")
+        need(finite(self.xtc_probability) and 0 <= self.xtc_probability <= 1, "xtc_probability",
              "must be in 0..1")
         need(not isinstance(self.ban, str), "ban", "must be a list of phrases, not one string")
         need(isinstance(self.no_repeat_ngram, int) and (self.no_repeat_ngram == 0 or 4 <= self.no_repeat_ngram <= 64),
              "no_repeat_ngram", "must be 0 (off) or in 4..64 tokens")
-        need(_finite(self.top_n_sigma) and 0 <= self.top_n_sigma <= 100, "top_n_sigma", "must be in 0..100 (0 = off)")
-        need(_finite(self.adaptive_target) and self.adaptive_target <= 1, "adaptive_target",
+        need(finite(self.top_n_sigma) and 0 <= self.top_n_sigma <= 100, "top_n_sigma", "must be in 0..100 (0 = off)")
+        need(finite(self.adaptive_target) and self.adaptive_target <= 1, "adaptive_target",
              "must be in 0..1 (negative = off)")
-        need(_finite(self.adaptive_decay) and 0 <= self.adaptive_decay <= 0.99, "adaptive_decay", "must be in 0..0.99")
+        need(finite(self.adaptive_decay) and 0 <= self.adaptive_decay <= 0.99, "adaptive_decay", "must be in 0..0.99")
         for name in ("stop", "dry_breakers", "ban"):
             at = next((i for i in map(lone_surrogate, map(str, getattr(self, name))) if i is not None), None)
             need(at is None, name, f"is not valid Unicode: a lone surrogate at character {at}")
@@ -213,32 +201,6 @@ class Settings:
             return cls.from_dict({**values, "tree": cls.tree, "ngram_topk": cls.ngram_topk})
 
 
-def max_nodes(widths: Sequence[int], ngram_topk: int, ngram_len: int = NGRAM_LEN) -> int:
-    """Upper bound on the node count for tree `widths` plus `ngram_topk` paths of <= `ngram_len` tokens.
-
-    A path may differ from the tree already at depth 1, so it can add all of its `ngram_len` tokens.
-    """
-    tree = sum(math.prod(widths[: i + 1]) for i in range(len(widths)))
-    return 1 + tree + ngram_topk * ngram_len
-
-
-def threads_problem(threads: int | None) -> str | None:
-    """Why a model cannot run on this many CPU threads (None: the default count), or None."""
-    if threads is None or 1 <= threads <= MAX_THREADS:
-        return None
-    return f"threads: must be in 1..{MAX_THREADS}, not {threads}"
-
-
-def lone_surrogate(text: str) -> int | None:
-    """Where `text` holds a lone surrogate (JSON's \\ud800 escapes and undecodable command-line bytes carry
-    them; such text can be neither tokenized nor stored), or None."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as error:
-        return error.start
-    return None
-
-
 # What a writer gets without choosing anything: the app's Write tab, the API's unset fields and the command
 # line's flags all start from these (Settings' own defaults are the neutral sampler the algorithm is described
 # with). Chosen by measurement on the default model: scripts/prose_quality.py, the README's table.
@@ -263,7 +225,3 @@ def concrete_drafter(drafter: str, has_layer: bool, device_type: str, has_model:
 def writing_settings(**changes) -> Settings:
     """The writing defaults, with `changes` on top."""
     return Settings(**{**WRITING_DEFAULTS, **changes})
-
-
-def _finite(x: float) -> bool:
-    return isinstance(x, (int, float)) and math.isfinite(x)
