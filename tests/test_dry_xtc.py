@@ -90,7 +90,7 @@ def test_dry_breaks_the_loops_of_greedy_decoding(stories64):
 
 CASES = [("fused", 20, False, dict(temperature=0.0, **DRY)),
          ("fused", 20, True, dict(temperature=1.0, min_p=0.05, **DRY, **XTC)),
-         ("paper", 5, False, dict(temperature=1.0, top_p=0.95, penalty=1.2, penalty_length=32, **DRY, **XTC)),
+         ("paper", 5, False, dict(temperature=1.0, top_p=0.95, penalty=1.2, penalty_window=32, **DRY, **XTC)),
          ("fused", 0, False, dict(temperature=1.0, min_p=0.05, **XTC))]
 
 

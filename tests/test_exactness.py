@@ -19,7 +19,7 @@ PROMPT = "The old lighthouse keeper climbed the stairs and"
 
 SAMPLERS = {
     "greedy": dict(temperature=0.0),
-    "minp-penalty": dict(temperature=1.0, min_p=0.1, penalty=1.2, penalty_length=64),
+    "minp-penalty": dict(temperature=1.0, min_p=0.1, penalty=1.2, penalty_window=64),
     "top-p": dict(temperature=1.0, top_p=0.9),
     "eta": dict(temperature=1.0, eta=0.01, min_keep=20),
 }

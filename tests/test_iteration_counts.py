@@ -23,7 +23,7 @@ from tokenswift.sampling.sampler import Sampler
 from tokenswift.settings import Settings
 
 pytestmark = pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
-SAMPLING = dict(temperature=1.0, min_p=0.1, penalty=1.2, penalty_length=64)
+SAMPLING = dict(temperature=1.0, min_p=0.1, penalty=1.2, penalty_window=64)
 # Per plain step: the token's read, one replay, and the host's torch calls around it (the pass's three input
 # writes and the token's pinned upload; views included).
 AR = {"syncs": 1, "replays": 1, "outside": 11}

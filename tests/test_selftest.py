@@ -31,7 +31,7 @@ from tokenswift.settings import Settings
 
 pytestmark = pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
 PROMPT = "The old lighthouse keeper climbed the stairs and"
-MINP = dict(temperature=1.0, min_p=0.1, penalty=1.2, penalty_length=64)
+MINP = dict(temperature=1.0, min_p=0.1, penalty=1.2, penalty_window=64)
 
 
 def tiny(name: str, dtype=torch.float64):

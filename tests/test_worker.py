@@ -32,7 +32,7 @@ from worker import WorkerConfig, run_worker
 REPO = Path(__file__).resolve().parents[1]
 PROMPT = "Once upon a time, there was a little dog named Max."
 SETTINGS = Settings(mode="tokenswift", seed=11, max_new_tokens=240, temperature=1.0, penalty=1.2,
-                    penalty_length=64, ngram_topk=8)
+                    penalty_window=64, ngram_topk=8)
 FLUSH_TOKENS = 16
 SHORT = Settings(mode="ar", seed=1, max_new_tokens=30)
 

@@ -42,7 +42,7 @@ PAPER_MINUTES = {"llama3.1-8b": {"ar": 294.0, "tokenswift": 90.0},
                  "qwen2.5-1.5b": {"ar": 187.8, "tokenswift": 60.0}}
 H100_FLOOR_MINUTES = {"llama3.1-8b": 12.7}  # weights + KV read once per token at H100 bandwidth (§8)
 SPARE = 8  # slots beyond the last verify batch, as the engine allocates
-SAMPLING = Settings(temperature=1.0, min_p=0.1, penalty=1.2, penalty_length=1024)  # paper, Llama-3.1-8B
+SAMPLING = Settings(temperature=1.0, min_p=0.1, penalty=1.2, penalty_window=1024)  # paper, Llama-3.1-8B
 
 
 @dataclass

@@ -22,8 +22,15 @@ from tokenswift.settings.limits import (
     max_nodes,
     threads_problem,
 )
-from tokenswift.settings.settings import WRITING_DEFAULTS, Settings, concrete_drafter, writing_settings
+from tokenswift.settings.settings import (
+    RENAMED,
+    TEXT_FIELDS,
+    WRITING_DEFAULTS,
+    Settings,
+    concrete_drafter,
+    writing_settings,
+)
 
 __all__ = ["CAPACITY_SPARE", "DRAFTERS", "INT64_MAX", "MAX_THREADS", "MAX_WINDOW", "MODES", "NGRAM_LEN",
-           "PROMPT_FORMATS", "REPEAT_RANGE", "ROPE_SLACK", "WRITING_DEFAULTS", "Settings", "SettingsError",
-           "concrete_drafter", "lone_surrogate", "max_nodes", "threads_problem", "writing_settings"]
+           "PROMPT_FORMATS", "RENAMED", "REPEAT_RANGE", "ROPE_SLACK", "TEXT_FIELDS", "WRITING_DEFAULTS", "Settings",
+           "SettingsError", "concrete_drafter", "lone_surrogate", "max_nodes", "threads_problem", "writing_settings"]

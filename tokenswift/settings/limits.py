@@ -56,7 +56,3 @@ def lone_surrogate(text: str) -> int | None:
     except UnicodeEncodeError as error:
         return error.start
     return None
-
-
-def finite(x: float) -> bool:
-    return isinstance(x, (int, float)) and math.isfinite(x)

@@ -68,7 +68,7 @@ class TrainDraftConfig:
     # The app's repetition penalty (tokenswift.settings.WRITING_DEFAULTS): the draft also learns the model's penalised
     # choices (draft_loss.penalised_loss), with this share of the score; penalty 1 leaves it out.
     penalty: float = WRITING_DEFAULTS["penalty"]
-    penalty_window: int = WRITING_DEFAULTS["penalty_length"]
+    penalty_window: int = WRITING_DEFAULTS["penalty_window"]
     penalised_share: float = 2 / 3
     eval_every: int = 250_000  # training tokens between evaluations (points of the learning curve)
     save_every_s: float = 300.0
