@@ -112,12 +112,9 @@ class ModelDrafter:
 
 
 def check_draft_model(lm: LoadedModel, drafter: str, window: int) -> None:
-    """SettingsError where a run cannot draft with the draft model: `drafter: model` without one, or one whose
-    context is shorter than the `window` tokens the run's cache holds at most (its slots are the target's)."""
-    if drafter == "model" and lm.draft_model is None:
-        raise SettingsError("drafter", "no draft model is loaded (give one with --draft-model, or choose another "
-                                       "drafter)")
-    if drafter in ("model", "auto") and lm.draft_model is not None and lm.draft_model.max_context < window:
+    """SettingsError where a run cannot draft with the draft model (`drafter`: choice.drafter_for's): its context
+    is shorter than the `window` tokens the run's cache holds at most (its slots are the target's)."""
+    if drafter == "model" and lm.draft_model.max_context < window:
         raise SettingsError("draft_model", f"the draft model's context of {lm.draft_model.max_context} tokens is "
                                            f"shorter than this draft's window of {window}: set a smaller one")
 

@@ -27,10 +27,9 @@ from tokenswift.settings.settings import (
     TEXT_FIELDS,
     WRITING_DEFAULTS,
     Settings,
-    concrete_drafter,
     writing_settings,
 )
 
 __all__ = ["CAPACITY_SPARE", "DRAFTERS", "INT64_MAX", "MAX_THREADS", "MAX_WINDOW", "MODES", "NGRAM_LEN",
            "PROMPT_FORMATS", "RENAMED", "REPEAT_RANGE", "ROPE_SLACK", "TEXT_FIELDS", "WRITING_DEFAULTS", "Settings",
-           "SettingsError", "concrete_drafter", "lone_surrogate", "max_nodes", "threads_problem", "writing_settings"]
+           "SettingsError", "lone_surrogate", "max_nodes", "threads_problem", "writing_settings"]

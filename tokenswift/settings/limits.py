@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 MODES = ("tokenswift", "ar")
 # The one-pass drafter (fused_drafter.py), the paper's two passes (drafting.py), the draft layer (layer_drafter.py),
-# a draft model (model_drafter.py), or auto: the one that is fastest where it runs (concrete_drafter).
+# a draft model (model_drafter.py), or auto: the one that is fastest where it runs (draft/choice.py).
 DRAFTERS = ("auto", "fused", "paper", "layer", "model")
 PROMPT_FORMATS = ("continue", "instruction")  # an opening to continue, or an instruction (the chat template)
 INT64_MAX = 2**63 - 1  # the noise is keyed by 64 bits of the seed; the app's store keeps seed and target as int64

@@ -249,18 +249,6 @@ WRITING_DEFAULTS = {row.name: row.writing for row in TEXT_FIELDS if row.writing 
 RENAMED = {"penalty_length": "penalty_window"}
 
 
-def concrete_drafter(drafter: str, has_layer: bool, device_type: str, has_model: bool = False) -> str:
-    """The drafter `auto` stands for: the draft model where one was given (the writer chose it for this model);
-    the draft layer on a CPU where the model has one (there, a verify pass costs nearly its rows in compute, so only
-    drafts the model agrees with pay: the layer's are right about three times as often as the heads'), else the
-    fused drafter (on a GPU a wide tree verifies nearly free)."""
-    if drafter != "auto":
-        return drafter
-    if has_model:
-        return "model"
-    return "layer" if has_layer and device_type == "cpu" else "fused"
-
-
 def writing_settings(**changes) -> Settings:
     """The writing defaults, with `changes` on top."""
     return Settings(**{**WRITING_DEFAULTS, **changes})

@@ -5,8 +5,8 @@ and default are the field's own; the row adds the range, the writing default, a 
 command-line flag, the names the REST API, the presets and the OpenAI-compatible endpoint take, and the Write
 form's label and box. The REST API's model (ui/api_input.py), the OpenAI names (ui/openai_input.py), the command
 line's flags (cli/flags.py, cli/common.py), the presets' keys (text/writing_presets.py), the Write form's samplers
-panel and its error labels (ui/forms.py, ui/dry_xtc_panel.py, ui/presets.py) and Compare's columns are all made
-from it: a new sampler is a row here and its code in sampling/, nothing else.
+panel and its error labels (ui/forms.py, ui/samplers_panel.py, ui/presets.py) and Compare's columns are all made
+from it: a new sampler is a row in Settings and its code in sampling/.
 """
 
 from __future__ import annotations
