@@ -1,6 +1,6 @@
-"""Compare tab: one prompt and seed, 2-4 columns of θ/W/k/sampler, run side by side.
+"""Compare tab: one prompt and seed, 2-4 columns of penalty, its window, k and sampler, run side by side.
 
-Every distinct sampling setting (seed, sampler, θ, W) also gets one AR run: TokenSwift is lossless, so
+Every distinct sampling setting (seed, sampler, penalty and its window) also gets one AR run: TokenSwift is lossless, so
 each column's token ids must equal its AR twin's. Columns that differ only in k (or the cache budget)
 share a twin, and the table shows that changing k changed the speed, never the text.
 """

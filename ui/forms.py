@@ -161,7 +161,7 @@ def settings_from(values: dict) -> Settings:
 
 
 def ar_twin(settings: Settings) -> Settings:
-    """The AR run whose text a lossless TokenSwift run must equal: same seed, sampler, θ and W; the
+    """The AR run whose text a lossless TokenSwift run must equal: same seed, sampler, penalty and window; the
     drafting-only knobs (k, budget, drafter) are reset so runs that differ only there share one twin."""
     return settings.replace(mode="ar", ngram_topk=Settings.ngram_topk, budget=None, drafter=Settings.drafter)
 

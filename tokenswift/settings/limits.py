@@ -21,7 +21,7 @@ MAX_THREADS = 256  # a model's CPU threads (not a setting of the text): far past
 CAPACITY_SPARE = 8  # cache slots beyond the longest text and one verify batch
 REPEAT_RANGE = 4096  # the no-repeat rule looks back over this many tokens (a few pages): the scan costs about
 # 0.1 ms a row per 1,000 tokens (sampling/no_repeat.py)
-MAX_WINDOW = 1 << 17  # the penalty's window W, in tokens: past a novel's length it adds nothing but memory
+MAX_WINDOW = 1 << 17  # penalty_window, in tokens: past a novel's length it adds nothing but memory
 
 
 class SettingsError(ValueError):
