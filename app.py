@@ -66,7 +66,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.status_reads_per_s is not None and not 0 <= args.status_reads_per_s < float("inf"):  # NaN too
         p.error(f"--status-reads-per-s: must be a number >= 0 (0: no limit), not {args.status_reads_per_s}")
-    from tokenswift.decode.settings import threads_problem
+    from tokenswift.settings import threads_problem
 
     if problem := threads_problem(args.threads):
         p.error(problem)

@@ -23,8 +23,8 @@ sys.path.insert(0, str(ROOT))
 
 from storage import open_store  # noqa: E402
 from tokenswift.bench.runs import book_text  # noqa: E402
-from tokenswift.decode.settings import writing_settings  # noqa: E402
 from tokenswift.model.default_model import default_model_path  # noqa: E402
+from tokenswift.settings import writing_settings  # noqa: E402
 
 
 def main() -> None:

@@ -25,12 +25,12 @@ sys.path.insert(0, str(REPO))
 from tokenswift.bench.runs import book_text, leading_tokens  # noqa: E402
 from tokenswift.cli.bench import BOOKS_DIR  # noqa: E402
 from tokenswift.decode.generate import Generator  # noqa: E402
-from tokenswift.decode.settings import Settings  # noqa: E402
 from tokenswift.model.default_model import default_model_path  # noqa: E402
 from tokenswift.model.kv_cache import KVCache  # noqa: E402
 from tokenswift.model.loading import compact_cache, load_model  # noqa: E402
 from tokenswift.model.masks import causal_mask  # noqa: E402
 from tokenswift.model.prefill import prefill  # noqa: E402
+from tokenswift.settings import Settings  # noqa: E402
 
 CACHES = {"float32": torch.float32, "bf16": torch.bfloat16}
 

@@ -20,9 +20,9 @@ import torch
 
 from tokenswift.decode.generate import Generator
 from tokenswift.decode.options import EngineOptions
-from tokenswift.decode.settings import writing_settings
 from tokenswift.model.default_model import default_model_path
 from tokenswift.model.loading import load_model
+from tokenswift.settings import writing_settings
 from tokenswift.text.context_window import draft_context
 
 INSTRUCTIONS = [

@@ -29,11 +29,11 @@ from prose_quality import books, known_share, vocabulary  # noqa: E402
 from tokenswift.bench.runs import leading_tokens  # noqa: E402
 from tokenswift.decode.generate import Generator  # noqa: E402
 from tokenswift.decode.metrics import distinct_n  # noqa: E402
-from tokenswift.decode.settings import Settings, writing_settings  # noqa: E402
 from tokenswift.model.default_model import default_model_path  # noqa: E402
 from tokenswift.model.kv_cache import KVCache  # noqa: E402
 from tokenswift.model.loading import load_model  # noqa: E402
 from tokenswift.model.prefill import prefill  # noqa: E402
+from tokenswift.settings import Settings, writing_settings  # noqa: E402
 
 
 def log_probs(lm, ids: list[int]) -> torch.Tensor:

@@ -17,9 +17,9 @@ from torch.profiler import ProfilerActivity, profile
 
 from tokenswift.bench.runs import filler_ids
 from tokenswift.decode.engine import Engine
-from tokenswift.decode.settings import Settings
 from tokenswift.model.default_model import default_model_path
 from tokenswift.model.loading import load_model
+from tokenswift.settings import Settings
 
 
 def profile_steps(lm, context: int, steps: int, warmup: int) -> dict:

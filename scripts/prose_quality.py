@@ -26,33 +26,33 @@ sys.path.insert(0, str(REPO))
 
 from tokenswift.decode.generate import Generator  # noqa: E402
 from tokenswift.decode.metrics import distinct_n  # noqa: E402
-from tokenswift.decode.settings import Settings  # noqa: E402
 from tokenswift.model.default_model import default_model_path  # noqa: E402
 from tokenswift.model.loading import load_model  # noqa: E402
+from tokenswift.settings import Settings  # noqa: E402
 
 EVAL = REPO.parent / "shared" / "data" / "books" / "eval.jsonl.xz"
 WORD = re.compile(r"[A-Za-z]+(?:'[A-Za-z]+)?")
 CANDIDATES = {
-    "app-before: T1 top-p0.9 θ1.2/1024": dict(temperature=1.0, top_p=0.9, penalty=1.2, penalty_length=1024),
-    "T1 min-p0.1 θ1.2/1024": dict(temperature=1.0, min_p=0.1, penalty=1.2, penalty_length=1024),
+    "app-before: T1 top-p0.9 θ1.2/1024": dict(temperature=1.0, top_p=0.9, penalty=1.2, penalty_window=1024),
+    "T1 min-p0.1 θ1.2/1024": dict(temperature=1.0, min_p=0.1, penalty=1.2, penalty_window=1024),
     "T0.7 min-p0.1": dict(temperature=0.7, min_p=0.1),
-    "T0.7 min-p0.1 θ1.1/256": dict(temperature=0.7, min_p=0.1, penalty=1.1, penalty_length=256),
+    "T0.7 min-p0.1 θ1.1/256": dict(temperature=0.7, min_p=0.1, penalty=1.1, penalty_window=256),
     "T0.7 min-p0.1 DRY0.8": dict(temperature=0.7, min_p=0.1, dry_multiplier=0.8),
     "T0.8 min-p0.1 DRY0.8": dict(temperature=0.8, min_p=0.1, dry_multiplier=0.8),
     "T1 min-p0.1 DRY0.8": dict(temperature=1.0, min_p=0.1, dry_multiplier=0.8),
     "T1 min-p0.1 DRY0.8/2048": dict(temperature=1.0, min_p=0.1, dry_multiplier=0.8, dry_range=2048),
-    "T1 min-p0.1 θ1.1/256": dict(temperature=1.0, min_p=0.1, penalty=1.1, penalty_length=256),
-    "T1 min-p0.1 θ1.1/256 DRY0.8": dict(temperature=1.0, min_p=0.1, penalty=1.1, penalty_length=256,
+    "T1 min-p0.1 θ1.1/256": dict(temperature=1.0, min_p=0.1, penalty=1.1, penalty_window=256),
+    "T1 min-p0.1 θ1.1/256 DRY0.8": dict(temperature=1.0, min_p=0.1, penalty=1.1, penalty_window=256,
                                          dry_multiplier=0.8),
-    "T1 min-p0.1 θ1.1/256 DRY0.8/2048": dict(temperature=1.0, min_p=0.1, penalty=1.1, penalty_length=256,
+    "T1 min-p0.1 θ1.1/256 DRY0.8/2048": dict(temperature=1.0, min_p=0.1, penalty=1.1, penalty_window=256,
                                               dry_multiplier=0.8, dry_range=2048),
-    "T0.8 min-p0.1 θ1.1/256 DRY0.8": dict(temperature=0.8, min_p=0.1, penalty=1.1, penalty_length=256,
+    "T0.8 min-p0.1 θ1.1/256 DRY0.8": dict(temperature=0.8, min_p=0.1, penalty=1.1, penalty_window=256,
                                           dry_multiplier=0.8),
-    "T0.9 min-p0.1 θ1.1/256 DRY0.8": dict(temperature=0.9, min_p=0.1, penalty=1.1, penalty_length=256,
+    "T0.9 min-p0.1 θ1.1/256 DRY0.8": dict(temperature=0.9, min_p=0.1, penalty=1.1, penalty_window=256,
                                           dry_multiplier=0.8),
-    "T1 min-p0.15 θ1.1/256 DRY0.8": dict(temperature=1.0, min_p=0.15, penalty=1.1, penalty_length=256,
+    "T1 min-p0.15 θ1.1/256 DRY0.8": dict(temperature=1.0, min_p=0.15, penalty=1.1, penalty_window=256,
                                          dry_multiplier=0.8),
-    "T1 min-p0.2 θ1.1/256 DRY0.8": dict(temperature=1.0, min_p=0.2, penalty=1.1, penalty_length=256,
+    "T1 min-p0.2 θ1.1/256 DRY0.8": dict(temperature=1.0, min_p=0.2, penalty=1.1, penalty_window=256,
                                         dry_multiplier=0.8),
 }
 

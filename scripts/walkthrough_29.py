@@ -15,8 +15,8 @@ from playwright.sync_api import expect
 from walkthrough_steps import DRAFT_S, SPANS, around, draft_number, start_draft, wait_done
 
 from storage import open_store
-from tokenswift.decode.settings import Settings
-from tokenswift.sampling.banned import normal
+from tokenswift.settings import Settings
+from tokenswift.settings.phrases import normal
 from tokenswift.text.writing_presets import built_in
 
 if TYPE_CHECKING:

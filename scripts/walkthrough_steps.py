@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from playwright.sync_api import expect
 
-from tokenswift.decode.settings import Settings
+from tokenswift.settings import Settings
 
 if TYPE_CHECKING:
     from walkthrough import Walk

@@ -18,10 +18,10 @@ from test_top_n_sigma import check_exact_and_acting
 from tokenswift.cli.main import main
 from tokenswift.decode.engine import Engine
 from tokenswift.decode.generate import Generator
-from tokenswift.decode.settings import Settings, SettingsError
 from tokenswift.sampling.adaptive_p import AdaptiveP, steered
 from tokenswift.sampling.in_graph import DeviceSampler
 from tokenswift.sampling.sampler import Sampler
+from tokenswift.settings import Settings, SettingsError
 from tokenswift.text.context_window import pinned_ids
 from ui.openai_input import OpenAIError, parse_options
 
@@ -85,7 +85,7 @@ def test_the_fast_paths_sampler_refuses_it():
 
 
 AP = dict(temperature=1.0, min_p=0.02, adaptive_target=0.35, adaptive_decay=0.9)
-CASES = [("fused", 20, False, 1, AP), ("fused", 20, True, 2, {**AP, "penalty": 1.2, "penalty_length": 32}),
+CASES = [("fused", 20, False, 1, AP), ("fused", 20, True, 2, {**AP, "penalty": 1.2, "penalty_window": 32}),
          ("paper", 5, False, 3, {**AP, "adaptive_target": 0.6, "adaptive_decay": 0.5, "top_n_sigma": 2.0,
                                  "dry_multiplier": 0.8, "dry_range": 64})]
 

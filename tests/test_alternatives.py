@@ -24,9 +24,9 @@ from storage.migrate import alembic_config, upgrade
 from storage.records import Owner, Progress
 from tokenswift.decode.generate import Generator
 from tokenswift.decode.options import EngineOptions
-from tokenswift.decode.settings import Settings
 from tokenswift.model.fastpath import FastOptions
 from tokenswift.sampling.alternatives import TOP
+from tokenswift.settings import Settings
 from tokenswift.text.context_window import pinned_ids
 
 RECORD = EngineOptions(alternatives=True)
@@ -53,7 +53,7 @@ def assert_same(got: list, want: list) -> None:
 
 CASES = [  # (drafter, k, adaptive, fast, sampling)
     ("fused", 20, False, False, SAMPLERS["minp-penalty"]),
-    ("paper", 5, False, False, dict(temperature=1.0, top_p=0.95, penalty=1.2, penalty_length=32, **DRY, **XTC)),
+    ("paper", 5, False, False, dict(temperature=1.0, top_p=0.95, penalty=1.2, penalty_window=32, **DRY, **XTC)),
     ("fused", 20, True, False, SAMPLERS["greedy"]),
     ("fused", 20, False, True, SAMPLERS["minp-penalty"]),  # sampled inside the verify pass (graphs="none" on CPU)
 ]

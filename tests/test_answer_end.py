@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from tokenswift.decode.generate import Generator
 from tokenswift.decode.options import EngineOptions
-from tokenswift.decode.settings import writing_settings
+from tokenswift.settings import writing_settings
 from tokenswift.text.context_window import draft_context
 
 INSTRUCTION = "Write one short sentence about a cat."

@@ -64,7 +64,7 @@ def test_create_and_read_back(client, store):
     assert created.status_code == 201
     assert created.json()["status"] == "queued" and isinstance(created.json()["id"], int)
     gen = store.get_generation(created.json()["id"])
-    assert gen.settings_json and '"penalty_length": 512' in gen.settings_json  # W mapped to Settings
+    assert gen.settings_json and '"penalty_window": 512' in gen.settings_json  # W mapped to Settings
     assert '"drafter": "paper"' in gen.settings_json
     body = client.get(f"/api/generations/{gen.id}").json()
     expected = {"id": gen.id, "status": "queued", "produced_tokens": 0, "target_tokens": 300, "text": "",
@@ -99,7 +99,7 @@ INVALID = [
     (with_settings(tree="1,3"), "settings.tree"),
     (with_settings(budget=3), "settings.budget"),
     (with_settings(drafter="medusa"), "settings.drafter"),
-    (with_settings(penalty_length=5), "settings.penalty_length"),
+    (with_settings(penalty_length=5), "settings.penalty_length"),  # the store's old name is no API name
     (with_settings(dry_multiplier=-0.5), "settings.dry_multiplier"),
     (with_settings(dry_base=1.0), "settings.dry_base"),
     (with_settings(dry_range=10**6), "settings.dry_range"),
@@ -147,11 +147,11 @@ def test_dry_and_xtc_go_through_the_api_by_their_settings_names(client, store):
 
 def test_a_stored_row_from_before_a_limit_still_loads():
     """Rows the store kept before W and the candidate rows were bounded still open (Library, Write, worker)."""
-    from tokenswift.decode.settings import CAPACITY_SPARE, MAX_WINDOW, ROPE_SLACK, Settings, max_nodes
+    from tokenswift.settings import CAPACITY_SPARE, MAX_WINDOW, ROPE_SLACK, Settings, max_nodes
 
-    old = {**json.loads(Settings().to_json()), "penalty_length": 10**9, "ngram_topk": 256, "tree": [1, 99999, 3]}
+    old = {**json.loads(Settings().to_json()), "penalty_window": 10**9, "ngram_topk": 256, "tree": [1, 99999, 3]}
     kept = Settings.from_json(json.dumps(old))
-    assert kept.penalty_length == MAX_WINDOW
+    assert kept.penalty_window == MAX_WINDOW
     assert max_nodes(kept.tree, kept.ngram_topk) + CAPACITY_SPARE <= ROPE_SLACK < max_nodes(kept.tree, 256)
 
 
@@ -524,7 +524,7 @@ def test_health_says_when_the_store_cannot_be_written(client, store):
 
 
 def test_prompt_format_and_end_of_text_ban_reach_the_stored_settings(client, store):
-    from tokenswift.decode.settings import Settings
+    from tokenswift.settings import Settings
 
     def stored(payload):
         response = client.post("/api/generations", json=payload)
@@ -559,8 +559,8 @@ def test_one_end_of_text_rule_whatever_the_length_for_write_compare_api_and_cli(
     from tokenswift.cli.main import build_parser
     from ui.api_input import GenerationIn, to_settings
     from ui.compare import queue_runs
-    from ui.dry_xtc_panel import NAMES
     from ui.forms import DEFAULTS, SAMPLERS, SettingsForm
+    from ui.samplers_panel import NAMES
 
     write = [SettingsForm(target=n).to_settings().ban_eos for n in (100, 500, 3000, 3001, 50_000)]
     api = [to_settings(GenerationIn(prompt="x", max_new_tokens=n)).ban_eos for n in (100, 5000)]
@@ -580,7 +580,7 @@ def test_one_end_of_text_rule_whatever_the_length_for_write_compare_api_and_cli(
             return type("Gen", (), {"id": len(self.settings)})()
 
     queue = Queue()
-    column = [DEFAULTS["theta"], DEFAULTS["window"], DEFAULTS["k"], DEFAULTS["sampler"],
+    column = [DEFAULTS["penalty"], DEFAULTS["penalty_window"], DEFAULTS["k"], DEFAULTS["sampler"],
               SAMPLERS[DEFAULTS["sampler"]][1], "fused", *[getattr(SettingsForm(), name) for name in NAMES]]
     queue_runs(queue, "x", 0, 500, 1.0, 1, column)
     assert [s.ban_eos for s in queue.settings] == [True, True]  # the column and its AR twin

@@ -19,9 +19,10 @@ from test_presets_browser import start
 from tokenswift.cli.main import main
 from tokenswift.decode.generate import Generator
 from tokenswift.decode.options import EngineOptions
-from tokenswift.decode.settings import Settings, SettingsError
-from tokenswift.draft.draft_layer import initial_layer
-from tokenswift.sampling.banned import STARTER_BANS, PhraseWatch, normal
+from tokenswift.model.draft_layer import initial_layer
+from tokenswift.sampling.banned import PhraseWatch
+from tokenswift.settings import Settings, SettingsError
+from tokenswift.settings.phrases import STARTER_BANS, normal
 from tokenswift.text.context_window import pinned_ids
 from tokenswift.text.detok import IncrementalDetokenizer
 
@@ -99,7 +100,7 @@ def test_held_text_includes_what_an_earlier_token_boundary_could_still_complete(
 
 
 CASES = [("fused", 20, False, GREEDY), ("fused", 20, True, MIN_P), ("paper", 5, False, dict(**MIN_P, penalty=1.2,
-         penalty_length=32)), ("layer", 20, False, MIN_P)]
+         penalty_window=32)), ("layer", 20, False, MIN_P)]
 
 
 @pytest.mark.slow
@@ -165,7 +166,7 @@ def test_end_of_text_shows_the_tokens_held_back(tiny_qwen):  # noqa: F811 - the 
     phrase banned that its last three tokens begin, they are held when end-of-text comes, and shown then: the same
     ids in both modes."""
     prompt = tiny_qwen.encode(PROMPT)
-    rule = dict(max_new_tokens=600, seed=8, temperature=1.0, min_p=0.1, penalty=1.2, penalty_length=64)
+    rule = dict(max_new_tokens=600, seed=8, temperature=1.0, min_p=0.1, penalty=1.2, penalty_window=64)
     free = Generator(tiny_qwen, Settings(mode="ar", **rule), prompt).run()
     end = len(free) - 1
     assert end == 266

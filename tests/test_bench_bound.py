@@ -8,7 +8,7 @@ import pytest
 
 from tokenswift.bench.bound import bench_bound, bound
 from tokenswift.bench.shapes import random_heads
-from tokenswift.decode.settings import Settings
+from tokenswift.settings import Settings
 
 
 @pytest.fixture(scope="module")

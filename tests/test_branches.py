@@ -17,7 +17,7 @@ from test_worker import one_torch_thread
 from storage import open_store
 from storage.records import ModelSpec, Owner
 from tokenswift.decode.generate import Generator
-from tokenswift.decode.settings import Settings
+from tokenswift.settings import Settings
 from ui.api import create_app
 from worker.job import FlushPolicy, JobRun
 

@@ -10,12 +10,12 @@ import torch
 from test_native_rows import CFG, block_of, cache_layer, tree_block
 
 from tokenswift.decode.generate import Generator
-from tokenswift.decode.settings import Settings
 from tokenswift.model import native
 from tokenswift.model.kv_cache import KVCache
 from tokenswift.model.loading import compact_cache
 from tokenswift.model.masks import with_prefix
 from tokenswift.model.native_rows import NativeBlock, NativeRows
+from tokenswift.settings import Settings
 
 PROMPT = ("Once upon a time, a little girl named Lily found a shiny red ball in the park. She wanted to play with "
           "her friend Tom, so she")  # longer than a C forward's rows: the prompt's prefill runs torch's operators

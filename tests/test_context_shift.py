@@ -11,8 +11,8 @@ from test_exactness import SAMPLERS, random_heads
 
 from tokenswift.decode.generate import Generator
 from tokenswift.decode.options import EngineOptions
-from tokenswift.decode.settings import Settings, SettingsError
 from tokenswift.model.fastpath import FastOptions
+from tokenswift.settings import Settings, SettingsError
 from tokenswift.text.context_window import PinnedText, WindowPlan, pinned_ids
 
 N = 1000

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from tokenswift.decode.settings import SettingsError
 from tokenswift.model.gguf_checkpoint import file_hash
 from tokenswift.model.loading import cpu_threads
+from tokenswift.settings import SettingsError
 from tokenswift.text.prompting import prompt_ids
 
 REPO = Path(__file__).resolve().parents[1]

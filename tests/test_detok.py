@@ -32,7 +32,7 @@ def test_stream_equals_whole_decode(stories32):
 @pytest.mark.slow
 def test_model_output_streams_exactly(stories32):
     from tokenswift.decode.generate import Generator
-    from tokenswift.decode.settings import Settings
+    from tokenswift.settings import Settings
 
     prompt = stories32.encode("Tom found a box")
     ids = Generator(stories32, Settings(max_new_tokens=300, seed=1, ignore_eos=True, mode="ar"), prompt).run()

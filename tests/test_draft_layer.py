@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -24,8 +25,10 @@ from tokenswift.cli.main import main
 from tokenswift.decode.engine import Engine
 from tokenswift.decode.generate import Generator
 from tokenswift.decode.options import EngineOptions
-from tokenswift.decode.settings import Settings, SettingsError, concrete_drafter
-from tokenswift.draft.draft_layer import (
+from tokenswift.draft.choice import drafter_for
+from tokenswift.draft.fused_drafter import FusedDrafter
+from tokenswift.draft.layer_drafter import LayerDrafter
+from tokenswift.model.draft_layer import (
     CONFIG_NAME,
     WEIGHTS_NAME,
     DraftLayerError,
@@ -33,12 +36,11 @@ from tokenswift.draft.draft_layer import (
     save_layer,
     with_features,
 )
-from tokenswift.draft.fused_drafter import FusedDrafter
-from tokenswift.draft.layer_drafter import LayerDrafter
 from tokenswift.model.fastpath import FastOptions
 from tokenswift.model.kv_cache import KVCache
 from tokenswift.model.masks import causal_mask
 from tokenswift.sampling.sampler import Sampler, last_ids, penalty_mask
+from tokenswift.settings import Settings, SettingsError
 from tokenswift.text.context_window import pinned_ids
 from tokenswift.train.draft_data import TeacherStore, feature_layers
 from tokenswift.train.draft_loss import Penalty, penalised_loss, penalised_targets, unrolled_states, window_mask
@@ -239,8 +241,9 @@ def test_auto_drafts_with_the_layer_on_a_cpu_where_the_model_has_one(lm64, stori
         engine = Engine(lm, Settings(max_new_tokens=8, ignore_eos=True), ids, len(ids))
         engine.start()
         assert type(engine.drafter) is drafter
-    assert concrete_drafter("auto", True, "cuda") == "fused"  # a GPU verifies a wide tree nearly free
-    assert concrete_drafter("paper", True, "cpu") == "paper"
+    on_gpu = SimpleNamespace(draft_layer=lm64.draft_layer, draft_model=None, device=torch.device("cuda"))
+    assert drafter_for(on_gpu, Settings()) == "fused"  # a GPU verifies a wide tree nearly free
+    assert drafter_for(lm64, Settings(drafter="paper")) == "paper"
 
 
 def test_a_model_without_a_draft_layer_is_refused_by_name(stories64):

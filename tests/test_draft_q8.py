@@ -9,8 +9,8 @@ from torch import nn
 
 from tokenswift.decode.engine import Engine
 from tokenswift.decode.generate import Generator
-from tokenswift.decode.settings import writing_settings
 from tokenswift.model.quant import QuantLinear
+from tokenswift.settings import writing_settings
 
 
 def test_q8_copies_hold_the_weights_to_within_a_block_step():

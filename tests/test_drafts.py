@@ -7,7 +7,7 @@ import pytest
 
 from storage import Conflict, open_store
 from storage.records import ModelSpec, Owner, Progress
-from tokenswift.decode.settings import Settings
+from tokenswift.settings import Settings
 
 OPENING = "Once upon a time, there was a little dog named Max."
 
@@ -121,7 +121,7 @@ def test_tokenswift_after_an_edit_equals_plain_decoding_from_the_edited_text(sto
     from worker import WorkerConfig
     from worker.loop import Worker
 
-    settings = Settings(mode="tokenswift", seed=5, max_new_tokens=48, penalty=1.2, penalty_length=64, ngram_topk=8)
+    settings = Settings(mode="tokenswift", seed=5, max_new_tokens=48, penalty=1.2, penalty_window=64, ngram_topk=8)
     prompt = stories64.encode(OPENING)
     written = Generator(stories64, settings.replace(max_new_tokens=12), prompt).run()
     detok = IncrementalDetokenizer(stories64.tokenizer, prompt)

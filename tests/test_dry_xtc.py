@@ -17,8 +17,8 @@ from tokenswift.cli.main import main
 from tokenswift.decode.generate import Generator
 from tokenswift.decode.metrics import distinct_n
 from tokenswift.decode.options import EngineOptions
-from tokenswift.decode.settings import Settings, SettingsError
 from tokenswift.sampling.dry_xtc import dry_amounts, xtc_draws, xtc_filter
+from tokenswift.settings import Settings, SettingsError
 from tokenswift.text.context_window import pinned_ids
 
 DRY = dict(dry_multiplier=0.8, dry_base=1.75, dry_allowed_length=2, dry_range=64)
@@ -90,7 +90,7 @@ def test_dry_breaks_the_loops_of_greedy_decoding(stories64):
 
 CASES = [("fused", 20, False, dict(temperature=0.0, **DRY)),
          ("fused", 20, True, dict(temperature=1.0, min_p=0.05, **DRY, **XTC)),
-         ("paper", 5, False, dict(temperature=1.0, top_p=0.95, penalty=1.2, penalty_length=32, **DRY, **XTC)),
+         ("paper", 5, False, dict(temperature=1.0, top_p=0.95, penalty=1.2, penalty_window=32, **DRY, **XTC)),
          ("fused", 0, False, dict(temperature=1.0, min_p=0.05, **XTC))]
 
 

@@ -10,16 +10,16 @@ from tiny_models import hf_model, save_checkpoint
 
 from tokenswift.decode.engine import Engine
 from tokenswift.decode.generate import Generator
-from tokenswift.decode.settings import Settings
-from tokenswift.draft.heads import new_heads
+from tokenswift.model.heads import new_heads
 from tokenswift.model.loading import load_model
+from tokenswift.settings import Settings
 
 N = 700
 PROMPT = "The old lighthouse keeper climbed the stairs and"
 
 SAMPLERS = {
     "greedy": dict(temperature=0.0),
-    "minp-penalty": dict(temperature=1.0, min_p=0.1, penalty=1.2, penalty_length=64),
+    "minp-penalty": dict(temperature=1.0, min_p=0.1, penalty=1.2, penalty_window=64),
     "top-p": dict(temperature=1.0, top_p=0.9),
     "eta": dict(temperature=1.0, eta=0.01, min_keep=20),
 }

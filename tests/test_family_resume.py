@@ -17,7 +17,7 @@ from storage import open_store
 from storage.records import ModelSpec, Owner
 from tokenswift.decode.generate import Generator
 from tokenswift.decode.options import EngineOptions
-from tokenswift.decode.settings import writing_settings
+from tokenswift.settings import writing_settings
 from tokenswift.text.detok import IncrementalDetokenizer
 from tokenswift.text.prompting import prompt_ids
 from ui.api import create_app

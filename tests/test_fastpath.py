@@ -22,8 +22,6 @@ from tokenswift.decode.adaptive import CandidatePolicy, Shape, accepted_under, b
 from tokenswift.decode.engine import Engine
 from tokenswift.decode.generate import Generator
 from tokenswift.decode.options import EngineOptions
-from tokenswift.decode.settings import Settings, SettingsError
-from tokenswift.decode.trie import build_trie, verify_inputs
 from tokenswift.model import fastpath
 from tokenswift.model.attention import ATTENTION, BLOCK, FlexAttention, Visible, effective_kind
 from tokenswift.model.fastpath import FastOptions, FastPasses, Pass
@@ -32,11 +30,13 @@ from tokenswift.model.loading import ROPE_SLACK
 from tokenswift.model.masks import causal_mask, with_prefix
 from tokenswift.sampling.in_graph import DeviceSampler, pack_verify_inputs, trie_paths
 from tokenswift.sampling.sampler import Sampler
+from tokenswift.sampling.trie import build_trie, verify_inputs
+from tokenswift.settings import Settings, SettingsError
 
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 pytestmark = pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
 PROMPT = "The old lighthouse keeper climbed the stairs and"
-MINP = dict(temperature=1.0, min_p=0.1, penalty=1.2, penalty_length=64)
+MINP = dict(temperature=1.0, min_p=0.1, penalty=1.2, penalty_window=64)
 
 
 def tiny(name: str, device="cpu", dtype=torch.float64):
@@ -230,7 +230,7 @@ def test_device_sampling_equals_the_host_sampler_node_by_node(w, temperature):
     vocab, start = 512, 40
     trie, _ = random_trie(vocab, widths=(1, 3, 3), k=5, seed=3)
     rows = len(trie.tokens) + 3  # padded like a verify batch
-    settings = Settings(temperature=temperature, min_p=0.05, penalty=1.5, penalty_length=w, seed=4)
+    settings = Settings(temperature=temperature, min_p=0.05, penalty=1.5, penalty_window=w, seed=4)
     sampler = Sampler(settings, vocab, "cpu")
     g = torch.Generator().manual_seed(1)
     ids = torch.randint(vocab, (100,), generator=g)

@@ -11,13 +11,13 @@ from gguf_files import write_gguf
 
 from tokenswift.bench.shapes import random_heads
 from tokenswift.decode.generate import Generator
-from tokenswift.decode.settings import Settings
 from tokenswift.model import gguf_checkpoint
 from tokenswift.model.errors import ModelLoadError
 from tokenswift.model.kv_cache import KVCache
 from tokenswift.model.loading import load_model
 from tokenswift.model.masks import causal_mask
 from tokenswift.model.quant import QuantLinear
+from tokenswift.settings import Settings
 
 
 def our_logits(lm, ids: torch.Tensor) -> torch.Tensor:

@@ -97,7 +97,7 @@ def test_loading_a_model_imports_no_model_registry_and_no_compiler(stories_path)
     """transformers' model packages and torch._dynamo cost seconds in every process that loads a model (a worker,
     the CLI): loading and decoding need neither."""
     script = (f"import sys; from tokenswift.model.loading import load_model; from tokenswift.decode.generate "
-              f"import Generator; from tokenswift.decode.settings import Settings; "
+              f"import Generator; from tokenswift.settings import Settings; "
               f"lm = load_model({str(stories_path)!r}, dtype='float64', threads=1); "
               f"Generator(lm, Settings(mode='tokenswift', max_new_tokens=20), lm.encode('Once')).run(); "
               f"print(sorted(m for m in sys.modules if m.startswith(('transformers.models', 'torch._dynamo'))))")

@@ -15,7 +15,7 @@ from test_exactness import SAMPLERS
 from storage import open_store
 from storage.records import ModelSpec
 from tokenswift.decode.generate import Generator
-from tokenswift.decode.settings import Settings
+from tokenswift.settings import Settings
 from tokenswift.text.context_window import PinnedText, WindowPlan, pinned_ids
 from tokenswift.text.detok import IncrementalDetokenizer
 from tokenswift.text.prompting import ChatFrame, chat_frame, prompt_ids

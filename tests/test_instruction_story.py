@@ -23,8 +23,8 @@ from storage import open_store
 from storage.records import Owner, Progress
 from tokenswift.cli import main as cli
 from tokenswift.decode.generate import Generator
-from tokenswift.decode.settings import Settings, SettingsError
 from tokenswift.model.loading import load_model
+from tokenswift.settings import Settings, SettingsError
 from tokenswift.text.context_window import WindowPlan, draft_context, pinned_ids
 from tokenswift.text.prompting import chat_frame, prompt_ids
 from ui.api import create_app

@@ -17,14 +17,14 @@ from tokenswift.bench.counting import counting, per_step
 from tokenswift.bench.shapes import preset, random_heads, random_model
 from tokenswift.decode.engine import Engine
 from tokenswift.decode.options import EngineOptions
-from tokenswift.decode.settings import Settings
 from tokenswift.draft import drafting
 from tokenswift.model import fastpath
 from tokenswift.model.fastpath import FastOptions
 from tokenswift.sampling.sampler import Sampler
+from tokenswift.settings import Settings
 
 pytestmark = pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
-SAMPLING = dict(temperature=1.0, min_p=0.1, penalty=1.2, penalty_length=64)
+SAMPLING = dict(temperature=1.0, min_p=0.1, penalty=1.2, penalty_window=64)
 # Per plain step: the token's read, one replay, the host's torch calls around it (the pass's three input writes and
 # the token's pinned upload; views included), and the torch calls inside the pass (this 2-layer model; views and
 # attribute reads included): an upper bound on the kernels its CUDA graph replays, so a launch added fails here.
@@ -92,7 +92,7 @@ def test_a_fused_tokenswift_iteration_reads_the_host_once(lm, cuda_branch, draft
     assert counts["replays_per_iteration"] == TS[drafter]["replays"]
 
 
-@pytest.mark.parametrize("sampling", [SAMPLING, dict(temperature=0.0, penalty=1.3, penalty_length=64)])
+@pytest.mark.parametrize("sampling", [SAMPLING, dict(temperature=0.0, penalty=1.3, penalty_window=64)])
 def test_the_drafts_made_in_the_passes_are_the_host_drafts_and_the_text_is_plain_decodings(lm, cuda_branch,
                                                                                           sampling):
     """After every verify pass and every plain step of the adaptive policy, the fused drafter holds the drafts the

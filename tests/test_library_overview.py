@@ -12,7 +12,7 @@ from conftest import sqlite_db_url
 from storage import open_store
 from storage.alternatives import Choices
 from storage.records import Owner, Progress
-from tokenswift.decode.settings import Settings
+from tokenswift.settings import Settings
 from ui import library
 
 db_url = sqlite_db_url

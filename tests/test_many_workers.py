@@ -25,7 +25,7 @@ from test_worker import (
 from worker_gate import gated_command
 
 from storage import open_store
-from tokenswift.decode.settings import Settings
+from tokenswift.settings import Settings
 
 # The worker claims `job N: start` in its log once per run of a job.
 START = re.compile(r"job (\d+): start")

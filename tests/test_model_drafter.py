@@ -20,8 +20,8 @@ from tokenswift.cli.main import main
 from tokenswift.decode.engine import Engine
 from tokenswift.decode.generate import Generator
 from tokenswift.decode.options import EngineOptions
-from tokenswift.decode.settings import Settings, SettingsError
 from tokenswift.draft.model_drafter import ModelDrafter, attach_draft_model
+from tokenswift.settings import Settings, SettingsError
 from tokenswift.text.context_window import pinned_ids
 from ui.model import check_spec
 from worker.holder import ModelHolder, ModelUnavailable

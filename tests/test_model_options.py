@@ -8,9 +8,9 @@ import dataclasses
 import torch
 
 from tokenswift.decode.generate import Generator
-from tokenswift.decode.settings import Settings
 from tokenswift.model.default_model import default_model_path
 from tokenswift.model.loading import default_dtype
+from tokenswift.settings import Settings
 
 
 def test_a_model_runs_on_its_own_threads_and_gives_them_back(stories32):

@@ -132,7 +132,7 @@ def test_greedy_ar_equals_transformers_generate(stories_path, stories32):
     from transformers import AutoModelForCausalLM
 
     from tokenswift.decode.generate import Generator
-    from tokenswift.decode.settings import Settings
+    from tokenswift.settings import Settings
 
     hf = AutoModelForCausalLM.from_pretrained(stories_path, dtype=torch.float32).eval()
     hf.generation_config.eos_token_id = None  # a fixed 200 tokens on both sides, as with --ignore-eos

@@ -9,8 +9,8 @@ import torch
 from test_exactness import PROMPT, random_heads, with_heads
 
 from tokenswift.decode.generate import Generator
-from tokenswift.decode.settings import Settings, SettingsError
 from tokenswift.sampling.no_repeat import repeat_followers
+from tokenswift.settings import Settings, SettingsError
 
 
 def test_the_token_that_would_end_a_repeated_run_is_refused():
@@ -32,7 +32,7 @@ def runs(ids: list[int], n: int) -> int:
 
 
 @pytest.mark.parametrize("sampler", [dict(temperature=0.0), dict(temperature=1.0, min_p=0.1, penalty=1.1,
-                                                                 penalty_length=64, dry_multiplier=0.8)])
+                                                                 penalty_window=64, dry_multiplier=0.8)])
 def test_no_run_is_written_twice_and_tokenswift_and_a_resume_write_plain_decodings_tokens(stories64, sampler):
     prompt = stories64.encode(PROMPT)
     s = Settings(max_new_tokens=300, seed=3, ignore_eos=True, no_repeat_ngram=6, ngram_topk=20, **sampler)

@@ -20,7 +20,7 @@ from openai import AuthenticationError, BadRequestError, NotFoundError, OpenAI
 
 from storage import open_store
 from tokenswift.decode.generate import Generator
-from tokenswift.decode.settings import WRITING_DEFAULTS, Settings
+from tokenswift.settings import WRITING_DEFAULTS, Settings
 from tokenswift.text.detok import IncrementalDetokenizer
 from ui.api import create_app
 from ui.limits import Limits
@@ -182,7 +182,7 @@ def test_writers_fields_reach_the_draft_and_unknown_ones_are_ignored(openai_app)
                                             seed=1, extra_body=extra)
     settings = Settings.from_json(openai_app.store.get_generation(openai_app.draft(made)).settings_json)
     assert (settings.temperature, settings.top_p, settings.min_p, settings.top_k, settings.penalty,
-            settings.penalty_length, settings.dry_multiplier, settings.dry_base, settings.dry_allowed_length,
+            settings.penalty_window, settings.dry_multiplier, settings.dry_base, settings.dry_allowed_length,
             settings.dry_range, settings.dry_breakers, settings.xtc_threshold, settings.xtc_probability,
             settings.ban_eos) == (0.7, 0.9, 0.05, 40, 1.2, 128, 0.5, 2.0, 3, 64, ("\n", ":"), 0.2, 0.3, True)
     assert made.choices[0].finish_reason == "length" and made.usage.completion_tokens == 4  # EOS banned

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import torch
 
-from tokenswift.decode.partial_cache import PartialCache
 from tokenswift.model.config import ModelConfig
 from tokenswift.model.kv_cache import KVCache
+from tokenswift.model.partial_cache import PartialCache
 
 CFG = ModelConfig(family="llama", vocab_size=32, dim=32, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=8,
                   intermediate_size=64, norm_eps=1e-5, qkv_bias=False, tie_embeddings=True,

@@ -14,7 +14,7 @@ from bookexport import export_book
 from storage import Conflict, NotFound, open_store
 from storage.plans import Character
 from storage.records import Owner, Progress
-from tokenswift.decode.settings import Settings
+from tokenswift.settings import Settings
 from tokenswift.text.world_info import WorldInfo
 from ui.plan_drafts import body, chapter_draft, closing, plan_book, words
 from ui.plan_input import PlanProblem, check_chapter, check_characters

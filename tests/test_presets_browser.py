@@ -10,8 +10,8 @@ import pytest
 from studio_app import SHOTS, start_draft
 
 from storage import open_store
-from tokenswift.decode.settings import Settings
-from tokenswift.sampling.banned import STARTER_BANS
+from tokenswift.settings import Settings
+from tokenswift.settings.phrases import STARTER_BANS
 from tokenswift.text.writing_presets import built_in, preset_of
 
 pytestmark = pytest.mark.browser

@@ -18,7 +18,7 @@ from conftest import BOOKS, need_shared
 from tokenswift.decode.engine import Engine
 from tokenswift.decode.generate import Generator
 from tokenswift.decode.options import EngineOptions
-from tokenswift.decode.settings import writing_settings
+from tokenswift.settings import writing_settings
 from tokenswift.text.context_window import pinned_ids
 
 N = 200

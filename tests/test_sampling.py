@@ -7,7 +7,6 @@ import math
 import pytest
 import torch
 
-from tokenswift.decode.settings import Settings
 from tokenswift.sampling.keys import mix32, position_key
 from tokenswift.sampling.no_repeat import repeat_followers
 from tokenswift.sampling.sampler import (
@@ -21,6 +20,7 @@ from tokenswift.sampling.sampler import (
     top_k_filter,
     top_p_filter,
 )
+from tokenswift.settings import Settings
 
 V = 50
 
@@ -116,7 +116,7 @@ def test_gumbel_max_samples_the_distribution():
 @pytest.mark.parametrize("kw", [dict(temperature=0), dict(min_p=0.1, penalty=1.2), dict(top_p=0.9, top_k=20),
                                 dict(eta=0.01, min_keep=5)])
 def test_sampler_rows_are_batch_independent(kw):
-    sampler = Sampler(Settings(seed=11, penalty_length=4, **kw), V, "cpu")
+    sampler = Sampler(Settings(seed=11, penalty_window=4, **kw), V, "cpu")
     z = logits(6, seed=2)
     windows = torch.randint(0, V, (6, 4), generator=torch.Generator().manual_seed(5))
     together = sampler.sample(z, windows, list(range(100, 106)))
@@ -153,7 +153,7 @@ def test_the_penalties_read_and_write_only_their_tokens_as_the_whole_row_rules_d
 
     breakers = torch.zeros(V, dtype=torch.bool)
     breakers[[3, 7]] = True
-    s = Settings(penalty=1.3, penalty_length=12, dry_multiplier=0.8, dry_range=16, ban_eos=True, no_repeat_ngram=4)
+    s = Settings(penalty=1.3, penalty_window=12, dry_multiplier=0.8, dry_range=16, ban_eos=True, no_repeat_ngram=4)
     sampler = Sampler(s, V, "cpu", (0, 1), breakers)
     windows = torch.randint(0, 9, (3, 40), generator=torch.Generator().manual_seed(1))
     windows[0, -3:] = windows[0, 10:13]  # row 0 ends in a run that came before: the token after it is refused

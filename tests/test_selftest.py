@@ -18,20 +18,20 @@ from tokenswift.bench.shapes import preset, random_heads, random_model
 from tokenswift.decode.engine import Engine
 from tokenswift.decode.generate import Generator
 from tokenswift.decode.options import EngineOptions, PathChoice
-from tokenswift.decode.settings import Settings
-from tokenswift.decode.trie import build_trie
+from tokenswift.decode.selftest import choose_path, device_defaults, fall_back, self_test
 from tokenswift.draft.drafting import HeadsDrafter
-from tokenswift.draft.heads import new_heads
 from tokenswift.model.attention import make_attention
 from tokenswift.model.fastpath import FastOptions, FastPasses, FastPathError
+from tokenswift.model.heads import new_heads
 from tokenswift.model.kv_cache import KVCache
-from tokenswift.model.selftest import choose_path, device_defaults, fall_back, self_test
 from tokenswift.sampling.in_graph import pack_verify_inputs
 from tokenswift.sampling.sampler import Sampler
+from tokenswift.sampling.trie import build_trie
+from tokenswift.settings import Settings
 
 pytestmark = pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
 PROMPT = "The old lighthouse keeper climbed the stairs and"
-MINP = dict(temperature=1.0, min_p=0.1, penalty=1.2, penalty_length=64)
+MINP = dict(temperature=1.0, min_p=0.1, penalty=1.2, penalty_window=64)
 
 
 def tiny(name: str, dtype=torch.float64):

@@ -20,7 +20,7 @@ from storage import Conflict, NotFound, StoreError, open_store
 from storage.db import make_engine
 from storage.migrate import alembic_config, upgrade
 from storage.records import MetricPoint, ModelSpec, Owner, Progress, TextChunk, utcnow
-from tokenswift.decode.settings import Settings
+from tokenswift.settings import Settings
 
 REPO = Path(__file__).resolve().parents[1]
 TABLES = {"sessions", "generations", "chunks", "metric_points", "workers", "desired_model", "alembic_version"}

@@ -13,7 +13,7 @@ import pytest
 import tokenswift.decode.engine as engine_module
 import tokenswift.decode.engine_probe as engine_probe
 from tokenswift.decode.generate import Generator
-from tokenswift.decode.settings import Settings
+from tokenswift.settings import Settings
 
 SETTINGS = Settings(mode="tokenswift", seed=3, max_new_tokens=80, temperature=1.0, min_p=0.1)
 SLOW_S = 0.5  # what a probe costs while another process has the core

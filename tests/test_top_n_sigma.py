@@ -17,8 +17,8 @@ from test_exactness import PROMPT, random_heads
 from tokenswift.cli.main import main
 from tokenswift.decode.generate import Generator
 from tokenswift.decode.options import EngineOptions
-from tokenswift.decode.settings import Settings, SettingsError
 from tokenswift.sampling.sampler import Sampler, top_n_sigma_filter
+from tokenswift.settings import Settings, SettingsError
 from tokenswift.text.context_window import pinned_ids
 from ui.openai_input import OpenAIError, parse_options
 
@@ -56,7 +56,7 @@ def test_top_n_sigma_sits_after_the_temperature_and_does_not_depend_on_it():
 
 
 CASES = [("fused", 20, False, 1, dict(temperature=1.0, top_n_sigma=1.0)),
-         ("fused", 20, True, 2, dict(temperature=1.5, top_n_sigma=1.0, min_p=0.01, penalty=1.2, penalty_length=32)),
+         ("fused", 20, True, 2, dict(temperature=1.5, top_n_sigma=1.0, min_p=0.01, penalty=1.2, penalty_window=32)),
          ("paper", 5, False, 3, dict(temperature=1.2, top_n_sigma=0.7, dry_multiplier=0.8, dry_range=64))]
 
 

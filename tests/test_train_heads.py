@@ -17,7 +17,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from tokenswift.draft.heads import HeadsError, load_heads
+from tokenswift.model.heads import HeadsError, load_heads
 from tokenswift.model.loading import read_state_dict
 from tokenswift.train import eval_heads as ev
 from tokenswift.train import head_config as hc

@@ -7,8 +7,8 @@ import random
 import pytest
 import torch
 
-from tokenswift.decode.settings import max_nodes
-from tokenswift.decode.trie import build_trie, verify_inputs, walk
+from tokenswift.sampling.trie import build_trie, verify_inputs, walk
+from tokenswift.settings import max_nodes
 
 LEVELS = [[10], [20, 21, 22], [30, 31, 32], [40, 41, 42]]
 

@@ -22,8 +22,8 @@ from studio_app import AUTH, running_app
 from tiny_models import hf_model, save_checkpoint
 
 from ui import views
-from ui.dry_xtc_panel import NAMES
 from ui.forms import DEFAULTS, SAMPLERS, SettingsForm
+from ui.samplers_panel import NAMES
 
 FORM = ["TokenSwift", 200, 1.2, 1024, 20, "top-p", 0.9, 1.0, 3, 0]  # mode target θ W k sampler value T seed budget
 DRY_XTC = [getattr(SettingsForm(), name) for name in NAMES]  # after past-the-context: the writing defaults
@@ -101,7 +101,7 @@ def test_one_login_guards_ui_and_api(app):
 @pytest.mark.parametrize(("change", "message"), [
     ({1: ""}, "Prompt: write or load the opening"),
     ({4: 0.5}, "Repetition penalty: theta must be a finite number >= 1"),
-    ({5: -1}, "Penalty window: W must be in 0..131072"),
+    ({5: -1}, "Penalty window: must be in 0..131072"),
     ({6: 999}, "Phrase guesses: k must be in 0..256"),
     ({8: 1.5}, "top-p: must be in (0, 1]"),
     ({3: 50_000, 14: "Refuse"}, "exceed the model's context of 32,768 tokens"),  # context shifting off
@@ -246,7 +246,7 @@ def test_what_the_model_sees(ui):
 def test_what_the_model_sees_marks_the_text_shifted_out(tmp_path):
     from storage import open_store
     from storage.records import ModelSpec, Owner, Progress
-    from tokenswift.decode.settings import Settings
+    from tokenswift.settings import Settings
     from ui import seen
     from ui.tokens import PromptTokens
 
@@ -421,7 +421,7 @@ def test_forms_charts_and_word_count_without_an_app():
     import plotly.graph_objects as go
 
     from storage.records import MetricPoint
-    from tokenswift.decode.settings import Settings
+    from tokenswift.settings import Settings
     from ui import charts
     from ui.forms import SettingsForm, ar_twin, form_from_settings
     from ui.live import Watch

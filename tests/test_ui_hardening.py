@@ -12,7 +12,7 @@ import pytest
 
 from storage import open_store
 from storage.records import MetricPoint, Owner, Progress, utcnow
-from tokenswift.decode.settings import Settings
+from tokenswift.settings import Settings
 from ui import views
 from ui.exports import Exports
 from ui.library import export_file

@@ -26,13 +26,13 @@ from worker_gate import Gate, gated_command
 from storage import open_store
 from storage.db import make_engine
 from storage.records import ModelSpec, Owner
-from tokenswift.decode.settings import Settings
+from tokenswift.settings import Settings
 from worker import WorkerConfig, run_worker
 
 REPO = Path(__file__).resolve().parents[1]
 PROMPT = "Once upon a time, there was a little dog named Max."
 SETTINGS = Settings(mode="tokenswift", seed=11, max_new_tokens=240, temperature=1.0, penalty=1.2,
-                    penalty_length=64, ngram_topk=8)
+                    penalty_window=64, ngram_topk=8)
 FLUSH_TOKENS = 16
 SHORT = Settings(mode="ar", seed=1, max_new_tokens=30)
 
@@ -261,7 +261,7 @@ def test_the_default_model_in_q4_survives_pause_and_kill_9_exactly(store, worker
     dozen tokens: a pause, a resume past a shift and a kill -9 still end with the uninterrupted run's ids."""
     from tokenswift.decode.generate import Generator
     from tokenswift.decode.options import EngineOptions
-    from tokenswift.decode.settings import writing_settings
+    from tokenswift.settings import writing_settings
     from tokenswift.text.prompting import prompt_ids
 
     s = writing_settings(seed=3, max_new_tokens=120, context_window=112)  # shifts from about 75 tokens, every 29
@@ -666,7 +666,7 @@ def sticky_self_test(model, adaptive, fast):
     return EngineOptions(adaptive=adaptive, choice=PathChoice("eager", (f"flex: RuntimeError: {STICKY}",)))
 
 
-@pytest.mark.parametrize("where", ["tokenswift.model.loading.load_model", "tokenswift.model.selftest.device_defaults"])
+@pytest.mark.parametrize("where", ["tokenswift.model.loading.load_model", "tokenswift.decode.selftest.device_defaults"])
 def test_a_sticky_device_error_while_loading_hands_the_job_back_and_ends_the_worker(tmp_path, stories_path,
                                                                                   monkeypatch, where):
     """The load itself, or its fast-path self-test, leaves the device unusable: the job is not failed but handed

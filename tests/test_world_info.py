@@ -24,7 +24,7 @@ from storage.migrate import upgrade
 from storage.records import ModelSpec, Owner, Progress
 from tokenswift.decode.generate import Generator
 from tokenswift.decode.options import EngineOptions
-from tokenswift.decode.settings import Settings, SettingsError
+from tokenswift.settings import Settings, SettingsError
 from tokenswift.text.context_window import WindowPlan, pinned_ids
 from tokenswift.text.prompting import prompt_ids
 from tokenswift.text.world_info import CHECKPOINT, WorldInfo

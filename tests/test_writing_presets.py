@@ -16,7 +16,7 @@ from test_exactness import PROMPT, random_heads
 from storage import open_store
 from tokenswift.cli.main import main
 from tokenswift.decode.generate import Generator
-from tokenswift.decode.settings import WRITING_DEFAULTS, Settings, SettingsError, writing_settings
+from tokenswift.settings import WRITING_DEFAULTS, Settings, SettingsError, writing_settings
 from tokenswift.text.context_window import pinned_ids
 from tokenswift.text.writing_presets import (
     FIELDS,
@@ -40,10 +40,10 @@ CREATIVE = "Creative (XTC)"
 @pytest.mark.parametrize(("text", "field", "words"), [
     ('{"temprature": 0.5}', "temprature", "unknown setting"),
     ('{"seed": 3}', "seed", "not part of a preset"),  # a draft's own, not a way of writing
-    ('{"penalty_length": 64}', "penalty_length", "write it as penalty_window"),
+    ('{"penalty_length": 64}', "penalty_length", "write it as penalty_window"),  # the store's old name
     ('{"dry_base": 1.0}', "dry_base", "must be in (1, 10]"),
     ('{"xtc_threshold": 0.7}', "xtc_threshold", "must be in 0..0.5"),
-    ('{"penalty_window": -1}', "penalty_window", "W must be in 0..131072"),  # named as the file names it
+    ('{"penalty_window": -1}', "penalty_window", "must be in 0..131072"),
     ('{"temperature": "hot"}', "temperature", "must be a number"),
     ('{"dry_range": 64.5}', "dry_range", "must be a whole number"),
     ('{"ban_eos": 1}', "ban_eos", "must be true or false"),
@@ -77,15 +77,15 @@ def test_a_huge_file_is_refused_before_it_is_read(tmp_path):
 
 
 def test_a_preset_round_trips_and_a_left_out_key_takes_its_writing_default(tmp_path):
-    mine = writing_settings(temperature=0.7, min_p=0.0, top_p=0.92, penalty_length=128, dry_breakers=("\n", "."),
+    mine = writing_settings(temperature=0.7, min_p=0.0, top_p=0.92, penalty_window=128, dry_breakers=("\n", "."),
                             xtc_probability=0.3, ban_eos=False)
     path = tmp_path / "mine.json"
     path.write_text(preset_json(preset_of(mine)))
     back = to_settings(read_preset(path))
-    assert all(getattr(back, field) == getattr(mine, field) for field, _ in FIELDS.values())
+    assert all(getattr(back, field) == getattr(mine, field) for field in FIELDS)
     assert parse_preset('{"temperature": 0.5}') == {"temperature": 0.5}
     assert to_settings({"temperature": 0.5}) == writing_settings(temperature=0.5)
-    assert set(WRITING_DEFAULTS) <= {field for field, _ in FIELDS.values()}  # a writer's default is in a preset
+    assert set(WRITING_DEFAULTS) <= set(FIELDS)  # a writer's default is in a preset
 
 
 def test_built_in_presets_are_complete_distinct_and_valid_api_settings():
@@ -120,14 +120,14 @@ def test_cli_preset_under_explicit_flags(stories_path, tmp_path, capsys):
                                   "dry_breakers": ["."], "xtc_probability": 0.4, "ban_eos": False,
                                   "ban": ["a testament to"]}))
     got = generated_settings(stories_path, tmp_path, "--preset", str(preset))
-    assert (got["temperature"], got["penalty_length"], got["dry_multiplier"], got["dry_breakers"],
+    assert (got["temperature"], got["penalty_window"], got["dry_multiplier"], got["dry_breakers"],
             got["xtc_probability"], got["ban_eos"], got["ban"]) == (0.5, 64, 0.3, ["."], 0.4, False,
                                                                     ["a testament to"])
     assert got["min_p"] == WRITING_DEFAULTS["min_p"]  # not in the file: the writing default
     # A flag given on the command line wins, even when it repeats the flag's default value (0.9, --ban-eos).
     got = generated_settings(stories_path, tmp_path, "--preset", str(preset), "--temperature", "0.9",
                              "--ban-eos", "--dry-breakers", "\\n", "--penalty-window", "256", "--ban", "tapestry of")
-    assert (got["temperature"], got["ban_eos"], got["dry_breakers"], got["penalty_length"], got["ban"]) == (
+    assert (got["temperature"], got["ban_eos"], got["dry_breakers"], got["penalty_window"], got["ban"]) == (
         0.9, True, ["\n"], 256, ["tapestry of"])
     assert (got["dry_multiplier"], got["xtc_probability"]) == (0.3, 0.4)  # the rest still the preset's
     capsys.readouterr()

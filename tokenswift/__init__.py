@@ -3,6 +3,6 @@
 The engine is a library of small modules and a CLI (`python -m tokenswift`); it imports nothing of the app.
 """
 
-from tokenswift.decode.settings import Settings, SettingsError
+from tokenswift.settings import Settings, SettingsError
 
 __all__ = ["Settings", "SettingsError"]

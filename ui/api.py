@@ -32,8 +32,8 @@ Targets past the model's context are accepted while context shifting is on (sett
 on; false refuses them as before); a max_new_tokens above ui.limits.MAX_NEW_TOKENS (10,000,000) is a 422.
 
 Validation errors are 422 in FastAPI's shape, {"detail": [{"loc": [...], "msg", "type"}]}, and every
-msg starts with the field it is about ("settings.penalty_window: W must be in 0..131072"). Settings go through
-tokenswift.decode.settings.Settings, so the API, the CLI and the UI reject the same values with the same words.
+msg starts with the field it is about ("settings.penalty_window: must be in 0..131072"). Settings go through
+tokenswift.settings.Settings, so the API, the CLI and the UI reject the same values with the same words.
 Integers are checked against the store's 64-bit range and text against Unicode (a lone surrogate) before
 anything else sees them: bad input is a 422, never a 500. Login, body and upload limits: ui/guard.py.
 This process never loads the model: it reads and writes the store, and loads only the model's tokenizer
@@ -56,10 +56,9 @@ from bookexport import FORMATS, export_book
 from storage import Conflict, NotFound, Store, StoreError
 from storage.health import store_problem
 from storage.records import SQL_INT_MAX, GenerationRecord
-from tokenswift.decode.settings import Settings, SettingsError
+from tokenswift.settings import RENAMED, Settings, SettingsError
 from tokenswift.text.writing_presets import built_in
 from ui.api_input import (
-    SETTING_NAMES,
     ContextIn,
     GenerationIn,
     GenId,
@@ -154,9 +153,8 @@ def generation_view(gen: GenerationRecord, text: str, metrics: dict) -> dict:
 
 
 def settings_view(stored: str) -> dict:
-    """The draft's settings under the names a POST takes them by (penalty_window for W)."""
-    api_name = {field: name for name, field in SETTING_NAMES.items()}
-    return {api_name.get(key, key): value for key, value in json.loads(stored).items()}
+    """The draft's settings under the names a POST takes them by (a draft saved by an earlier version: RENAMED)."""
+    return {RENAMED.get(key, key): value for key, value in json.loads(stored).items()}
 
 
 def world_info_view(stored: str) -> dict | None:

@@ -8,52 +8,40 @@ import math
 from typing import Annotated, Any
 
 from fastapi import HTTPException, Path, Request
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from storage import NotFound
 from storage.records import SQL_INT_MAX
-from tokenswift.decode.settings import WRITING_DEFAULTS, Settings, SettingsError
+from tokenswift.settings import TEXT_FIELDS, WRITING_DEFAULTS, Settings, SettingsError
 from tokenswift.text.world_info import WorldInfo
 from ui.follow import MAX_WAIT_S
 from ui.limits import context_text_problem, printable, target_problem, unicode_problem
 
-# API name -> Settings field, where they differ (the UI labels W "penalty window").
-SETTING_NAMES = {"penalty_window": "penalty_length"}
 TOP_LEVEL = ("max_new_tokens", "mode", "seed", "prompt_format")
 Int = Annotated[int, Field(ge=-SQL_INT_MAX - 1, le=SQL_INT_MAX)]  # what the store can hold
 Id = Annotated[int, Field(ge=1, le=SQL_INT_MAX)]
 GenId = Annotated[int, Path(ge=1, le=SQL_INT_MAX)]
+KINDS = {"number": float, "integer": Int, "boolean": bool, "strings": list[str]}  # the table's kinds as the API's
 
 
-class SamplingIn(BaseModel):
+class DraftingIn(BaseModel):
+    """The settings of a draft that are not the table's: how TokenSwift drafts (speed only) and its context window."""
+
     model_config = ConfigDict(extra="forbid", strict=True)
-    temperature: float | None = None
-    top_p: float | None = None
-    min_p: float | None = None
-    eta: float | None = None
-    penalty: float | None = None  # theta
-    penalty_window: Int | None = None  # W
     ngram_topk: Int | None = None  # k
     tree: list[Int] | None = None
     budget: Int | None = None
-    ban_eos: bool | None = None  # keep writing past the end-of-text token (default: on, as everywhere)
-    drafter: str | None = None  # "auto", "fused", "paper" or "layer": how TokenSwift drafts (speed only)
+    drafter: str | None = None  # "auto", "fused", "paper", "layer" or "model": how TokenSwift drafts (speed only)
     context_shift: bool | None = None  # shift past the model's context (default on); false: refuse such targets
     context_window: Int | None = None  # tokens in one window (default and ceiling: the model's context)
     shift_step: Int | None = None  # tokens dropped per shift (default: a quarter of the window)
     note_depth: Int | None = None  # the Author's Note goes this many tokens before the end of the window
-    dry_multiplier: float | None = None  # DRY: push against extending a repeat (0 = off)
-    dry_base: float | None = None
-    dry_allowed_length: Int | None = None
-    dry_range: Int | None = None
-    dry_breakers: list[str] | None = None  # a repeat never runs across these
-    xtc_threshold: float | None = None  # XTC: tokens this likely count as top choices
-    xtc_probability: float | None = None  # XTC: how often all top choices but the least likely are set aside
-    ban: list[str] | None = None  # banned phrases (tokenswift/sampling/banned.py); [] bans none
-    no_repeat_ngram: Int | None = None  # no run of this many tokens already in the recent text again (0 = off)
-    top_n_sigma: float | None = None  # keep tokens within n standard deviations of the top logit (0 = off)
-    adaptive_target: float | None = None  # Adaptive-P: the chosen words' probability on average (negative = off)
-    adaptive_decay: float | None = None  # Adaptive-P: how slowly its average forgets (about 1/(1 - decay) tokens)
+
+
+# `settings` of a request: the table's rows the API takes (tokenswift/settings/table.py), each optional (unset:
+# the writing default), then DraftingIn's.
+SamplingIn = create_model("SamplingIn", __base__=DraftingIn,
+                          **{row.name: (KINDS[row.kind] | None, None) for row in TEXT_FIELDS if row.knob.api})
 
 
 class GenerationIn(BaseModel):
@@ -157,8 +145,7 @@ def parse_request(payload: dict[str, Any]) -> tuple[GenerationIn, Settings]:
 
 def to_settings(request: GenerationIn) -> Settings:
     chosen = request.settings.model_dump(exclude_unset=True)
-    values = {**WRITING_DEFAULTS, **{SETTING_NAMES.get(k, k): v for k, v in chosen.items()
-                                     if v is not None or k == "budget"}}
+    values = {**WRITING_DEFAULTS, **{k: v for k, v in chosen.items() if v is not None or k == "budget"}}
     values.update(max_new_tokens=request.max_new_tokens, mode=request.mode, seed=request.seed,
                   prompt_format=request.prompt_format)
     try:
@@ -168,9 +155,8 @@ def to_settings(request: GenerationIn) -> Settings:
 
 
 def settings_invalid(error: SettingsError) -> HTTPException:
-    """A Settings error as a 422 on the request's field: top-level, or under settings by the API's name."""
-    api_name = {v: k for k, v in SETTING_NAMES.items()}.get(error.field, error.field)
-    return invalid(api_name if api_name in TOP_LEVEL else f"settings.{api_name}", error.reason)
+    """A Settings error as a 422 on the request's field: top-level, or under settings."""
+    return invalid(error.field if error.field in TOP_LEVEL else f"settings.{error.field}", error.reason)
 
 
 def found(read, gen_id: int):

@@ -1,6 +1,6 @@
-"""Compare tab: one prompt and seed, 2-4 columns of θ/W/k/sampler, run side by side.
+"""Compare tab: one prompt and seed, 2-4 columns of penalty, its window, k and sampler, run side by side.
 
-Every distinct sampling setting (seed, sampler, θ, W) also gets one AR run: TokenSwift is lossless, so
+Every distinct sampling setting (seed, sampler, penalty and its window) also gets one AR run: TokenSwift is lossless, so
 each column's token ids must equal its AR twin's. Columns that differ only in k (or the cache budget)
 share a twin, and the table shows that changing k changed the speed, never the text.
 """
@@ -16,11 +16,11 @@ from storage.changes import Changes
 from storage.models import COMPARISON
 from storage.records import GenerationRecord
 from tokenswift.decode.metrics import distinct
-from tokenswift.decode.settings import DRAFTERS, Settings
-from ui import charts, dry_xtc_panel, views
-from ui.dry_xtc_panel import DryXtcParts
+from tokenswift.settings import DRAFTERS, Settings
+from ui import charts, samplers_panel, views
 from ui.forms import DEFAULTS, SAMPLERS, FormError, SettingsForm, ar_twin
 from ui.live import Watch
+from ui.samplers_panel import SamplerParts
 from ui.tokens import PromptTokens
 from ui.write_view import prompt_budget
 
@@ -30,15 +30,16 @@ TEXT_CHARS = 4_000
 # Column defaults: A is the Write tab's defaults; B differs from A only in the drafter (the heads against the draft
 # layer that auto picks on a CPU: same text, other speed); C turns the penalty off; D is top-p 0.9 (what the app
 # used to start with).
-_A = {"theta": DEFAULTS["theta"], "window": DEFAULTS["window"], "k": DEFAULTS["k"], "sampler": DEFAULTS["sampler"],
-      "value": SAMPLERS[DEFAULTS["sampler"]][1], "drafter": Settings.drafter}
-PRESETS = [_A, {**_A, "drafter": "fused"}, {**_A, "theta": 1.0},
-           {"theta": 1.2, "window": 1024, "k": 20, "sampler": "top-p", "value": 0.9, "drafter": Settings.drafter}]
+_A = {"penalty": DEFAULTS["penalty"], "penalty_window": DEFAULTS["penalty_window"], "k": DEFAULTS["k"],
+      "sampler": DEFAULTS["sampler"], "value": SAMPLERS[DEFAULTS["sampler"]][1], "drafter": Settings.drafter}
+PRESETS = [_A, {**_A, "drafter": "fused"}, {**_A, "penalty": 1.0},
+           {"penalty": 1.2, "penalty_window": 1024, "k": 20, "sampler": "top-p", "value": 0.9,
+            "drafter": Settings.drafter}]
 DRAFTER_HELP = ("auto: the draft layer on a CPU where the model has one, else fused; fused: drafts from the "
                 "verification pass's own states (one pass per step); paper: a draft pass over the partial cache "
                 "first; layer: a small draft layer guesses one token at a time, each knowing the one before. Speed "
                 "only: the text is the same.")
-FIELDS = 6 + len(dry_xtc_panel.NAMES)  # form values per column: ColumnParts.fields
+FIELDS = 6 + len(samplers_panel.NAMES)  # form values per column: ColumnParts.fields
 # Plain words on first sight; the paper's symbol and what a number means in a tooltip (ui/page.py sets them).
 TIPS = {
     "Same text as plain decoding": "TokenSwift is lossless: its text must equal the plain (AR) run's, token for token",
@@ -62,17 +63,18 @@ HEADERS = ["Run", "Same text as plain decoding", "Status", "Tokens", "Guesses ac
 @dataclass
 class ColumnParts:
     box: gr.Column
-    theta: gr.Number
-    window: gr.Number
+    penalty: gr.Number
+    penalty_window: gr.Number
     k: gr.Number
     sampler: gr.Radio
     value: gr.Number
     drafter: gr.Radio
-    dry_xtc: DryXtcParts
+    samplers: SamplerParts
 
     @property
     def fields(self) -> list:
-        return [self.theta, self.window, self.k, self.sampler, self.value, self.drafter, *self.dry_xtc.fields]
+        return [self.penalty, self.penalty_window, self.k, self.sampler, self.value, self.drafter,
+                *self.samplers.fields]
 
 
 @dataclass
@@ -151,9 +153,9 @@ def build(remembered: gr.BrowserState, timer: gr.Timer) -> CompareParts:
         for i, preset in enumerate(PRESETS):
             with gr.Column(visible=i < 2, min_width=200, elem_classes="ts-column") as box:
                 gr.Markdown(f"**Column {LETTERS[i]}**")
-                theta = gr.Number(preset["theta"], label="Repetition penalty", step=0.05,
+                penalty = gr.Number(preset["penalty"], label="Repetition penalty", step=0.05,
                                   elem_id=f"compare-theta-{i}")
-                window = gr.Number(preset["window"], label="Penalty window", precision=0,
+                penalty_window = gr.Number(preset["penalty_window"], label="Penalty window", precision=0,
                                    elem_id=f"compare-w-{i}")
                 k = gr.Number(preset["k"], label="Phrase guesses", precision=0,
                               elem_id=f"compare-k-{i}")
@@ -163,8 +165,8 @@ def build(remembered: gr.BrowserState, timer: gr.Timer) -> CompareParts:
                 drafter = gr.Radio(list(DRAFTERS), value=preset["drafter"], label="Drafter", info=DRAFTER_HELP,
                                    elem_id=f"compare-drafter-{i}")
                 with gr.Accordion("DRY and XTC", open=False, elem_id=f"compare-dry-xtc-{i}"):
-                    dry_xtc = dry_xtc_panel.build(SettingsForm(), f"compare-{i}", helped=False)
-                columns.append(ColumnParts(box, theta, window, k, sampler, value, drafter, dry_xtc))
+                    samplers = samplers_panel.build(SettingsForm(), f"compare-{i}", helped=False)
+                columns.append(ColumnParts(box, penalty, penalty_window, k, sampler, value, drafter, samplers))
     run = gr.Button("Run comparison", variant="primary", elem_id="compare-run")
     status = gr.Markdown("", label="Compare status", elem_id="compare-status")
     with gr.Row():
@@ -188,7 +190,7 @@ def describe(s: Settings) -> str:
     drafter = f" · {s.drafter} drafter" if s.mode == "tokenswift" else ""
     dry = f" · DRY {s.dry_multiplier:g}" if s.dry_multiplier else ""
     xtc = f" · XTC {s.xtc_probability:g} above {s.xtc_threshold:g}" if s.xtc_probability else ""
-    return (f"penalty {s.penalty:g} · window {s.penalty_length} · {s.ngram_topk} phrase guesses · {sampler} · "
+    return (f"penalty {s.penalty:g} · window {s.penalty_window} · {s.ngram_topk} phrase guesses · {sampler} · "
             f"temperature {s.temperature:g}{dry}{xtc}{drafter}")
 
 
@@ -199,12 +201,12 @@ def queue_runs(store: Store, prompt: str, seed, target, temperature, count: int,
     limit, prompt_tokens = budget
     settings = []
     for i in range(count):
-        theta, window, k, sampler, value, drafter, *dry_xtc = values[FIELDS * i:FIELDS * (i + 1)]
-        dry = dict(zip(dry_xtc_panel.NAMES, dry_xtc, strict=True))
+        penalty, penalty_window, k, sampler, value, drafter, *boxes = values[FIELDS * i:FIELDS * (i + 1)]
+        knobs = dict(zip(samplers_panel.NAMES, boxes, strict=True))
         # Compare measures settings side by side within one context: it keeps refusing longer targets.
-        form = SettingsForm(mode="TokenSwift", target=target, theta=theta, window=window, k=k, sampler=sampler,
-                            sampler_value=value, temperature=temperature, seed=seed, budget=0, drafter=drafter,
-                            shift="Refuse", **dry)
+        form = SettingsForm(mode="TokenSwift", target=target, penalty=penalty, penalty_window=penalty_window, k=k,
+                            sampler=sampler, sampler_value=value, temperature=temperature, seed=seed, budget=0,
+                            drafter=drafter, shift="Refuse", **knobs)
         try:
             settings.append(form.to_settings(limit=limit, prompt_tokens=prompt_tokens))
         except FormError as error:

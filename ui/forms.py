@@ -1,18 +1,20 @@
 """Form values -> tokenswift Settings, with messages a writer can read (no stack traces, UI labels).
 
-The UI names the settings in words a writer knows ("Repetition penalty", the paper's θ in its help text); Settings
-keeps the paper's names (penalty, penalty_length, ngram_topk). A bad value raises FormError whose text names the
-field as the form labels it.
+The UI names the settings in words a writer knows ("Repetition penalty", the paper's θ in its help text): the
+settings table's labels (tokenswift/settings/table.py). A bad value raises FormError whose text names the field as
+the form labels it. The samplers panel's boxes are the table's panel rows (PANEL): SettingsForm has one field each.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields, make_dataclass
+from typing import Any
 
 from tokenswift.cli.flags import escaped_arg
-from tokenswift.decode.settings import DRAFTERS, WRITING_DEFAULTS, Settings, SettingsError, writing_settings
-from tokenswift.sampling.banned import read_phrases
+from tokenswift.settings import DRAFTERS, TEXT_FIELDS, WRITING_DEFAULTS, Settings, SettingsError, writing_settings
+from tokenswift.settings.phrases import read_phrases
+from tokenswift.settings.table import Row
 from ui.limits import target_problem
 
 MODES = {"TokenSwift": "tokenswift", "AR": "ar"}
@@ -23,27 +25,21 @@ SAMPLERS = {
     "η": ("eta", 0.0009, "η (eta-sampling ε, 0 = off)"),
 }
 PROMPT_FORMATS = {"Continue my text": "continue", "Follow my instruction": "instruction"}
-# At the model's end-of-text token: ban it (the draft reaches its length) or stop (decode/settings.py's one rule).
+# At the model's end-of-text token: ban it (the draft reaches its length) or stop (tokenswift/settings' one rule).
 PAST_EOS = {"Keep writing": True, "Stop there": False}
 # Past the model's context: shift it (drop the oldest text, keep the Memory), or refuse such targets.
 CONTEXT_SHIFT = {"Shift": None, "Refuse": False}
 TARGET_LABEL = "Target length (new tokens)"  # one name wherever a draft's length is asked for (Write, Library)
 QUICK_LENGTHS = {"1K": 1_000, "5K": 5_000, "10K": 10_000, "25K": 25_000, "50K": 50_000, "100K": 100_000}
-LABELS = {
-    "max_new_tokens": "Target length", "mode": "Mode", "seed": "Seed", "temperature": "Temperature",
-    "top_p": "top-p", "min_p": "min-p", "eta": "η", "penalty": "Repetition penalty",
-    "penalty_length": "Penalty window", "ngram_topk": "Phrase guesses", "budget": "Guessing context",
-    "sinks": "Sinks", "drafter": "Drafter",
-    "dry_multiplier": "DRY strength", "dry_base": "DRY growth", "dry_allowed_length": "DRY free repeats",
-    "dry_range": "DRY look-back", "dry_breakers": "DRY breakers", "xtc_threshold": "XTC threshold",
-    "xtc_probability": "XTC probability", "no_repeat_ngram": "No copied runs longer than", "ban": "Banned phrases",
-    "top_n_sigma": "Top-nσ", "adaptive_target": "Adaptive-P target", "adaptive_decay": "Adaptive-P memory",
-}
-# The panel's first values: the writing defaults (tokenswift.decode.settings), shown as the panel shows them.
-DEFAULTS = {"theta": WRITING_DEFAULTS["penalty"], "window": WRITING_DEFAULTS["penalty_length"], "k": 20,
+# Error messages name a field as its box is labelled: the table's labels, and the boxes of the draft's own.
+LABELS = {"max_new_tokens": "Target length", "mode": "Mode", "seed": "Seed", "ngram_topk": "Phrase guesses",
+          "budget": "Guessing context", "sinks": "Sinks", "drafter": "Drafter",
+          **{row.name: row.knob.label for row in TEXT_FIELDS}}
+PANEL = tuple(row for row in TEXT_FIELDS if row.knob.panel)  # the samplers panel's boxes, in the table's order
+# The panel's first values: the writing defaults (tokenswift.settings), shown as the panel shows them.
+DEFAULTS = {"penalty": WRITING_DEFAULTS["penalty"], "penalty_window": WRITING_DEFAULTS["penalty_window"], "k": 20,
             "sampler": "min-p" if WRITING_DEFAULTS["min_p"] else "top-p",
             "temperature": WRITING_DEFAULTS["temperature"], "seed": 0, "budget": 0}
-_WRITING = writing_settings()
 
 
 def shown_breakers(breakers: Sequence[str]) -> tuple[str, ...]:
@@ -60,14 +56,27 @@ class FormError(ValueError):
     """A message for the status line: '<field label>: <what is wrong>'."""
 
 
+def shown(row: Row, value: Any) -> Any:
+    """A Settings value as the panel's box shows it."""
+    return shown_breakers(value) if row.kind == "strings" else value
+
+
+def read(row: Row, value: Any) -> Any:
+    """A panel box's value as Settings takes it, or FormError naming the box."""
+    if row.kind == "strings":
+        return breakers_from(value)
+    return _whole(value, row.name) if row.kind == "integer" else _number(value, row.name)
+
+
 @dataclass(frozen=True)
-class SettingsForm:
-    """The settings panel's raw values (gr.Number gives None when a box is emptied)."""
+class DraftBoxes:
+    """The settings panel's boxes of its own (gr.Number gives None when a box is emptied); SettingsForm adds the
+    samplers panel's (PANEL), the banned phrases and the drafter after them, in the Write tab's order."""
 
     mode: str = "TokenSwift"
     target: float | None = 1000
-    theta: float | None = DEFAULTS["theta"]
-    window: float | None = DEFAULTS["window"]
+    penalty: float | None = DEFAULTS["penalty"]
+    penalty_window: float | None = DEFAULTS["penalty_window"]
     k: float | None = DEFAULTS["k"]
     sampler: str = DEFAULTS["sampler"]
     sampler_value: float | None = SAMPLERS[DEFAULTS["sampler"]][1]
@@ -77,27 +86,14 @@ class SettingsForm:
     prompt_format: str = "Continue my text"
     past_eos: str = next(label for label, ban in PAST_EOS.items() if ban == WRITING_DEFAULTS["ban_eos"])
     shift: str = "Shift"
-    dry_multiplier: float | None = _WRITING.dry_multiplier
-    dry_base: float | None = _WRITING.dry_base
-    dry_allowed_length: float | None = _WRITING.dry_allowed_length
-    dry_range: float | None = _WRITING.dry_range
-    dry_breakers: Sequence[str] | None = shown_breakers(_WRITING.dry_breakers)  # as the panel lists them
-    xtc_threshold: float | None = _WRITING.xtc_threshold
-    xtc_probability: float | None = _WRITING.xtc_probability
-    no_repeat_ngram: float | None = _WRITING.no_repeat_ngram
-    top_n_sigma: float | None = _WRITING.top_n_sigma
-    adaptive_target: float | None = _WRITING.adaptive_target
-    adaptive_decay: float | None = _WRITING.adaptive_decay
-    ban: str | None = "\n".join(_WRITING.ban)  # one phrase a line (the Write tab offers STARTER_BANS: write_parts)
-    drafter: str = Settings.drafter  # not in the Write tab's panel (which passes the fields above in order)
 
     def panel(self) -> list:
         """The Write tab's panel values, in its order (every field but the drafter)."""
         return [getattr(self, f.name) for f in fields(self) if f.name != "drafter"]
 
     def text_settings(self) -> dict:
-        """The Settings values that shape the text (what a preset holds): the sampler, θ and W, DRY, XTC, the
-        banned phrases, top-nσ, Adaptive-P and the end-of-text choice. The filters not chosen stay off."""
+        """The Settings values that shape the text (what a preset holds): the sampler, θ and its window, the
+        samplers panel, the banned phrases and the end-of-text choice. The filters not chosen stay off."""
         if self.sampler not in SAMPLERS:
             raise FormError(f"Sampler: choose one of {', '.join(SAMPLERS)}")
         if self.past_eos not in PAST_EOS:
@@ -105,20 +101,10 @@ class SettingsForm:
         field_name = SAMPLERS[self.sampler][0]
         return {
             "temperature": _number(self.temperature, "temperature"),
-            "penalty": _number(self.theta, "penalty"),
-            "penalty_length": _whole(self.window, "penalty_length"),
+            "penalty": _number(self.penalty, "penalty"),
+            "penalty_window": _whole(self.penalty_window, "penalty_window"),
             field_name: _number(self.sampler_value, field_name),
-            "dry_multiplier": _number(self.dry_multiplier, "dry_multiplier"),
-            "dry_base": _number(self.dry_base, "dry_base"),
-            "dry_allowed_length": _whole(self.dry_allowed_length, "dry_allowed_length"),
-            "dry_range": _whole(self.dry_range, "dry_range"),
-            "dry_breakers": breakers_from(self.dry_breakers),
-            "xtc_threshold": _number(self.xtc_threshold, "xtc_threshold"),
-            "xtc_probability": _number(self.xtc_probability, "xtc_probability"),
-            "no_repeat_ngram": _whole(self.no_repeat_ngram, "no_repeat_ngram"),
-            "top_n_sigma": _number(self.top_n_sigma, "top_n_sigma"),
-            "adaptive_target": _number(self.adaptive_target, "adaptive_target"),
-            "adaptive_decay": _number(self.adaptive_decay, "adaptive_decay"),
+            **{row.name: read(row, getattr(self, row.name)) for row in PANEL},
             "ban_eos": PAST_EOS[self.past_eos],
             "ban": tuple(read_phrases(self.ban or "")),
         }
@@ -156,6 +142,15 @@ class SettingsForm:
         return settings_from(values)
 
 
+# The panel's boxes: DraftBoxes', one per panel row of the settings table, the banned phrases (one a line; the Write
+# tab offers STARTER_BANS: write_parts) and the drafter (not in the Write tab's panel, which passes the rest in order).
+SettingsForm = make_dataclass("SettingsForm", [
+    *[(row.name, Any, field(default=shown(row, row.writing))) for row in PANEL],
+    ("ban", str | None, field(default="\n".join(writing_settings().ban))),
+    ("drafter", str, field(default=Settings.drafter)),
+], bases=(DraftBoxes,), frozen=True)
+
+
 def settings_from(values: dict) -> Settings:
     if problem := target_problem(values.get("max_new_tokens", 0)):
         raise FormError(f"Target length: {problem}")
@@ -166,7 +161,7 @@ def settings_from(values: dict) -> Settings:
 
 
 def ar_twin(settings: Settings) -> Settings:
-    """The AR run whose text a lossless TokenSwift run must equal: same seed, sampler, θ and W; the
+    """The AR run whose text a lossless TokenSwift run must equal: same seed, sampler, penalty and window; the
     drafting-only knobs (k, budget, drafter) are reset so runs that differ only there share one twin."""
     return settings.replace(mode="ar", ngram_topk=Settings.ngram_topk, budget=None, drafter=Settings.drafter)
 
@@ -177,19 +172,14 @@ def form_from_settings(settings: Settings) -> SettingsForm:
                    "top-p")
     mode = next(label for label, value in MODES.items() if value == settings.mode)
     return SettingsForm(
-        mode=mode, target=settings.max_new_tokens, theta=settings.penalty, window=settings.penalty_length,
+        mode=mode, target=settings.max_new_tokens, penalty=settings.penalty, penalty_window=settings.penalty_window,
         k=settings.ngram_topk, sampler=sampler, sampler_value=getattr(settings, SAMPLERS[sampler][0]),
         temperature=settings.temperature, seed=settings.seed, budget=settings.budget or 0, drafter=settings.drafter,
         prompt_format=next(label for label, value in PROMPT_FORMATS.items() if value == settings.prompt_format),
         past_eos=next(label for label, ban in PAST_EOS.items() if ban == settings.ban_eos),
-        shift="Refuse" if settings.context_shift is False else "Shift", dry_multiplier=settings.dry_multiplier,
-        dry_base=settings.dry_base, dry_allowed_length=settings.dry_allowed_length, dry_range=settings.dry_range,
-        dry_breakers=shown_breakers(settings.dry_breakers), xtc_threshold=settings.xtc_threshold,
-        xtc_probability=settings.xtc_probability, no_repeat_ngram=settings.no_repeat_ngram, ban="\n".join(settings.ban),
-        top_n_sigma=settings.top_n_sigma, adaptive_target=settings.adaptive_target,
-        adaptive_decay=settings.adaptive_decay,
+        shift="Refuse" if settings.context_shift is False else "Shift", ban="\n".join(settings.ban),
+        **{row.name: shown(row, getattr(settings, row.name)) for row in PANEL},
     )
-
 
 
 def parse_target(text: str | float | None) -> int | None:

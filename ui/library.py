@@ -14,7 +14,7 @@ from bookexport import export_book
 from storage import Conflict, NotFound, Store, StoreError
 from storage.overview import DraftSummary
 from storage.records import GenerationRecord
-from tokenswift.decode.settings import Settings
+from tokenswift.settings import Settings
 from ui import views, write_view
 from ui.exports import Exports, draft_book
 from ui.forms import PROMPT_FORMATS, TARGET_LABEL, FormError, settings_from

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from tokenswift.decode.settings import lone_surrogate
+from tokenswift.settings import lone_surrogate
 
 MIB = 2**20
 MAX_CONTEXT_TEXT = 20_000  # characters of a Memory or Author's Note: they must leave room for the story

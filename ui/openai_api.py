@@ -39,7 +39,7 @@ from starlette.concurrency import run_in_threadpool
 
 from storage import Conflict, NotFound, Store, StoreError
 from storage.records import GenerationRecord
-from tokenswift.decode.settings import Settings
+from tokenswift.settings import Settings
 from ui.follow import Commits
 from ui.openai_input import (
     OPENAI_PREFIX,

@@ -17,29 +17,21 @@ import secrets
 from dataclasses import dataclass
 from typing import Any
 
-from tokenswift.decode.settings import INT64_MAX, WRITING_DEFAULTS, Settings, SettingsError
+from tokenswift.settings import INT64_MAX, TEXT_FIELDS, WRITING_DEFAULTS, Settings, SettingsError
 from ui.limits import printable, unicode_problem
 
 OPENAI_PREFIX = "/v1"
 NUMBER, INTEGER, FLAG, STRINGS, BREAKERS = "a number", "an integer", "true or false", "strings", "breakers"
 SIGMA = "a number of standard deviations"  # top-nσ: llama.cpp's clients send -1 for off, ours is 0
 
-# Request name -> (Settings field, kind). Two names for one field: the KoboldCpp and text-generation-webui ones.
+# The table's JSON kinds, and the row's own way of reading a value (Knob.openai_kind), as this endpoint reads them.
+KINDS = {"number": NUMBER, "integer": INTEGER, "boolean": FLAG, "strings": STRINGS, "breakers": BREAKERS,
+         "sigma": SIGMA}
+# Request name -> (Settings field, kind): the length, then the table's names (tokenswift/settings/table.py), two for
+# a field where KoboldCpp and text-generation-webui differ.
 SAMPLERS = {
     "max_tokens": ("max_new_tokens", INTEGER), "max_completion_tokens": ("max_new_tokens", INTEGER),
-    "temperature": ("temperature", NUMBER), "top_p": ("top_p", NUMBER), "min_p": ("min_p", NUMBER),
-    "top_k": ("top_k", INTEGER), "stop": ("stop", STRINGS),
-    "repetition_penalty": ("penalty", NUMBER), "rep_pen": ("penalty", NUMBER),
-    "repetition_penalty_range": ("penalty_length", INTEGER), "rep_pen_range": ("penalty_length", INTEGER),
-    "dry_multiplier": ("dry_multiplier", NUMBER), "dry_base": ("dry_base", NUMBER),
-    "dry_allowed_length": ("dry_allowed_length", INTEGER),
-    "dry_range": ("dry_range", INTEGER), "dry_penalty_last_n": ("dry_range", INTEGER),
-    "dry_sequence_breakers": ("dry_breakers", BREAKERS),
-    "xtc_threshold": ("xtc_threshold", NUMBER), "xtc_probability": ("xtc_probability", NUMBER),
-    "ignore_eos": ("ban_eos", FLAG), "ban_eos_token": ("ban_eos", FLAG),
-    "banned_strings": ("ban", STRINGS),
-    "top_n_sigma": ("top_n_sigma", SIGMA), "nsigma": ("top_n_sigma", SIGMA),
-    "adaptive_target": ("adaptive_target", NUMBER), "adaptive_decay": ("adaptive_decay", NUMBER),
+    **{name: (row.name, KINDS[row.knob.openai_kind or row.kind]) for row in TEXT_FIELDS for name in row.knob.openai},
 }
 # OpenAI fields for what the engine does not do: taken at their neutral values (clients send those), else refused.
 NEUTRAL = {"n": (1,), "best_of": (1,), "echo": (False,), "suffix": ("",), "logprobs": (False, 0),

@@ -9,7 +9,7 @@ import gradio as gr
 from bookexport import export_book
 from storage import Conflict, NotFound, Store, StoreError
 from storage.plans import Character
-from tokenswift.decode.settings import WRITING_DEFAULTS
+from tokenswift.settings import WRITING_DEFAULTS
 from ui import views, write_view
 from ui.exports import Exports
 from ui.forms import FormError, settings_from

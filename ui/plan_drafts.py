@@ -32,7 +32,7 @@ from bookexport.chapters import heading_of
 from storage import Store
 from storage.plans import Chapter, Character, Plan
 from storage.records import GenerationRecord
-from tokenswift.decode.settings import Settings
+from tokenswift.settings import Settings
 from tokenswift.text.world_info import Entry, WorldInfo
 from ui.exports import book_identifier
 from ui.tokens import PromptTokens

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pydantic import BaseModel, ConfigDict
 
 from storage.plans import Character
-from tokenswift.decode.settings import SettingsError
+from tokenswift.settings import SettingsError
 from tokenswift.text.world_info import MAX_CONTENT_CHARS, MAX_ENTRIES, WorldInfo
 from ui.api_input import Id, Int, SamplingIn
 from ui.limits import unicode_problem

@@ -13,19 +13,18 @@ from pathlib import Path
 
 import gradio as gr
 
-from tokenswift.decode.settings import Settings, SettingsError
+from tokenswift.settings import Settings, SettingsError
 from tokenswift.text.writing_presets import FIELDS, built_in, preset_json, preset_of, read_preset, to_settings
 from ui import views
-from ui.dry_xtc_panel import breakers_update
 from ui.exports import Exports
 from ui.forms import LABELS, SAMPLERS, FormError, SettingsForm, form_from_settings, settings_from
+from ui.samplers_panel import NAMES
 from ui.write_parts import WriteParts
 from ui.write_view import problem
 
-# The panel's boxes a preset fills (SettingsForm's names); the length, seed, mode and speed boxes stay as they are.
-FILLED = ("theta", "window", "sampler", "sampler_value", "temperature", "past_eos", "dry_multiplier", "dry_base",
-          "dry_allowed_length", "dry_range", "dry_breakers", "xtc_threshold", "xtc_probability", "no_repeat_ngram",
-          "top_n_sigma", "adaptive_target", "adaptive_decay", "ban")
+# The panel's boxes a preset fills (SettingsForm's names): these, the samplers panel's and the banned phrases; the
+# length, seed, mode and speed boxes stay as they are.
+FILLED = ("penalty", "penalty_window", "sampler", "sampler_value", "temperature", "past_eos", *NAMES, "ban")
 PANEL = [f.name for f in fields(SettingsForm) if f.name != "drafter"]  # WriteParts.form's order
 MAX_TEMPERATURE = 2.0  # the panel's slider ends there
 FILENAME = "tokenswift-preset.json"
@@ -52,13 +51,13 @@ def fill(p: WriteParts, form: SettingsForm, preset: dict) -> dict:
     boxes = dict(zip(PANEL, p.form, strict=True))
     out = {boxes[name]: getattr(form, name) for name in FILLED if name != "ban" or "ban" in preset}
     out[p.sampler_value] = gr.Number(form.sampler_value, label=SAMPLERS[form.sampler][2])
-    out[p.dry_xtc.dry_breakers] = breakers_update(form.dry_breakers)
+    out.update(p.samplers.show(form))
     return out
 
 
 def named(error: SettingsError) -> str:
     """'dry_base (DRY growth): must be in (1, 10]': the key as the file spells it, and the box it fills."""
-    label = LABELS.get(FIELDS[error.field][0]) if error.field in FIELDS else None
+    label = LABELS.get(error.field) if error.field in FIELDS else None
     return f"{error.field} ({label}): {str(error).split(': ', 1)[-1]}" if label else str(error)
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from storage import Store
 from storage.drafts import prompt_parts
-from tokenswift.decode.settings import Settings, SettingsError
+from tokenswift.settings import Settings, SettingsError
 from tokenswift.text.context_window import leading_bos, pinned_ids, window_plan
 from tokenswift.text.prompting import prompt_ids
 from tokenswift.text.world_info import WorldInfo

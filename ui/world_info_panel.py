@@ -16,7 +16,7 @@ from pathlib import Path
 
 import gradio as gr
 
-from tokenswift.decode.settings import SettingsError
+from tokenswift.settings import SettingsError
 from tokenswift.text.world_info import WorldInfo
 from ui import views
 from ui.exports import Exports

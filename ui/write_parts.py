@@ -10,12 +10,12 @@ from dataclasses import dataclass
 
 import gradio as gr
 
-from tokenswift.sampling.banned import STARTER_BANS
+from tokenswift.settings.phrases import STARTER_BANS
 from tokenswift.text.writing_presets import built_in
-from ui import charts, dry_xtc_panel, views, world_info_panel, write_branches
-from ui.dry_xtc_panel import DryXtcParts
+from ui import charts, samplers_panel, views, world_info_panel, write_branches
 from ui.forms import CONTEXT_SHIFT, MODES, PAST_EOS, PROMPT_FORMATS, QUICK_LENGTHS, SAMPLERS, TARGET_LABEL, SettingsForm
 from ui.live import TAIL_CHARS
+from ui.samplers_panel import SamplerParts
 
 TICK_S = 1.0
 CHART_S = 2.0  # the charts redraw at most this often while a draft runs (ui/live.Watch.charts_now)
@@ -52,15 +52,15 @@ class WriteParts:
     quick: gr.Radio
     limit: gr.Markdown
     mode: gr.Radio
-    theta: gr.Number
-    window: gr.Number
+    penalty: gr.Number
+    penalty_window: gr.Number
     k: gr.Number
     sampler: gr.Radio
     sampler_value: gr.Number
     temperature: gr.Slider
     seed: gr.Number
     budget: gr.Number
-    dry_xtc: DryXtcParts
+    samplers: SamplerParts  # the table's panel rows: DRY, XTC, no copied runs, top-nσ, Adaptive-P
     ban: gr.Textbox  # banned phrases, one a line (tokenswift/sampling/banned.py)
     preset: gr.Dropdown  # the built-in presets (ui/presets.py)
     save_preset: gr.Button
@@ -102,9 +102,9 @@ class WriteParts:
     @property
     def form(self) -> list:
         """In SettingsForm's field order."""
-        return [self.mode, self.target, self.theta, self.window, self.k, self.sampler, self.sampler_value,
+        return [self.mode, self.target, self.penalty, self.penalty_window, self.k, self.sampler, self.sampler_value,
                 self.temperature, self.seed, self.budget, self.prompt_format, self.past_eos, self.shift,
-                *self.dry_xtc.fields, self.ban]
+                *self.samplers.fields, self.ban]
 
     @property
     def view(self) -> list:
@@ -182,10 +182,10 @@ def _form(d: SettingsForm) -> dict:
                       elem_id="write-settings"):
         presets = _presets()
         with gr.Row():
-            theta = gr.Number(d.theta, label="Repetition penalty (1 = off)", step=0.05, elem_id="write-theta",
-                              info="Above 1 discourages repeating recent words (θ in the TokenSwift paper).")
-            window = gr.Number(d.window, label="Penalty window (tokens)", precision=0, elem_id="write-w",
-                               info="How many recent tokens the penalty looks back over (W).")
+            penalty = gr.Number(d.penalty, label="Repetition penalty (1 = off)", step=0.05, elem_id="write-theta",
+                                info="Above 1 discourages repeating recent words (θ in the TokenSwift paper).")
+            penalty_window = gr.Number(d.penalty_window, label="Penalty window (tokens)", precision=0,
+                                       elem_id="write-w", info="How many recent tokens the penalty looks back over.")
             k = gr.Number(d.k, label="Phrase guesses", precision=0, elem_id="write-k",
                           info="How many phrases from the text so far are tried as guesses (k, the n-gram top-k; "
                                "speed only, the text stays the same).")
@@ -203,7 +203,7 @@ def _form(d: SettingsForm) -> dict:
                                info="Tokens of the story the guessing step reads (the partial-cache budget; speed "
                                     "only, the text stays the same; 0 picks it for you).")
         with gr.Accordion("Repetition and stock phrases (DRY, XTC)", open=False, elem_id="write-dry-xtc"):
-            dry_xtc = dry_xtc_panel.build(d, "write")
+            samplers = samplers_panel.build(d, "write")
         with gr.Accordion("Banned phrases", open=False, elem_id="write-ban-box"):
             # A new draft starts with the stock phrases, on view and editable (the API and CLI ban none unless asked).
             ban = gr.Textbox("\n".join(STARTER_BANS), label="Banned phrases (one a line)", lines=6, max_lines=16,
@@ -222,8 +222,8 @@ def _form(d: SettingsForm) -> dict:
     return dict(title=title, prompt=prompt, upload=upload, prompt_format=prompt_format, past_eos=past_eos,
                 target=target, quick=quick, limit=limit, mode=mode, shift=shift, memory=memory, note=note,
                 save_context=save_context, world=world,
-                theta=theta, window=window, k=k, sampler=sampler, sampler_value=sampler_value,
-                temperature=temperature, seed=seed, budget=budget, dry_xtc=dry_xtc, ban=ban, **presets, start=start,
+                penalty=penalty, penalty_window=penalty_window, k=k, sampler=sampler, sampler_value=sampler_value,
+                temperature=temperature, seed=seed, budget=budget, samplers=samplers, ban=ban, **presets, start=start,
                 pause=pause, resume=resume, stop=stop, cont=cont, new_book=new_book)
 
 

@@ -8,9 +8,8 @@ import gradio as gr
 
 from storage import Store
 from storage.records import GenerationRecord
-from tokenswift.decode.settings import Settings
+from tokenswift.settings import Settings
 from ui import charts, views, wholetext
-from ui.dry_xtc_panel import breakers_update
 from ui.forms import SAMPLERS, form_from_settings
 from ui.live import ACTIVE, Watch
 from ui.tokens import PromptTokens
@@ -92,7 +91,7 @@ def show_generation(p: WriteParts, store: Store, gen_id: int, *, fill_form: bool
             out[p.prompt] = record.prompt_text
         form = form_from_settings(Settings.from_json(record.settings_json))
         out.update(dict(zip(p.form, form.panel(), strict=True)))
-        out[p.dry_xtc.dry_breakers] = breakers_update(form.dry_breakers)
+        out.update(p.samplers.show(form))
         out.update({p.memory: record.memory, p.note: record.authors_note, p.world.editor: shown(record.world_info)})
         out[p.sampler_value] = gr.Number(form.sampler_value, label=SAMPLERS[form.sampler][2])
     return out

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from tokenswift.decode.settings import threads_problem
 from tokenswift.model.loading import default_dtype
+from tokenswift.settings import threads_problem
 from worker.config import WorkerConfig
 from worker.loop import run_worker
 

@@ -65,9 +65,9 @@ class ModelHolder:
         self.model, self.spec = None, None
 
     def _load(self, spec: ModelSpec):
+        from tokenswift.decode.selftest import device_defaults
         from tokenswift.draft.model_drafter import attach_draft_model
         from tokenswift.model.loading import load_model
-        from tokenswift.model.selftest import device_defaults
 
         self.store.report_model(self.worker_id, spec, "loading")
         log.info("loading %s (heads=%s) on %s/%s", spec.model, spec.heads, spec.device, spec.dtype)
@@ -94,7 +94,7 @@ class ModelHolder:
 
     def fall_back(self, failure: str) -> None:
         """The fast path failed mid-job: the next path down (self-tested) runs the requeued job and the rest."""
-        from tokenswift.model.selftest import fall_back
+        from tokenswift.decode.selftest import fall_back
 
         self.options = usable(fall_back(self.model, self.options, failure))
         log.warning("fast path failed (%s); decoding path now: %s", failure,

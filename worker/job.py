@@ -135,7 +135,7 @@ class JobRun:
         return "released"
 
     def _run(self) -> str:
-        from tokenswift.decode.settings import Settings
+        from tokenswift.settings import Settings
         from tokenswift.text.prompting import prompt_ids as make_prompt
         from worker.edits import kept_ids
 
@@ -164,6 +164,7 @@ class JobRun:
     def _engine(self, settings, prompt_ids: list[int], done_ids: list[int], resume_from: int | None):
         from tokenswift.decode.generate import Generator
         from tokenswift.decode.options import EngineOptions
+        from tokenswift.draft.choice import drafter_for
         from tokenswift.text.detok import IncrementalDetokenizer
 
         # Memory, Author's Note and World Info as the writer left them: an edit made since the last run applies
@@ -171,11 +172,12 @@ class JobRun:
         # An instruction draft keeps its chat turns in every window, the Memory inside the system turn.
         instruction = self.job.instruction
         pinned = draft_pinned(self.lm, self.job.memory, self.job.authors_note, self.job.world_info, instruction)
-        if settings.drafter == "layer" and self.lm.draft_layer is None:
+        drafter = drafter_for(self.lm, settings, fallback=True)
+        if settings.drafter == "layer" and drafter == "fused":
             # Drafts change speed only: the heads' drafts write the very same text (the model notice says why).
             log.warning("job %s: no usable draft layer (%s); drafting with the heads", self.job.id,
                         self.lm.draft_error or "none loaded")
-            settings = settings.replace(drafter="fused")
+        settings = settings.replace(drafter=drafter)
         # The app records each token's alternatives (the Write tab's alternatives and branches; speed: README).
         options = dataclasses.replace(self.options or EngineOptions(), alternatives=True)
         if settings.adaptive_target >= 0:  # its history is kept on the host: the eager passes (the same text)

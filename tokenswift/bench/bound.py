@@ -32,9 +32,9 @@ from tokenswift.bench.runs import filler_ids, sync_device
 from tokenswift.decode.adaptive import CandidatePolicy, Shape, accepted_under
 from tokenswift.decode.engine import Engine
 from tokenswift.decode.options import EngineOptions
-from tokenswift.decode.settings import CAPACITY_SPARE, Settings
 from tokenswift.model.loading import LoadedModel
 from tokenswift.model.masks import causal_mask
+from tokenswift.settings import CAPACITY_SPARE, Settings
 
 
 class WidestShape(CandidatePolicy):

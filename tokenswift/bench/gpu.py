@@ -25,14 +25,14 @@ import torch
 
 from tokenswift.bench.runs import copy_bandwidth, kv_bytes_per_token, sync_device, weight_bytes
 from tokenswift.decode.adaptive import Shape, ladder
-from tokenswift.decode.settings import Settings
-from tokenswift.decode.trie import build_trie, verify_inputs, walk
 from tokenswift.model.fastpath import FastOptions, FastPasses, padded_capacity
 from tokenswift.model.kv_cache import KVCache
 from tokenswift.model.loading import LoadedModel
 from tokenswift.model.masks import with_prefix
 from tokenswift.sampling.in_graph import pack_verify_inputs, packed_size
 from tokenswift.sampling.sampler import Sampler
+from tokenswift.sampling.trie import build_trie, verify_inputs, walk
+from tokenswift.settings import Settings
 
 CONTEXTS = (4096, 32768, 65536, 100_000)
 TINY_CONTEXTS = (64, 256)
@@ -42,7 +42,7 @@ PAPER_MINUTES = {"llama3.1-8b": {"ar": 294.0, "tokenswift": 90.0},
                  "qwen2.5-1.5b": {"ar": 187.8, "tokenswift": 60.0}}
 H100_FLOOR_MINUTES = {"llama3.1-8b": 12.7}  # weights + KV read once per token at H100 bandwidth (§8)
 SPARE = 8  # slots beyond the last verify batch, as the engine allocates
-SAMPLING = Settings(temperature=1.0, min_p=0.1, penalty=1.2, penalty_length=1024)  # paper, Llama-3.1-8B
+SAMPLING = Settings(temperature=1.0, min_p=0.1, penalty=1.2, penalty_window=1024)  # paper, Llama-3.1-8B
 
 
 @dataclass

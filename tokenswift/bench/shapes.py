@@ -14,9 +14,9 @@ from pathlib import Path
 
 import torch
 
-from tokenswift.draft.heads import DraftHeads, new_heads
 from tokenswift.model.config import ModelConfig
 from tokenswift.model.forward import Transformer
+from tokenswift.model.heads import DraftHeads, new_heads
 from tokenswift.model.hf_files import CheckpointConfig
 from tokenswift.model.loading import LoadedModel, rope_positions
 from tokenswift.model.rope import rope_table

@@ -13,8 +13,8 @@ import time
 from tokenswift.bench.runs import first_divergence
 from tokenswift.decode.generate import Generator
 from tokenswift.decode.options import EngineOptions
-from tokenswift.decode.settings import Settings
 from tokenswift.model.loading import LoadedModel
+from tokenswift.settings import Settings
 from tokenswift.text.context_window import PinnedText
 
 

@@ -32,7 +32,7 @@ from tokenswift.cli.flags import (
     add_world_info_arg,
     int_list_arg,
 )
-from tokenswift.decode.settings import lone_surrogate
+from tokenswift.settings import lone_surrogate
 
 if TYPE_CHECKING:
     from tokenswift.model.loading import LoadedModel
@@ -133,7 +133,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if args.window_tokens < args.slice_tokens or args.window_tokens % args.slice_tokens:
         raise CliError(f"window-tokens: must be a multiple of --slice-tokens ({args.slice_tokens})")
     from tokenswift.bench.runs import compare
-    from tokenswift.decode.settings import concrete_drafter
+    from tokenswift.draft.choice import drafter_for
     from tokenswift.text.context_window import pinned_ids
 
     lm = open_model(args)
@@ -141,7 +141,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     prompt_ids = bench_prompt_ids(args, lm, text)
     pinned = pinned_ids(lm, "", "", world=world) if world is not None else None
     check_lengths(lm, settings, prompt_ids, pinned)
-    drafter = concrete_drafter(settings.drafter, lm.draft_layer is not None, lm.device.type, lm.draft_model is not None)
+    drafter = drafter_for(lm, settings)
     if lm.heads is None and drafter not in ("layer", "model"):
         note("note: no draft heads: TokenSwift drafts with the base head and n-grams only")
     result = compare(lm, prompt_ids, settings, warmup_tokens=args.warmup_tokens, slice_tokens=args.slice_tokens,
@@ -237,7 +237,7 @@ def cmd_bench_bound(args: argparse.Namespace) -> int:
     if args.repeats < 1:
         raise CliError("repeats: must be >= 1")
     from tokenswift.bench.bound import bench_bound, print_bench_bound
-    from tokenswift.decode.settings import max_nodes
+    from tokenswift.settings import max_nodes
 
     lm = open_model(args)
     prompt_ids = bench_prompt_ids(args, lm, text)

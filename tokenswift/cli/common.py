@@ -12,9 +12,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tokenswift.decode.settings import Settings, SettingsError, lone_surrogate, threads_problem, writing_settings
+from tokenswift.settings import TEXT_FIELDS, Settings, SettingsError, lone_surrogate, threads_problem, writing_settings
 from tokenswift.text.world_info import WorldInfo
-from tokenswift.text.writing_presets import public_error
 
 if TYPE_CHECKING:
     from tokenswift.model.loading import LoadedModel
@@ -47,20 +46,15 @@ def write_json(path: str | None, data: dict) -> None:
 
 
 def settings_from(args: argparse.Namespace, **extra) -> Settings:
+    """The Settings of the flags: the table's (add_knob), the speed and context flags, then `extra`."""
+    knobs = {row.name: getattr(args, row.name) for row in TEXT_FIELDS if row.knob.flag}
     try:
-        settings = Settings(seed=args.seed, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
-                        top_p=args.top_p, min_p=args.min_p, eta=args.eta, penalty=args.penalty,
-                        penalty_length=args.penalty_window, ngram_topk=args.ngram_topk, tree=args.tree,
-                        budget=args.budget, sinks=args.sinks, drafter=args.drafter, context_window=args.context_window,
-                        shift_step=args.shift_step, dry_multiplier=args.dry_multiplier, dry_base=args.dry_base,
-                        dry_allowed_length=args.dry_allowed_length, dry_range=args.dry_range,
-                        dry_breakers=tuple(args.dry_breakers), xtc_threshold=args.xtc_threshold,
-                        xtc_probability=args.xtc_probability, no_repeat_ngram=args.no_repeat_ngram,
-                        top_n_sigma=args.top_n_sigma, adaptive_target=args.adaptive_target,
-                        adaptive_decay=args.adaptive_decay,
-                        **{"context_shift": args.context_shift, **extra})
+        settings = Settings(seed=args.seed, max_new_tokens=args.max_new_tokens, ngram_topk=args.ngram_topk,
+                            tree=args.tree, budget=args.budget, sinks=args.sinks, drafter=args.drafter,
+                            context_window=args.context_window, shift_step=args.shift_step,
+                            **{**knobs, "context_shift": args.context_shift, **extra})
     except SettingsError as error:
-        raise CliError(str(public_error(error))) from error
+        raise CliError(str(error)) from error
     return with_preset(settings, args) if args.preset else settings
 
 
@@ -100,7 +94,7 @@ def read_prompt(args: argparse.Namespace) -> str:
 
 def read_bans(args: argparse.Namespace) -> tuple[str, ...]:
     """--ban and --ban-file's phrases; neither given: the writing default."""
-    from tokenswift.sampling.banned import read_phrases
+    from tokenswift.settings.phrases import read_phrases
 
     if args.ban is None and args.ban_file is None:
         return writing_settings().ban
@@ -132,8 +126,8 @@ def read_world_info(args: argparse.Namespace) -> WorldInfo | None:
 def open_model(args: argparse.Namespace) -> LoadedModel:
     import torch
 
-    from tokenswift.draft.heads import HeadsError
     from tokenswift.model.default_model import default_model_path
+    from tokenswift.model.heads import HeadsError
     from tokenswift.model.loading import (
         ModelLoadError,
         compact_cache,
@@ -193,7 +187,7 @@ def engine_options(args: argparse.Namespace, lm: LoadedModel):
         except ValueError as error:
             raise CliError(str(error)) from None
     if fast is not None and lm.device.type == "cuda":  # as the worker: only a path that passed its self-test
-        from tokenswift.model.selftest import choose_path
+        from tokenswift.decode.selftest import choose_path
 
         fast, choice = choose_path(lm, fast)
         return EngineOptions(fast=fast, adaptive=args.adaptive, choice=choice)

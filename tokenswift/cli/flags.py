@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from tokenswift.decode.settings import DRAFTERS, writing_settings
+from tokenswift.settings import DRAFTERS, TEXT_FIELDS, writing_settings
+from tokenswift.settings.table import Row
 
 
 def tree_arg(text: str) -> tuple[int, ...]:
@@ -78,6 +79,17 @@ def add_draft_model_arg(p: argparse.ArgumentParser) -> None:
                         ".gguf file or cached hub id; --drafter model, which auto then picks) (default: none)")
 
 
+def add_knob(p: argparse.ArgumentParser | argparse._ArgumentGroup, row: Row) -> None:
+    """The flag of a row of the settings table: its help, its writing default, and noted as given (Given)."""
+    if row.kind == "strings":
+        shown = " ".join(text.replace("\\", "\\\\").replace("\n", "\\n") for text in row.writing)
+        p.add_argument(row.flag, action=Given, nargs="*", type=escaped_arg, default=list(row.writing),
+                       metavar=row.knob.metavar, help=f"{row.knob.help} (default: {shown})")
+        return
+    p.add_argument(row.flag, action=Given, type=float if row.kind == "number" else int, default=row.writing,
+                   metavar=row.knob.metavar, help=row.knob.help + " (default: %(default)s)")
+
+
 def add_sampler_args(p: argparse.ArgumentParser) -> None:
     d = writing_settings()
     p.add_argument("--max-new-tokens", type=int, required=True,
@@ -89,58 +101,17 @@ def add_sampler_args(p: argparse.ArgumentParser) -> None:
     p.set_defaults(given=frozenset())  # the dests of Given flags on the command line
     p.add_argument("--seed", type=int, default=d.seed,
                    help="the same seed and settings write the same text again (default: %(default)s)")
-    p.add_argument("--temperature", action=Given, type=float, default=d.temperature,
-                   help="higher is more surprising, lower safer; 0 always takes the likeliest token "
-                        "(default: %(default)s)")
-    p.add_argument("--top-p", action=Given, type=float, default=d.top_p,
-                   help="draw only from the likeliest tokens that together make up this share; 1 = off "
-                        "(default: %(default)s)")
-    p.add_argument("--min-p", action=Given, type=float, default=d.min_p,
-                   help="drop tokens less likely than this fraction of the likeliest one; 0 = off "
-                        "(default: %(default)s)")
+    g = p.add_argument_group("DRY and XTC (writers' repetition and cliché controls; DRY on by default, as in the "
+                             "app; XTC off)")
+    for row in TEXT_FIELDS:
+        if row.knob.flag:
+            add_knob(g if row.knob.family in ("DRY", "XTC") else p, row)
     p.add_argument("--drafter", choices=DRAFTERS, default=d.drafter,
                    help="how TokenSwift drafts: fused (from the verify pass's own states, one pass per step), "
                         "paper (a draft pass over the partial cache, then verification), layer (a draft layer "
                         "guessing one token at a time), model (a draft model, --draft-model) or auto (the draft model "
                         "where one is given, else layer on a CPU where the model has a draft layer, else fused); "
                         "never changes the text (default: %(default)s)")
-    p.add_argument("--eta", action=Given, type=float, default=d.eta,
-                   help="eta sampling: drop tokens below an entropy-scaled threshold; 0 = off (default: %(default)s)")
-    p.add_argument("--top-n-sigma", action=Given, type=float, default=d.top_n_sigma, metavar="N",
-                   help="top-nσ: keep only the tokens whose logit is within N standard deviations of the top one "
-                        "(1 is strict, 2 to 3 loose); 0 = off (default: %(default)s)")
-    p.add_argument("--adaptive-target", action=Given, type=float, default=d.adaptive_target, metavar="P",
-                   help="Adaptive-P: steer the chosen words' probability toward P on average (0.3 surprising, 0.7 "
-                        "close to the model's favourites); negative = off; not with --fast (default: %(default)s)")
-    p.add_argument("--adaptive-decay", action=Given, type=float, default=d.adaptive_decay, metavar="D",
-                   help="Adaptive-P: how slowly its average forgets, about 1/(1-D) tokens (default: %(default)s)")
-    p.add_argument("--penalty", action=Given, type=float, default=d.penalty,
-                   help="repetition penalty θ: above 1 discourages repeating recent tokens; 1 = off "
-                        "(default: %(default)s)")
-    p.add_argument("--penalty-window", action=Given, type=int, default=d.penalty_length,
-                   help="W: how many recent tokens the penalty looks back over; 0 = off (default: %(default)s)")
-    g = p.add_argument_group("DRY and XTC (writers' repetition and cliché controls; DRY on by default, as in the "
-                             "app; XTC off)")
-    g.add_argument("--dry-multiplier", action=Given, type=float, default=d.dry_multiplier,
-                   help="DRY: how hard to push against extending a repeat of earlier text; 0 = off, 0.8 is usual "
-                        "(default: %(default)s)")
-    g.add_argument("--dry-base", action=Given, type=float, default=d.dry_base,
-                   help="DRY: how fast the push grows with the repeat's length (default: %(default)s)")
-    g.add_argument("--dry-allowed-length", action=Given, type=int, default=d.dry_allowed_length,
-                   help="DRY: repeats up to this many tokens are free (default: %(default)s)")
-    g.add_argument("--dry-range", action=Given, type=int, default=d.dry_range,
-                   help="DRY: how many recent tokens are searched for repeats (default: %(default)s)")
-    g.add_argument("--dry-breakers", action=Given, nargs="*", type=escaped_arg, default=list(d.dry_breakers),
-                   metavar="TEXT",
-                   help="DRY: a repeat never runs across these; \\n for a newline (default: \\n : \" *)")
-    g.add_argument("--no-repeat-ngram", action=Given, type=int, default=d.no_repeat_ngram, metavar="N",
-                   help="no run of N tokens already in the recent text is written again (a copied sentence or "
-                        "paragraph); 0 = off (default: %(default)s)")
-    g.add_argument("--xtc-threshold", action=Given, type=float, default=d.xtc_threshold,
-                   help="XTC: tokens at least this likely count as top choices (default: %(default)s)")
-    g.add_argument("--xtc-probability", action=Given, type=float, default=d.xtc_probability,
-                   help="XTC: how often all top choices but the least likely are set aside; 0 = off "
-                        "(default: %(default)s)")
     p.add_argument("--ngram-topk", type=int, default=d.ngram_topk,
                    help="k: how many phrases from the text so far are tried as guesses each step; speed "
                         "only, never the text (default: %(default)s)")

@@ -29,7 +29,7 @@ from tokenswift.cli.flags import (
     add_sampler_args,
     add_world_info_arg,
 )
-from tokenswift.decode.settings import writing_settings
+from tokenswift.settings import writing_settings
 
 
 def add_command(sub) -> None:

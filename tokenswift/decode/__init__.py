@@ -1,1 +1,2 @@
-"""Decoding: settings, the engine loop, the candidate trie, n-grams, the partial cache, the adaptive policy, metrics."""
+"""Decoding: the engine loop, its options and the self-test that picks its path, n-grams, the adaptive policy,
+metrics."""

@@ -41,7 +41,7 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from tokenswift.decode.settings import NGRAM_LEN, max_nodes
+from tokenswift.settings import NGRAM_LEN, max_nodes
 
 
 @dataclass(frozen=True)

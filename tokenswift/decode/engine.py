@@ -20,9 +20,8 @@ from tokenswift.decode.engine_window import EngineWindow
 from tokenswift.decode.metrics import RunMetrics
 from tokenswift.decode.ngram import NgramTable
 from tokenswift.decode.options import EngineOptions
-from tokenswift.decode.settings import CAPACITY_SPARE, NGRAM_LEN, Settings, concrete_drafter, max_nodes
-from tokenswift.decode.trie import build_trie, verify_inputs, walk
 from tokenswift.draft import drafting
+from tokenswift.draft.choice import drafter_for
 from tokenswift.draft.device_drafts import DeviceDrafts
 from tokenswift.draft.drafting import Drafter, HeadsDrafter
 from tokenswift.draft.fused_drafter import FusedDrafter
@@ -37,6 +36,8 @@ from tokenswift.model.native_rows import PRODUCT_ROWS
 from tokenswift.sampling.alternatives import Alternatives, from_rows, top_rows
 from tokenswift.sampling.dry_xtc import breaker_ids
 from tokenswift.sampling.sampler import Sampler, last_ids, node_windows
+from tokenswift.sampling.trie import build_trie, verify_inputs, walk
+from tokenswift.settings import CAPACITY_SPARE, NGRAM_LEN, Settings, max_nodes
 from tokenswift.text.context_window import PinnedText, WindowPlan, leading_bos, window_plan
 
 SHARED_HEAD_ROWS = 16  # up to this many candidate rows share one LM-head product (16-bit weights, see _verify)
@@ -62,8 +63,7 @@ class Engine(EngineWindow, EngineProbe):
         plan: the context windows (context_window.py); None: the model's context, no Memory or note.
         pinned_source: the draft's current Memory and note, asked for at each shift (an edit applies there).
         bans: {story index: token ids} the sampler forbids there (banned.py)."""
-        settings = settings.replace(drafter=concrete_drafter(settings.drafter, lm.draft_layer is not None,
-                                                             lm.device.type, lm.draft_model is not None))
+        settings = settings.replace(drafter=drafter_for(lm, settings))
         self.lm, self.s, self.prompt_len = lm, settings, prompt_len
         if plan is None:
             prompt = list(ids[:prompt_len])

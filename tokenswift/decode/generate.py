@@ -18,10 +18,11 @@ from tokenswift.decode.banned_engine import BannedEngine
 from tokenswift.decode.engine import Engine
 from tokenswift.decode.metrics import RunMetrics
 from tokenswift.decode.options import EngineOptions
-from tokenswift.decode.settings import Settings, SettingsError
+from tokenswift.draft.choice import drafter_for
 from tokenswift.draft.model_drafter import check_draft_model
 from tokenswift.model.loading import LoadedModel
 from tokenswift.sampling.alternatives import Alternatives
+from tokenswift.settings import Settings, SettingsError
 from tokenswift.text.context_window import ContextUse, PinnedText, WindowPlan, leading_bos, window_plan
 from tokenswift.text.detok import IncrementalDetokenizer
 
@@ -51,11 +52,9 @@ def validate(lm: LoadedModel, settings: Settings, prompt_ids: Sequence[int], gen
             f"prompt ({len(prompt_ids)} tokens) + max_new_tokens ({settings.max_new_tokens}){extra} = "
             f"{total + pinned_extra} exceeds the model's context of {plan.size} tokens (context shifting is off)",
         )
-    if settings.mode == "tokenswift" and settings.drafter == "layer" and lm.draft_layer is None:
-        raise SettingsError("drafter", "this model has no draft layer (train one with `tokenswift train-draft`, "
-                                       "or choose the fused or paper drafter)")
+    drafter = drafter_for(lm, settings)  # the drafter asked for is there
     if settings.mode == "tokenswift":  # the draft model's positions must reach the window's
-        check_draft_model(lm, settings.drafter, min(plan.size, plan.fixed + total))
+        check_draft_model(lm, drafter, min(plan.size, plan.fixed + total))
     if len(generated) > settings.max_new_tokens:
         raise SettingsError("max_new_tokens", f"{len(generated)} tokens were already generated")
     vocab = lm.config.vocab_size

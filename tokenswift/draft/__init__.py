@@ -1,1 +1,2 @@
-"""Drafters: the draft heads, the fused drafter, the draft layer, and the interface they share."""
+"""Drafters: the fused drafter, the paper's two passes, the draft layer's and the draft model's, and the interface
+they share (the networks they draft with, the heads and the draft layer, are loaded with the model: model/)."""

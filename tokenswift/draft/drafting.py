@@ -12,11 +12,11 @@ from typing import Protocol
 
 import torch
 
-from tokenswift.decode.partial_cache import PartialCache
-from tokenswift.decode.settings import Settings
 from tokenswift.model.kv_cache import KVCache
 from tokenswift.model.loading import LoadedModel
+from tokenswift.model.partial_cache import PartialCache
 from tokenswift.sampling.sampler import Sampler
+from tokenswift.settings import Settings
 
 # Devices whose drafts are ranked with one host read for every depth (_noisy_best_one_read); elsewhere one per depth.
 ONE_READ_DEVICES = frozenset({"cuda"})

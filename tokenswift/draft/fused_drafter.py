@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import torch
 
-from tokenswift.decode.settings import Settings
 from tokenswift.draft.drafting import best_per_depth
 from tokenswift.model.kv_cache import KVCache
 from tokenswift.model.loading import LoadedModel
 from tokenswift.sampling.sampler import Sampler
+from tokenswift.settings import Settings
 
 
 class FusedDrafter:

@@ -21,7 +21,6 @@ from types import SimpleNamespace
 import torch
 from torch import nn
 
-from tokenswift.decode.settings import Settings
 from tokenswift.draft.drafting import best_per_depth
 from tokenswift.model.forward import attention_bias, sdpa_folded
 from tokenswift.model.kv_cache import KVCache
@@ -30,6 +29,7 @@ from tokenswift.model.masks import causal_mask
 from tokenswift.model.native_rows import MAX_ROWS, NativeBlock
 from tokenswift.model.quant import QuantLinear
 from tokenswift.sampling.sampler import Sampler, node_windows
+from tokenswift.settings import Settings
 
 
 class CacheAttention:

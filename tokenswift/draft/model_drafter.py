@@ -21,7 +21,6 @@ from pathlib import Path
 
 import torch
 
-from tokenswift.decode.settings import Settings, SettingsError
 from tokenswift.draft.drafting import best_per_depth
 from tokenswift.model import gguf_checkpoint
 from tokenswift.model.kv_cache import KVCache
@@ -29,6 +28,7 @@ from tokenswift.model.loading import LoadedModel, ModelLoadError, load_model
 from tokenswift.model.masks import causal_mask
 from tokenswift.model.prefill import PREFILL_CHUNK
 from tokenswift.sampling.sampler import Sampler, node_windows
+from tokenswift.settings import Settings, SettingsError
 
 # Texts whose ids both tokenizers must agree on: words, spaces, digits, punctuation, accents, a newline run.
 PROBES = ("The old lighthouse keeper said: \"Well, 42 boats!\"\n\n  café — naïve", "<|im_start|>user\nHi")
@@ -112,12 +112,9 @@ class ModelDrafter:
 
 
 def check_draft_model(lm: LoadedModel, drafter: str, window: int) -> None:
-    """SettingsError where a run cannot draft with the draft model: `drafter: model` without one, or one whose
-    context is shorter than the `window` tokens the run's cache holds at most (its slots are the target's)."""
-    if drafter == "model" and lm.draft_model is None:
-        raise SettingsError("drafter", "no draft model is loaded (give one with --draft-model, or choose another "
-                                       "drafter)")
-    if drafter in ("model", "auto") and lm.draft_model is not None and lm.draft_model.max_context < window:
+    """SettingsError where a run cannot draft with the draft model (`drafter`: choice.drafter_for's): its context
+    is shorter than the `window` tokens the run's cache holds at most (its slots are the target's)."""
+    if drafter == "model" and lm.draft_model.max_context < window:
         raise SettingsError("draft_model", f"the draft model's context of {lm.draft_model.max_context} tokens is "
                                            f"shorter than this draft's window of {window}: set a smaller one")
 

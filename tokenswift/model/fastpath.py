@@ -31,7 +31,6 @@ from dataclasses import dataclass
 
 import torch
 
-from tokenswift.decode.trie import Trie
 from tokenswift.model.attention import ATTENTION, Visible, effective_kind, make_attention
 from tokenswift.model.forward import Transformer
 from tokenswift.model.kv_cache import KVCache
@@ -39,6 +38,7 @@ from tokenswift.model.loading import LoadedModel
 from tokenswift.sampling.alternatives import ROW
 from tokenswift.sampling.in_graph import MAX_DEPTH, DeviceSampler, pack_verify_inputs, packed_size
 from tokenswift.sampling.sampler import Sampler
+from tokenswift.sampling.trie import Trie
 
 CAPACITY_STEP = 4096  # fast-path caches are allocated in these steps, so runs share compiled kernels
 FLEX_MIN_SPAN = 4096  # the shortest KV length a flex pass is built for

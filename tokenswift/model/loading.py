@@ -18,19 +18,19 @@ from pathlib import Path
 
 import torch
 
-from tokenswift.decode.settings import ROPE_SLACK, threads_problem
-from tokenswift.draft.draft_layer import DraftLayer, DraftLayerError, load_layer
-from tokenswift.draft.heads import DraftHeads, heads_from_state_dict, load_heads
 from tokenswift.model import gguf_checkpoint
 from tokenswift.model.attention import FlexKernel
 from tokenswift.model.config import ModelConfig, UnsupportedModelError
 from tokenswift.model.default_model import shipped_draft, shipped_heads
+from tokenswift.model.draft_layer import DraftLayer, DraftLayerError, load_layer
 from tokenswift.model.errors import ModelLoadError
 from tokenswift.model.forward import Transformer, fused_state
+from tokenswift.model.heads import DraftHeads, heads_from_state_dict, load_heads
 from tokenswift.model.hf_files import load_tokenizer, read_config
 from tokenswift.model.int4 import runs_quantized, use_q4_weights
 from tokenswift.model.native_rows import NativeRows
 from tokenswift.model.rope import rope_table
+from tokenswift.settings import ROPE_SLACK, threads_problem
 
 # "q4": the GGUF file's 4-bit projections with float32 activations (tokenswift.model.int4), CPU only.
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16, "float16": torch.float16,

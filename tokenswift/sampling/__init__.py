@@ -1,1 +1,2 @@
-"""Choosing a token: the sampler, its in-graph twin, DRY/XTC, banned phrases, alternatives, position keys."""
+"""Choosing a token: the sampler, its in-graph twin, the candidate trie and its walk, DRY/XTC, banned phrases,
+alternatives, position keys."""

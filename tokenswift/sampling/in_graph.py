@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import torch
 
-from tokenswift.decode.settings import SettingsError
-from tokenswift.decode.trie import Trie, verify_inputs
 from tokenswift.sampling.alternatives import top_rows
 from tokenswift.sampling.sampler import Sampler, last_ids, node_windows
+from tokenswift.sampling.trie import Trie, verify_inputs
+from tokenswift.settings import SettingsError
 
 MAX_DEPTH = 16  # deepest trie path a verify batch may hold (gamma + 1 <= 9 levels; n-grams 4)
 

@@ -2,10 +2,11 @@
 
 A small model that has lost its thread copies itself: a sentence, then a whole paragraph, word for word. DRY pushes
 against extending a repeat, but only within its range (a few hundred tokens) and only as a penalty. This rule is
-absolute over the last REPEAT_RANGE tokens: no n-token run that is already there is written again (with n = 10, one
-token in about 3,300 of held-out novels would have been refused; a copied sentence is cut at its tenth token). On by
-default (settings.WRITING_DEFAULTS): instruction drafts of 1,500 tokens on the default model kept none of the
-repeated runs they had (3.5% of one draft's tokens) and changed nowhere else (scripts/instruction_drafts.py).
+absolute over the last REPEAT_RANGE tokens (tokenswift.settings): no n-token run that is already there is written
+again (with n = 10, one token in about 3,300 of held-out novels would have been refused; a copied sentence is cut at
+its tenth token). On by default (settings.WRITING_DEFAULTS): instruction drafts of 1,500 tokens on the default model
+kept none of the repeated runs they had (3.5% of one draft's tokens) and changed nowhere
+else (scripts/instruction_drafts.py).
 
 It is a function of each row's history alone (the sampling window: the text before the position, and a trie node's
 own path), row-wise and with static shapes, so plain decoding, every verify row, a captured graph and a resumed run
@@ -15,8 +16,6 @@ refuse the same tokens.
 from __future__ import annotations
 
 import torch
-
-REPEAT_RANGE = 4096  # tokens looked back over (a few pages): the scan costs about 0.1 ms a row per 1,000 tokens
 
 
 def repeat_followers(windows: torch.Tensor, n: int) -> torch.Tensor:

@@ -22,11 +22,11 @@ from collections.abc import Collection, Mapping
 
 import torch
 
-from tokenswift.decode.settings import Settings
 from tokenswift.sampling.adaptive_p import AdaptiveP, steered
 from tokenswift.sampling.dry_xtc import dry_amounts, xtc_draws, xtc_filter
 from tokenswift.sampling.keys import M32, mix32, position_keys, uniform
-from tokenswift.sampling.no_repeat import REPEAT_RANGE, repeat_followers
+from tokenswift.sampling.no_repeat import repeat_followers
+from tokenswift.settings import REPEAT_RANGE, Settings
 
 
 class Noise:
@@ -184,8 +184,8 @@ class Sampler:
                 end = out[:, self.answer_end:self.answer_end + 1]
                 out[:, self.answer_end] = torch.cat((end, out[:, self.eos[0]]), dim=1).logsumexp(dim=1)
             out.scatter_(1, self._cols(self.eos.expand(z.shape[0], -1), vocab, width), -math.inf)
-        if windows is not None and s.penalty != 1.0 and s.penalty_length > 0:
-            cols = self._cols(windows[:, -s.penalty_length:], vocab, width)
+        if windows is not None and s.penalty != 1.0 and s.penalty_window > 0:
+            cols = self._cols(windows[:, -s.penalty_window:], vocab, width)
             out.scatter_(1, cols, penalised(out.gather(1, cols), s.penalty))
         if windows is not None and s.no_repeat_ngram:
             cols = self._cols(repeat_followers(windows[:, -REPEAT_RANGE:], s.no_repeat_ngram), vocab, width)

@@ -42,7 +42,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from tokenswift.decode.settings import Settings, SettingsError
+from tokenswift.settings import Settings, SettingsError
 from tokenswift.text.prompting import ChatFrame, chat_frame, chat_turn, prompt_ids
 from tokenswift.text.world_info import CHECKPOINT, WorldIds, WorldInfo, world_ids
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from jinja2 import TemplateError
 
-from tokenswift.decode.settings import PROMPT_FORMATS, SettingsError
+from tokenswift.settings import PROMPT_FORMATS, SettingsError
 
 # Stand-ins for message contents, located in the rendered template to cut it into its turn markers.
 _MARK = "\x00tokenswift\x00"

@@ -28,7 +28,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from tokenswift.decode.settings import SettingsError, lone_surrogate
+from tokenswift.settings import SettingsError, lone_surrogate
 
 CHECKPOINT = 64  # story tokens between two readings of the active entries
 MAX_ENTRIES = 256

@@ -1,12 +1,12 @@
 """Writing presets: the settings that shape a draft's text, saved as a JSON file and loaded again.
 
-A preset is a JSON object keyed by the API's names (`penalty_window` for W; the rest as Settings names them),
-so the same object is a valid `settings` of POST /api/generations and a `--preset` file of the command line. It
-holds what changes the words: the sampler, the penalties, DRY, XTC, the banned phrases and what happens at the
-end-of-text token.
+A preset is a JSON object keyed by Settings' names, which the API's are too, so the same object is a valid
+`settings` of POST /api/generations and a `--preset` file of the command line. It holds what changes the words:
+the rows of the settings table the API takes (tokenswift/settings/table.py): the sampler, the penalties, DRY, XTC,
+the banned phrases and what happens at the end-of-text token.
 Never the length, seed or mode of a draft, the speed-only knobs (k, tree, budget, drafter), nor World Info:
 those belong to a draft, not to a way of writing. A key left out takes its writing default
-(tokenswift.decode.settings.WRITING_DEFAULTS), so a preset means the same in the app, the API and the command line.
+(tokenswift.settings.WRITING_DEFAULTS), so a preset means the same in the app, the API and the command line.
 
 Parsing is strict and names the key at fault (SettingsError.field): an unknown key, a value of the wrong JSON
 type, a value out of range. Whole-file problems (too large, not JSON, not an object) name "preset".
@@ -18,30 +18,10 @@ import dataclasses
 import json
 from pathlib import Path
 
-from tokenswift.decode.settings import INT64_MAX, Settings, SettingsError, writing_settings
+from tokenswift.settings import INT64_MAX, RENAMED, TEXT_FIELDS, Settings, SettingsError, writing_settings
 
-# Preset key (the API's name) -> (Settings field, the JSON type its value must have).
-FIELDS = {
-    "temperature": ("temperature", "number"),
-    "top_p": ("top_p", "number"),
-    "min_p": ("min_p", "number"),
-    "eta": ("eta", "number"),
-    "penalty": ("penalty", "number"),
-    "penalty_window": ("penalty_length", "integer"),
-    "dry_multiplier": ("dry_multiplier", "number"),
-    "dry_base": ("dry_base", "number"),
-    "dry_allowed_length": ("dry_allowed_length", "integer"),
-    "dry_range": ("dry_range", "integer"),
-    "dry_breakers": ("dry_breakers", "strings"),
-    "xtc_threshold": ("xtc_threshold", "number"),
-    "xtc_probability": ("xtc_probability", "number"),
-    "ban_eos": ("ban_eos", "boolean"),
-    "ban": ("ban", "strings"),  # banned phrases (tokenswift.sampling.banned)
-    "no_repeat_ngram": ("no_repeat_ngram", "integer"),  # tokenswift.sampling.no_repeat
-    "top_n_sigma": ("top_n_sigma", "number"),  # sampler.top_n_sigma_filter
-    "adaptive_target": ("adaptive_target", "number"),  # tokenswift.sampling.adaptive_p
-    "adaptive_decay": ("adaptive_decay", "number"),
-}
+# Preset key -> the JSON kind its value must have ("number", "integer", "boolean" or "strings").
+FIELDS = {row.name: row.kind for row in TEXT_FIELDS if row.knob.api}
 MAX_BYTES = 64 * 1024  # a full preset is about 500 bytes; anything near this is not one
 # The built-in presets, as changes to the writing defaults (every one is exact: TokenSwift == plain decoding).
 BUILT_IN = {
@@ -56,7 +36,7 @@ _KINDS = {"number": "a number", "integer": "a whole number", "boolean": "true or
 
 def preset_of(settings: Settings) -> dict:
     """The preset of `settings`: every preset key, as JSON would hold it."""
-    return {key: _plain(getattr(settings, field)) for key, (field, _) in FIELDS.items()}
+    return {key: _plain(getattr(settings, key)) for key in FIELDS}
 
 
 def built_in() -> dict[str, dict]:
@@ -68,10 +48,7 @@ def built_in() -> dict[str, dict]:
 
 def apply(settings: Settings, preset: dict) -> Settings:
     """`settings` with the preset's values (keys as parse_preset returns them) in place of its own."""
-    try:
-        return settings.replace(**{FIELDS[key][0]: value for key, value in preset.items()})
-    except SettingsError as error:
-        raise public_error(error) from None
+    return settings.replace(**preset)
 
 
 def to_settings(preset: dict) -> Settings:
@@ -114,7 +91,7 @@ def preset_json(preset: dict) -> str:
 def _check_type(key: str, value) -> None:
     if key not in FIELDS:
         raise SettingsError(key, _unknown(key))
-    kind = FIELDS[key][1]
+    kind = FIELDS[key]
     number = isinstance(value, (int, float)) and not isinstance(value, bool)
     ok = {"number": number and abs(value) <= 1e300,  # a huge integer cannot become a float
           "integer": number and isinstance(value, int) and abs(value) <= INT64_MAX,  # what the store holds
@@ -125,19 +102,11 @@ def _check_type(key: str, value) -> None:
 
 
 def _unknown(key: str) -> str:
-    renamed = next((k for k, (field, _) in FIELDS.items() if field == key and k != key), None)
-    if renamed:
-        return f"write it as {renamed}, the API's name"
+    if key in RENAMED:
+        return f"write it as {RENAMED[key]}"
     if key in {f.name for f in dataclasses.fields(Settings)}:
         return f"is not part of a preset (it holds only what shapes the text: {', '.join(FIELDS)})"
     return "unknown setting"
-
-
-def public_error(error: SettingsError) -> SettingsError:
-    """A Settings error under the name presets, the API and the command line give its field (penalty_length ->
-    penalty_window)."""
-    key = next((k for k, (field, _) in FIELDS.items() if field == error.field), error.field)
-    return SettingsError(key, error.reason)
 
 
 def _plain(value):

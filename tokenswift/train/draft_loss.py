@@ -6,7 +6,7 @@ each row attending to the true rows up to its chain's start and to its own chain
 The score is the cross-entropy against the model's own next-token distribution (its stored top-k), restricted
 to the draft vocabulary: what verification accepts is what the model writes, not what the book says.
 
-The app writes with a repetition penalty (θ over the last W tokens, decode.settings.WRITING_DEFAULTS), and so
+The app writes with a repetition penalty (θ over the last W tokens, tokenswift.settings.WRITING_DEFAULTS), and so
 the tokens verification accepts are the model's penalised choices: about one in four differs from its unpenalised
 top-1 on a novel, most often a word not yet in the window taken over one that is. The drafter penalises its own
 scores the same way (drafting.best_per_depth; DRY too, which changes far fewer choices and is left out here), so
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from tokenswift.draft.draft_layer import DraftLayer
+from tokenswift.model.draft_layer import DraftLayer
 from tokenswift.sampling.sampler import apply_penalty
 
 

@@ -11,7 +11,7 @@ import math
 
 import torch
 
-from tokenswift.draft.draft_layer import DraftLayer
+from tokenswift.model.draft_layer import DraftLayer
 from tokenswift.sampling.sampler import apply_penalty
 from tokenswift.train.draft_loss import Penalty, distill_loss, penalised_targets, soft_targets, unrolled_states
 

@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from tokenswift.draft.heads import DraftHeads, load_heads
+from tokenswift.model.heads import DraftHeads, load_heads
 from tokenswift.model.loading import LoadedModel, load_model
 from tokenswift.train.data import load_sequences
 from tokenswift.train.head_config import FLAG_HELP

@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from tokenswift.draft.heads import DraftHeads, new_heads
+from tokenswift.model.heads import DraftHeads, new_heads
 from tokenswift.model.kv_cache import KVCache
 from tokenswift.model.loading import LoadedModel, default_device, default_dtype
 from tokenswift.model.prefill import prefill

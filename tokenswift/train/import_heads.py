@@ -9,8 +9,8 @@ from pathlib import Path
 
 import torch
 
-from tokenswift.draft.heads import OFFICIAL_PREFIX, DraftHeads, HeadsError, heads_from_state_dict, save_heads
 from tokenswift.model.config import ModelConfig
+from tokenswift.model.heads import OFFICIAL_PREFIX, DraftHeads, HeadsError, heads_from_state_dict, save_heads
 from tokenswift.model.hf_files import read_config
 from tokenswift.model.loading import read_state_dict
 

@@ -7,7 +7,7 @@ from contextlib import nullcontext
 
 import torch
 
-from tokenswift.draft.heads import DraftHeads
+from tokenswift.model.heads import DraftHeads
 
 
 class Parallel:

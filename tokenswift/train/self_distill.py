@@ -17,7 +17,7 @@ def self_distill(lm: LoadedModel, dc: DistillConfig, prompts: list[list[int]], s
     prompt k mod len(prompts) and seed + k: sampling noise is keyed by seed and position, so one seed
     would repeat the same text."""
     from tokenswift.decode.generate import Generator
-    from tokenswift.decode.settings import Settings
+    from tokenswift.settings import Settings
 
     docs, made = [], 0
     with tqdm(total=dc.tokens, desc="self-distill", unit="tok", disable=not progress) as bar:
@@ -25,7 +25,7 @@ def self_distill(lm: LoadedModel, dc: DistillConfig, prompts: list[list[int]], s
             k = len(docs)
             settings = Settings(mode="ar", seed=seed + k, max_new_tokens=min(sample_tokens, dc.tokens - made),
                                 temperature=dc.temperature, top_p=dc.top_p, min_p=dc.min_p,
-                                penalty=dc.penalty, penalty_length=dc.penalty_length)
+                                penalty=dc.penalty, penalty_window=dc.penalty_length)
             prompt = prompts[k % len(prompts)]
             ids = Generator(lm, settings, prompt).run(lambda new: bar.update(len(new)))
             docs.append(prompt + ids)

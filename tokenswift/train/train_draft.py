@@ -23,8 +23,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from tokenswift.decode.settings import WRITING_DEFAULTS
-from tokenswift.draft.draft_layer import (
+from tokenswift.model.draft_layer import (
     CONFIG_NAME,
     DraftLayer,
     initial_layer,
@@ -33,6 +32,7 @@ from tokenswift.draft.draft_layer import (
     with_features,
 )
 from tokenswift.model.forward import fused_state
+from tokenswift.settings import WRITING_DEFAULTS
 from tokenswift.train.draft_data import TeacherStore
 from tokenswift.train.draft_loss import (
     Penalty,
@@ -65,10 +65,10 @@ class TrainDraftConfig:
     weight_decay: float = 0.0
     grad_clip: float = 1.0
     noise: float = 0.03  # Gaussian noise on the model's states, relative to each state's RMS
-    # The app's repetition penalty (decode.settings.WRITING_DEFAULTS): the draft also learns the model's penalised
+    # The app's repetition penalty (tokenswift.settings.WRITING_DEFAULTS): the draft also learns the model's penalised
     # choices (draft_loss.penalised_loss), with this share of the score; penalty 1 leaves it out.
     penalty: float = WRITING_DEFAULTS["penalty"]
-    penalty_window: int = WRITING_DEFAULTS["penalty_length"]
+    penalty_window: int = WRITING_DEFAULTS["penalty_window"]
     penalised_share: float = 2 / 3
     eval_every: int = 250_000  # training tokens between evaluations (points of the learning curve)
     save_every_s: float = 300.0

@@ -26,8 +26,8 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from tokenswift.draft.heads import DraftHeads, HeadsError, load_heads, save_heads
 from tokenswift.model import gguf_checkpoint
+from tokenswift.model.heads import DraftHeads, HeadsError, load_heads, save_heads
 from tokenswift.model.loading import LoadedModel, load_model
 from tokenswift.train.data import Packed, load_sequences, opening_tokens, pack, read_documents
 from tokenswift.train.head_config import TrainConfig, config_from_args

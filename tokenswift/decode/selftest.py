@@ -14,8 +14,6 @@ import dataclasses
 import torch
 
 from tokenswift.decode.options import EngineOptions, PathChoice
-from tokenswift.decode.settings import Settings
-from tokenswift.decode.trie import build_trie, verify_inputs
 from tokenswift.model.attention import effective_kind
 from tokenswift.model.fastpath import DTYPES, FastOptions, FastPasses, FastPathError, padded_capacity
 from tokenswift.model.kv_cache import KVCache
@@ -23,6 +21,8 @@ from tokenswift.model.loading import LoadedModel
 from tokenswift.model.masks import with_prefix
 from tokenswift.model.prefill import prefill
 from tokenswift.sampling.sampler import Sampler
+from tokenswift.sampling.trie import build_trie, verify_inputs
+from tokenswift.settings import Settings
 
 # Largest |fast - eager| logit difference allowed, relative to the largest eager logit, per fastpath.DTYPES: any
 # other dtype runs the eager passes. bf16 and fp16 are not token-exact on any path (metrics.same_text_caveat).
