@@ -17,7 +17,7 @@ from tokenswift.bench.counting import counting, per_step
 from tokenswift.bench.shapes import preset, random_heads, random_model
 from tokenswift.decode.engine import Engine
 from tokenswift.decode.options import EngineOptions
-from tokenswift.draft import drafting
+from tokenswift.draft import build, drafting
 from tokenswift.model import fastpath
 from tokenswift.model.fastpath import FastOptions
 from tokenswift.sampling.sampler import Sampler
@@ -134,7 +134,7 @@ def test_one_more_sync_or_replay_fails_the_count(lm, cuda_branch, monkeypatch, e
 def test_a_fused_iteration_that_drafts_on_the_host_again_fails_the_count(lm, cuda_branch, monkeypatch):
     """Without the pass's drafts the fused drafter ranks on the host: one read more per iteration, which the count
     sees."""
-    monkeypatch.setattr(Engine, "_draft_in_passes", lambda self: None)
+    monkeypatch.setattr(build, "DeviceDrafts", lambda drafter, draw: None)
     counts = per_step(engine(lm, "tokenswift", "fused").ts_step, 6)
     assert counts["syncs_per_iteration"] == 2
 

@@ -20,13 +20,9 @@ from tokenswift.decode.engine_window import EngineWindow
 from tokenswift.decode.metrics import RunMetrics
 from tokenswift.decode.ngram import NgramTable
 from tokenswift.decode.options import EngineOptions
-from tokenswift.draft import drafting
+from tokenswift.draft.build import build_drafter
 from tokenswift.draft.choice import drafter_for
-from tokenswift.draft.device_drafts import DeviceDrafts
-from tokenswift.draft.drafting import Drafter, HeadsDrafter
-from tokenswift.draft.fused_drafter import FusedDrafter
-from tokenswift.draft.layer_drafter import LayerDrafter
-from tokenswift.draft.model_drafter import ModelDrafter
+from tokenswift.draft.drafting import Drafter
 from tokenswift.model.fastpath import FastPasses, padded_capacity
 from tokenswift.model.forward import COLUMN_ROWS, column_product
 from tokenswift.model.kv_cache import KVCache
@@ -41,12 +37,6 @@ from tokenswift.settings import CAPACITY_SPARE, NGRAM_LEN, Settings, max_nodes
 from tokenswift.text.context_window import PinnedText, WindowPlan, leading_bos, window_plan
 
 SHARED_HEAD_ROWS = 16  # up to this many candidate rows share one LM-head product (16-bit weights, see _verify)
-
-
-def default_budget(settings: Settings, prompt_len: int) -> int:
-    if settings.budget is not None:
-        return settings.budget
-    return max(256, min(prompt_len, 4096), settings.sinks + 8)
 
 
 @dataclass
@@ -136,8 +126,7 @@ class Engine(EngineWindow, EngineProbe):
             self._append([token])
             emitted = [token]
         if self.ts:
-            self.drafter = self._make_drafter()
-            self._draft_in_passes()
+            self.drafter = build_drafter(self.lm, self.s, self.sampler, self.buf, self.prompt_len, self.fast)
             if self.adaptive:
                 self.policy = CandidatePolicy(ladder(self.drafter.widths, self.s.ngram_topk))
             self.drafter.start(self.cache, self.length, queries)
@@ -147,23 +136,6 @@ class Engine(EngineWindow, EngineProbe):
         self._sync()
         self.metrics.prefill_s = time.perf_counter() - t0
         return emitted
-
-    def _make_drafter(self) -> Drafter:
-        # The fused drafter reads the states the passes already computed (eager or captured): no pass of its own.
-        if self.s.drafter == "fused":
-            return FusedDrafter(self.lm, self.s, self.sampler)
-        if self.s.drafter == "layer":
-            return LayerDrafter(self.lm, self.s, self.sampler, self.cache.capacity)
-        if self.s.drafter == "model":  # reads the committed tokens from the buffer, slot by slot
-            return ModelDrafter(self.lm, self.s, self.sampler, self.buf, self.cache.capacity)
-        return HeadsDrafter(self.lm, self.s, self.sampler, default_budget(self.s, self.prompt_len), self.fast)
-
-    def _draft_in_passes(self) -> None:
-        """Where one host read per iteration beats drafting on the host (drafting.ONE_READ_DEVICES), the fast
-        path's sampling passes make the fused drafter's next proposals too (device_drafts.py)."""
-        if (self.fast is not None and isinstance(self.drafter, FusedDrafter) and self.drafter.widths
-                and self.lm.device.type in drafting.ONE_READ_DEVICES):
-            self.fast.drafts = DeviceDrafts(self.drafter, self.fast.draw)
 
     def _observe(self, hidden: torch.Tensor | None, following: list[int], first: int) -> None:
         """The states of the tokens just committed at slots first.. (_states' rows), and the token after each."""

@@ -1,0 +1,44 @@
+"""The drafter object a TokenSwift run drafts with, made from the name draft/choice.py resolved: each drafter's
+construction in one place, with what it needs from the engine (its sampler, the token buffer a draft model reads,
+the fast path's passes the paper drafter drafts in and the fused drafter's proposals come from)."""
+
+from __future__ import annotations
+
+import torch
+
+from tokenswift.draft import drafting
+from tokenswift.draft.device_drafts import DeviceDrafts
+from tokenswift.draft.drafting import Drafter, HeadsDrafter
+from tokenswift.draft.fused_drafter import FusedDrafter
+from tokenswift.draft.layer_drafter import LayerDrafter
+from tokenswift.draft.model_drafter import ModelDrafter
+from tokenswift.model.fastpath import FastPasses
+from tokenswift.model.loading import LoadedModel
+from tokenswift.sampling.sampler import Sampler
+from tokenswift.settings import Settings
+
+
+def build_drafter(lm: LoadedModel, settings: Settings, sampler: Sampler, buf: torch.Tensor, prompt_len: int,
+                  fast: FastPasses | None) -> Drafter:
+    """settings.drafter's drafter (already resolved: drafter_for). buf: the engine's token buffer (slot = position),
+    whose length is the cache's capacity."""
+    capacity = buf.shape[0]
+    if settings.drafter == "fused":  # reads the states the passes already computed: no pass of its own
+        drafter = FusedDrafter(lm, settings, sampler)
+        # Where one host read per iteration beats drafting on the host (drafting.ONE_READ_DEVICES), the fast path's
+        # sampling passes make its next proposals too (device_drafts.py).
+        if fast is not None and drafter.widths and lm.device.type in drafting.ONE_READ_DEVICES:
+            fast.drafts = DeviceDrafts(drafter, fast.draw)
+        return drafter
+    if settings.drafter == "layer":
+        return LayerDrafter(lm, settings, sampler, capacity)
+    if settings.drafter == "model":  # reads the committed tokens from the buffer, slot by slot
+        return ModelDrafter(lm, settings, sampler, buf, capacity)
+    return HeadsDrafter(lm, settings, sampler, default_budget(settings, prompt_len), fast)
+
+
+def default_budget(settings: Settings, prompt_len: int) -> int:
+    """The paper drafter's partial cache: the writer's budget, else the prompt's length within 256..4096."""
+    if settings.budget is not None:
+        return settings.budget
+    return max(256, min(prompt_len, 4096), settings.sinks + 8)
