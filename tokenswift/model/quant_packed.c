@@ -34,9 +34,11 @@ static const int64_t GGUF_BYTES[3] = {18, 20, 34};
 static int64_t group_block_bytes(int kind) { return 64 + (kind == KIND_Q8_0 ? 512 : 256); }
 #endif
 
-/* The bytes qk_pack writes for an n x k weight of `kind`, or 0 where this build has no packed products. */
+/* The bytes qk_pack writes for an n x k weight of `kind`, or 0 where this build or kind has no packed products. */
 int64_t qk_packed_bytes(int kind, int64_t n, int64_t k) {
 #ifdef QP_VNNI
+    if (kind > KIND_Q8_0)  /* kquant_kernels.c reads the file's own blocks */
+        return 0;
     return (n + LANES - 1) / LANES * (k / QK) * group_block_bytes(kind);
 #else
     (void)kind; (void)n; (void)k;
@@ -131,7 +133,7 @@ INLINE void group_rows(const uint8_t *blk, int64_t nb, int kind, const int8_t *q
 /* y[m, n] = the quantized activations' rows (quant_kernels.c's quantize_row) times the packed weight, groups of 16
    rows shared among threads. Returns 0, -1 when out of memory (-2 in a build without VNNI, which packs nothing). */
 int packed_matmul(int kind, const uint8_t *w, int64_t n, int64_t k, const int8_t *q, const float *d, const float *s,
-                  int64_t m, float *y, int threads) {
+                  int64_t m, float *y, int64_t ystride, int threads) {
     const int64_t nb = k / QK, groups = (n + LANES - 1) / LANES, group_bytes = nb * group_block_bytes(kind);
     int32_t *sums = NULL;  /* Q8: 128 times each activation block's sum, what q + 128 adds to its product */
     if (kind == KIND_Q8_0) {
@@ -150,17 +152,17 @@ int packed_matmul(int kind, const uint8_t *w, int64_t n, int64_t k, const int8_t
             const int8_t *qi = q + i * k;
             const float *di = d + i * nb, *si = s + i * nb;
             const int32_t *ci = sums ? sums + i * nb : NULL;
-            float *yi = y + i * n + g * LANES;
+            float *yi = y + i * ystride + g * LANES;
             const uint8_t *blk = w + g * group_bytes;
             switch (m - i < TILE_ROWS ? m - i : TILE_ROWS) {
-            case 1: group_rows(blk, nb, kind, qi, di, si, ci, k, 1, yi, n, lanes); break;
-            case 2: group_rows(blk, nb, kind, qi, di, si, ci, k, 2, yi, n, lanes); break;
-            case 3: group_rows(blk, nb, kind, qi, di, si, ci, k, 3, yi, n, lanes); break;
-            case 4: group_rows(blk, nb, kind, qi, di, si, ci, k, 4, yi, n, lanes); break;
-            case 5: group_rows(blk, nb, kind, qi, di, si, ci, k, 5, yi, n, lanes); break;
-            case 6: group_rows(blk, nb, kind, qi, di, si, ci, k, 6, yi, n, lanes); break;
-            case 7: group_rows(blk, nb, kind, qi, di, si, ci, k, 7, yi, n, lanes); break;
-            default: group_rows(blk, nb, kind, qi, di, si, ci, k, 8, yi, n, lanes); break;
+            case 1: group_rows(blk, nb, kind, qi, di, si, ci, k, 1, yi, ystride, lanes); break;
+            case 2: group_rows(blk, nb, kind, qi, di, si, ci, k, 2, yi, ystride, lanes); break;
+            case 3: group_rows(blk, nb, kind, qi, di, si, ci, k, 3, yi, ystride, lanes); break;
+            case 4: group_rows(blk, nb, kind, qi, di, si, ci, k, 4, yi, ystride, lanes); break;
+            case 5: group_rows(blk, nb, kind, qi, di, si, ci, k, 5, yi, ystride, lanes); break;
+            case 6: group_rows(blk, nb, kind, qi, di, si, ci, k, 6, yi, ystride, lanes); break;
+            case 7: group_rows(blk, nb, kind, qi, di, si, ci, k, 7, yi, ystride, lanes); break;
+            default: group_rows(blk, nb, kind, qi, di, si, ci, k, 8, yi, ystride, lanes); break;
             }
         }
     }
@@ -169,8 +171,8 @@ int packed_matmul(int kind, const uint8_t *w, int64_t n, int64_t k, const int8_t
 }
 #else
 int packed_matmul(int kind, const uint8_t *w, int64_t n, int64_t k, const int8_t *q, const float *d, const float *s,
-                  int64_t m, float *y, int threads) {
-    (void)kind; (void)w; (void)n; (void)k; (void)q; (void)d; (void)s; (void)m; (void)y; (void)threads;
+                  int64_t m, float *y, int64_t ystride, int threads) {
+    (void)kind; (void)w; (void)n; (void)k; (void)q; (void)d; (void)s; (void)m; (void)y; (void)ystride; (void)threads;
     return -2;
 }
 
