@@ -71,8 +71,9 @@ class NativeBlock:
         return tensor.data_ptr()
 
     def _product(self, module: nn.Module) -> Product:
-        if isinstance(module, BlockProduct):
-            return Product(self._keep(module.product_weight), None, module.out_features, module.in_features,
+        if isinstance(module, BlockProduct):  # its weight (blocks, packed blocks or a StackedQuant's parts table)
+            self.tensors.append(module.product_weight)
+            return Product(module.product_weight.data_ptr(), None, module.out_features, module.in_features,
                            module._kind)
         bias = self._keep(module.bias) if module.bias is not None else None
         return Product(self._keep(module.weight), bias, module.out_features, module.in_features, DENSE_KIND)
