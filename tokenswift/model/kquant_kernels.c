@@ -73,14 +73,18 @@ static int quantize(int kind, const float *x, int64_t m, int64_t k, struct acts 
     return 0;
 }
 
-/* Q4_K and Q5_K's 6-bit scales and minimums of their eight sub-blocks of 32, packed in 12 bytes. */
-static void scales_mins(const uint8_t *p, uint8_t *sc, uint8_t *mn) {
-    for (int j = 0; j < 4; ++j) {
-        sc[j] = p[j] & 63;
-        mn[j] = p[j + 4] & 63;
-        sc[j + 4] = (p[j + 8] & 0x0F) | ((p[j] >> 6) << 4);
-        mn[j + 4] = (p[j + 8] >> 4) | ((p[j + 4] >> 6) << 4);
-    }
+/* Q4_K and Q5_K's 6-bit scales and minimums of their eight sub-blocks of 32, packed in 12 bytes (p): sc[0..8]
+   then mn[0..8] to out. The first four of each are the low 6 bits of bytes 0..3 (scales) and 4..7 (minimums); the
+   last four's low nibbles are bytes 8..11 (scale low, minimum high) and their top 2 bits the top of bytes 0..7.
+   Worked on 32-bit words, four bytes at once. */
+static void scales_mins(const uint8_t *p, uint8_t *out) {
+    uint32_t w[3], r[4];
+    memcpy(w, p, 12);
+    r[0] = w[0] & 0x3F3F3F3F;
+    r[1] = (w[2] & 0x0F0F0F0F) | ((w[0] >> 2) & 0x30303030);
+    r[2] = w[1] & 0x3F3F3F3F;
+    r[3] = ((w[2] >> 4) & 0x0F0F0F0F) | ((w[1] >> 2) & 0x30303030);
+    memcpy(out, r, 16);
 }
 
 /* Weight l (0..255) of a super-block as an unsigned integer, and its sub-block's scale index: Q4_K/Q5_K (w = d sc q
@@ -117,8 +121,9 @@ static float dot_k_portable(int kind, const uint8_t *row, const struct acts *a, 
             acc = fmaf(read_half(blk + 208) * a->d[i * a->nb + b], (float)isum, acc);
             continue;
         }
-        uint8_t sc[8], mn[8];
-        scales_mins(blk + 4, sc, mn);
+        uint8_t scm[16];
+        scales_mins(blk + 4, scm);
+        const uint8_t *sc = scm, *mn = scm + 8;
         for (int s = 0; s < 8; ++s) {
             int32_t dot = 0;
             for (int l = 32 * s; l < 32 * s + 32; ++l) dot += k_weight(kind, blk, l) * x[l];
@@ -157,14 +162,22 @@ static float dot_q5_portable(int kind, const uint8_t *row, const struct acts *a,
 #define INLINE static inline __attribute__((always_inline))
 #define TILE 4 /* activation rows per pass over a weight row (the weights unpacked once for them) */
 
-/* 16-bit lane indexes that spread a super-block's scales over a chunk of 64 weights: for Q4_K/Q5_K chunk j, lanes
-   0..15 (weights 64j..64j+31) take scale 2j and lanes 16..31 scale 2j + 1; for Q6_K chunk j, each 8 lanes (16
-   weights) take scale 4j + lane / 8. */
-INLINE __m512i spread(int per, int j) {
-    int16_t idx[32];
-    for (int l = 0; l < 32; ++l) idx[l] = (int16_t)(per * j + l * per / 32);
-    return _mm512_loadu_si512(idx);
-}
+/* 16-bit lane indexes that spread a super-block's scales over a chunk of 64 weights (lane l: weights 2l, 2l + 1 of
+   the chunk): Q4_K/Q5_K chunk j takes scale 2j on lanes 0..15 and 2j + 1 on lanes 16..31; Q6_K chunk j scale
+   4j + l / 8. */
+static const int16_t SPREAD_32[4][32] = {
+    {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1},
+    {2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3},
+    {4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5},
+    {6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7}};
+static const int16_t SPREAD_16[4][32] = {
+    {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3},
+    {4, 4, 4, 4, 4, 4, 4, 4, 5, 5, 5, 5, 5, 5, 5, 5, 6, 6, 6, 6, 6, 6, 6, 6, 7, 7, 7, 7, 7, 7, 7, 7},
+    {8, 8, 8, 8, 8, 8, 8, 8, 9, 9, 9, 9, 9, 9, 9, 9, 10, 10, 10, 10, 10, 10, 10, 10, 11, 11, 11, 11, 11, 11, 11, 11},
+    {12, 12, 12, 12, 12, 12, 12, 12, 13, 13, 13, 13, 13, 13, 13, 13, 14, 14, 14, 14, 14, 14, 14, 14, 15, 15, 15, 15,
+     15, 15, 15, 15}};
+
+INLINE __m512i spread(const int16_t *table) { return _mm512_loadu_si512(table); }
 
 /* The 64 weights of chunk j as bytes, in order: nibbles of 32 bytes, low ones then high ones. */
 INLINE __m512i nibbles(const uint8_t *p) {
@@ -184,17 +197,18 @@ INLINE void q45k_rows(int kind, const uint8_t *row, const struct acts *a, int64_
         acc[r] = _mm512_setzero_ps();
         accm[r] = _mm256_setzero_ps();
     }
-    const __m256i pair_idx = _mm256_setr_epi16(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+    const __m256i pair_idx = _mm256_setr_epi16(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15);
     for (int64_t b = 0; b < a->nb; ++b) {
         const uint8_t *blk = row + b * BYTES[kind];
-        uint8_t sc[8], mn[8];
-        scales_mins(blk + 4, sc, mn);
-        const __m512i scales = _mm512_cvtepu8_epi16(_mm256_castsi128_si256(_mm_loadl_epi64((const __m128i *)sc)));
-        const __m256i mins = _mm256_permutexvar_epi16(pair_idx, _mm256_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)mn)));
+        uint8_t scm[16];
+        scales_mins(blk + 4, scm);
+        const __m256i both = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)scm));  /* scales, minimums */
+        const __m512i scales = _mm512_castsi256_si512(both);
+        const __m256i mins = _mm256_permutexvar_epi16(pair_idx, both);
         __m512i w[4], s[4];
         for (int j = 0; j < 4; ++j) {
             w[j] = nibbles(blk + (kind == KIND_Q5_K ? 48 : 16) + 32 * j);
-            s[j] = _mm512_permutexvar_epi16(spread(2, j), scales);
+            s[j] = _mm512_permutexvar_epi16(spread(SPREAD_32[j]), scales);
         }
         if (kind == KIND_Q5_K) {  /* the fifth bits: bit 2j of qh[l] for weight 64j + l, bit 2j + 1 for 64j + 32 + l */
             const __m256i qh = _mm256_loadu_si256((const __m256i *)(blk + 16));
@@ -239,7 +253,7 @@ INLINE void q6k_rows(const uint8_t *row, const struct acts *a, int64_t i, const 
             w[2 * h + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), low),
                                            _mm512_slli_epi16(_mm512_and_si512(q23, three), 4));
         }
-        for (int j = 0; j < 4; ++j) s[j] = _mm512_permutexvar_epi16(spread(4, j), _mm512_castsi256_si512(sc));
+        for (int j = 0; j < 4; ++j) s[j] = _mm512_permutexvar_epi16(spread(SPREAD_16[j]), _mm512_castsi256_si512(sc));
         const float wd = read_half(blk + 208);
         for (int r = 0; r < R; ++r) {
             const int8_t *x = a->q + (i + r) * a->k + b * QK_K;
@@ -340,11 +354,11 @@ void kq_rows(int kind, const uint8_t *w, int64_t k, int64_t count, float *out) {
             const float d = read_half(blk + 208);
             for (int l = 0; l < QK_K; ++l) o[l] = d * (float)((const int8_t *)(blk + 192))[l / 16] * (float)(k_weight(kind, blk, l) - 32);
         } else if (is_k(kind)) {
-            uint8_t sc[8], mn[8];
-            scales_mins(blk + 4, sc, mn);
+            uint8_t scm[16];
+            scales_mins(blk + 4, scm);
             const float d = read_half(blk), dmin = read_half(blk + 2);
             for (int l = 0; l < QK_K; ++l) {
-                const float scale = d * (float)sc[l / 32], shift = dmin * (float)mn[l / 32];
+                const float scale = d * (float)scm[l / 32], shift = dmin * (float)scm[8 + l / 32];
                 o[l] = scale * (float)k_weight(kind, blk, l) - shift;
             }
         } else {
