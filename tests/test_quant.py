@@ -54,7 +54,7 @@ def test_the_portable_path_computes_what_the_avx2_path_does(kind, tmp_path, monk
     assert not torch.equal(y, torch.zeros_like(y))
 
 
-@pytest.mark.parametrize(("kind", "out"), [("Q4_0", 96), ("Q4_1", 40), ("Q8_0", 37)])
+@pytest.mark.parametrize(("kind", "out"), [("Q4_0", 96), ("Q4_1", 40), ("Q8_0", 37), ("Q5_0", 40), ("Q5_1", 37)])
 def test_packed_products_compute_what_the_blocks_ones_do(kind, out, tmp_path, monkeypatch):
     """Where the CPU has AVX-512 VNNI the products read weights repacked for it, sixteen rows a group (the last one
     part empty here); a build without VNNI multiplies the file's blocks: the same to float rounding, and in both a

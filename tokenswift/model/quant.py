@@ -80,7 +80,8 @@ class QuantLinear(BlockProduct):
                              else blocks.to(torch.uint8).contiguous())
         self._lib = lib = kernels()
         # The products' copy of the weight and its kind number for the kernel: repacked where this machine's
-        # kernels take packed weights (quant_packed.c, AVX-512 VNNI; legacy kinds), else the blocks themselves.
+        # kernels take packed weights (quant_packed.c, AVX-512 VNNI: the blocks of 32, Q5_0/Q5_1 included, about
+        # their size again; K kinds are read where they lie), else the blocks themselves.
         self.product_weight, self._kind = self.blocks, KINDS[kind]
         if size := lib.qk_packed_bytes(KINDS[kind], out_features, in_features):
             self.product_weight = torch.empty(size, dtype=torch.uint8)

@@ -259,8 +259,8 @@ struct part {
 static int legacy_matmul(int kind, const uint8_t *w, int64_t n, int64_t k, const float *x, int64_t m, float *y,
                          int64_t ystride, int threads) {
     const int packed = kind >= PACKED;
-    if (packed) kind -= PACKED;
-    const int64_t nb = k / QK, row_bytes = nb * BLOCK_BYTES[kind];
+    if (packed) kind -= PACKED;  /* Q4_0, Q4_1, Q8_0, Q5_0 or Q5_1; else one of the first three */
+    const int64_t nb = k / QK;
     int8_t *q = malloc((size_t)(m * k));
     float *d = malloc((size_t)(m * nb) * sizeof(float)), *s = malloc((size_t)(m * nb) * sizeof(float));
     if (!q || !d || !s) {
@@ -273,6 +273,7 @@ static int legacy_matmul(int kind, const uint8_t *w, int64_t n, int64_t k, const
         free(q); free(d); free(s);
         return status;
     }
+    const int64_t row_bytes = nb * BLOCK_BYTES[kind];
 #pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
     for (int64_t j = 0; j < n; ++j) {
         const uint8_t *row = w + j * row_bytes;
