@@ -20,6 +20,9 @@
 
 #define QK 32
 #define QK_K 256
+#define PACKED 8 /* quant_kernels.c: a packed weight's kind is PACKED + its GGUF kind's */
+int kq_packed_products(const uint8_t *w, int64_t n, int64_t k, const int8_t *q, const float *d,
+                       const int16_t *bsums, int64_t m, float *y, int64_t ystride, int threads);
 enum { KIND_Q5_0 = 3, KIND_Q5_1 = 4, KIND_Q4_K = 5, KIND_Q5_K = 6, KIND_Q6_K = 7 };
 static const int64_t BYTES[8] = {0, 0, 0, 22, 24, 144, 176, 210};
 static int is_k(int kind) { return kind >= KIND_Q4_K; }
@@ -71,20 +74,6 @@ static int quantize(int kind, const float *x, int64_t m, int64_t k, struct acts 
             qk_quantize_row(x + i * k, k, a->q + i * k, a->d + i * a->nb, a->s + i * a->nb);
     }
     return 0;
-}
-
-/* Q4_K and Q5_K's 6-bit scales and minimums of their eight sub-blocks of 32, packed in 12 bytes (p): sc[0..8]
-   then mn[0..8] to out. The first four of each are the low 6 bits of bytes 0..3 (scales) and 4..7 (minimums); the
-   last four's low nibbles are bytes 8..11 (scale low, minimum high) and their top 2 bits the top of bytes 0..7.
-   Worked on 32-bit words, four bytes at once. */
-static void scales_mins(const uint8_t *p, uint8_t *out) {
-    uint32_t w[3], r[4];
-    memcpy(w, p, 12);
-    r[0] = w[0] & 0x3F3F3F3F;
-    r[1] = (w[2] & 0x0F0F0F0F) | ((w[0] >> 2) & 0x30303030);
-    r[2] = w[1] & 0x3F3F3F3F;
-    r[3] = ((w[2] >> 4) & 0x0F0F0F0F) | ((w[1] >> 2) & 0x30303030);
-    memcpy(out, r, 16);
 }
 
 /* Weight l (0..255) of a super-block as an unsigned integer, and its sub-block's scale index: Q4_K/Q5_K (w = d sc q
@@ -331,13 +320,17 @@ static void products(int kind, const uint8_t *w, int64_t n, const struct acts *a
     }
 }
 
-/* y[m, columns [0, n) of rows of ystride] = x[m, k] @ W[n, k].T for W in `kind` blocks. Returns 0, or -1 when out
-   of memory. */
+/* y[m, columns [0, n) of rows of ystride] = x[m, k] @ W[n, k].T for W in `kind` blocks, or packed (PACKED + kind).
+   Returns 0, or -1 when out of memory. */
 int kq_matmul(int kind, const uint8_t *w, int64_t n, int64_t k, const float *x, int64_t m, float *y, int64_t ystride,
               int threads) {
+    const int packed = kind >= PACKED;  /* kquant_packed.c's layout */
+    if (packed) kind -= PACKED;
     struct acts a = {0};
-    const int status = quantize(kind, x, m, k, &a);
-    if (status == 0)
+    int status = quantize(kind, x, m, k, &a);
+    if (status == 0 && packed)
+        status = kq_packed_products(w, n, k, a.q, a.d, a.bsums, m, y, ystride, threads);
+    else if (status == 0)
         products(kind, w, n, &a, m, y, ystride, threads);
     free(a.q); free(a.d); free(a.s); free(a.bsums);
     return status;

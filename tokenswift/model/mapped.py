@@ -1,8 +1,10 @@
 """K-quant GGUF files on the q4 path, read where they lie (`--dtype q4`).
 
 A file whose layers hold Q4_K, Q5_K, Q6_K, Q5_0 or Q5_1 blocks (what writers download: Q4_K_M, Q5_K_M, Q6_K) is
-mapped into memory once, and every product reads its blocks from that map (quant.py, kquant_kernels.c): no float
-copy, no dequantized cache directory, so the resident memory is about the file plus the KV cache. A layer's
+mapped into memory once, and every product reads its blocks from that map (quant.py, kquant_kernels.c), or, where
+this CPU has AVX-512 VNNI, from a copy repacked sixteen rows a group (Q4_K, and the blocks of 32), whose file
+pages are then handed back: no float copy, no dequantized cache directory, so the resident memory is about the
+file plus the KV cache. A layer's
 q/k/v and gate/up stay separate weights behind one product (quant.StackedQuant): a mix stores attn_v or ffn_down
 in another kind than its neighbours. The token embedding stays in blocks too and is dequantized row by row on
 lookup (quant.QuantEmbedding); the norms, a few KiB, are copied out in float32. Only Llama's Q and K rows are
@@ -14,6 +16,8 @@ conversion of the same file, which the default model's shipped drafters read).
 
 from __future__ import annotations
 
+import ctypes
+import mmap
 from pathlib import Path
 
 import numpy as np
@@ -27,7 +31,9 @@ from tokenswift.model.forward import Transformer
 from tokenswift.model.gguf_checkpoint import hf_name
 from tokenswift.model.gguf_header import GGUFHeader, read_header
 from tokenswift.model.int4 import PROJECTIONS, llama_rows
-from tokenswift.model.quant import KINDS, LEGACY, QuantEmbedding, QuantLinear, StackedQuant
+from tokenswift.model.quant import KINDS, LEGACY, BlockProduct, QuantEmbedding, QuantLinear, StackedQuant
+
+LIBC = ctypes.CDLL(None, use_errno=True)
 
 
 def reads_in_place(gguf_path: Path) -> bool:
@@ -69,6 +75,9 @@ def mapped_model(gguf_path: Path, cfg: ModelConfig) -> Transformer:
                                      f"{product.in_features}, the model's config says {tuple(expected)}")
             setattr(getattr(layer, owner), name, product)
     _embedding_and_head(model, header, file)
+    for module in model.modules():
+        if isinstance(module, BlockProduct):
+            _read_packed(module)
     model.load_state_dict(_float_tensors(header, model), assign=True, strict=False)
     left = [name for name, t in (*model.named_parameters(), *model.named_buffers()) if t.is_meta]
     if left:
@@ -84,6 +93,18 @@ def _blocks(header: GGUFHeader, file: torch.Tensor, name: str) -> QuantLinear:
     in_features, out_features = tensor.shape
     blocks = file[tensor.offset:tensor.offset + tensor.n_bytes].view(out_features, -1)
     return QuantLinear(tensor.kind, blocks, out_features, in_features)
+
+
+def _read_packed(product: BlockProduct) -> None:
+    """Prefill runs the kernels too (their packed products, tiles of rows, are as fast as dequantizing for a float
+    GEMM here), so a packed weight's file pages are never read again: they are handed back (madvise DONTNEED; a
+    read maps them again from the file), and the resident memory stays about the packed copy's."""
+    product.dense_rows = None
+    if isinstance(product, QuantLinear) and product.product_weight is not product.blocks:
+        start = -(-product.blocks.data_ptr() // mmap.PAGESIZE) * mmap.PAGESIZE
+        end = (product.blocks.data_ptr() + product.blocks.numel()) // mmap.PAGESIZE * mmap.PAGESIZE
+        if end > start:
+            LIBC.madvise(ctypes.c_void_p(start), ctypes.c_size_t(end - start), mmap.MADV_DONTNEED)
 
 
 def _reordered(part: QuantLinear, heads: int) -> QuantLinear:

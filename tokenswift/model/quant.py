@@ -44,13 +44,14 @@ class BlockProduct(nn.Module):
     _lib: object
     out_features: int
     in_features: int
+    dense_rows: int | None = DENSE_ROWS  # None: every call runs the kernels (mapped.py's products)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # A decoding step calls this four times per layer: skip the no-op conversions (each is a dispatched op).
         flat = x if x.dim() == 2 else x.reshape(-1, self.in_features)
         if flat.dtype != torch.float32 or not flat.is_contiguous():
             flat = flat.float().contiguous()
-        if flat.shape[0] >= DENSE_ROWS:
+        if self.dense_rows is not None and flat.shape[0] >= self.dense_rows:
             return F.linear(flat, self.dequantized()).view(*x.shape[:-1], self.out_features).to(x.dtype)
         out = torch.empty(flat.shape[0], self.out_features)
         if self._lib.qk_matmul(self._kind, self.product_weight.data_ptr(), self.out_features, self.in_features,
@@ -80,8 +81,8 @@ class QuantLinear(BlockProduct):
                              else blocks.to(torch.uint8).contiguous())
         self._lib = lib = kernels()
         # The products' copy of the weight and its kind number for the kernel: repacked where this machine's
-        # kernels take packed weights (quant_packed.c, AVX-512 VNNI: the blocks of 32, Q5_0/Q5_1 included, about
-        # their size again; K kinds are read where they lie), else the blocks themselves.
+        # kernels take packed weights (AVX-512 VNNI: quant_packed.c, the blocks of 32; kquant_packed.c, Q4_K), else
+        # the blocks themselves.
         self.product_weight, self._kind = self.blocks, KINDS[kind]
         if size := lib.qk_packed_bytes(KINDS[kind], out_features, in_features):
             self.product_weight = torch.empty(size, dtype=torch.uint8)

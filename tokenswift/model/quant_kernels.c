@@ -16,7 +16,7 @@
 #endif
 
 #define QK 32
-enum { KIND_Q4_0 = 0, KIND_Q4_1 = 1, KIND_Q8_0 = 2 };
+enum { KIND_Q4_0 = 0, KIND_Q4_1 = 1, KIND_Q8_0 = 2, KIND_Q5_1 = 4 };
 static const int64_t BLOCK_BYTES[3] = {18, 20, 34};
 
 /* One row of x -> int8 blocks q, scales d and d * sum(q) per block. */
@@ -245,6 +245,10 @@ int packed_matmul(int kind, const uint8_t *w, int64_t n, int64_t k, const int8_t
 #define K_LAST 7
 int kq_matmul(int kind, const uint8_t *w, int64_t n, int64_t k, const float *x, int64_t m, float *y, int64_t ystride,
               int threads);
+int64_t legacy_packed_bytes(int kind, int64_t n, int64_t k);
+void legacy_pack(int kind, const uint8_t *w, int64_t n, int64_t k, uint8_t *out);
+int64_t kq_packed_bytes(int kind, int64_t n, int64_t k);  /* kquant_packed.c: Q4_K */
+void kq_pack(int kind, const uint8_t *w, int64_t n, int64_t k, uint8_t *out);
 void kq_rows(int kind, const uint8_t *w, int64_t k, int64_t count, float *out);
 int64_t kq_row_bytes(int kind, int64_t k);
 /* A product whose rows are several weights' in turn (q/k/v, gate/up: a file may store them in different kinds),
@@ -302,9 +306,22 @@ static int matmul_into(int kind, const uint8_t *w, int64_t n, int64_t k, const f
                 return -1;
         return 0;
     }
-    if (kind >= K_FIRST && kind <= K_LAST)
+    if ((kind >= K_FIRST && kind <= K_LAST) || kind - PACKED > KIND_Q5_1)
         return kq_matmul(kind, w, n, k, x, m, y, ystride, threads);
     return legacy_matmul(kind, w, n, k, x, m, y, ystride, threads);
+}
+
+/* The bytes qk_pack writes for an n x k weight of `kind`, or 0 where this build or kind has no packed products. */
+int64_t qk_packed_bytes(int kind, int64_t n, int64_t k) {
+    return kind <= KIND_Q5_1 ? legacy_packed_bytes(kind, n, k) : kq_packed_bytes(kind, n, k);
+}
+
+/* Writes the packed form of W (`kind` blocks, [n, k / block]) to out; its products take kind PACKED + kind. */
+void qk_pack(int kind, const uint8_t *w, int64_t n, int64_t k, uint8_t *out) {
+    if (kind <= KIND_Q5_1)
+        legacy_pack(kind, w, n, k, out);
+    else
+        kq_pack(kind, w, n, k, out);
 }
 
 /* y[m, n] = x[m, k] @ W[n, k].T for W in `kind` blocks ([n, k / block, block bytes]), packed by qk_pack (kind

@@ -36,8 +36,8 @@ static int64_t group_block_bytes(int kind) { return 64 + (kind == KIND_Q8_0 ? 51
 static int64_t nibbles_at(int kind) { return kind == KIND_Q4_0 ? 2 : kind == KIND_Q4_1 ? 4 : kind == KIND_Q5_0 ? 6 : 8; }
 #endif
 
-/* The bytes qk_pack writes for an n x k weight of `kind`, or 0 where this build or kind has no packed products. */
-int64_t qk_packed_bytes(int kind, int64_t n, int64_t k) {
+/* The bytes legacy_pack writes for an n x k weight of `kind`, or 0 where this build or kind has no packed products. */
+int64_t legacy_packed_bytes(int kind, int64_t n, int64_t k) {
 #ifdef QP_VNNI
     if (kind > KIND_Q5_1)  /* kquant_kernels.c reads the K kinds' blocks where they lie */
         return 0;
@@ -64,10 +64,10 @@ static uint16_t offset_of(int kind, const uint8_t *src) {
     }
 }
 
-/* Writes the packed form of W ([n, k / 32, GGUF block bytes]) to out (qk_packed_bytes of them). */
-void qk_pack(int kind, const uint8_t *w, int64_t n, int64_t k, uint8_t *out) {
+/* Writes the packed form of W ([n, k / 32, GGUF block bytes]) to out (legacy_packed_bytes of them). */
+void legacy_pack(int kind, const uint8_t *w, int64_t n, int64_t k, uint8_t *out) {
     const int64_t nb = k / QK, bytes = GGUF_BYTES[kind], step = group_block_bytes(kind);
-    memset(out, 0, (size_t)qk_packed_bytes(kind, n, k));
+    memset(out, 0, (size_t)legacy_packed_bytes(kind, n, k));
     for (int64_t g = 0; g * LANES < n; ++g)
         for (int64_t b = 0; b < nb; ++b) {
             uint8_t *blk = out + (g * nb + b) * step;
@@ -201,7 +201,7 @@ int packed_matmul(int kind, const uint8_t *w, int64_t n, int64_t k, const int8_t
     return -2;
 }
 
-void qk_pack(int kind, const uint8_t *w, int64_t n, int64_t k, uint8_t *out) {
+void legacy_pack(int kind, const uint8_t *w, int64_t n, int64_t k, uint8_t *out) {
     (void)kind; (void)w; (void)n; (void)k; (void)out;
 }
 #endif
