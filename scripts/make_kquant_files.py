@@ -61,6 +61,7 @@ def requantize(source: Path, out: Path, mix: str) -> None:
         kind = field.types[0]
         writer.add_key_value(field.name, field.contents(), kind,
                              sub_type=field.types[-1] if kind == gguf.GGUFValueType.ARRAY else None)
+    writer.add_file_type(gguf.LlamaFileType[f"MOSTLY_{mix}"])
     layers = reader.fields[f"{arch}.block_count"].contents()
     has_output = any(t.name == "output.weight" for t in reader.tensors)
     for tensor in reader.tensors:
@@ -89,7 +90,7 @@ def random_blocks(kind: str, rows: int, cols: int, rng: np.random.Generator) -> 
     scales = {"Q4_K": ((0, 2e-4), (2, 2e-4)), "Q6_K": ((208, 2e-5),), "Q5_0": ((0, 2e-3),),
               "Q5_1": ((0, 2e-3), (2, -0.03)), "Q8_0": ((0, 2e-4),)}[kind]
     for at, value in scales:
-        blocks[:, :, at:at + 2] = np.array(value, dtype=np.float16).view(np.uint8)
+        blocks[:, :, at:at + 2] = np.array([value], dtype=np.float16).view(np.uint8)
     return blocks.reshape(rows, -1)
 
 
@@ -98,6 +99,7 @@ def random_shape(out: Path, shape: str, seed: int = 0) -> None:
     vocab, dim, layers, heads, kv_heads, inner, tied, theta = SHAPES[shape]
     writer = gguf.GGUFWriter(out, "llama")
     writer.add_name(f"random {shape}")
+    writer.add_file_type(gguf.LlamaFileType.MOSTLY_Q4_K_M)
     for add, value in ((writer.add_context_length, 131072), (writer.add_embedding_length, dim),
                        (writer.add_block_count, layers), (writer.add_feed_forward_length, inner),
                        (writer.add_head_count, heads), (writer.add_head_count_kv, kv_heads),

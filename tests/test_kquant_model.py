@@ -85,3 +85,21 @@ def test_tokenswift_writes_what_plain_decoding_writes(kquant, home):
         assert swift.metrics().steps < 48 and swift.metrics().verify_batch > 1  # drafts were verified in batches
         accepted += swift.metrics().accepted
     assert accepted > 0
+
+
+def test_the_model_tab_says_what_a_file_is_and_refuses_what_cannot_fit(kquant):
+    from dataclasses import replace
+
+    from tokenswift.model.gguf_checkpoint import inspect_gguf
+    from tokenswift.model.gguf_summary import summarize
+    from ui.model import _gguf_note, check_spec
+
+    summary = summarize(kquant)
+    assert summary.quantization == "Q6_K" and summary.context_length == 512  # no file type: the commonest blocks
+    kv = 2 * 2 * 2 * 64 * 4  # K and V, 2 layers, 2 KV heads of 64, float32
+    assert summary.kv_bytes_per_token == kv and summary.memory_bytes("q4", 100) == summary.file_bytes + 100 * kv
+    _, note = check_spec(str(kquant), "", "cpu", "q4")
+    assert note.startswith("GGUF file: llama, Q6_K, ") and "512-token context" in note and "as it is" in note
+    huge = replace(summary, parameters=10**14)  # 400 TB in float32: no computer here holds it
+    with pytest.raises(ValueError, match="needs about .* GB in float32 at 512 tokens, more than this computer's"):
+        _gguf_note(inspect_gguf(kquant), huge, "float32")
