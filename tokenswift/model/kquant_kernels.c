@@ -216,7 +216,8 @@ INLINE void q45k_rows(int kind, const uint8_t *row, const struct acts *a, int64_
             const float dx = a->d[(i + r) * a->nb + b];
             acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(wd * dx), _mm512_cvtepi32_ps(isum), acc[r]);
             const __m256i bs = _mm256_loadu_si256((const __m256i *)(a->bsums + (i + r) * a->k / 16 + b * 16));
-            accm[r] = _mm256_fmadd_ps(_mm256_set1_ps(wmin * dx), _mm256_cvtepi32_ps(_mm256_madd_epi16(bs, mins)), accm[r]);
+            const __m256 imin = _mm256_cvtepi32_ps(_mm256_madd_epi16(bs, mins));
+            accm[r] = _mm256_fmadd_ps(_mm256_set1_ps(wmin * dx), imin, accm[r]);
         }
     }
     for (int r = 0; r < R; ++r) y[r * stride] = _mm512_reduce_add_ps(acc[r]) - hsum(accm[r]);
@@ -345,7 +346,8 @@ void kq_rows(int kind, const uint8_t *w, int64_t k, int64_t count, float *out) {
         float *o = out + b * per;
         if (kind == KIND_Q6_K) {
             const float d = read_half(blk + 208);
-            for (int l = 0; l < QK_K; ++l) o[l] = d * (float)((const int8_t *)(blk + 192))[l / 16] * (float)(k_weight(kind, blk, l) - 32);
+            const int8_t *sc = (const int8_t *)(blk + 192);
+            for (int l = 0; l < QK_K; ++l) o[l] = d * (float)sc[l / 16] * (float)(k_weight(kind, blk, l) - 32);
         } else if (is_k(kind)) {
             uint8_t scm[16];
             scales_mins(blk + 4, scm);

@@ -54,7 +54,8 @@ void kq_pack(int kind, const uint8_t *w, int64_t n, int64_t k, uint8_t *out) {
                     memcpy(blk + 192 + 64 * p + 4 * r, pair, 4);
                 }
                 for (int j = 0; j < 4; ++j)
-                    for (int t = 0; t < 8; ++t) memcpy(blk + 448 + 512 * j + 64 * t + 4 * r, src + 16 + 32 * j + 4 * t, 4);
+                    for (int t = 0; t < 8; ++t)
+                        memcpy(blk + 448 + 512 * j + 64 * t + 4 * r, src + 16 + 32 * j + 4 * t, 4);
             }
         }
 }

@@ -10,9 +10,9 @@
 
    A group's block: the sixteen rows' scales d and offsets m as float16 (w = d q + m; Q4_0's m is -8 d and Q5_0's
    -16 d, exact in float16; Q8_0 has none), then the weights: for Q4 and Q5 the file's own nibble bytes (byte j
-   holds weights j and j + 16), four runs of 64 bytes, and Q5's fifth bits as masks; for Q8 eight runs of q + 128, unsigned as vpdpbusd wants them, the 128 taken
-   back from each block's integer sum (exact, where an offset -128 d would cancel in floats). Rows past n (the
-   last group) are zero. */
+   holds weights j and j + 16), four runs of 64 bytes, and Q5's fifth bits as masks; for Q8 eight runs of q + 128,
+   unsigned as vpdpbusd wants them, the 128 taken back from each block's integer sum (exact, where an offset -128 d
+   would cancel in floats). Rows past n (the last group) are zero. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,8 +32,14 @@ static const int64_t GGUF_BYTES[5] = {18, 20, 34, 22, 24};
 
 /* Bytes of one group's block: 64 of scales and offsets, then 16 x 32 weights as nibbles (Q4, Q5) or bytes (Q8), and
    for Q5 the fifth bits: eight 64-bit masks, one per run of nibbles (bit 4r + c: byte c of row r's run). */
-static int64_t group_block_bytes(int kind) { return 64 + (kind == KIND_Q8_0 ? 512 : 256) + (kind >= KIND_Q5_0 ? 64 : 0); }
-static int64_t nibbles_at(int kind) { return kind == KIND_Q4_0 ? 2 : kind == KIND_Q4_1 ? 4 : kind == KIND_Q5_0 ? 6 : 8; }
+static int64_t group_block_bytes(int kind) {
+    return 64 + (kind == KIND_Q8_0 ? 512 : 256) + (kind >= KIND_Q5_0 ? 64 : 0);
+}
+
+/* Where a block's nibble bytes start: after d (and m for Q4_1/Q5_1), and Q5's 4 bytes of fifth bits. */
+static int64_t nibbles_at(int kind) {
+    return kind == KIND_Q4_0 ? 2 : kind == KIND_Q4_1 ? 4 : kind == KIND_Q5_0 ? 6 : 8;
+}
 #endif
 
 /* The bytes legacy_pack writes for an n x k weight of `kind`, or 0 where this build or kind has no packed products. */
