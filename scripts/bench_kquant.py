@@ -4,9 +4,9 @@ contexts and each run's peak resident memory, one process per file and peer (so 
     .venv/bin/python scripts/bench_kquant.py --files runs/kquant/SmolLM2-135M-Instruct.Q4_K_M.gguf,<default Q4_1> \\
         --threads 1 --contexts 1,2048,8192 --json runs/kquant/bench.json
 
-Ours is `tokenswift bench-ar --dtype q4` (greedy, the cache filled with filler prose); llama.cpp's is
-llama-cpp-python (--llamacpp: a Python that has it, per scripts/bench_llamacpp.py's docstring; skipped where
-absent), the same number of single-token evaluations after a prompt of the same length. Context 1 is an empty
+Ours is the engine's plain step (`--dtype q4`, greedy, the cache filled with filler prose, as bench-ar);
+llama.cpp's is llama-cpp-python (--llamacpp: a Python that has it, per scripts/bench_llamacpp.py's docstring;
+skipped where absent), the same single-token evaluations after a prompt of the same length. Context 1 is an empty
 cache but for the first token.
 """
 
@@ -19,28 +19,61 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from statistics import median
 
 REPO = Path(__file__).resolve().parents[1]
 
-# The peer's timing, run by the Python that has llama_cpp: argv = model, threads, contexts, steps, warmup.
+# Each engine's timing, run in its own process: argv = model, threads, contexts, blocks, block, warmup. After the
+# prompt and `warmup` tokens, `blocks` blocks of `block` tokens are timed apart: on a machine that other work
+# shares, the best block is the engine's speed and the median what a writer would see then.
 LLAMACPP = r"""
 import json, sys, time
 from llama_cpp import Llama
-model, threads, contexts, steps, warmup = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
+model, threads, contexts, blocks, block, warmup = sys.argv[1], int(sys.argv[2]), sys.argv[3], *map(int, sys.argv[4:7])
 rows = []
 for context in map(int, contexts.split(",")):
-    llm = Llama(model_path=model, n_ctx=context + steps + warmup + 16, n_threads=threads, n_threads_batch=threads,
-                n_batch=512, verbose=False)
+    llm = Llama(model_path=model, n_ctx=context + blocks * block + warmup + 16, n_threads=threads,
+                n_threads_batch=threads, n_batch=512, verbose=False)
     ids = llm.tokenize(b"It was a bright cold day in April, and the clocks were striking thirteen. " * 2048,
                        add_bos=True)[:context]
     llm.eval(ids)
-    for i in range(warmup + steps):
-        if i == warmup:
-            start = time.perf_counter()
+    for _ in range(warmup):
         llm.eval([int(llm.sample(temp=0.0))])
-    elapsed = time.perf_counter() - start
-    rows.append({"context": context, "tokens_per_s": steps / elapsed, "step_ms": 1e3 * elapsed / steps})
+    times = []
+    for _ in range(blocks):
+        start = time.perf_counter()
+        for _ in range(block):
+            llm.eval([int(llm.sample(temp=0.0))])
+        times.append(time.perf_counter() - start)
+    rows.append({"context": context, "block_s": times})
     del llm
+print(json.dumps(rows))
+"""
+OURS = r"""
+import json, sys, time
+sys.path.insert(0, ".")
+import torch
+from tokenswift.bench.runs import filler_ids
+from tokenswift.decode.engine import Engine
+from tokenswift.decode.settings import Settings
+from tokenswift.model.loading import load_model
+model, threads, contexts, blocks, block, warmup = sys.argv[1], int(sys.argv[2]), sys.argv[3], *map(int, sys.argv[4:7])
+lm = load_model(model, dtype="q4", threads=threads)
+rows = []
+with lm.running(), torch.no_grad():
+    for context in map(int, contexts.split(",")):
+        settings = Settings(mode="ar", max_new_tokens=warmup + blocks * block + 1, ignore_eos=True, temperature=0.0)
+        engine = Engine(lm, settings, filler_ids(lm, context), context)
+        engine.start()
+        for _ in range(warmup):
+            engine.ar_step()
+        times = []
+        for _ in range(blocks):
+            start = time.perf_counter()
+            for _ in range(block):
+                engine.ar_step()
+            times.append(time.perf_counter() - start)
+        rows.append({"context": context, "block_s": times})
 print(json.dumps(rows))
 """
 
@@ -57,22 +90,14 @@ def peak_run(command: list[str]) -> tuple[str, float]:
     return text, usage.ru_maxrss / 1024
 
 
-def ours(file: str, args: argparse.Namespace) -> dict:
-    with tempfile.TemporaryDirectory() as scratch:
-        result = Path(scratch) / "ar.json"
-        _, peak = peak_run([sys.executable, "-m", "tokenswift", "bench-ar", "--model", file, "--dtype", "q4",
-                            "--device", "cpu", "--threads", str(args.threads), "--contexts", args.contexts,
-                            "--steps", str(args.steps), "--warmup", str(args.warmup), "--json", str(result)])
-        rows = json.loads(result.read_text())["rows"]
-    return {"engine": "tokenswift q4", "file": file, "peak_mb": peak,
-            "rows": [{"context": r["context"], "tokens_per_s": r["tokens_per_s"], "step_ms": r["step_ms"]}
-                     for r in rows if "skipped" not in r]}
-
-
-def peer(file: str, args: argparse.Namespace) -> dict:
-    text, peak = peak_run([args.llamacpp, "-c", LLAMACPP, file, str(args.threads), args.contexts, str(args.steps),
-                           str(args.warmup)])
-    return {"engine": "llama.cpp", "file": file, "peak_mb": peak, "rows": json.loads(text.strip().splitlines()[-1])}
+def timed(engine: str, python: str, script: str, file: str, args: argparse.Namespace) -> dict:
+    text, peak = peak_run([python, "-c", script, file, str(args.threads), args.contexts, str(args.blocks),
+                           str(args.block), str(args.warmup)])
+    rows = []
+    for row in json.loads(text.strip().splitlines()[-1]):
+        speeds = sorted(args.block / t for t in row["block_s"])
+        rows.append({"context": row["context"], "tokens_per_s": speeds[-1], "median_tokens_per_s": median(speeds)})
+    return {"engine": engine, "file": file, "peak_mb": peak, "rows": rows}
 
 
 def print_table(results: list[dict], contexts: list[int]) -> None:
@@ -88,7 +113,8 @@ def main() -> None:
     parser.add_argument("--files", required=True, help="GGUF files, comma-separated")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--contexts", default="1,2048,8192", help="cache lengths, comma-separated")
-    parser.add_argument("--steps", type=int, default=32, help="timed tokens per context")
+    parser.add_argument("--blocks", type=int, default=5, help="timed blocks per context")
+    parser.add_argument("--block", type=int, default=8, help="tokens per timed block")
     parser.add_argument("--warmup", type=int, default=4)
     parser.add_argument("--llamacpp", default="/tmp/llamavenv/bin/python", help="a Python with llama_cpp")
     parser.add_argument("--json", type=Path, help="also write the results here")
@@ -97,15 +123,16 @@ def main() -> None:
                                                                capture_output=True).returncode == 0
     results = []
     for file in args.files.split(","):
-        results.append(ours(file, args))
+        results.append(timed("tokenswift q4", sys.executable, OURS, file, args))
         if has_peer:
-            results.append(peer(file, args))
-    print(f"tokens/s, {args.threads} thread(s), greedy, {args.steps} timed tokens per context"
+            results.append(timed("llama.cpp", args.llamacpp, LLAMACPP, file, args))
+    print(f"tokens/s (best block of {args.block} tokens of {args.blocks}; median in JSON), {args.threads} thread(s), "
+          "greedy"
           + ("" if has_peer else f" (llama.cpp: no llama_cpp in {args.llamacpp})"))
     print_table(results, [int(c) for c in args.contexts.split(",")])
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({"threads": args.threads, "results": results}, indent=2))
+        args.json.write_text(json.dumps({"threads": args.threads, "block": args.block, "results": results}, indent=2))
 
 
 if __name__ == "__main__":
