@@ -67,6 +67,8 @@ def test_a_k_quant_file_runs_from_its_own_blocks(kquant, home):
     ids = torch.randint(3, lm.config.vocab_size, (40,), generator=torch.Generator().manual_seed(0))
     dense = load_model(str(kquant))  # float32: the file dequantized
     assert param_count(lm) == param_count(dense)
+    # down's packed copy serves the products and its file pages were handed back: read again, they are the file's
+    assert torch.allclose(down.dequantized(), dense.model.model.layers[1].mlp.down_proj.weight, atol=1e-6)
     ours, reference = logits(lm, ids, True), logits(dense, ids)
     assert torch.nn.functional.cosine_similarity(ours, reference, dim=-1).min() > 0.99
     assert (ours.argmax(-1) == reference.argmax(-1)).float().mean() >= 0.9

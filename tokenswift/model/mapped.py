@@ -77,7 +77,7 @@ def mapped_model(gguf_path: Path, cfg: ModelConfig) -> Transformer:
     _embedding_and_head(model, header, file)
     for module in model.modules():
         if isinstance(module, BlockProduct):
-            _read_packed(module)
+            _read_packed(module, file)
     model.load_state_dict(_float_tensors(header, model), assign=True, strict=False)
     left = [name for name, t in (*model.named_parameters(), *model.named_buffers()) if t.is_meta]
     if left:
@@ -85,22 +85,24 @@ def mapped_model(gguf_path: Path, cfg: ModelConfig) -> Transformer:
     return model.eval().requires_grad_(False)
 
 
-def _blocks(header: GGUFHeader, file: torch.Tensor, name: str) -> QuantLinear:
+def _blocks(header: GGUFHeader, file: torch.Tensor, name: str, pack: bool = True) -> QuantLinear:
     tensor = header.tensors.get(name)
     if tensor is None or tensor.kind not in KINDS:
         raise ModelLoadError(f"--dtype q4 needs every projection in one of {', '.join(KINDS)}; "
                              f"{header.path.name} stores {name} as {tensor.kind if tensor else 'nothing'}")
     in_features, out_features = tensor.shape
     blocks = file[tensor.offset:tensor.offset + tensor.n_bytes].view(out_features, -1)
-    return QuantLinear(tensor.kind, blocks, out_features, in_features)
+    return QuantLinear(tensor.kind, blocks, out_features, in_features, pack)
 
 
-def _read_packed(product: BlockProduct) -> None:
+def _read_packed(product: BlockProduct, file: torch.Tensor) -> None:
     """Prefill runs the kernels too (their packed products, tiles of rows, are as fast as dequantizing for a float
     GEMM here), so a packed weight's file pages are never read again: they are handed back (madvise DONTNEED; a
-    read maps them again from the file), and the resident memory stays about the packed copy's."""
+    read maps them again from the file), and the resident memory stays about the packed copy's. Only the file's
+    pages: a copy (Llama's reordered Q and K rows) would read back as zeros."""
     product.dense_rows = None
-    if isinstance(product, QuantLinear) and product.product_weight is not product.blocks:
+    in_file = isinstance(product, QuantLinear) and product.blocks.untyped_storage().data_ptr() == file.data_ptr()
+    if in_file and product.product_weight is not product.blocks:
         start = -(-product.blocks.data_ptr() // mmap.PAGESIZE) * mmap.PAGESIZE
         end = (product.blocks.data_ptr() + product.blocks.numel()) // mmap.PAGESIZE * mmap.PAGESIZE
         if end > start:
@@ -116,11 +118,12 @@ def _embedding_and_head(model: Transformer, header: GGUFHeader, file: torch.Tens
     """The embedding and LM head kept in blocks where the file quantizes them; a tied head is the embedding's own
     blocks. An untied head's float weight (drafters read it) comes, like a tied one's, from its table on demand."""
     table, head = header.tensors.get("token_embd.weight"), header.tensors.get("output.weight")
-    if table is not None and table.kind in KINDS:
-        model.model.embed_tokens = QuantEmbedding(_blocks(header, file, table.name))
-        model.quantized_head = model.model.embed_tokens.table
-        if head is None and not model.cfg.tie_embeddings:  # the file ties what the config does not
-            model.lm_head = model.model.embed_tokens
+    if table is not None and table.kind in KINDS:  # packed only where it is the head too
+        model.model.embed_tokens = QuantEmbedding(_blocks(header, file, table.name, pack=head is None))
+        if head is None:
+            model.quantized_head = model.model.embed_tokens.table
+            if not model.cfg.tie_embeddings:  # the file ties what the config does not
+                model.lm_head = model.model.embed_tokens
     if head is not None and head.kind in KINDS:
         model.quantized_head = _blocks(header, file, head.name)
         if not model.cfg.tie_embeddings:

@@ -66,7 +66,8 @@ class QuantLinear(BlockProduct):
     """y = x @ W.T with W as GGUF blocks ([out, in / block weights * block bytes] uint8); float32 in and out, no
     bias. The blocks may be a read-only map of the file: they are read, never written or copied (K kinds)."""
 
-    def __init__(self, kind: str, blocks: torch.Tensor, out_features: int, in_features: int):
+    def __init__(self, kind: str, blocks: torch.Tensor, out_features: int, in_features: int, pack: bool = True):
+        """pack=False: no packed copy even where the kernels take one (an embedding only looked up)."""
         super().__init__()
         if kind not in KINDS:
             raise ModelLoadError(f"quantized weights must be one of {', '.join(KINDS)}; got {kind}")
@@ -84,7 +85,7 @@ class QuantLinear(BlockProduct):
         # kernels take packed weights (AVX-512 VNNI: quant_packed.c, the blocks of 32; kquant_packed.c, Q4_K), else
         # the blocks themselves.
         self.product_weight, self._kind = self.blocks, KINDS[kind]
-        if size := lib.qk_packed_bytes(KINDS[kind], out_features, in_features):
+        if pack and (size := lib.qk_packed_bytes(KINDS[kind], out_features, in_features)):
             self.product_weight = torch.empty(size, dtype=torch.uint8)
             lib.qk_pack(KINDS[kind], self.blocks.data_ptr(), out_features, in_features, self.product_weight.data_ptr())
             self._kind = PACKED + KINDS[kind]
