@@ -64,8 +64,10 @@ def mapped_model(gguf_path: Path, cfg: ModelConfig) -> Transformer:
     for i, layer in enumerate(model.model.layers):
         for attr, shorts in PROJECTIONS.items():
             owner, name = attr.split(".")
-            parts = [_blocks(header, file, f"blk.{i}.{short}.weight") for short in shorts]
-            if llama and shorts[0] == "attn_q":  # Q then K rows back into Hugging Face's order (a copy of them)
+            reorder = llama and shorts[0] == "attn_q"  # Q and K are packed once reordered
+            parts = [_blocks(header, file, f"blk.{i}.{short}.weight", pack=not (reorder and short != "attn_v"))
+                     for short in shorts]
+            if reorder:  # Q then K rows back into Hugging Face's order (a copy of them)
                 parts[:2] = [_reordered(p, heads) for p, heads in zip(parts[:2], (cfg.n_heads, cfg.n_kv_heads),
                                                                       strict=True)]
             product = parts[0] if len(parts) == 1 else StackedQuant(parts)
@@ -75,9 +77,9 @@ def mapped_model(gguf_path: Path, cfg: ModelConfig) -> Transformer:
                                      f"{product.in_features}, the model's config says {tuple(expected)}")
             setattr(getattr(layer, owner), name, product)
     _embedding_and_head(model, header, file)
-    for module in model.modules():
+    for module in model.modules():  # prefill runs the kernels too: no float copy of any weight, ever
         if isinstance(module, BlockProduct):
-            _read_packed(module, file)
+            module.dense_rows = None
     model.load_state_dict(_float_tensors(header, model), assign=True, strict=False)
     left = [name for name, t in (*model.named_parameters(), *model.named_buffers()) if t.is_meta]
     if left:
@@ -92,26 +94,29 @@ def _blocks(header: GGUFHeader, file: torch.Tensor, name: str, pack: bool = True
                              f"{header.path.name} stores {name} as {tensor.kind if tensor else 'nothing'}")
     in_features, out_features = tensor.shape
     blocks = file[tensor.offset:tensor.offset + tensor.n_bytes].view(out_features, -1)
-    return QuantLinear(tensor.kind, blocks, out_features, in_features, pack)
+    linear = QuantLinear(tensor.kind, blocks, out_features, in_features, pack)
+    if linear.product_weight is not blocks:
+        _hand_back(blocks)
+    return linear
 
 
-def _read_packed(product: BlockProduct, file: torch.Tensor) -> None:
-    """Prefill runs the kernels too (their packed products, tiles of rows, are as fast as dequantizing for a float
-    GEMM here), so a packed weight's file pages are never read again: they are handed back (madvise DONTNEED; a
-    read maps them again from the file), and the resident memory stays about the packed copy's. Only the file's
-    pages: a copy (Llama's reordered Q and K rows) would read back as zeros."""
-    product.dense_rows = None
-    in_file = isinstance(product, QuantLinear) and product.blocks.untyped_storage().data_ptr() == file.data_ptr()
-    if in_file and product.product_weight is not product.blocks:
-        start = -(-product.blocks.data_ptr() // mmap.PAGESIZE) * mmap.PAGESIZE
-        end = (product.blocks.data_ptr() + product.blocks.numel()) // mmap.PAGESIZE * mmap.PAGESIZE
-        if end > start:
-            LIBC.madvise(ctypes.c_void_p(start), ctypes.c_size_t(end - start), mmap.MADV_DONTNEED)
+def _hand_back(blocks: torch.Tensor) -> None:
+    """A packed weight's products read its copy (and prefill runs them too, with no float GEMM: tiles of rows are
+    as fast here), so its file pages are not read again: they are handed back as soon as it is packed (madvise
+    DONTNEED; a read maps them again from the file), and the resident memory stays about the file's size. Only
+    for the file's own pages: a copy's would read back as zeros."""
+    start = -(-blocks.data_ptr() // mmap.PAGESIZE) * mmap.PAGESIZE
+    end = (blocks.data_ptr() + blocks.numel()) // mmap.PAGESIZE * mmap.PAGESIZE
+    if end > start:
+        LIBC.madvise(ctypes.c_void_p(start), ctypes.c_size_t(end - start), mmap.MADV_DONTNEED)
 
 
 def _reordered(part: QuantLinear, heads: int) -> QuantLinear:
-    return QuantLinear(part.kind, part.blocks[llama_rows(part.out_features, heads)], part.out_features,
-                       part.in_features)
+    """Llama's Q or K rows of a file's view in Hugging Face's order: a copy, the file's pages handed back."""
+    linear = QuantLinear(part.kind, part.blocks[llama_rows(part.out_features, heads)], part.out_features,
+                         part.in_features)
+    _hand_back(part.blocks)
+    return linear
 
 
 def _embedding_and_head(model: Transformer, header: GGUFHeader, file: torch.Tensor) -> None:
