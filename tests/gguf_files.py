@@ -10,6 +10,8 @@ from pathlib import Path
 import numpy as np
 from tiny_models import hf_model
 
+from tokenswift.model import kquant_ref
+
 LAYER_NAMES = {  # Hugging Face name inside model.layers.N -> GGUF name inside blk.N
     "input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm",
     "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
@@ -51,16 +53,19 @@ def add_tokenizer(writer, stories: Path) -> None:
 
 
 def write_gguf(path: Path, stories: Path, case: str = "llama-gqa-tied", qtype: str = "F32",
-               arch: str | None = None, raw_type: str | None = None):
+               arch: str | None = None, raw_type: str | None = None, kinds: dict[str, str] | None = None,
+               **sizes):
     """Write a tiny model as GGUF with its 2-D weights in `qtype`; returns the Hugging Face model it holds.
 
     arch overrides the architecture written into the file; raw_type stores one weight as random bytes of that
-    (unsupported) type, to test that the loader refuses it."""
+    (unsupported) type, to test that the loader refuses it. kinds: GGUF tensor name -> its type (the project's
+    reference quantizer, K kinds included), as a K-quant mix chooses per tensor. sizes: the model's config
+    overrides (hidden_size=256 and up, for the K kinds' super-blocks)."""
     import gguf
     from gguf import GGMLQuantizationType as Q
     from gguf import quants
 
-    model = hf_model(case)
+    model = hf_model(case, **sizes)
     cfg = model.config
     family = arch or cfg.model_type
     w = gguf.GGUFWriter(str(path), family)
@@ -88,6 +93,9 @@ def write_gguf(path: Path, stories: Path, case: str = "llama-gqa-tied", qtype: s
             block, size = gguf.GGML_QUANT_SIZES[kind]
             raw = np.random.default_rng(0).integers(0, 255, (data.shape[0], data.shape[1] // block * size))
             w.add_tensor(gguf_name(name), raw.astype(np.uint8), raw_dtype=kind)
+        elif kinds and gguf_name(name) in kinds:
+            kind = kinds[gguf_name(name)]
+            w.add_tensor(gguf_name(name), kquant_ref.quantize(data, kind), raw_dtype=Q[kind])
         elif data.ndim == 2 and qtype != "F32":
             w.add_tensor(gguf_name(name), quants.quantize(data, Q[qtype]), raw_dtype=Q[qtype])
         else:

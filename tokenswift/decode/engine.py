@@ -24,7 +24,7 @@ from tokenswift.draft.build import build_drafter
 from tokenswift.draft.choice import drafter_for
 from tokenswift.draft.drafting import Drafter
 from tokenswift.model.fastpath import FastPasses, padded_capacity
-from tokenswift.model.forward import COLUMN_ROWS, column_product
+from tokenswift.model.forward import COLUMN_MIN_WEIGHT, COLUMN_ROWS, column_product
 from tokenswift.model.kv_cache import KVCache
 from tokenswift.model.loading import LoadedModel
 from tokenswift.model.masks import causal_mask, with_prefix
@@ -385,4 +385,7 @@ def shared_head_rows(lm: LoadedModel) -> int:
     if lm.dtype == torch.float32 and lm.model.native is not None and lm.model.quantized_head is None:
         # a float32 head read once for 8 rows
         return PRODUCT_ROWS
+    head = lm.model.quantized_head
+    if head is not None:  # q4: sized as its float weight, which a K-quant file's model never dequantizes
+        return COLUMN_ROWS if head.out_features * head.in_features >= COLUMN_MIN_WEIGHT else 0
     return COLUMN_ROWS if column_product(COLUMN_ROWS, lm.model.head_weight) else 0

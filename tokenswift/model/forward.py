@@ -256,7 +256,7 @@ class Transformer(nn.Module):
         if positions.device.type == "cpu" and t and int(positions.max()) >= self.rope_cos.shape[0]:
             raise ValueError(f"position {int(positions.max())} beyond the RoPE table ({self.rope_cos.shape[0]})")
         native = self.native if t <= MAX_ROWS or exact_rows else None
-        attend = SpanAttention(self.cfg, start + t, mask, self.model.embed_tokens.weight.dtype, native)
+        attend = SpanAttention(self.cfg, start + t, mask, self.model.norm.weight.dtype, native)
         slots = torch.arange(start, start + t, device=tokens.device)
         queries = [] if capture_queries else None
         kept = [] if keep_layers else None

@@ -96,19 +96,20 @@ def default_cache_dir() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "tokenswift"
 
 
-def hf_directory(path: str | Path, cache_dir: Path | None = None) -> Path:
+def hf_directory(path: str | Path, cache_dir: Path | None = None, weights: bool = True) -> Path:
     """The Hugging Face directory made from a GGUF file: from cache_dir (None: default_cache_dir()), or converted
-    now and cached there."""
+    now and cached there. weights=False: config and tokenizer only (a K-quant file on the q4 path reads its weights
+    from the file itself, mapped.py)."""
     path = Path(path).expanduser().resolve()
     info = inspect_gguf(path)
     sha = file_hash(path)
-    dest = (cache_dir or default_cache_dir()) / f"{path.stem}-{sha[:16]}"
+    dest = (cache_dir or default_cache_dir()) / f"{path.stem}-{sha[:16]}{'' if weights else '-header'}"
     if source_record(dest):
         return dest
     tmp = dest.with_name(dest.name + f".tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     try:
-        _convert(info, sha, tmp)
+        _convert(info, sha, tmp, weights)
         shutil.rmtree(dest, ignore_errors=True)  # an incomplete entry from an interrupted conversion
         os.replace(tmp, dest)
     except OSError as error:
@@ -171,7 +172,7 @@ def gguf_tensors(path: Path) -> dict[str, torch.Tensor]:
     return tensors
 
 
-def _convert(info: GGUFInfo, sha256: str, out: Path) -> None:
+def _convert(info: GGUFInfo, sha256: str, out: Path, weights: bool = True) -> None:
     from safetensors.torch import save_file
     from transformers import AutoConfig, AutoTokenizer
 
@@ -179,13 +180,14 @@ def _convert(info: GGUFInfo, sha256: str, out: Path) -> None:
     try:
         config = AutoConfig.from_pretrained(folder, gguf_file=name)
         tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
-        tensors = gguf_tensors(info.path)
+        tensors = gguf_tensors(info.path) if weights else {}
     except Exception as error:  # noqa: BLE001 - a file the reader accepted can still fail to convert
         raise ModelLoadError(f"cannot convert GGUF file {info.path}: {type(error).__name__}: {error}") from error
     out.mkdir(parents=True)
     config.save_pretrained(out)
     tokenizer.save_pretrained(out)
-    save_file({k: v.contiguous() for k, v in tensors.items()}, str(out / "model.safetensors"))
+    if weights:
+        save_file({k: v.contiguous() for k, v in tensors.items()}, str(out / "model.safetensors"))
     source = {"file": str(info.path), "sha256": sha256, "architecture": info.architecture, "name": info.name,
               "tensor_types": list(info.tensor_types), "context_length": info.context_length}
     (out / SOURCE_NAME).write_text(json.dumps(source, indent=2))

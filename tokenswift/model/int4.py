@@ -1,4 +1,5 @@
 """4-bit weights as the GGUF file stores them (`--dtype q4`): the CPU decoder's products read the file's blocks.
+This is the path of files whose projections are all Q4_0, Q4_1 or Q8_0; K-quant files take mapped.py's.
 
 Every layer's projections keep the file's Q4_0/Q4_1 blocks (Q8_0 is taken too), fused as the float model fuses
 them (q/k/v, gate/up), and the LM head keeps the file's token-embedding (or output) blocks when they are
@@ -22,7 +23,7 @@ from tokenswift.model.errors import ModelLoadError
 from tokenswift.model.forward import Transformer
 from tokenswift.model.gguf_header import GGUFHeader, TensorInfo, read_header
 from tokenswift.model.native import kernels
-from tokenswift.model.quant import KINDS, QuantLinear
+from tokenswift.model.quant import KINDS, LEGACY, QuantLinear
 
 PROJECTIONS = {  # our fused product -> the GGUF tensors whose rows it stacks
     "self_attn.qkv_proj": ("attn_q", "attn_k", "attn_v"), "self_attn.o_proj": ("attn_output",),
@@ -75,7 +76,8 @@ def use_q4_weights(model: Transformer, gguf_path: Path, state: dict[str, torch.T
                 tensor = tensors.get(f"blk.{i}.{short}.weight")
                 kind = tensor.kind if tensor is not None else "missing"
                 if kind not in KINDS:
-                    raise ModelLoadError(f"--dtype q4 needs Q4_0, Q4_1 or Q8_0 projections; {gguf_path.name} "
+                    raise ModelLoadError(f"--dtype q4 needs Q4_0, Q4_1 or Q8_0 projections, or a K-quant mix's "
+                                         f"({', '.join(k for k in KINDS if k not in LEGACY)}); {gguf_path.name} "
                                          f"stores blk.{i}.{short}.weight as {kind}: use float32 or bfloat16")
                 linear = _blocks_linear(header, tensor)
                 want = reference[row:row + linear.out_features]

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from tokenswift.model import gguf_checkpoint
+from tokenswift.model import gguf_checkpoint, mapped
 from tokenswift.model.attention import FlexKernel
 from tokenswift.model.config import ModelConfig, UnsupportedModelError
 from tokenswift.model.default_model import shipped_draft, shipped_heads
@@ -32,7 +32,8 @@ from tokenswift.model.native_rows import NativeRows
 from tokenswift.model.rope import rope_table
 from tokenswift.settings import ROPE_SLACK, threads_problem
 
-# "q4": the GGUF file's 4-bit projections with float32 activations (tokenswift.model.int4), CPU only.
+# "q4": the GGUF file's quantized projections with float32 activations (int4.py; K-quant files: mapped.py), CPU
+# only.
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16, "float16": torch.float16,
           "q4": torch.float32}
 HEADS_SUBDIR = "heads"
@@ -157,9 +158,9 @@ def default_device() -> str:
 def default_dtype(device: str, model: str | Path | None = None) -> str:
     """The dtype of a run on `device` that names none, the CLI's and the app's alike: bfloat16 on a GPU (its
     fused kernels, and half of float32's bytes to read per step). On a CPU, "q4" for a GGUF file whose layers
-    are Q4_0/Q4_1/Q8_0 blocks: the file's own weights by the integer kernel (quant.py), the fastest precision
-    here, with its text measured against float32's (scripts/precision_quality.py); else float32 (bfloat16
-    products are no faster on a CPU)."""
+    are blocks the kernels read (quant.KINDS: Q4_0/Q4_1/Q8_0, K-quant mixes): the file's own weights by the integer
+    kernels (quant.py), the fastest precision here, with its text measured against float32's
+    (scripts/precision_quality.py); else float32 (bfloat16 products are no faster on a CPU)."""
     if device.startswith("cuda"):
         return "bfloat16"
     if model is not None and gguf_checkpoint.is_gguf(model) and Path(model).is_file() and runs_quantized(Path(model)):
@@ -286,7 +287,12 @@ def load_model(model: str, *, device: str = "cpu", dtype: str = "float32", heads
         raise ValueError(problem)
 
     dev, dt = resolve_device(device), resolve_dtype(dtype)
-    path = gguf_checkpoint.hf_directory(model, cache_dir) if gguf_checkpoint.is_gguf(model) else resolve_path(model)
+    # A K-quant file on the q4 path is read where it lies (mapped.py): its cache entry is config and tokenizer only.
+    in_place = dtype == "q4" and gguf_checkpoint.is_gguf(model) and mapped.reads_in_place(Path(model))
+    if gguf_checkpoint.is_gguf(model):
+        path = gguf_checkpoint.hf_directory(model, cache_dir, weights=not in_place)
+    else:
+        path = resolve_path(model)
     if not (path / "config.json").exists():
         raise ModelLoadError(f"{path} has no config.json: not a Hugging Face checkpoint directory")
     try:
@@ -299,10 +305,13 @@ def load_model(model: str, *, device: str = "cpu", dtype: str = "float32", heads
     if dtype == "q4" and (not gguf_checkpoint.is_gguf(model) or dev.type != "cpu"):
         raise ModelLoadError("--dtype q4 runs a GGUF file's 4-bit weights on the CPU; "
                              f"{model} on {dev.type} is not that: use float32 or bfloat16")
-    state = fused_state(read_state_dict(path))
-    net = build_model(cfg, state, dev, dt)
-    if dtype == "q4":
-        use_q4_weights(net, Path(model), state)
+    if in_place:
+        state, net = {}, mapped.mapped_model(Path(model), cfg)
+    else:
+        state = fused_state(read_state_dict(path))
+        net = build_model(cfg, state, dev, dt)
+        if dtype == "q4":
+            use_q4_weights(net, Path(model), state)
     net.set_rope(*rope_table(hf, rope_positions(hf), dev, dt))
     net.native = NativeRows.for_model(net)
     try:

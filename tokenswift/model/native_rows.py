@@ -26,7 +26,7 @@ from torch import nn
 
 from tokenswift.model import native
 from tokenswift.model.config import ModelConfig
-from tokenswift.model.quant import QuantLinear
+from tokenswift.model.quant import BlockProduct
 
 MAX_ROWS = 16  # query tokens per forward for which the kernels are used (a verify pass: any number)
 PRODUCT_ROWS = 8  # a float32 product of up to this many rows outside a layer (the LM head, the draft layer's fc and
@@ -71,8 +71,9 @@ class NativeBlock:
         return tensor.data_ptr()
 
     def _product(self, module: nn.Module) -> Product:
-        if isinstance(module, QuantLinear):
-            return Product(self._keep(module.product_weight), None, module.out_features, module.in_features,
+        if isinstance(module, BlockProduct):  # its weight (blocks, packed blocks or a StackedQuant's parts table)
+            self.tensors.append(module.product_weight)
+            return Product(module.product_weight.data_ptr(), None, module.out_features, module.in_features,
                            module._kind)
         bias = self._keep(module.bias) if module.bias is not None else None
         return Product(self._keep(module.weight), bias, module.out_features, module.in_features, DENSE_KIND)
@@ -113,7 +114,7 @@ class NativeRows:
     def for_model(cls, model: nn.Module) -> NativeRows | None:
         """The kernels for `model` (forward.Transformer, its final weights loaded): on the CPU in float32 or float64,
         where they build, else None."""
-        weight = model.model.embed_tokens.weight
+        weight = model.model.norm.weight  # the model's dtype (a quantized embedding's table is not float)
         if weight.device.type != "cpu" or weight.dtype not in (torch.float32, torch.float64):
             return None
         lib = native.available(native.DOUBLE if weight.dtype == torch.float64 else ())

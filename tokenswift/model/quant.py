@@ -1,5 +1,6 @@
 """Products with GGUF-quantized weights on the CPU (`--dtype q4`): the file's own Q4_0, Q4_1 and Q8_0 blocks
-times float32 activations, by the C kernel quant_kernels.c (built and loaded by native.py).
+(quant_kernels.c), and the Q5_0, Q5_1, Q4_K, Q5_K and Q6_K blocks of K-quant files (kquant_kernels.c), times
+float32 activations, by the C kernels (built and loaded by native.py).
 
 Torch's CPU int4 kernel (`_weight_int4pack_mm_for_cpu`) dequantizes to bfloat16 and multiplies in floating
 point: on this 2-core AVX2 machine it was no faster per weight than a float32 product, so a q4 step cost as much
@@ -9,19 +10,22 @@ integer dot products (two AVX2 instructions per 32 products), reading each weigh
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import torch.nn.functional as F
-from gguf import GGMLQuantizationType
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 from gguf.quants import quantize
 from torch import nn
 
 from tokenswift.model.errors import ModelLoadError
 from tokenswift.model.native import kernels
 
-GROUP = 32
-KINDS = {"Q4_0": 0, "Q4_1": 1, "Q8_0": 2}
-BLOCK_BYTES = {"Q4_0": 18, "Q4_1": 20, "Q8_0": 34}
+KINDS = {"Q4_0": 0, "Q4_1": 1, "Q8_0": 2, "Q5_0": 3, "Q5_1": 4, "Q4_K": 5, "Q5_K": 6, "Q6_K": 7}
+LEGACY = ("Q4_0", "Q4_1", "Q8_0")  # the kinds of the files that load through a float conversion (int4.py)
+BLOCKS = {kind: GGML_QUANT_SIZES[GGMLQuantizationType[kind]] for kind in KINDS}  # kind -> (weights, bytes) a block
 PACKED = 8  # quant_kernels.c: the kind number of a weight packed by qk_pack is PACKED + its GGUF kind's
+STACKED = 16  # quant_kernels.c: a product whose rows are several weights' (StackedQuant)
 
 
 # From this many rows on (prefill chunks, large verify batches) a product dequantizes the weight and runs a float32
@@ -30,36 +34,24 @@ PACKED = 8  # quant_kernels.c: the kind number of a weight packed by qk_pack is 
 DENSE_ROWS = 32
 
 
-class QuantLinear(nn.Module):
-    """y = x @ W.T with W as GGUF blocks ([out, in / 32 * block bytes] uint8); float32 in and out, no bias."""
+class BlockProduct(nn.Module):
+    """A product the C kernels run (quant_kernels.c's qk_matmul): subclasses set product_weight (what the kernel
+    reads), _kind (its kind number), _lib (the kernels, looked up once: forward runs ~120 times a step),
+    out_features and in_features, and define dequantized() (the float32 weight: prefill's GEMM)."""
 
-    def __init__(self, kind: str, blocks: torch.Tensor, out_features: int, in_features: int):
-        super().__init__()
-        if kind not in KINDS or in_features % GROUP:
-            raise ModelLoadError(f"quantized weights must be {', '.join(KINDS)} with rows of whole blocks of "
-                                 f"{GROUP}; got {kind} with {in_features} columns")
-        if tuple(blocks.shape) != (out_features, in_features // GROUP * BLOCK_BYTES[kind]):
-            raise ModelLoadError(f"{kind} blocks of shape {tuple(blocks.shape)} for a {out_features}x{in_features} "
-                                 "weight")
-        self.kind, self.out_features, self.in_features = kind, out_features, in_features
-        self.register_buffer("blocks", blocks.to(torch.uint8).contiguous())
-        self._lib = kernels()
-        # The products' copy of the weight and its kind number for the kernel (looked up once: forward runs ~120
-        # times a step): repacked where this machine's kernels take packed weights (quant_packed.c, AVX-512 VNNI),
-        # else the blocks themselves.
-        self.product_weight, self._kind = self.blocks, KINDS[kind]
-        if size := self._lib.qk_packed_bytes(KINDS[kind], out_features, in_features):
-            self.product_weight = torch.empty(size, dtype=torch.uint8)
-            self._lib.qk_pack(KINDS[kind], self.blocks.data_ptr(), out_features, in_features,
-                              self.product_weight.data_ptr())
-            self._kind = PACKED + KINDS[kind]
+    product_weight: torch.Tensor
+    _kind: int
+    _lib: object
+    out_features: int
+    in_features: int
+    dense_rows: int | None = DENSE_ROWS  # None: every call runs the kernels (mapped.py's products)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # A decoding step calls this four times per layer: skip the no-op conversions (each is a dispatched op).
         flat = x if x.dim() == 2 else x.reshape(-1, self.in_features)
         if flat.dtype != torch.float32 or not flat.is_contiguous():
             flat = flat.float().contiguous()
-        if flat.shape[0] >= DENSE_ROWS:
+        if self.dense_rows is not None and flat.shape[0] >= self.dense_rows:
             return F.linear(flat, self.dequantized()).view(*x.shape[:-1], self.out_features).to(x.dtype)
         out = torch.empty(flat.shape[0], self.out_features)
         if self._lib.qk_matmul(self._kind, self.product_weight.data_ptr(), self.out_features, self.in_features,
@@ -68,6 +60,35 @@ class QuantLinear(nn.Module):
         if x.dim() != 2:
             out = out.view(*x.shape[:-1], self.out_features)
         return out if x.dtype == torch.float32 else out.to(x.dtype)
+
+
+class QuantLinear(BlockProduct):
+    """y = x @ W.T with W as GGUF blocks ([out, in / block weights * block bytes] uint8); float32 in and out, no
+    bias. The blocks may be a read-only map of the file: they are read, never written or copied (K kinds)."""
+
+    def __init__(self, kind: str, blocks: torch.Tensor, out_features: int, in_features: int, pack: bool = True):
+        """pack=False: no packed copy even where the kernels take one (an embedding only looked up)."""
+        super().__init__()
+        if kind not in KINDS:
+            raise ModelLoadError(f"quantized weights must be one of {', '.join(KINDS)}; got {kind}")
+        if in_features % BLOCKS[kind][0]:
+            raise ModelLoadError(f"{kind} weights must have rows of whole blocks of {BLOCKS[kind][0]}; got "
+                                 f"{in_features} columns")
+        if tuple(blocks.shape) != (out_features, in_features // BLOCKS[kind][0] * BLOCKS[kind][1]):
+            raise ModelLoadError(f"{kind} blocks of shape {tuple(blocks.shape)} for a {out_features}x{in_features} "
+                                 "weight")
+        self.kind, self.out_features, self.in_features = kind, out_features, in_features
+        self.register_buffer("blocks", blocks if blocks.dtype == torch.uint8 and blocks.is_contiguous()
+                             else blocks.to(torch.uint8).contiguous())
+        self._lib = lib = kernels()
+        # The products' copy of the weight and its kind number for the kernel: repacked where this machine's
+        # kernels take packed weights (AVX-512 VNNI: quant_packed.c, the blocks of 32; kquant_packed.c, Q4_K), else
+        # the blocks themselves.
+        self.product_weight, self._kind = self.blocks, KINDS[kind]
+        if pack and (size := lib.qk_packed_bytes(KINDS[kind], out_features, in_features)):
+            self.product_weight = torch.empty(size, dtype=torch.uint8)
+            lib.qk_pack(KINDS[kind], self.blocks.data_ptr(), out_features, in_features, self.product_weight.data_ptr())
+            self._kind = PACKED + KINDS[kind]
 
     @classmethod
     def q8(cls, weight: torch.Tensor) -> QuantLinear:
@@ -82,3 +103,48 @@ class QuantLinear(nn.Module):
         self._lib.qk_rows(KINDS[self.kind], self.blocks.data_ptr(), self.in_features, self.out_features,
                           out.data_ptr())
         return out
+
+
+class StackedQuant(BlockProduct):
+    """y = x @ [W_1; W_2; ...].T, one product whose rows are the parts' (a layer's q/k/v, gate/up), each part
+    read in its own kind where it lies: a K-quant file stores attn_v or a layer's ffn_down in Q6_K beside Q4_K, and
+    concatenating them would copy the file's bytes."""
+
+    def __init__(self, parts: list[QuantLinear]):
+        super().__init__()
+        if len({p.in_features for p in parts}) != 1:
+            raise ModelLoadError("stacked products: every part must read the same input")
+        self.parts = nn.ModuleList(parts)
+        self.kind = "+".join(dict.fromkeys(p.kind for p in parts))
+        self.out_features, self.in_features = sum(p.out_features for p in parts), parts[0].in_features
+        # quant_kernels.c's struct part per part: its kind number, its rows, where its weight lies.
+        self.product_weight = torch.tensor([[p._kind, p.out_features, p.product_weight.data_ptr()] for p in parts],
+                                           dtype=torch.int64)
+        self._kind, self._lib = STACKED, kernels()
+
+    def dequantized(self) -> torch.Tensor:
+        return torch.cat([p.dequantized() for p in self.parts])
+
+
+class QuantEmbedding(nn.Module):
+    """A token embedding kept as the file's blocks: the rows a forward looks up are dequantized then (a step reads
+    one). weight, the whole table in float32 (a tied LM head for drafters), is dequantized the first time it is
+    asked for."""
+
+    def __init__(self, table: QuantLinear):
+        super().__init__()
+        self.table = table
+        self.num_embeddings, self.embedding_dim = table.out_features, table.in_features
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        ids = tokens.reshape(-1).to(torch.int64).contiguous()
+        if len(ids) and not 0 <= int(ids.min()) <= int(ids.max()) < self.num_embeddings:
+            raise IndexError(f"token id out of range for an embedding of {self.num_embeddings} rows")
+        out = torch.empty(len(ids), self.embedding_dim)
+        kernels().qk_take(KINDS[self.table.kind], self.table.blocks.data_ptr(), self.embedding_dim, ids.data_ptr(),
+                          len(ids), out.data_ptr())
+        return out.view(*tokens.shape, self.embedding_dim)
+
+    @functools.cached_property
+    def weight(self) -> torch.Tensor:
+        return self.table.dequantized()

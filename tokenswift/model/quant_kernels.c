@@ -8,43 +8,19 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "gguf_blocks.h"
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #include "simd.h"
 #define QK_AVX2 1
 #endif
 
 #define QK 32
-enum { KIND_Q4_0 = 0, KIND_Q4_1 = 1, KIND_Q8_0 = 2 };
+enum { KIND_Q4_0 = 0, KIND_Q4_1 = 1, KIND_Q8_0 = 2, KIND_Q5_1 = 4 };
 static const int64_t BLOCK_BYTES[3] = {18, 20, 34};
 
-static inline float half_to_float(uint16_t h) {
-#ifdef QK_AVX2
-    return _cvtsh_ss(h);
-#else
-    uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1F, man = h & 0x3FF, bits;
-    if (exp == 0) {
-        if (man == 0) {
-            bits = sign;
-        } else {  /* subnormal: renormalise */
-            exp = 127 - 15 + 1;
-            while (!(man & 0x400)) { man <<= 1; exp--; }
-            bits = sign | (exp << 23) | ((man & 0x3FF) << 13);
-        }
-    } else if (exp == 31) {
-        bits = sign | 0x7F800000 | (man << 13);
-    } else {
-        bits = sign | ((exp + 127 - 15) << 23) | (man << 13);
-    }
-    float f;
-    memcpy(&f, &bits, sizeof f);
-    return f;
-#endif
-}
-
-static inline uint16_t read_u16(const uint8_t *p) { uint16_t v; memcpy(&v, p, 2); return v; }
-
 /* One row of x -> int8 blocks q, scales d and d * sum(q) per block. */
-static void quantize_row(const float *x, int64_t k, int8_t *q, float *d, float *s) {
+void qk_quantize_row(const float *x, int64_t k, int8_t *q, float *d, float *s) {
     for (int64_t b = 0; b < k / QK; ++b) {
         const float *xb = x + b * QK;
         float amax = 0.0f;
@@ -263,39 +239,57 @@ static void dot_q8(const uint8_t *row, int64_t nb, const int8_t *q, const float 
 /* quant_packed.c: its kinds are PACKED + the GGUF kind; without AVX-512 VNNI it packs nothing and refuses them. */
 #define PACKED 8
 int packed_matmul(int kind, const uint8_t *w, int64_t n, int64_t k, const int8_t *q, const float *d, const float *s,
-                  int64_t m, float *y, int threads);
+                  int64_t m, float *y, int64_t ystride, int threads);
+/* kquant_kernels.c: Q5_0, Q5_1 and the K-quants, kinds K_FIRST.. */
+#define K_FIRST 3
+#define K_LAST 7
+int kq_matmul(int kind, const uint8_t *w, int64_t n, int64_t k, const float *x, int64_t m, float *y, int64_t ystride,
+              int threads);
+int64_t legacy_packed_bytes(int kind, int64_t n, int64_t k);
+void legacy_pack(int kind, const uint8_t *w, int64_t n, int64_t k, uint8_t *out);
+int64_t kq_packed_bytes(int kind, int64_t n, int64_t k);  /* kquant_packed.c: Q4_K */
+void kq_pack(int kind, const uint8_t *w, int64_t n, int64_t k, uint8_t *out);
+void kq_rows(int kind, const uint8_t *w, int64_t k, int64_t count, float *out);
+int64_t kq_row_bytes(int kind, int64_t k);
+/* A product whose rows are several weights' in turn (q/k/v, gate/up: a file may store them in different kinds),
+   each read where it lies: w points to STACKED's parts, their rows adding up to n. */
+#define STACKED 16
+struct part {
+    int64_t kind, rows;
+    const uint8_t *w;
+};
 
-/* y[m, n] = x[m, k] @ W[n, k].T for W in `kind` blocks ([n, k / 32, block bytes]), or packed by qk_pack (kind
-   PACKED + the GGUF kind). Returns 0, or -1 when out of memory. Rows of W are shared among `threads` OpenMP
-   threads. */
-int qk_matmul(int kind, const uint8_t *w, int64_t n, int64_t k, const float *x, int64_t m, float *y, int threads) {
+/* The columns [0, n) of y (rows of ystride floats) for the legacy kinds, plain or packed. */
+static int legacy_matmul(int kind, const uint8_t *w, int64_t n, int64_t k, const float *x, int64_t m, float *y,
+                         int64_t ystride, int threads) {
     const int packed = kind >= PACKED;
-    if (packed) kind -= PACKED;
-    const int64_t nb = k / QK, row_bytes = nb * BLOCK_BYTES[kind];
+    if (packed) kind -= PACKED;  /* Q4_0, Q4_1, Q8_0, Q5_0 or Q5_1; else one of the first three */
+    const int64_t nb = k / QK;
     int8_t *q = malloc((size_t)(m * k));
     float *d = malloc((size_t)(m * nb) * sizeof(float)), *s = malloc((size_t)(m * nb) * sizeof(float));
     if (!q || !d || !s) {
         free(q); free(d); free(s);
         return -1;
     }
-    for (int64_t i = 0; i < m; ++i) quantize_row(x + i * k, k, q + i * k, d + i * nb, s + i * nb);
+    for (int64_t i = 0; i < m; ++i) qk_quantize_row(x + i * k, k, q + i * k, d + i * nb, s + i * nb);
     if (packed) {
-        const int status = packed_matmul(kind, w, n, k, q, d, s, m, y, threads);
+        const int status = packed_matmul(kind, w, n, k, q, d, s, m, y, ystride, threads);
         free(q); free(d); free(s);
         return status;
     }
+    const int64_t row_bytes = nb * BLOCK_BYTES[kind];
 #pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
     for (int64_t j = 0; j < n; ++j) {
         const uint8_t *row = w + j * row_bytes;
 #ifdef QK_AVX2
-        dot_rows(row, nb, kind, q, d, s, k, m, y + j, n);
+        dot_rows(row, nb, kind, q, d, s, k, m, y + j, ystride);
 #else
         for (int64_t i = 0; i < m; i += TILE) {
             const int rows = (int)(m - i < TILE ? m - i : TILE);
             if (kind == KIND_Q8_0)
-                dot_q8(row, nb, q + i * k, d + i * nb, k, rows, y + i * n + j, n);
+                dot_q8(row, nb, q + i * k, d + i * nb, k, rows, y + i * ystride + j, ystride);
             else
-                dot_q4(row, nb, kind, q + i * k, d + i * nb, s + i * nb, k, rows, y + i * n + j, n);
+                dot_q4(row, nb, kind, q + i * k, d + i * nb, s + i * nb, k, rows, y + i * ystride + j, ystride);
         }
 #endif
     }
@@ -303,8 +297,46 @@ int qk_matmul(int kind, const uint8_t *w, int64_t n, int64_t k, const float *x, 
     return 0;
 }
 
+static int matmul_into(int kind, const uint8_t *w, int64_t n, int64_t k, const float *x, int64_t m, float *y,
+                       int64_t ystride, int threads) {
+    if (kind == STACKED) {
+        const struct part *p = (const struct part *)w;
+        for (int64_t row = 0; row < n; row += p->rows, ++p)
+            if (matmul_into((int)p->kind, p->w, p->rows, k, x, m, y + row, ystride, threads))
+                return -1;
+        return 0;
+    }
+    if ((kind >= K_FIRST && kind <= K_LAST) || kind - PACKED > KIND_Q5_1)
+        return kq_matmul(kind, w, n, k, x, m, y, ystride, threads);
+    return legacy_matmul(kind, w, n, k, x, m, y, ystride, threads);
+}
+
+/* The bytes qk_pack writes for an n x k weight of `kind`, or 0 where this build or kind has no packed products. */
+int64_t qk_packed_bytes(int kind, int64_t n, int64_t k) {
+    return kind <= KIND_Q5_1 ? legacy_packed_bytes(kind, n, k) : kq_packed_bytes(kind, n, k);
+}
+
+/* Writes the packed form of W (`kind` blocks, [n, k / block]) to out; its products take kind PACKED + kind. */
+void qk_pack(int kind, const uint8_t *w, int64_t n, int64_t k, uint8_t *out) {
+    if (kind <= KIND_Q5_1)
+        legacy_pack(kind, w, n, k, out);
+    else
+        kq_pack(kind, w, n, k, out);
+}
+
+/* y[m, n] = x[m, k] @ W[n, k].T for W in `kind` blocks ([n, k / block, block bytes]), packed by qk_pack (kind
+   PACKED + the GGUF kind), or STACKED parts. Returns 0, or -1 when out of memory. Rows of W are shared among
+   `threads` OpenMP threads. Each row of x is computed alone, the same whatever rows share the call. */
+int qk_matmul(int kind, const uint8_t *w, int64_t n, int64_t k, const float *x, int64_t m, float *y, int threads) {
+    return matmul_into(kind, w, n, k, x, m, y, n, threads);
+}
+
 /* The first `count` rows of W, dequantized to float32. */
 void qk_rows(int kind, const uint8_t *w, int64_t k, int64_t count, float *out) {
+    if (kind >= K_FIRST && kind <= K_LAST) {
+        kq_rows(kind, w, k, count, out);
+        return;
+    }
     const int64_t nb = k / QK, bytes = BLOCK_BYTES[kind], nibbles = kind == KIND_Q4_1 ? 4 : 2;
     for (int64_t r = 0; r < count; ++r) {
         const uint8_t *row = w + r * nb * bytes;
@@ -323,4 +355,10 @@ void qk_rows(int kind, const uint8_t *w, int64_t k, int64_t count, float *out) {
             }
         }
     }
+}
+
+/* Rows ids[0..count) of W (`kind` blocks), dequantized to float32: an embedding's lookup. */
+void qk_take(int kind, const uint8_t *w, int64_t k, const int64_t *ids, int64_t count, float *out) {
+    const int64_t row_bytes = kind >= K_FIRST && kind <= K_LAST ? kq_row_bytes(kind, k) : k / QK * BLOCK_BYTES[kind];
+    for (int64_t i = 0; i < count; ++i) qk_rows(kind, w + ids[i] * row_bytes, k, 1, out + i * k);
 }

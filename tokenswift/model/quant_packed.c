@@ -8,11 +8,11 @@
    chains of four vpdpbusd, one conversion and two multiply-adds give sixteen outputs. The outputs come out as
    lanes, with no horizontal sums, and each activation row's arithmetic is the same whatever rows share the call.
 
-   A group's block: the sixteen rows' scales d and offsets m as float16 (w = d q + m; Q4_0's m is -8 d, exact in
-   float16; Q8_0 has none), then the weights: for Q4 the file's own nibble bytes (byte j holds weights j and
-   j + 16), four runs of 64 bytes; for Q8 eight runs of q + 128, unsigned as vpdpbusd wants them, the 128 taken
-   back from each block's integer sum (exact, where an offset -128 d would cancel in floats). Rows past n (the
-   last group) are zero. */
+   A group's block: the sixteen rows' scales d and offsets m as float16 (w = d q + m; Q4_0's m is -8 d and Q5_0's
+   -16 d, exact in float16; Q8_0 has none), then the weights: for Q4 and Q5 the file's own nibble bytes (byte j
+   holds weights j and j + 16), four runs of 64 bytes, and Q5's fifth bits as masks; for Q8 eight runs of q + 128,
+   unsigned as vpdpbusd wants them, the 128 taken back from each block's integer sum (exact, where an offset -128 d
+   would cancel in floats). Rows past n (the last group) are zero. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,18 +25,28 @@
 #define QK 32
 #define LANES 16     /* weight rows per group */
 #define TILE_ROWS 8  /* activation rows per pass over a group's weights (their 16 accumulators in registers) */
-enum { KIND_Q4_0 = 0, KIND_Q4_1 = 1, KIND_Q8_0 = 2 };
+enum { KIND_Q4_0 = 0, KIND_Q4_1 = 1, KIND_Q8_0 = 2, KIND_Q5_0 = 3, KIND_Q5_1 = 4 };
 
 #ifdef QP_VNNI
-static const int64_t GGUF_BYTES[3] = {18, 20, 34};
+static const int64_t GGUF_BYTES[5] = {18, 20, 34, 22, 24};
 
-/* Bytes of one group's block: 64 of scales and offsets, then 16 x 32 weights as nibbles (Q4) or bytes (Q8). */
-static int64_t group_block_bytes(int kind) { return 64 + (kind == KIND_Q8_0 ? 512 : 256); }
+/* Bytes of one group's block: 64 of scales and offsets, then 16 x 32 weights as nibbles (Q4, Q5) or bytes (Q8), and
+   for Q5 the fifth bits: eight 64-bit masks, one per run of nibbles (bit 4r + c: byte c of row r's run). */
+static int64_t group_block_bytes(int kind) {
+    return 64 + (kind == KIND_Q8_0 ? 512 : 256) + (kind >= KIND_Q5_0 ? 64 : 0);
+}
+
+/* Where a block's nibble bytes start: after d (and m for Q4_1/Q5_1), and Q5's 4 bytes of fifth bits. */
+static int64_t nibbles_at(int kind) {
+    return kind == KIND_Q4_0 ? 2 : kind == KIND_Q4_1 ? 4 : kind == KIND_Q5_0 ? 6 : 8;
+}
 #endif
 
-/* The bytes qk_pack writes for an n x k weight of `kind`, or 0 where this build has no packed products. */
-int64_t qk_packed_bytes(int kind, int64_t n, int64_t k) {
+/* The bytes legacy_pack writes for an n x k weight of `kind`, or 0 where this build or kind has no packed products. */
+int64_t legacy_packed_bytes(int kind, int64_t n, int64_t k) {
 #ifdef QP_VNNI
+    if (kind > KIND_Q5_1)  /* kquant_kernels.c reads the K kinds' blocks where they lie */
+        return 0;
     return (n + LANES - 1) / LANES * (k / QK) * group_block_bytes(kind);
 #else
     (void)kind; (void)n; (void)k;
@@ -47,28 +57,44 @@ int64_t qk_packed_bytes(int kind, int64_t n, int64_t k) {
 #ifdef QP_VNNI
 static uint16_t half_bits(const uint8_t *p) { uint16_t v; memcpy(&v, p, 2); return v; }
 
-/* float16 d times -8: exact, GGUF scales being far from float16's limits. */
-static uint16_t minus_8_times(uint16_t d) { return _cvtss_sh(_cvtsh_ss(d) * -8.0f, 0); }
+/* float16 d times -8 (Q4_0) or -16 (Q5_0): exact, GGUF scales being far from float16's limits. */
+static uint16_t times(uint16_t d, float by) { return _cvtss_sh(_cvtsh_ss(d) * by, 0); }
 
-/* Writes the packed form of W ([n, k / 32, GGUF block bytes]) to out (qk_packed_bytes of them). */
-void qk_pack(int kind, const uint8_t *w, int64_t n, int64_t k, uint8_t *out) {
+/* The offset m of w = d q + m for a block of `kind` at src. */
+static uint16_t offset_of(int kind, const uint8_t *src) {
+    switch (kind) {
+    case KIND_Q4_1: case KIND_Q5_1: return half_bits(src + 2);
+    case KIND_Q4_0: return times(half_bits(src), -8.0f);
+    case KIND_Q5_0: return times(half_bits(src), -16.0f);
+    default: return 0;
+    }
+}
+
+/* Writes the packed form of W ([n, k / 32, GGUF block bytes]) to out (legacy_packed_bytes of them). */
+void legacy_pack(int kind, const uint8_t *w, int64_t n, int64_t k, uint8_t *out) {
     const int64_t nb = k / QK, bytes = GGUF_BYTES[kind], step = group_block_bytes(kind);
-    memset(out, 0, (size_t)qk_packed_bytes(kind, n, k));
+    memset(out, 0, (size_t)legacy_packed_bytes(kind, n, k));
     for (int64_t g = 0; g * LANES < n; ++g)
         for (int64_t b = 0; b < nb; ++b) {
             uint8_t *blk = out + (g * nb + b) * step;
             for (int64_t r = 0; r < LANES && g * LANES + r < n; ++r) {
                 const uint8_t *src = w + (g * LANES + r) * nb * bytes + b * bytes;
                 const uint16_t d = half_bits(src);
-                const uint16_t m = kind == KIND_Q4_1 ? half_bits(src + 2) : kind == KIND_Q4_0 ? minus_8_times(d) : 0;
+                const uint16_t m = offset_of(kind, src);
                 memcpy(blk + 2 * r, &d, 2);
                 memcpy(blk + 32 + 2 * r, &m, 2);
                 for (int t = 0; t < (kind == KIND_Q8_0 ? 8 : 4); ++t)
                     for (int c = 0; c < 4; ++c) {
                         uint8_t *at = blk + 64 + t * 64 + r * 4 + c;
                         if (kind == KIND_Q8_0) *at = (uint8_t)(src[2 + 4 * t + c] ^ 0x80);
-                        else *at = src[(kind == KIND_Q4_1 ? 4 : 2) + 4 * t + c];
+                        else *at = src[nibbles_at(kind) + 4 * t + c];
                     }
+                if (kind >= KIND_Q5_0) {  /* bit j of qh: weight j's fifth bit; run t holds weights 4t..4t + 3 */
+                    uint32_t qh;
+                    memcpy(&qh, src + nibbles_at(kind) - 4, 4);
+                    for (int t = 0; t < 8; ++t)
+                        blk[320 + 8 * t + r / 2] |= (uint8_t)(((qh >> 4 * t) & 0x0F) << 4 * (r % 2));
+                }
             }
         }
 }
@@ -115,6 +141,13 @@ INLINE void group_rows(const uint8_t *blk, int64_t nb, int kind, const int8_t *q
                 w[4 + t] = _mm512_and_si512(_mm512_srli_epi16(raw, 4), low);
             }
         }
+        if (kind >= KIND_Q5_0) {  /* the fifth bits, 16 added under each run's mask */
+            for (int t = 0; t < 8; ++t) {
+                uint64_t bits;
+                memcpy(&bits, blk + 320 + 8 * t, 8);
+                w[t] = _mm512_mask_add_epi8(w[t], (__mmask64)bits, w[t], _mm512_set1_epi8(16));
+            }
+        }
         for (int i = 0; i < R; ++i) {
             __m512i dot = group_dot(w, kind, q + i * k + b * QK);
             if (kind == KIND_Q8_0)
@@ -131,7 +164,7 @@ INLINE void group_rows(const uint8_t *blk, int64_t nb, int kind, const int8_t *q
 /* y[m, n] = the quantized activations' rows (quant_kernels.c's quantize_row) times the packed weight, groups of 16
    rows shared among threads. Returns 0, -1 when out of memory (-2 in a build without VNNI, which packs nothing). */
 int packed_matmul(int kind, const uint8_t *w, int64_t n, int64_t k, const int8_t *q, const float *d, const float *s,
-                  int64_t m, float *y, int threads) {
+                  int64_t m, float *y, int64_t ystride, int threads) {
     const int64_t nb = k / QK, groups = (n + LANES - 1) / LANES, group_bytes = nb * group_block_bytes(kind);
     int32_t *sums = NULL;  /* Q8: 128 times each activation block's sum, what q + 128 adds to its product */
     if (kind == KIND_Q8_0) {
@@ -150,17 +183,17 @@ int packed_matmul(int kind, const uint8_t *w, int64_t n, int64_t k, const int8_t
             const int8_t *qi = q + i * k;
             const float *di = d + i * nb, *si = s + i * nb;
             const int32_t *ci = sums ? sums + i * nb : NULL;
-            float *yi = y + i * n + g * LANES;
+            float *yi = y + i * ystride + g * LANES;
             const uint8_t *blk = w + g * group_bytes;
             switch (m - i < TILE_ROWS ? m - i : TILE_ROWS) {
-            case 1: group_rows(blk, nb, kind, qi, di, si, ci, k, 1, yi, n, lanes); break;
-            case 2: group_rows(blk, nb, kind, qi, di, si, ci, k, 2, yi, n, lanes); break;
-            case 3: group_rows(blk, nb, kind, qi, di, si, ci, k, 3, yi, n, lanes); break;
-            case 4: group_rows(blk, nb, kind, qi, di, si, ci, k, 4, yi, n, lanes); break;
-            case 5: group_rows(blk, nb, kind, qi, di, si, ci, k, 5, yi, n, lanes); break;
-            case 6: group_rows(blk, nb, kind, qi, di, si, ci, k, 6, yi, n, lanes); break;
-            case 7: group_rows(blk, nb, kind, qi, di, si, ci, k, 7, yi, n, lanes); break;
-            default: group_rows(blk, nb, kind, qi, di, si, ci, k, 8, yi, n, lanes); break;
+            case 1: group_rows(blk, nb, kind, qi, di, si, ci, k, 1, yi, ystride, lanes); break;
+            case 2: group_rows(blk, nb, kind, qi, di, si, ci, k, 2, yi, ystride, lanes); break;
+            case 3: group_rows(blk, nb, kind, qi, di, si, ci, k, 3, yi, ystride, lanes); break;
+            case 4: group_rows(blk, nb, kind, qi, di, si, ci, k, 4, yi, ystride, lanes); break;
+            case 5: group_rows(blk, nb, kind, qi, di, si, ci, k, 5, yi, ystride, lanes); break;
+            case 6: group_rows(blk, nb, kind, qi, di, si, ci, k, 6, yi, ystride, lanes); break;
+            case 7: group_rows(blk, nb, kind, qi, di, si, ci, k, 7, yi, ystride, lanes); break;
+            default: group_rows(blk, nb, kind, qi, di, si, ci, k, 8, yi, ystride, lanes); break;
             }
         }
     }
@@ -169,12 +202,12 @@ int packed_matmul(int kind, const uint8_t *w, int64_t n, int64_t k, const int8_t
 }
 #else
 int packed_matmul(int kind, const uint8_t *w, int64_t n, int64_t k, const int8_t *q, const float *d, const float *s,
-                  int64_t m, float *y, int threads) {
-    (void)kind; (void)w; (void)n; (void)k; (void)q; (void)d; (void)s; (void)m; (void)y; (void)threads;
+                  int64_t m, float *y, int64_t ystride, int threads) {
+    (void)kind; (void)w; (void)n; (void)k; (void)q; (void)d; (void)s; (void)m; (void)y; (void)ystride; (void)threads;
     return -2;
 }
 
-void qk_pack(int kind, const uint8_t *w, int64_t n, int64_t k, uint8_t *out) {
+void legacy_pack(int kind, const uint8_t *w, int64_t n, int64_t k, uint8_t *out) {
     (void)kind; (void)w; (void)n; (void)k; (void)out;
 }
 #endif
