@@ -114,3 +114,12 @@ def test_float64_and_gpu_models_keep_a_full_precision_cache(stories64):
     assert compact_cache(stories64, "float32").cache_dtype == torch.float64
     with pytest.raises(ValueError, match="float32 or q4"):
         compact_cache(stories64, "bf16")
+
+
+def test_q4_runs_a_bf16_cache_by_default_and_other_precisions_keep_theirs(smollm2_q4, stories32, stories64):
+    """auto (load_model's and the CLI's default): bf16 for q4, the app's CPU configuration, measured to keep the
+    float32 cache's next token at 99.9% of positions; full precision elsewhere (float64 for the exactness proofs)."""
+    assert (smollm2_q4.kv_cache, smollm2_q4.cache_dtype) == ("bf16", torch.bfloat16)
+    assert (stories32.kv_cache, stories32.cache_dtype) == ("float32", torch.float32)
+    assert stories64.cache_dtype == torch.float64 and compact_cache(stories64, "auto").cache_dtype == torch.float64
+    assert compact_cache(smollm2_q4, "float32").cache_dtype == torch.float32  # --kv-cache float32

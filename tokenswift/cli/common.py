@@ -158,7 +158,7 @@ def open_model(args: argparse.Namespace) -> LoadedModel:
     except (ModelLoadError, HeadsError) as error:
         raise CliError(str(error)) from None
     try:
-        lm = compact_cache(lm, getattr(args, "kv_cache", "float32"))
+        lm = compact_cache(lm, getattr(args, "kv_cache", "auto"))
     except ValueError as error:
         raise CliError(str(error)) from None
     if draft_model := getattr(args, "draft_model", None):
