@@ -36,7 +36,8 @@ class UI:
     def __init__(self, url: str, auth=None):
         from gradio_client import Client
 
-        self.client = Client(url + "/", auth=auth, verbose=False)
+        # A loaded 2-core machine (the shared app writing beside the suite) can take longer than httpx's 5 s.
+        self.client = Client(url + "/", auth=auth, verbose=False, httpx_kwargs={"timeout": 60})
         api = self.client.view_api(return_format="dict", print_info=False)["named_endpoints"]
         self.labels = {name: [r["label"] for r in ep["returns"]] for name, ep in api.items()}
 
