@@ -559,6 +559,7 @@ def test_one_end_of_text_rule_whatever_the_length_for_write_compare_api_and_cli(
     from tokenswift.cli.main import build_parser
     from ui.api_input import GenerationIn, to_settings
     from ui.compare import queue_runs
+    from ui.drafts import DraftService
     from ui.forms import DEFAULTS, SAMPLERS, SettingsForm
     from ui.samplers_panel import NAMES
 
@@ -579,10 +580,17 @@ def test_one_end_of_text_rule_whatever_the_length_for_write_compare_api_and_cli(
             self.settings.append(settings)
             return type("Gen", (), {"id": len(self.settings)})()
 
+        def list_workers(self):
+            return []
+
+    class NoTokenizer:  # the prompt cannot be counted here: only the worker checks its length
+        def measure(self, text):
+            return None
+
     queue = Queue()
     column = [DEFAULTS["penalty"], DEFAULTS["penalty_window"], DEFAULTS["k"], DEFAULTS["sampler"],
               SAMPLERS[DEFAULTS["sampler"]][1], "fused", *[getattr(SettingsForm(), name) for name in NAMES]]
-    queue_runs(queue, "x", 0, 500, 1.0, 1, column)
+    queue_runs(DraftService(queue, NoTokenizer()), "x", 0, 500, 1.0, 1, column)
     assert [s.ban_eos for s in queue.settings] == [True, True]  # the column and its AR twin
 
 

@@ -73,7 +73,7 @@ from ui.api_input import (
     world_info_json,
 )
 from ui.branch_api import add_branch_routes
-from ui.drafts import Context, DraftProblem, DraftService
+from ui.drafts import Context, DraftService
 from ui.exports import draft_book
 from ui.follow import Commits
 from ui.guard import Guard
@@ -92,17 +92,12 @@ def create(drafts: DraftService, request: GenerationIn, settings: Settings) -> G
         context = Context(request.memory, request.authors_note, world_info_json(request.world_info))
         return drafts.start(request.prompt, settings, book=request.session_id, context=context)
     except SettingsError as error:
-        raise refused(error) from None
+        raise settings_invalid(error) from None
     except NotFound as error:
         field = "session_id" if error.what == "session" else "continue_from"
         raise invalid(field, str(error)) from None
     except Conflict as error:
         raise invalid("continue_from", str(error)) from None
-
-
-def refused(error: SettingsError) -> HTTPException:
-    """The drafts service's refusal as a 422: a draft's own field by its name, a setting's as the request sends it."""
-    return invalid(error.field, error.reason) if isinstance(error, DraftProblem) else settings_invalid(error)
 
 
 def generation_view(gen: GenerationRecord, text: str, metrics: dict) -> dict:
@@ -229,7 +224,7 @@ def add_writing_routes(router: APIRouter, drafts: DraftService) -> None:
         except Conflict as error:
             raise HTTPException(409, detail=str(error)) from None
         except SettingsError as error:  # not Unicode, starts with the instruction, empty or unchanged
-            raise refused(error) from None
+            raise settings_invalid(error) from None
         return {"id": gen.id, "status": gen.status, "parent_id": gen.parent_id, "session_id": gen.session_id}
 
     @router.put("/generations/{gen_id}/context")
@@ -246,7 +241,7 @@ def add_writing_routes(router: APIRouter, drafts: DraftService) -> None:
         try:
             gen = found(lambda i: drafts.set_context(i, Context(values.memory, values.authors_note, world)), gen_id)
         except SettingsError as error:
-            raise refused(error) from None
+            raise settings_invalid(error) from None
         return {"id": gen.id, "memory": gen.memory, "authors_note": gen.authors_note,
                 "world_info": world_info_view(gen.world_info)}
 

@@ -14,6 +14,7 @@ from storage import NotFound
 from storage.records import SQL_INT_MAX
 from tokenswift.settings import TEXT_FIELDS, WRITING_DEFAULTS, Settings, SettingsError
 from tokenswift.text.world_info import WorldInfo
+from ui.drafts import DraftProblem
 from ui.follow import MAX_WAIT_S
 from ui.limits import printable, target_problem, unicode_problem
 
@@ -148,8 +149,10 @@ def to_settings(request: GenerationIn) -> Settings:
 
 
 def settings_invalid(error: SettingsError) -> HTTPException:
-    """A Settings error as a 422 on the request's field: top-level, or under settings."""
-    return invalid(error.field if error.field in TOP_LEVEL else f"settings.{error.field}", error.reason)
+    """A refusal as a 422 on the request's field: a draft's own (ui/drafts.DraftProblem: prompt, memory, ...) or a
+    top-level setting by its name, any other setting under settings."""
+    own = isinstance(error, DraftProblem) or error.field in TOP_LEVEL
+    return invalid(error.field if own else f"settings.{error.field}", error.reason)
 
 
 def found(read, gen_id: int):

@@ -22,9 +22,10 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from storage import Store
 from storage.errors import Conflict, Invalid
-from ui.api_input import GenId, Int, found, invalid, json_object
+from tokenswift.settings import SettingsError
+from ui.api_input import GenId, Int, found, invalid, json_object, settings_invalid
 from ui.branches import NoTokenizer, alternatives
-from ui.drafts import DraftProblem, DraftService
+from ui.drafts import DraftService
 from ui.limits import printable
 from ui.tokens import PromptTokens
 
@@ -59,8 +60,8 @@ def add_branch_routes(router: APIRouter, store: Store, tokens: PromptTokens) -> 
             raise invalid(printable(".".join(str(p) for p in e["loc"]) or "body"), printable(e["msg"])) from None
         try:
             gen = found(lambda i: drafts.branch(i, request.position, request.token, request.max_new_tokens), gen_id)
-        except DraftProblem as error:
-            raise invalid(error.field, error.reason) from None
+        except SettingsError as error:
+            raise settings_invalid(error) from None
         except Invalid as error:
             raise invalid(error.field, str(error).split(": ", 1)[1]) from None
         except Conflict as error:
