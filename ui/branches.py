@@ -6,8 +6,6 @@ tab's token view (ui/write_branches.py) share.
 from __future__ import annotations
 
 from storage import Store
-from storage.branches import TokenAt
-from storage.records import GenerationRecord
 from tokenswift.text.detok import IncrementalDetokenizer
 from ui.tokens import PromptTokens
 
@@ -53,16 +51,3 @@ def alternatives(store: Store, tokens: PromptTokens, gen_id: int, position: int)
         return view
 
     return decoded(tokens, at.model, texts)
-
-
-def start_branch(store: Store, tokens: PromptTokens, gen_id: int, position: int, token: int,
-                 max_new_tokens: int | None = None) -> GenerationRecord:
-    """A branch of `gen_id` taking `token` at `position` (storage.branches.BranchVerbs.branch)."""
-    at: TokenAt = store.token_at(gen_id, position)
-
-    def texts(tokenizer) -> tuple[str, str]:
-        prefix = at.text_before + text_after(tokenizer, at.context, at.lead)
-        return prefix, text_after(tokenizer, at.context + at.lead, [token])
-
-    prefix, token_text = decoded(tokens, at.model, texts)
-    return store.branch(gen_id, position, token, prefix, token_text, max_new_tokens)

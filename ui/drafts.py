@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from storage import Conflict, Store
 from storage.records import GenerationRecord
 from tokenswift.settings import Settings, SettingsError
-from ui.branches import start_branch
+from ui.branches import decoded, text_after
 from ui.limits import context_text_problem, target_problem, unicode_problem
 from ui.tokens import PromptTokens
 
@@ -137,10 +137,19 @@ class DraftService:
             raise DraftProblem("text", str(error)) from None
 
     def branch(self, gen_id: int, position: int, token: int, max_new_tokens: int | None = None) -> GenerationRecord:
-        """A branch of `gen_id` taking `token` at `position` (ui/branches.start_branch)."""
+        """A branch of `gen_id` taking `token` (one of the alternatives recorded there) at `position`
+        (storage.branches.BranchVerbs.branch), its texts decoded with the draft's model's tokenizer: NoTokenizer
+        where it cannot be loaded here."""
         if max_new_tokens is not None and (problem := target_problem(max_new_tokens)):
             raise DraftProblem("max_new_tokens", problem)
-        return start_branch(self.store, self.tokens, gen_id, position, token, max_new_tokens)
+        at = self.store.token_at(gen_id, position)
+
+        def texts(tokenizer) -> tuple[str, str]:
+            prefix = at.text_before + text_after(tokenizer, at.context, at.lead)
+            return prefix, text_after(tokenizer, at.context + at.lead, [token])
+
+        prefix, token_text = decoded(self.tokens, at.model, texts)
+        return self.store.branch(gen_id, position, token, prefix, token_text, max_new_tokens)
 
     def set_context(self, gen_id: int, context: Context) -> GenerationRecord:
         """The draft's Memory, Author's Note and World Info; a running draft takes them at its next shift or
