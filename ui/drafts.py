@@ -88,6 +88,7 @@ class DraftService:
 
     @staticmethod
     def check_context(context: Context) -> None:
+        """Memory and Author's Note the store can keep and that leave room for the story."""
         for field, text in (("memory", context.memory), ("authors_note", context.authors_note)):
             if problem := context_text_problem(text):
                 raise DraftProblem(field, problem)
