@@ -1,5 +1,6 @@
 """What the REST API accepts: the request bodies, their checks, and errors in FastAPI's 422 shape, every message
-starting with the field it is about (ui/api.py holds the routes; ui/branches.py builds on these too)."""
+starting with the field it is about (ui/api.py holds the routes; ui/branch_api.py and ui/plan_api.py build on these
+too)."""
 
 from __future__ import annotations
 

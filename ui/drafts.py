@@ -1,5 +1,5 @@
 """The drafts service: what every front door does to a draft, done once. The Write, Library, Plan and Compare tabs,
-the REST API (ui/api.py, ui/branches.py, ui/plan_api.py) and the OpenAI-compatible endpoint (ui/openai_api.py) each
+the REST API (ui/api.py, ui/branch_api.py, ui/plan_api.py) and the OpenAI-compatible endpoint (ui/openai_api.py) each
 parse their own input into Settings and text, then start, continue, edit, branch or set the context of a draft here,
 where it is checked and queued.
 

@@ -108,8 +108,6 @@ def own_chapter(store: Store, book_id: int, chapter_id: int) -> Chapter:
 
 def add_plan_routes(router: APIRouter, store: Store, tokens: PromptTokens) -> None:
     """The book and plan routes here, the chapters' in add_chapter_routes."""
-    add_chapter_routes(router, store, DraftService(store, tokens))
-
     @router.post("/books", status_code=201)
     def create_book(payload: Body) -> dict:
         values = parsed(BookIn, payload)
@@ -135,6 +133,8 @@ def add_plan_routes(router: APIRouter, store: Store, tokens: PromptTokens) -> No
         if characters is not None:
             store.set_characters(book_id, characters)
         return plan_view(store.plan(book_id))
+
+    add_chapter_routes(router, store, DraftService(store, tokens))
 
     @router.get("/books/{book_id}/export")
     def export(book_id: BookId, format: str = "epub", title: str | None = None, author: str | None = None):
