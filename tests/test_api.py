@@ -185,7 +185,7 @@ def test_targets_beyond_the_workers_context_are_rejected_with_shifting_off(clien
     off = {**with_settings(context_shift=False)}
     response = client.post("/api/generations", json={**off, "max_new_tokens": 513})
     assert response.status_code == 422
-    message = "max_new_tokens: max_new_tokens (513) exceeds the model's context of 512 tokens"
+    message = "max_new_tokens: max_new_tokens (513) exceeds the model's context of 512 tokens (context shifting is off)"
     assert response.json()["detail"][0]["msg"] == message
     parent = client.post("/api/generations", json=GOOD).json()["id"]
     store.request_cancel(1)  # the first job: out of the way so the worker claims `parent`
@@ -241,7 +241,7 @@ def test_prompts_are_counted_with_the_models_tokenizer_before_any_worker(client,
     assert too_long.json()["detail"] == [{
         "loc": ["body", "max_new_tokens"], "type": "value_error",
         "msg": "max_new_tokens: prompt (5 tokens) + max_new_tokens (32764) = 32769 exceeds the model's context of "
-               "32768 tokens"}]
+               "32768 tokens (context shifting is off)"}]
     assert client.post("/api/generations", json={**prompt, "max_new_tokens": 32_768 - 5}).status_code == 201
     assert client.post("/api/generations", json={**prompt, "max_new_tokens": 100_000}).status_code == 201  # shifts
     store.set_desired_model(ModelSpec("/no/such/model"))  # no tokenizer, no worker: the worker will check
@@ -559,6 +559,7 @@ def test_one_end_of_text_rule_whatever_the_length_for_write_compare_api_and_cli(
     from tokenswift.cli.main import build_parser
     from ui.api_input import GenerationIn, to_settings
     from ui.compare import queue_runs
+    from ui.drafts import DraftService
     from ui.forms import DEFAULTS, SAMPLERS, SettingsForm
     from ui.samplers_panel import NAMES
 
@@ -579,10 +580,17 @@ def test_one_end_of_text_rule_whatever_the_length_for_write_compare_api_and_cli(
             self.settings.append(settings)
             return type("Gen", (), {"id": len(self.settings)})()
 
+        def list_workers(self):
+            return []
+
+    class NoTokenizer:  # the prompt cannot be counted here: only the worker checks its length
+        def measure(self, text):
+            return None
+
     queue = Queue()
     column = [DEFAULTS["penalty"], DEFAULTS["penalty_window"], DEFAULTS["k"], DEFAULTS["sampler"],
               SAMPLERS[DEFAULTS["sampler"]][1], "fused", *[getattr(SettingsForm(), name) for name in NAMES]]
-    queue_runs(queue, "x", 0, 500, 1.0, 1, column)
+    queue_runs(DraftService(queue, NoTokenizer()), "x", 0, 500, 1.0, 1, column)
     assert [s.ban_eos for s in queue.settings] == [True, True]  # the column and its AR twin
 
 

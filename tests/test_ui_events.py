@@ -105,9 +105,9 @@ def test_one_login_guards_ui_and_api(app):
     ({5: -1}, "Penalty window: must be in 0..131072"),
     ({6: 999}, "Phrase guesses: k must be in 0..256"),
     ({8: 1.5}, "top-p: must be in (0, 1]"),
-    ({3: 50_000, 14: "Refuse"}, "exceed the model's context of 32,768 tokens"),  # context shifting off
+    ({3: 50_000, 14: "Refuse"}, "exceeds the model's context of 32768 tokens (context shifting is off)"),
     ({1: "Once upon a time " * 50, 3: 32_700, 14: "Refuse"},  # counted with the model's tokenizer, before queueing
-     "Target length: prompt (202 tokens) + max_new_tokens (32,700) exceed the model's context of 32,768 tokens"),
+     "Target length: prompt (202 tokens) + max_new_tokens (32700) = 32902 exceeds the model's context of 32768 tokens"),
     ({10: None}, "Seed: enter a number"),
     ({16: 1.0}, "DRY growth: must be in (1, 10]"),
     ({21: 1.5}, "XTC probability: must be in 0..1"),
@@ -125,6 +125,23 @@ def test_start_rejects_bad_input_readably(ui, change, message):
         args[index] = new
     status = ui("/write_start", *args)["Write status"]
     assert message in status and "Traceback" not in status
+
+
+def test_both_front_doors_refuse_the_same_over_long_draft_in_the_same_words(app, ui):
+    """One rule (ui/drafts.py): the REST API and the Write tab refuse the same prompt + target past the model's
+    context, each naming the target as it names it (the API's field, the form's label), for the same reason."""
+    prompt, target = "Once upon a time " * 50, 32_700  # 202 tokens with <s>, as the worker counts them
+    api = httpx.post(f"{app}/api/generations", auth=AUTH, timeout=30,
+                     json={"prompt": prompt, "max_new_tokens": target, "settings": {"context_shift": False}})
+    assert api.status_code == 422
+    [detail] = api.json()["detail"]
+    field, reason = detail["msg"].split(": ", 1)
+    assert detail["loc"] == ["body", "max_new_tokens"] and field == "max_new_tokens"
+    assert reason.startswith("prompt (202 tokens) + max_new_tokens (32700) = 32902 exceeds the model's context")
+    form = ["TokenSwift", target, *FORM[2:]]
+    status = ui("/write_start", "Title", prompt, *form, "Continue my text", "Keep writing", "Refuse", *DRY_XTC, BAN,
+                "", "")["Write status"]
+    assert f"Target length: {reason}" in status and "Queued" not in status
 
 
 def test_write_pause_resume_stop_continue(ui):
@@ -162,7 +179,8 @@ def test_write_pause_resume_stop_continue(ui):
     out = ui.until("/write_tick", lambda o: "Done" in (o["Write status"] or ""))
     assert "200 / 200 tokens" in out["Write status"]
     refused = ui("/write_continue", "TokenSwift", 40_000, *FORM[2:], "Continue my text", "Keep writing", "Refuse")
-    assert refused["Write status"].count("context") == 1  # context shifting off: the old refusal
+    status = refused["Write status"]  # context shifting off: the old refusal, said once
+    assert status.count("exceeds the model's context of 32768 tokens (context shifting is off)") == 1
 
     fresh = ui("/write_new_book")
     assert fresh["Book title"] == "Untitled" and "New book" in fresh["Write status"]
@@ -276,7 +294,7 @@ def test_compare_two_columns(ui, app):
     assert "Column B — Phrase guesses" in ui("/compare_run", "A harbour", 5, 150, 1.0, "2", *bad)["Compare status"]
     assert "Prompt" in ui("/compare_run", " ", 5, 150, 1.0, "2", *columns)["Compare status"]
     too_long = ui("/compare_run", "Once upon a time " * 50, 5, 32_700, 1.0, "2", *columns)["Compare status"]
-    assert "Column A — Target length: prompt (202 tokens) + max_new_tokens (32,700) exceed" in too_long
+    assert "Column A — Target length: prompt (202 tokens) + max_new_tokens (32700) = 32902 exceeds" in too_long
     visible = ui("/compare_columns", "3")
     assert [u.get("visible") for u in visible.values()] == [True, True, True, False]
 
@@ -402,7 +420,7 @@ def test_no_worker_yet_the_model_is_saved_and_prompts_are_checked(tmp_path):
 
         too_long = ui("/write_start", "Later", "Once upon a time", "TokenSwift", 32_765, *FORM[2:],
                       "Continue my text", "Keep writing", "Refuse")["Write status"]
-        assert "prompt (5 tokens) + max_new_tokens (32,765) exceed the model's context of 32,768" in too_long
+        assert "prompt (5 tokens) + max_new_tokens (32765) = 32770 exceeds the model's context of 32768" in too_long
         queued = ui("/write_start", "Later", "Once upon a time", *FORM)["Write status"]
         assert "Queued" in queued and "no worker is running" in queued
 
@@ -448,13 +466,17 @@ def test_forms_charts_and_word_count_without_an_app():
 
 def test_context_shift_choice_and_the_context_line():
     from storage.records import GenerationRecord, MetricPoint
+    from tokenswift.settings import SettingsError
     from ui.forms import FormError, SettingsForm, form_from_settings
 
-    assert SettingsForm(target=50_000).to_settings(limit=32_768, prompt_tokens=5).context_shift is None  # shifts
+    shifting = SettingsForm(target=50_000).to_settings()
+    shifting.check_fits(5, 32_768)  # context shifting on: any length fits
+    assert shifting.context_shift is None
     refuse = SettingsForm(target=500, shift="Refuse")
     assert form_from_settings(refuse.to_settings()) == refuse
-    with pytest.raises(FormError, match="exceed the model's context of 32,768 tokens"):
-        SettingsForm(target=50_000, shift="Refuse").to_settings(limit=32_768, prompt_tokens=5)
+    with pytest.raises(SettingsError, match=r"prompt \(5 tokens\) \+ max_new_tokens \(50000\) = 50005 exceeds the "
+                                            r"model's context of 32768 tokens \(context shifting is off\)"):
+        SettingsForm(target=50_000, shift="Refuse").to_settings().check_fits(5, 32_768)
     record = GenerationRecord(1, 1, None, "Once", None, None, "tokenswift", 0, "{}", 100, "running", None, 50,
                               None, None, None, 0.0, None, None, None, None)
     point = MetricPoint(tokens=50, elapsed_s=1.0, context_pinned=180, context_recent=7_800, shifts=3)

@@ -9,7 +9,7 @@
     PUT  /api/generations/{id}/context       {"memory", "authors_note"[, "world_info"]} -> the same, with "id"
     DELETE /api/generations/{id}             -> 204 (409 while queued or running: cancel it first)
     GET  /api/generations/{id}/export?format=txt|md|epub|docx[&title=&author=]
-    GET  /api/generations/{id}/alternatives?position=N, POST .../branch, GET .../branches: ui/branches.py
+    GET  /api/generations/{id}/alternatives?position=N, POST .../branch, GET .../branches: ui/branch_api.py
     GET  /api/health
     GET  /api/presets                        -> {"<name>": {<preset>}, ...} (tokenswift/text/writing_presets.py)
     /api/books, /api/books/{id}/plan, .../chapters[/{cid}[/write]], .../export: a book's plan, ui/plan_api.py
@@ -37,7 +37,9 @@ tokenswift.settings.Settings, so the API, the CLI and the UI reject the same val
 Integers are checked against the store's 64-bit range and text against Unicode (a lone surrogate) before
 anything else sees them: bad input is a 422, never a 500. Login, body and upload limits: ui/guard.py.
 This process never loads the model: it reads and writes the store, and loads only the model's tokenizer
-(ui/tokens.py) to refuse a prompt + max_new_tokens beyond the context up front, in the engine's words.
+(ui/tokens.py) to refuse a prompt + max_new_tokens beyond the context up front, in the engine's words. Drafts are
+started, continued, edited and given their context by the drafts service (ui/drafts.py), as the UI's are: both
+refuse the same request with the same words.
 """
 
 from __future__ import annotations
@@ -62,7 +64,6 @@ from ui.api_input import (
     ContextIn,
     GenerationIn,
     GenId,
-    check_context_text,
     found,
     invalid,
     json_object,
@@ -71,69 +72,27 @@ from ui.api_input import (
     wait_seconds,
     world_info_json,
 )
-from ui.branches import add_branch_routes
+from ui.branch_api import add_branch_routes
+from ui.drafts import Context, DraftService
 from ui.exports import draft_book
 from ui.follow import Commits
 from ui.guard import Guard
-from ui.limits import Limits, printable, unicode_problem
+from ui.limits import Limits, printable
 from ui.openai_api import add_openai_routes
 from ui.plan_api import add_plan_routes
 from ui.texts import DraftTexts
 from ui.tokens import PromptTokens
 
 
-def check_window(tokens: PromptTokens, settings: Settings) -> None:
-    """Reject a context window or shift step the model cannot take, up front and in the engine's words, where
-    the model's context is known (a worker reported it, or its config is here); else the worker refuses it."""
-    if settings.context_window is None and settings.shift_step is None:
-        return  # the model's own window, a quarter of it per shift: fits any model (and needs no tokenizer)
-    target = tokens.target()
-    context = target and (target[1] or tokens.use(target[0], lambda _tokenizer, context: context))
-    if not context:
-        return
-    try:
-        settings.window(context)
-    except SettingsError as error:
-        raise settings_invalid(error) from None
-
-
-def check_context(store: Store, request: GenerationIn, tokens: PromptTokens | None = None,
-                  settings: Settings | None = None) -> None:
-    """Reject a target the model cannot hold when context shifting is off. A new prompt is counted with the
-    model's tokenizer when this process can load it; otherwise only max_new_tokens is checked, against the
-    context a worker reported, and the worker refuses the job if the prompt makes it too long."""
-    if settings is not None and settings.context_shift is not False:
-        return  # a draft past the context shifts it (tokenswift/text/context_window.py)
-    limit = next((w.max_context for w in store.list_workers() if w.max_context), None)
-    prompt_tokens = None
-    if request.continue_from is not None:
-        try:
-            parent = store.get_generation(request.continue_from, with_text=False)
-        except NotFound:
-            raise invalid("continue_from", f"no generation {request.continue_from}") from None
-        prompt_tokens = len(store.get_tokens(parent.id).prompt_ids) + parent.produced_tokens
-    elif tokens is not None and (measured := tokens.measure(request.prompt)) is not None:
-        prompt_tokens, limit = measured.tokens, measured.context or limit
-    if limit and (prompt_tokens or 0) + request.max_new_tokens > limit:
-        raise invalid("max_new_tokens", beyond_context(prompt_tokens, request.max_new_tokens, limit))
-
-
-def beyond_context(prompt_tokens: int | None, max_new_tokens: int, limit: int) -> str:
-    """The engine's words (tokenswift.decode.generate.validate), so the API and a failed job say the same."""
-    if prompt_tokens is None:
-        return f"max_new_tokens ({max_new_tokens}) exceeds the model's context of {limit} tokens"
-    total = prompt_tokens + max_new_tokens
-    return (f"prompt ({prompt_tokens} tokens) + max_new_tokens ({max_new_tokens}) = {total} exceeds the model's "
-            f"context of {limit} tokens")
-
-
-def enqueue(store: Store, request: GenerationIn, settings: Settings) -> GenerationRecord:
+def create(drafts: DraftService, request: GenerationIn, settings: Settings) -> GenerationRecord:
+    """POST /generations: a new draft, or one that continues continue_from; a refusal is a 422 naming its field."""
     try:
         if request.continue_from is not None:
-            return store.continue_generation(request.continue_from, settings, session_id=request.session_id)
-        return store.enqueue_generation(request.prompt, settings, session_id=request.session_id,
-                                        memory=request.memory, authors_note=request.authors_note,
-                                        world_info=world_info_json(request.world_info))
+            return drafts.continue_from(request.continue_from, settings, book=request.session_id)
+        context = Context(request.memory, request.authors_note, world_info_json(request.world_info))
+        return drafts.start(request.prompt, settings, book=request.session_id, context=context)
+    except SettingsError as error:
+        raise settings_invalid(error) from None
     except NotFound as error:
         field = "session_id" if error.what == "session" else "continue_from"
         raise invalid(field, str(error)) from None
@@ -178,7 +137,10 @@ def create_router(store: Store, tokens: PromptTokens | None = None, texts: Draft
 
     texts = texts or DraftTexts(store)
     tokens = tokens or PromptTokens(store)
-    add_generation_routes(router, store, tokens, texts, commits or Commits(texts.changes))
+    drafts = DraftService(store, tokens)
+    add_generation_routes(router, store, drafts, texts, commits or Commits(texts.changes))
+    add_writing_routes(router, drafts)
+    add_export_route(router, store)
     add_control_routes(router, store)
     add_branch_routes(router, store, tokens)
     add_plan_routes(router, store, tokens)
@@ -206,14 +168,12 @@ def create_router(store: Store, tokens: PromptTokens | None = None, texts: Draft
     return router
 
 
-def add_generation_routes(router: APIRouter, store: Store, tokens: PromptTokens, texts: DraftTexts,
+def add_generation_routes(router: APIRouter, store: Store, drafts: DraftService, texts: DraftTexts,
                           commits: Commits) -> None:
     @router.post("/generations", status_code=201)
     def create_generation(payload: Annotated[dict[str, Any], Depends(json_object)]) -> dict:
         request, settings = parse_request(payload)
-        check_window(tokens, settings)
-        check_context(store, request, tokens, settings)
-        gen = enqueue(store, request, settings)
+        gen = create(drafts, request, settings)
         return {"id": gen.id, "status": gen.status, "session_id": gen.session_id}
 
     @router.get("/generations/{gen_id}")
@@ -243,6 +203,14 @@ def add_generation_routes(router: APIRouter, store: Store, tokens: PromptTokens,
             raise HTTPException(409, detail=str(error)) from None
         return Response(status_code=204)
 
+    @router.get("/generations/{gen_id}/tokens")
+    def get_tokens(gen_id: GenId) -> dict:
+        tokens = found(store.get_tokens, gen_id)
+        return {"prompt_tokens": tokens.prompt_ids, "tokens": tokens.generated_ids}
+
+
+def add_writing_routes(router: APIRouter, drafts: DraftService) -> None:
+    """The writer's changes to a draft: an edit (a new draft) and its Memory, Author's Note and World Info."""
     @router.post("/generations/{gen_id}/edit", status_code=201)
     def edit_generation(gen_id: GenId, payload: Annotated[dict[str, Any], Body()]) -> dict:
         """The writer's version of a stopped draft, saved as a new draft; the original stays as it was. `text` is the
@@ -251,17 +219,12 @@ def add_generation_routes(router: APIRouter, store: Store, tokens: PromptTokens,
         if set(payload) != {"text"} or not isinstance(text, str):
             raise invalid("text", 'send {"text": "<the whole edited draft (an instruction draft: its story, without '
                                   'the instruction)>"} and nothing else')
-        if reason := unicode_problem(text):
-            raise invalid("text", reason)
-        if (instruction := found(store.instruction, gen_id)) and text.startswith(instruction):
-            raise invalid("text", "starts with the draft's instruction: send its story alone (the instruction "
-                                  "stays as it was)")
         try:
-            gen = found(lambda i: store.save_edit(i, text), gen_id)
+            gen = found(lambda i: drafts.edit(i, text), gen_id)
         except Conflict as error:
             raise HTTPException(409, detail=str(error)) from None
-        except ValueError as error:  # empty or unchanged
-            raise invalid("text", str(error)) from None
+        except SettingsError as error:  # not Unicode, starts with the instruction, empty or unchanged
+            raise settings_invalid(error) from None
         return {"id": gen.id, "status": gen.status, "parent_id": gen.parent_id, "session_id": gen.session_id}
 
     @router.put("/generations/{gen_id}/context")
@@ -274,17 +237,16 @@ def add_generation_routes(router: APIRouter, store: Store, tokens: PromptTokens,
             e = error.errors(include_url=False)[0]
             field = ".".join(str(part) for part in e["loc"]) or "body"
             raise invalid(printable(field), printable(e["msg"])) from None
-        check_context_text({"memory": values.memory, "authors_note": values.authors_note})
         world = world_info_json(values.world_info) if "world_info" in values.model_fields_set else None
-        gen = found(lambda i: store.set_context_text(i, values.memory, values.authors_note, world), gen_id)
+        try:
+            gen = found(lambda i: drafts.set_context(i, Context(values.memory, values.authors_note, world)), gen_id)
+        except SettingsError as error:
+            raise settings_invalid(error) from None
         return {"id": gen.id, "memory": gen.memory, "authors_note": gen.authors_note,
                 "world_info": world_info_view(gen.world_info)}
 
-    @router.get("/generations/{gen_id}/tokens")
-    def get_tokens(gen_id: GenId) -> dict:
-        tokens = found(store.get_tokens, gen_id)
-        return {"prompt_tokens": tokens.prompt_ids, "tokens": tokens.generated_ids}
 
+def add_export_route(router: APIRouter, store: Store) -> None:
     @router.get("/generations/{gen_id}/export")
     def export(gen_id: GenId, format: str = "txt", title: str | None = None, author: str | None = None):
         if format not in FORMATS:

@@ -1,5 +1,6 @@
 """What the REST API accepts: the request bodies, their checks, and errors in FastAPI's 422 shape, every message
-starting with the field it is about (ui/api.py holds the routes; ui/branches.py builds on these too)."""
+starting with the field it is about (ui/api.py holds the routes; ui/branch_api.py and ui/plan_api.py build on these
+too)."""
 
 from __future__ import annotations
 
@@ -14,8 +15,9 @@ from storage import NotFound
 from storage.records import SQL_INT_MAX
 from tokenswift.settings import TEXT_FIELDS, WRITING_DEFAULTS, Settings, SettingsError
 from tokenswift.text.world_info import WorldInfo
+from ui.drafts import DraftProblem
 from ui.follow import MAX_WAIT_S
-from ui.limits import context_text_problem, printable, target_problem, unicode_problem
+from ui.limits import printable, target_problem, unicode_problem
 
 TOP_LEVEL = ("max_new_tokens", "mode", "seed", "prompt_format")
 Int = Annotated[int, Field(ge=-SQL_INT_MAX - 1, le=SQL_INT_MAX)]  # what the store can hold
@@ -74,12 +76,6 @@ def world_info_json(value: dict[str, Any] | None) -> str:
         raise invalid(printable(error.field), printable(error.reason)) from None
 
 
-def check_context_text(values: dict[str, str]) -> None:
-    for field, value in values.items():
-        if problem := context_text_problem(value):
-            raise invalid(field, problem)
-
-
 def invalid(field: str, message: str, kind: str = "value_error", where: str = "body") -> HTTPException:
     loc = [where, *field.split(".")]
     return HTTPException(422, detail=[{"loc": loc, "msg": f"{field}: {message}", "type": kind}])
@@ -128,7 +124,6 @@ def parse_request(payload: dict[str, Any]) -> tuple[GenerationIn, Settings]:
             raise invalid(field, problem)
     if problem := target_problem(request.max_new_tokens):
         raise invalid("max_new_tokens", problem)
-    check_context_text({"memory": request.memory, "authors_note": request.authors_note})
     if request.continue_from is not None and (request.memory or request.authors_note):
         raise invalid("memory", "leave Memory and Author's Note out with continue_from (the parent's are kept; "
                                 "edit them with PUT /api/generations/{id}/context)")
@@ -155,8 +150,10 @@ def to_settings(request: GenerationIn) -> Settings:
 
 
 def settings_invalid(error: SettingsError) -> HTTPException:
-    """A Settings error as a 422 on the request's field: top-level, or under settings."""
-    return invalid(error.field if error.field in TOP_LEVEL else f"settings.{error.field}", error.reason)
+    """A refusal as a 422 on the request's field: a draft's own (ui/drafts.DraftProblem: prompt, memory, ...) or a
+    top-level setting by its name, any other setting under settings."""
+    own = isinstance(error, DraftProblem) or error.field in TOP_LEVEL
+    return invalid(error.field if own else f"settings.{error.field}", error.reason)
 
 
 def found(read, gen_id: int):

@@ -16,13 +16,13 @@ from storage.changes import Changes
 from storage.models import COMPARISON
 from storage.records import GenerationRecord
 from tokenswift.decode.metrics import distinct
-from tokenswift.settings import DRAFTERS, Settings
+from tokenswift.settings import DRAFTERS, Settings, SettingsError
 from ui import charts, samplers_panel, views
-from ui.forms import DEFAULTS, SAMPLERS, FormError, SettingsForm, ar_twin
+from ui.drafts import DraftService
+from ui.forms import DEFAULTS, SAMPLERS, FormError, SettingsForm, ar_twin, labelled
 from ui.live import Watch
 from ui.samplers_panel import SamplerParts
 from ui.tokens import PromptTokens
-from ui.write_view import prompt_budget
 
 LETTERS = "ABCD"
 TICK_S = 1.0
@@ -194,11 +194,10 @@ def describe(s: Settings) -> str:
             f"temperature {s.temperature:g}{dry}{xtc}{drafter}")
 
 
-def queue_runs(store: Store, prompt: str, seed, target, temperature, count: int, values: list,
-               budget: tuple[int | None, int] = (None, 0)) -> Runs:
-    """Validate every column, then queue the TokenSwift runs and one AR twin per distinct sampling setting.
-    budget: (the model's context, the prompt's tokens), as write_view.prompt_budget measures them."""
-    limit, prompt_tokens = budget
+def queue_runs(drafts: DraftService, prompt: str, seed, target, temperature, count: int, values: list) -> Runs:
+    """Validate every column, then queue the TokenSwift runs and one AR twin per distinct sampling setting, all through
+    the drafts service (the prompt counted once, for every column)."""
+    budget = drafts.budget(prompt)
     settings = []
     for i in range(count):
         penalty, penalty_window, k, sampler, value, drafter, *boxes = values[FIELDS * i:FIELDS * (i + 1)]
@@ -208,16 +207,18 @@ def queue_runs(store: Store, prompt: str, seed, target, temperature, count: int,
                             sampler=sampler, sampler_value=value, temperature=temperature, seed=seed, budget=0,
                             drafter=drafter, shift="Refuse", **knobs)
         try:
-            settings.append(form.to_settings(limit=limit, prompt_tokens=prompt_tokens))
-        except FormError as error:
-            raise FormError(f"Column {LETTERS[i]} — {error}") from None
-    book = store.create_session(f"Compare: {' '.join(prompt.split()[:6])}…", "", kind=COMPARISON)
-    ts_ids = [store.enqueue_generation(prompt, s, session_id=book.id).id for s in settings]
+            settings.append(form.to_settings())
+            drafts.check(settings[-1], budget=budget)
+        except (FormError, SettingsError) as error:
+            message = labelled(error) if isinstance(error, SettingsError) else str(error)
+            raise FormError(f"Column {LETTERS[i]} — {message}") from None
+    book = drafts.store.create_session(f"Compare: {' '.join(prompt.split()[:6])}…", "", kind=COMPARISON).id
+    ts_ids = [drafts.start(prompt, s, book=book, budget=budget).id for s in settings]
     twins: dict[Settings, int] = {}
     for s in settings:
         twin = ar_twin(s)
         if twin not in twins:
-            twins[twin] = store.enqueue_generation(prompt, twin, session_id=book.id).id
+            twins[twin] = drafts.start(prompt, twin, book=book, budget=budget).id
     return Runs(list(LETTERS[:count]), [describe(s) for s in settings], ts_ids,
                 [twins[ar_twin(s)] for s in settings])
 
@@ -315,6 +316,7 @@ def render(p: CompareParts, store: Store, runs: Runs) -> dict:
 def wire(p: CompareParts, store: Store, page: gr.Blocks, tokens: PromptTokens, changes: Changes | None = None) -> None:
     """changes: the store's commit counter, so ticks read nothing while nothing was committed (ui/live.py)."""
     fast = {"concurrency_limit": None}
+    drafts = DraftService(store, tokens)
 
     def watch_all(runs: Runs) -> Runs:
         for gid in runs.ts_ids + runs.ar_ids:
@@ -326,8 +328,7 @@ def wire(p: CompareParts, store: Store, page: gr.Blocks, tokens: PromptTokens, c
             gr.Warning("Prompt: write the prompt to compare on first.")
             return {p.status: f"{views.dot('bad')} Prompt: write the prompt to compare on first."}
         try:
-            budget = prompt_budget(store, tokens, prompt)
-            runs = queue_runs(store, prompt, seed, target, temperature, int(count), list(values), budget)
+            runs = queue_runs(drafts, prompt, seed, target, temperature, int(count), list(values))
         except (FormError, StoreError) as error:
             gr.Warning(views.plain(str(error)))
             return {p.status: f"{views.dot('bad')} {error}"}

@@ -9,6 +9,8 @@ version" opens it again. Continue or Resume then re-prefills from the edited tex
 from __future__ import annotations
 
 from storage import Conflict, NotFound, Store, StoreError
+from tokenswift.settings import SettingsError
+from ui.drafts import DraftService
 from ui.live import ACTIVE, Watch, whole_text
 from ui.write_parts import WriteParts
 from ui.write_view import editing, problem, show_generation
@@ -20,7 +22,8 @@ BACK_IN_VIEW = """() => setTimeout(() => {
 }, 100)"""
 
 
-def wire(p: WriteParts, store: Store) -> None:
+def wire(p: WriteParts, store: Store, drafts: DraftService) -> None:
+    """An edit is saved through `drafts` (ui/drafts.py), as the API's are."""
     fast = {"concurrency_limit": None}
 
     def open_editor(watch: Watch | None):
@@ -39,7 +42,9 @@ def wire(p: WriteParts, store: Store) -> None:
         if watch is None:
             return problem(p, "Edit: no draft is open.")
         try:
-            revision = store.save_edit(watch.gen_id, text or "")
+            revision = drafts.edit(watch.gen_id, text or "")
+        except SettingsError as error:  # empty, unchanged, not Unicode, or starting with the instruction
+            return problem(p, f"Edit: {error.reason}")
         except (ValueError, NotFound, StoreError) as error:  # Conflict is a ValueError
             return problem(p, f"Edit: {error}")
         then = "Resume" if revision.status == "paused" else "Continue"

@@ -33,7 +33,8 @@ TARGET_LABEL = "Target length (new tokens)"  # one name wherever a draft's lengt
 QUICK_LENGTHS = {"1K": 1_000, "5K": 5_000, "10K": 10_000, "25K": 25_000, "50K": 50_000, "100K": 100_000}
 # Error messages name a field as its box is labelled: the table's labels, and the boxes of the draft's own.
 LABELS = {"max_new_tokens": "Target length", "mode": "Mode", "seed": "Seed", "ngram_topk": "Phrase guesses",
-          "budget": "Guessing context", "sinks": "Sinks", "drafter": "Drafter",
+          "budget": "Guessing context", "sinks": "Sinks", "drafter": "Drafter", "prompt": "Prompt", "memory": "Memory",
+          "authors_note": "Author's Note",
           **{row.name: row.knob.label for row in TEXT_FIELDS}}
 PANEL = tuple(row for row in TEXT_FIELDS if row.knob.panel)  # the samplers panel's boxes, in the table's order
 # The panel's first values: the writing defaults (tokenswift.settings), shown as the panel shows them.
@@ -109,10 +110,8 @@ class DraftBoxes:
             "ban": tuple(read_phrases(self.ban or "")),
         }
 
-    def to_settings(self, *, limit: int | None = None, prompt_tokens: int = 0,
-                    prompt_label: str = "prompt") -> Settings:
-        """limit: the model's context, checked against prompt_tokens (as counted by the model's tokenizer; 0
-        when unknown) + the target; prompt_label names those tokens in the message."""
+    def to_settings(self) -> Settings:
+        """The boxes' Settings (whether the target fits the model's context: the drafts service, ui/drafts.py)."""
         if self.mode not in MODES:
             raise FormError(f"Mode: choose one of {', '.join(MODES)}")
         values = {
@@ -133,12 +132,6 @@ class DraftBoxes:
         if self.shift not in CONTEXT_SHIFT:
             raise FormError(f"Past the context: choose one of {', '.join(CONTEXT_SHIFT)}")
         values["context_shift"] = CONTEXT_SHIFT[self.shift]
-        if values["context_shift"] is False and limit and prompt_tokens + values["max_new_tokens"] > limit:
-            new = f"max_new_tokens ({values['max_new_tokens']:,})"
-            if not prompt_tokens:
-                raise FormError(f"Target length: {new} exceeds the model's context of {limit:,} tokens")
-            raise FormError(f"Target length: {prompt_label} ({prompt_tokens:,} tokens) + {new} exceed the model's "
-                            f"context of {limit:,} tokens")
         return settings_from(values)
 
 
@@ -157,7 +150,12 @@ def settings_from(values: dict) -> Settings:
     try:
         return Settings.from_dict(values)
     except SettingsError as error:
-        raise FormError(f"{LABELS.get(error.field, error.field)}: {str(error).split(': ', 1)[-1]}") from None
+        raise FormError(labelled(error)) from None
+
+
+def labelled(error: SettingsError) -> str:
+    """A refusal (of Settings or the drafts service, ui/drafts.py) naming its field as the form labels it."""
+    return f"{LABELS.get(error.field, error.field)}: {error.reason}"
 
 
 def ar_twin(settings: Settings) -> Settings:

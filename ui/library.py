@@ -14,10 +14,11 @@ from bookexport import export_book
 from storage import Conflict, NotFound, Store, StoreError
 from storage.overview import DraftSummary
 from storage.records import GenerationRecord
-from tokenswift.settings import Settings
+from tokenswift.settings import Settings, SettingsError
 from ui import views, write_view
+from ui.drafts import DraftService
 from ui.exports import Exports, draft_book
-from ui.forms import PROMPT_FORMATS, TARGET_LABEL, FormError, settings_from
+from ui.forms import PROMPT_FORMATS, TARGET_LABEL, FormError, labelled, settings_from
 from ui.tokens import PromptTokens
 from ui.write_parts import WriteParts
 
@@ -197,8 +198,9 @@ class LibraryEvents:
     line. `wire` binds them to the page's events."""
 
     def __init__(self, p: LibraryParts, store: Store, w: WriteParts, tabs: gr.Tabs, exports: Exports,
-                 count) -> None:
+                 count, drafts: DraftService) -> None:
         self.p, self.store, self.w, self.tabs, self.exports, self.count = p, store, w, tabs, exports, count
+        self.drafts = drafts  # Continue goes through the drafts service, as the Write tab's and the API's do
 
     def show(self, book_id, draft_id=None):
         return listing(self.p, self.store, book_id, self.count, draft_id)
@@ -302,15 +304,11 @@ class LibraryEvents:
             parent = self.store.get_generation(gen_id, with_text=False)
             values = json.loads(parent.settings_json)  # the parent's settings, longer
             values["max_new_tokens"] = int(extend_by) if extend_by is not None else 0
-            settings = settings_from(values)
-            limit = write_view.model_limit(self.store)
-            existing = len(self.store.get_tokens(gen_id).prompt_ids) + parent.produced_tokens
-            if settings.context_shift is False and limit and existing + settings.max_new_tokens > limit:
-                raise FormError(f"Target length: existing text ({existing:,} tokens) + max_new_tokens "
-                                f"({settings.max_new_tokens:,}) exceed the model's context of {limit:,} tokens")
-            child = self.store.continue_generation(gen_id, settings)
+            child = self.drafts.continue_from(gen_id, settings_from(values))
         except FormError as error:
             return self.say(str(error), ok=False)
+        except SettingsError as error:
+            return self.say(labelled(error), ok=False)
         except (Conflict, NotFound, StoreError) as error:
             return self.say(f"Continue: {error}", ok=False)
         return {**write_view.show_generation(self.w, self.store, child.id, fill_form=False),
@@ -333,7 +331,7 @@ def wire(p: LibraryParts, store: Store, w: WriteParts, tabs: gr.Tabs, tab: gr.Ta
     """tokens: the app's tokenizers, to count an edit's text that no worker has tokenized yet."""
     fast = {"concurrency_limit": None}
     count = token_counter(tokens)
-    on = LibraryEvents(p, store, w, tabs, exports, count)
+    on = LibraryEvents(p, store, w, tabs, exports, count, DraftService(store, tokens or PromptTokens(store)))
     tab.select(on.opened, [p.book, w.book], [*p.listing, p.status], api_name="library_refresh", **fast)
     p.refresh.click(on.refresh, [p.book, p.draft], [*p.listing, p.status], api_name="library_reload", **fast)
     # A draft that ends (watched in the Write tab) changes its row: the list shows it without a click on Refresh.

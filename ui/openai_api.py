@@ -39,7 +39,8 @@ from starlette.concurrency import run_in_threadpool
 
 from storage import Conflict, NotFound, Store, StoreError
 from storage.records import GenerationRecord
-from tokenswift.settings import Settings
+from tokenswift.settings import Settings, SettingsError
+from ui.drafts import DraftService
 from ui.follow import Commits
 from ui.openai_input import (
     OPENAI_PREFIX,
@@ -58,6 +59,7 @@ from ui.tokens import PromptTokens
 BOOK_TITLE = "API requests"
 WAIT_S = 1.0  # a non-streaming answer looks this often whether its client is still there
 RUNNING = ("queued", "running")
+REQUEST_NAMES = {"max_new_tokens": "max_tokens"}  # a refused field by this endpoint's name for it
 
 
 def add_openai_routes(app: FastAPI, store: Store, tokens: PromptTokens, texts: DraftTexts) -> None:
@@ -104,6 +106,7 @@ class Drafts:
 
     def __init__(self, store: Store, tokens: PromptTokens, texts: DraftTexts, commits: Commits):
         self.store, self.tokens, self.texts, self.commits = store, tokens, texts, commits
+        self.drafts = DraftService(store, tokens)
         self._book_lock = threading.Lock()  # two first requests make one book
 
     def model(self) -> str | None:
@@ -111,10 +114,15 @@ class Drafts:
         return target[0] if target else None
 
     def enqueue(self, prompt: str, settings: Settings, prompt_ids: list[int] | None = None) -> GenerationRecord:
+        """The request's draft, started through the drafts service (ui/drafts.py) as every front door's is; its
+        refusal names the field as this request named it."""
         with self._book_lock:
             book = next((b.id for b in self.store.list_sessions() if b.title == BOOK_TITLE), None)
             book = book or self.store.create_session(BOOK_TITLE).id
-            return self.store.enqueue_generation(prompt, settings, session_id=book, prompt_ids=prompt_ids)
+            try:
+                return self.drafts.start(prompt, settings, book=book, prompt_ids=prompt_ids)
+            except SettingsError as error:
+                raise bad(REQUEST_NAMES.get(error.field, error.field), error.reason) from None
 
     def render(self, messages: list[dict[str, str]]) -> tuple[str, list[int]]:
         model = self.model()

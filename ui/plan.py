@@ -9,10 +9,11 @@ import gradio as gr
 from bookexport import export_book
 from storage import Conflict, NotFound, Store, StoreError
 from storage.plans import Character
-from tokenswift.settings import WRITING_DEFAULTS
+from tokenswift.settings import WRITING_DEFAULTS, SettingsError
 from ui import views, write_view
+from ui.drafts import DraftService
 from ui.exports import Exports
-from ui.forms import FormError, settings_from
+from ui.forms import FormError, labelled, settings_from
 from ui.plan_api import state
 from ui.plan_drafts import plan_book, words, write_chapter
 from ui.plan_input import MAX_PREMISE, MAX_TITLE, PlanProblem, check_chapter, check_characters, check_text
@@ -20,7 +21,7 @@ from ui.plan_parts import CHAPTER_HEADERS, CHARACTER_HEADERS, FORMATS, PlanParts
 from ui.tokens import PromptTokens
 from ui.write_parts import WriteParts
 
-Failure = (Conflict, NotFound, StoreError, PlanProblem, FormError)
+Failure = (Conflict, NotFound, StoreError, PlanProblem, FormError, SettingsError)
 NO_BOOK = "**No book chosen.** Give a new book a title and press **New book**, or choose one of the Library's."
 
 
@@ -61,7 +62,8 @@ class PlanEvents:
 
     def __init__(self, p: PlanParts, store: Store, w: WriteParts, tabs: gr.Tabs, exports: Exports,
                  tokens: PromptTokens):
-        self.p, self.store, self.w, self.tabs, self.exports, self.tokens = p, store, w, tabs, exports, tokens
+        self.p, self.store, self.w, self.tabs, self.exports = p, store, w, tabs, exports
+        self.drafts = DraftService(store, tokens)  # a chapter's draft starts there, as the API's does
 
     def say(self, message: str, ok: bool = True) -> dict:
         (gr.Info if ok else gr.Warning)(views.plain(message))
@@ -72,7 +74,8 @@ class PlanEvents:
             shown_now = view(self.p, self.store, book_id, chapter_id)
         except (NotFound, StoreError):
             shown_now = view(self.p, self.store, None)
-        return {**shown_now, **self.say(str(error), ok=False)}
+        message = labelled(error) if isinstance(error, SettingsError) else str(error)
+        return {**shown_now, **self.say(message, ok=False)}
 
     def attempt(self, book_id, chapter_id, work) -> dict:
         """work() -> (chapter to choose, message); the plan redrawn either way."""
@@ -173,7 +176,7 @@ class PlanEvents:
         def work():
             self.store.set_premise(book_id, check_text("Premise", premise or "", MAX_PREMISE))
             settings = settings_from({**WRITING_DEFAULTS, "max_new_tokens": int(target or 0)})
-            gen = write_chapter(self.store, self.tokens, chosen(chapter_id), settings)
+            gen = write_chapter(self.drafts, chosen(chapter_id), settings)
             _, chapter = self.store.chapter(chapter_id)
             return chapter_id, (f"Writing chapter {chapter.position}, “{chapter.title}”, as draft #{gen.id}: "
                                 "**Open in Write** to watch it.")

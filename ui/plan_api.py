@@ -32,7 +32,9 @@ from bookexport import FORMATS, export_book
 from storage import Conflict, NotFound, Store
 from storage.plans import Chapter, Character, Plan
 from storage.records import SQL_INT_MAX
-from ui.api_input import GenerationIn, invalid, json_object, to_settings
+from tokenswift.settings import SettingsError
+from ui.api_input import GenerationIn, invalid, json_object, settings_invalid, to_settings
+from ui.drafts import DraftService
 from ui.limits import printable, target_problem
 from ui.plan_drafts import plan_book, words, write_chapter
 from ui.plan_input import (
@@ -84,22 +86,28 @@ def parsed(model: type[BaseModel], payload: dict[str, Any]):
 
 
 def checked(work):
-    """work() with the plan's problems as 422s and a missing book, chapter or draft as 404."""
+    """work() with the plan's problems and the drafts service's refusals as 422s, and a missing book, chapter or draft
+    as 404."""
     try:
         return work()
     except PlanProblem as problem:
         raise invalid(problem.field, problem.reason) from None
     except NotFound as error:
         raise HTTPException(404, detail=str(error)) from None
+    except SettingsError as error:  # the drafts service's refusal
+        raise settings_invalid(error) from None
+
+
+def own_chapter(store: Store, book_id: int, chapter_id: int) -> Chapter:
+    """The chapter, or a 404 unless it is in `book_id`."""
+    book, chapter = checked(lambda: store.chapter(chapter_id))
+    if book != book_id:
+        raise HTTPException(404, detail=f"no chapter {chapter_id} in book {book_id}")
+    return chapter
 
 
 def add_plan_routes(router: APIRouter, store: Store, tokens: PromptTokens) -> None:
-    def own_chapter(book_id: int, chapter_id: int) -> Chapter:
-        book, chapter = checked(lambda: store.chapter(chapter_id))
-        if book != book_id:
-            raise HTTPException(404, detail=f"no chapter {chapter_id} in book {book_id}")
-        return chapter
-
+    """The book and plan routes here, the chapters' in add_chapter_routes."""
     @router.post("/books", status_code=201)
     def create_book(payload: Body) -> dict:
         values = parsed(BookIn, payload)
@@ -126,6 +134,22 @@ def add_plan_routes(router: APIRouter, store: Store, tokens: PromptTokens) -> No
             store.set_characters(book_id, characters)
         return plan_view(store.plan(book_id))
 
+    add_chapter_routes(router, store, DraftService(store, tokens))
+
+    @router.get("/books/{book_id}/export")
+    def export(book_id: BookId, format: str = "epub", title: str | None = None, author: str | None = None):
+        if format not in FORMATS:
+            raise invalid("format", f"must be one of {', '.join(FORMATS)}", where="query")
+        plan = checked(lambda: store.plan(book_id))
+        book = plan_book(plan, plan.book.title if title is None else title,
+                         plan.book.author if author is None else author)
+        data, media_type, filename = export_book(book, format)
+        disposition = f"attachment; filename=\"{quote(filename)}\"; filename*=UTF-8''{quote(filename)}"
+        return Response(data, media_type=media_type, headers={"Content-Disposition": disposition})
+
+
+def add_chapter_routes(router: APIRouter, store: Store, drafts: DraftService) -> None:
+    """Add, edit, delete and write a chapter (a chapter's draft starts through the drafts service, ui/drafts.py)."""
     @router.post("/books/{book_id}/chapters", status_code=201)
     def add_chapter(book_id: BookId, payload: Body) -> dict:
         values = parsed(ChapterIn, payload)
@@ -135,7 +159,7 @@ def add_plan_routes(router: APIRouter, store: Store, tokens: PromptTokens) -> No
     @router.put("/books/{book_id}/chapters/{chapter_id}")
     def edit_chapter(book_id: BookId, chapter_id: BookId, payload: Body) -> dict:
         values = parsed(ChapterEditIn, payload)
-        chapter = own_chapter(book_id, chapter_id)
+        chapter = own_chapter(store, book_id, chapter_id)
         title, beats = checked(lambda: check_chapter(values.title, values.beats))
         if title is not None or beats is not None:
             chapter = store.edit_chapter(chapter_id, title, beats)
@@ -150,7 +174,7 @@ def add_plan_routes(router: APIRouter, store: Store, tokens: PromptTokens) -> No
 
     @router.delete("/books/{book_id}/chapters/{chapter_id}", status_code=204)
     def delete_chapter(book_id: BookId, chapter_id: BookId) -> Response:
-        own_chapter(book_id, chapter_id)
+        own_chapter(store, book_id, chapter_id)
         store.delete_chapter(chapter_id)
         return Response(status_code=204)
 
@@ -159,24 +183,13 @@ def add_plan_routes(router: APIRouter, store: Store, tokens: PromptTokens) -> No
         values = parsed(WriteIn, payload)
         if problem := target_problem(values.max_new_tokens):
             raise invalid("max_new_tokens", problem)
-        own_chapter(book_id, chapter_id)
+        own_chapter(store, book_id, chapter_id)
         settings = to_settings(GenerationIn(prompt="", max_new_tokens=values.max_new_tokens, mode=values.mode,
                                             seed=values.seed, settings=values.settings))
         try:
-            gen = checked(lambda: write_chapter(store, tokens, chapter_id, settings))
+            gen = checked(lambda: write_chapter(drafts, chapter_id, settings))
         except Conflict as error:
             raise HTTPException(409, detail=str(error)) from None
         prompt_format = "instruction" if store.instruction(gen.id) is not None else "continue"
         return {"id": gen.id, "status": gen.status, "session_id": gen.session_id, "chapter_id": chapter_id,
                 "prompt_format": prompt_format}
-
-    @router.get("/books/{book_id}/export")
-    def export(book_id: BookId, format: str = "epub", title: str | None = None, author: str | None = None):
-        if format not in FORMATS:
-            raise invalid("format", f"must be one of {', '.join(FORMATS)}", where="query")
-        plan = checked(lambda: store.plan(book_id))
-        book = plan_book(plan, plan.book.title if title is None else title,
-                         plan.book.author if author is None else author)
-        data, media_type, filename = export_book(book, format)
-        disposition = f"attachment; filename=\"{quote(filename)}\"; filename*=UTF-8''{quote(filename)}"
-        return Response(data, media_type=media_type, headers={"Content-Disposition": disposition})

@@ -29,11 +29,11 @@ from dataclasses import dataclass
 
 from bookexport import Book
 from bookexport.chapters import heading_of
-from storage import Store
 from storage.plans import Chapter, Character, Plan
 from storage.records import GenerationRecord
 from tokenswift.settings import Settings
 from tokenswift.text.world_info import Entry, WorldInfo
+from ui.drafts import Context, DraftService
 from ui.exports import book_identifier
 from ui.tokens import PromptTokens
 
@@ -42,7 +42,7 @@ CLOSING_WORDS = 300  # of the previous chapter, given as context: about a page, 
 
 @dataclass(frozen=True)
 class ChapterDraft:
-    """A chapter's draft as Store.enqueue_generation takes it."""
+    """A chapter's draft as the drafts service (ui/drafts.py) takes it."""
 
     prompt: str  # the instruction, or the opening (the chapter's heading)
     prompt_format: str  # "instruction" or "continue"
@@ -121,13 +121,13 @@ def can_follow_instructions(tokens: PromptTokens) -> bool:
     return True if has is None else has
 
 
-def write_chapter(store: Store, tokens: PromptTokens, chapter_id: int, settings: Settings) -> GenerationRecord:
+def write_chapter(drafts: DraftService, chapter_id: int, settings: Settings) -> GenerationRecord:
     """Queue the draft that writes the chapter (its prompt format is the chapter's: settings' is replaced); from
-    now on it is the chapter's text. NotFound, Conflict (the chapter is being written) or StoreError."""
-    book_id, _ = store.chapter(chapter_id)
-    plan = store.plan(book_id)
+    now on it is the chapter's text. NotFound, Conflict (the chapter is being written), SettingsError or StoreError."""
+    book_id, _ = drafts.store.chapter(chapter_id)
+    plan = drafts.store.plan(book_id)
     chapter = next(c for c in plan.chapters if c.id == chapter_id)
-    draft = chapter_draft(plan, chapter, can_follow_instructions(tokens))
-    return store.enqueue_generation(draft.prompt, settings.replace(prompt_format=draft.prompt_format),
-                                    session_id=book_id, memory=draft.memory, authors_note=draft.authors_note,
-                                    world_info=draft.world_info, chapter_id=chapter_id)
+    draft = chapter_draft(plan, chapter, can_follow_instructions(drafts.tokens))
+    context = Context(draft.memory, draft.authors_note, draft.world_info)
+    return drafts.start(draft.prompt, settings.replace(prompt_format=draft.prompt_format), book=book_id,
+                        context=context, chapter_id=chapter_id)

@@ -13,24 +13,17 @@ from pathlib import Path
 import gradio as gr
 
 from storage import Conflict, NotFound, Store, StoreError
+from tokenswift.settings import SettingsError
 from ui import edit, seen, views, write_branch_events
-from ui.forms import SAMPLERS, FormError, SettingsForm, parse_target
-from ui.limits import context_text_problem, unicode_problem
+from ui.drafts import Context, DraftService
+from ui.forms import SAMPLERS, FormError, SettingsForm, labelled, parse_target
+from ui.limits import unicode_problem
 from ui.live import ACTIVE, Watch
 from ui.texts import DraftTexts
 from ui.tokens import PromptTokens
 from ui.world_info_panel import stored
 from ui.write_parts import CHART_S, WriteParts
-from ui.write_view import (
-    limit_line,
-    model_limit,
-    no_model_problem,
-    problem,
-    prompt_budget,
-    render,
-    show_generation,
-    whole,
-)
+from ui.write_view import limit_line, no_model_problem, problem, render, show_generation, whole
 
 MAX_UPLOAD_BYTES = 8 * 1024 * 1024
 
@@ -39,39 +32,40 @@ class WriteEvents:
     """The Write tab's handlers: each returns the components it redraws. `wire` binds them to the page's events."""
 
     def __init__(self, p: WriteParts, store: Store, tokens: PromptTokens, texts: DraftTexts) -> None:
-        self.p, self.store, self.tokens, self.texts = p, store, tokens, texts
+        self.p, self.store, self.texts = p, store, texts
+        self.drafts = DraftService(store, tokens)
 
     def start(self, title, prompt, book, *rest):
         *form, memory, note, world = rest
-        memory, note = memory or "", note or ""
         if not (prompt or "").strip():
             return problem(self.p, "Prompt: write or load the opening of your story first.")
-        for label, text in (("Prompt", prompt), ("Book title", title or "")):
-            if reason := unicode_problem(text):
-                return problem(self.p, f"{label}: {reason}.")
-        if reason := _context_problem(memory, note):
-            return problem(self.p, reason)
+        if reason := unicode_problem(title or ""):
+            return problem(self.p, f"Book title: {reason}.")
         if reason := no_model_problem(self.store):
             return problem(self.p, reason)
+        title = (title or "").strip() or "Untitled"
         try:
-            world = stored(world)
-            limit, prompt_tokens = prompt_budget(self.store, self.tokens, prompt)
-            settings = SettingsForm(*form).to_settings(limit=limit, prompt_tokens=prompt_tokens)
-            title = (title or "").strip() or "Untitled"
-            if book is None:
-                book = self.store.create_session(title).id
-            elif self.store.get_session(book).title != title:
-                self.store.rename_session(book, title=title)
-            gen = self.store.enqueue_generation(prompt, settings, session_id=book, memory=memory, authors_note=note,
-                                           world_info=world)
+            settings, context = SettingsForm(*form).to_settings(), Context(memory or "", note or "", stored(world))
+            try:
+                gen = self.drafts.start(prompt, settings, book=lambda: self._book(title, book), context=context)
+            except NotFound:  # the book was deleted in the Library meanwhile: start a new one
+                gen = self.drafts.start(prompt, settings, book=lambda: self.store.create_session(title).id,
+                                        context=context)
         except FormError as error:
             return problem(self.p, str(error))
-        except NotFound:  # the book was deleted in the Library meanwhile: start a new one
-            gen = self.store.enqueue_generation(prompt, settings, session_id=self.store.create_session(title).id,
-                                           memory=memory, authors_note=note, world_info=world)
+        except SettingsError as error:
+            return problem(self.p, f"{labelled(error)}.")
         except StoreError as error:
             return problem(self.p, str(error))
         return show_generation(self.p, self.store, gen.id, fill_form=False)
+
+    def _book(self, title: str, book: int | None) -> int:
+        """The book a new draft goes in, once it passed its checks: the tab's, renamed to `title`, or a new one."""
+        if book is None:
+            return self.store.create_session(title).id
+        if self.store.get_session(book).title != title:
+            self.store.rename_session(book, title=title)
+        return book
 
     def control(self, verb):
         p, store = self.p, self.store
@@ -93,29 +87,27 @@ class WriteEvents:
         *form, memory, note, world = rest
         if watch is None:
             return problem(self.p, "Continue: open a finished draft first (Library tab, or Start one).")
-        if reason := _context_problem(memory or "", note or ""):
-            return problem(self.p, reason)
         try:
-            world = stored(world)
-            limit, existing = _existing_tokens(self.store, self.tokens, watch)
-            settings = SettingsForm(*form).to_settings(limit=limit, prompt_tokens=existing,
-                                                       prompt_label="existing text")
-            gen = self.store.continue_generation(watch.gen_id, settings)
-            gen = self.store.set_context_text(gen.id, memory or "", note or "", world)  # as the boxes show them
-        except (FormError, Conflict, NotFound, StoreError) as error:
-            return problem(self.p, f"Continue: {error}" if not isinstance(error, FormError) else str(error))
+            context = Context(memory or "", note or "", stored(world))  # as the boxes show them
+            gen = self.drafts.continue_from(watch.gen_id, SettingsForm(*form).to_settings(), context=context)
+        except FormError as error:
+            return problem(self.p, str(error))
+        except SettingsError as error:
+            return problem(self.p, f"{labelled(error)}.")
+        except (Conflict, NotFound, StoreError) as error:
+            return problem(self.p, f"Continue: {error}")
         return show_generation(self.p, self.store, gen.id, fill_form=False)
 
     def save_context(self, watch: Watch | None, memory, note, world):
-        p, store = self.p, self.store
+        p = self.p
         if watch is None:
             return problem(p, "Memory: open a draft first.")
-        if reason := _context_problem(memory or "", note or ""):
-            return problem(p, reason)
         try:
-            store.set_context_text(watch.gen_id, memory or "", note or "", stored(world))
+            self.drafts.set_context(watch.gen_id, Context(memory or "", note or "", stored(world)))
         except FormError as error:
             return problem(p, f"{error}. Nothing was saved.")
+        except SettingsError as error:
+            return problem(p, f"{labelled(error)}.")
         except (NotFound, StoreError) as error:
             return problem(p, f"Memory: {error}")
         when = "from its next context shift or resume" if watch.record.status in ("queued", "running", "paused") \
@@ -239,8 +231,8 @@ def wire(p: WriteParts, store: Store, page: gr.Blocks, tokens: PromptTokens, tex
     p.offer_open.click(on.take_offer(False), p.offered, offer_out, api_name="write_offer_open", **fast)
     page.load(on.attach, p.remembered, [*p.opened, p.limit, p.offer, p.offer_text, p.offered], api_name="write_attach",
               **fast)
-    edit.wire(p, store)
-    write_branch_events.wire(p, store, tokens)
+    edit.wire(p, store, on.drafts)
+    write_branch_events.wire(p, store, tokens, on.drafts)
 
 
 def _offer(p: WriteParts, store: Store, offer, shown: int | None) -> dict:
@@ -253,19 +245,3 @@ def _offer(p: WriteParts, store: Store, offer, shown: int | None) -> dict:
     text = (f"{views.dot('wait' if offer.status == 'paused' else 'run')} **{state}** — Draft #{offer.id} of "
             f"*{title}*, {offer.produced_tokens:,} / {offer.target_tokens:,} tokens")
     return {p.offer: gr.Row(visible=True), p.offer_text: text, p.offered: offer.id}
-
-
-def _context_problem(memory: str, note: str) -> str | None:
-    for label, text in (("Memory", memory), ("Author's Note", note)):
-        if reason := context_text_problem(text):
-            return f"{label}: {reason}."
-    return None
-
-
-def _existing_tokens(store: Store, tokens: PromptTokens, watch: Watch) -> tuple[int | None, int]:
-    """(context, tokens of the text a Continue builds on): the stored ids, or for a writer's edit that never
-    ran, its text counted with the model's tokenizer when this process can load it."""
-    ids = store.get_tokens(watch.gen_id).prompt_ids
-    if ids or watch.record.origin != "edit":
-        return model_limit(store), len(ids) + watch.record.produced_tokens
-    return prompt_budget(store, tokens, watch.record.prompt_text)

@@ -9,7 +9,8 @@ import gradio as gr
 from storage import Conflict, NotFound, Store, StoreError
 from storage.errors import Invalid
 from ui import views
-from ui.branches import NoTokenizer, alternatives, start_branch
+from ui.branches import NoTokenizer, alternatives
+from ui.drafts import DraftService
 from ui.live import Watch
 from ui.tokens import PromptTokens
 from ui.write_branches import BranchParts, family_choices, words_html
@@ -18,8 +19,8 @@ from ui.write_view import problem, show_generation
 NOT_RECORDED = "No alternatives recorded for this part (it was written before they were recorded)."
 
 
-def wire(p, store: Store, tokens: PromptTokens) -> None:
-    """p: the tab's WriteParts (p.branching is write_branches.BranchParts)."""
+def wire(p, store: Store, tokens: PromptTokens, drafts: DraftService) -> None:
+    """p: the tab's WriteParts (p.branching is write_branches.BranchParts); a branch starts through `drafts`."""
     b: BranchParts = p.branching
     fast = {"concurrency_limit": None}
 
@@ -63,7 +64,7 @@ def wire(p, store: Store, tokens: PromptTokens) -> None:
         if watch is None or at is None or token is None:
             return problem(p, "Branch: click a word, then pick one of its alternatives.")
         try:
-            gen = start_branch(store, tokens, watch.gen_id, at, int(token))
+            gen = drafts.branch(watch.gen_id, at, int(token))
         except (Invalid, Conflict, NotFound, NoTokenizer, StoreError) as error:
             return problem(p, f"Branch: {error}")
         return {**show_generation(p, store, gen.id, fill_form=False),

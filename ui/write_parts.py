@@ -178,6 +178,23 @@ def _form(d: SettingsForm) -> dict:
         save_context = gr.Button("Save Memory and Note to this draft", size="sm", interactive=False,
                                  elem_id="write-save-context")
     world = world_info_panel.build()
+    settings = _settings(d)
+    with gr.Row():
+        start = gr.Button("▶ Start", variant="primary", elem_id="write-start", scale=2)
+        cont = gr.Button("Continue", interactive=False, elem_id="write-continue")
+    with gr.Row():
+        pause = gr.Button("Pause", interactive=False, elem_id="write-pause", size="sm")
+        resume = gr.Button("Resume", interactive=False, elem_id="write-resume", size="sm")
+        stop = gr.Button("■ Stop", variant="stop", interactive=False, elem_id="write-stop", size="sm")
+        new_book = gr.Button("New book", elem_id="write-new", size="sm")
+    return dict(title=title, prompt=prompt, upload=upload, prompt_format=prompt_format, past_eos=past_eos,
+                target=target, quick=quick, limit=limit, mode=mode, shift=shift, memory=memory, note=note,
+                save_context=save_context, world=world, **settings, start=start, pause=pause, resume=resume, stop=stop,
+                cont=cont, new_book=new_book)
+
+
+def _settings(d: SettingsForm) -> dict:
+    """The settings accordion: presets, the repetition penalty, the sampler, speed, DRY and XTC, banned phrases."""
     with gr.Accordion("Settings (presets, repetition, sampler, speed, DRY, XTC)", open=False,
                       elem_id="write-settings"):
         presets = _presets()
@@ -211,20 +228,8 @@ def _form(d: SettingsForm) -> dict:
                              info="The draft never contains these, in any case: where one would be completed, the "
                                   "model goes back to where it began and writes it another way (the same text in "
                                   "TokenSwift and AR). Starts with stock phrases; edit freely.")
-    with gr.Row():
-        start = gr.Button("▶ Start", variant="primary", elem_id="write-start", scale=2)
-        cont = gr.Button("Continue", interactive=False, elem_id="write-continue")
-    with gr.Row():
-        pause = gr.Button("Pause", interactive=False, elem_id="write-pause", size="sm")
-        resume = gr.Button("Resume", interactive=False, elem_id="write-resume", size="sm")
-        stop = gr.Button("■ Stop", variant="stop", interactive=False, elem_id="write-stop", size="sm")
-        new_book = gr.Button("New book", elem_id="write-new", size="sm")
-    return dict(title=title, prompt=prompt, upload=upload, prompt_format=prompt_format, past_eos=past_eos,
-                target=target, quick=quick, limit=limit, mode=mode, shift=shift, memory=memory, note=note,
-                save_context=save_context, world=world,
-                penalty=penalty, penalty_window=penalty_window, k=k, sampler=sampler, sampler_value=sampler_value,
-                temperature=temperature, seed=seed, budget=budget, samplers=samplers, ban=ban, **presets, start=start,
-                pause=pause, resume=resume, stop=stop, cont=cont, new_book=new_book)
+    return dict(penalty=penalty, penalty_window=penalty_window, k=k, sampler=sampler, sampler_value=sampler_value,
+                temperature=temperature, seed=seed, budget=budget, samplers=samplers, ban=ban, **presets)
 
 
 def _presets() -> dict:

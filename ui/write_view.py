@@ -12,25 +12,10 @@ from tokenswift.settings import Settings
 from ui import charts, views, wholetext
 from ui.forms import SAMPLERS, form_from_settings
 from ui.live import ACTIVE, Watch
-from ui.tokens import PromptTokens
 from ui.world_info_panel import shown
 from ui.write_parts import WriteParts
 
 STOPPED = ("paused", "done", "cancelled", "failed")
-
-
-def model_limit(store: Store) -> int | None:
-    worker = views.live_worker(store.list_workers())
-    return worker.max_context if worker else None
-
-
-def prompt_budget(store: Store, tokens: PromptTokens, prompt: str) -> tuple[int | None, int]:
-    """(context, prompt tokens) for a new draft: the prompt counted with the model's tokenizer when this
-    process can load it; else 0 tokens against the worker's context, and the worker checks the prompt."""
-    measured = tokens.measure(prompt)
-    if measured is None:
-        return model_limit(store), 0
-    return measured.context or model_limit(store), measured.tokens
 
 
 def limit_line(store: Store) -> str:

@@ -44,14 +44,7 @@ def validate(lm: LoadedModel, settings: Settings, prompt_ids: Sequence[int], gen
     pinned = pinned or PinnedText()
     plan = window_plan(settings, prompt_ids, leading_bos(lm, prompt_ids), pinned, lm.max_context)
     total = len(prompt_ids) + settings.max_new_tokens
-    pinned_extra = plan.fixed - plan.lead  # Memory and Author's Note with their chat turns' markers, if any
-    if settings.context_shift is False and total + pinned_extra > plan.size:
-        extra = f" + Memory and Author's Note ({pinned_extra})" if pinned_extra else ""
-        raise SettingsError(
-            "max_new_tokens",
-            f"prompt ({len(prompt_ids)} tokens) + max_new_tokens ({settings.max_new_tokens}){extra} = "
-            f"{total + pinned_extra} exceeds the model's context of {plan.size} tokens (context shifting is off)",
-        )
+    settings.check_fits(len(prompt_ids), plan.size, pinned=plan.fixed - plan.lead)  # Memory, Author's Note, markers
     drafter = drafter_for(lm, settings)  # the drafter asked for is there
     if settings.mode == "tokenswift":  # the draft model's positions must reach the window's
         check_draft_model(lm, drafter, min(plan.size, plan.fixed + total))

@@ -206,6 +206,20 @@ class Settings:
             raise SettingsError("shift_step", f"must be smaller than the window ({size} tokens)")
         return size, step
 
+    def check_fits(self, prompt_tokens: int | None, context: int | None, pinned: int = 0) -> None:
+        """With context shifting off, the prompt (None: not counted), the target and the pinned Memory and Author's
+        Note must fit `context` (None: unknown, nothing to check). The one rule, in one set of words, that the engine
+        and every front door (ui/drafts.py) apply, so a refusal up front and a failed job read the same."""
+        total = (prompt_tokens or 0) + self.max_new_tokens + pinned
+        if self.context_shift is not False or not context or total <= context:
+            return
+        what = f"max_new_tokens ({self.max_new_tokens})"
+        if prompt_tokens is not None:
+            extra = f" + Memory and Author's Note ({pinned})" if pinned else ""
+            what = f"prompt ({prompt_tokens} tokens) + {what}{extra} = {total}"
+        raise SettingsError("max_new_tokens", f"{what} exceeds the model's context of {context} tokens (context "
+                                              "shifting is off)")
+
     def replace(self, **changes) -> Settings:
         unknown = set(changes) - {f.name for f in dataclasses.fields(self)}
         if unknown:
