@@ -135,6 +135,14 @@ class Pass:
         self.graph: torch.cuda.CUDAGraph | None = None
         self.built = False  # called once: captured, compiled, warmed up
 
+    def read(self, n: int) -> tuple[list[int], list[int] | None]:
+        """A sampling pass's results, in the one host read of its step: the tokens sampled after its first n rows,
+        and with drafts every row's (flat: DeviceDrafts.levels' input; else None)."""
+        if self.drafts is None:
+            return self.sampled[:n].tolist(), None
+        values = self.readout.tolist()
+        return values[:n], values[self.sampled.numel():]
+
     @torch.inference_mode()
     def __call__(self) -> None:
         if self.graphs != "cuda":
@@ -304,10 +312,8 @@ class FastPasses:
         drafter = self.drafts if drafts else None
         with self._guard(self.options.attention):
             p = self.sampled_last = self._ar(self.ids[n:n + 1], n, self.draw, drafter)
-            if drafter is None:
-                return int(p.sampled[0]), p.hidden, None
-            values = p.readout.tolist()
-            return values[0], p.hidden, values[1:]
+            tokens, drafted = p.read(1)
+            return tokens[0], p.hidden, drafted
 
     def _ar(self, token: torch.Tensor, n: int, sampler: DeviceSampler | None, drafts=None) -> Pass:
         name = ("ar" if sampler is None else "ar+sample") + ("+drafts" if drafts else "")
@@ -355,11 +361,8 @@ class FastPasses:
             pack_verify_inputs(trie, start, t, self.draw is not None, p.host_inputs)
             p.inputs.copy_(p.host_inputs, non_blocking=True)
             self._run(p)
-            if drafts is not None:
-                values = p.readout.tolist()
-                return p.logits, p.queries, values[:len(trie.tokens)], p.hidden, values[t:]
-            targets = p.sampled[: len(trie.tokens)].tolist() if self.draw is not None else None
-        return p.logits, p.queries, targets, p.hidden, None
+            targets, drafted = p.read(len(trie.tokens)) if self.draw is not None else (None, None)
+        return p.logits, p.queries, targets, p.hidden, drafted
 
 
     def alternatives(self, rows: list[int]) -> torch.Tensor:
