@@ -18,6 +18,7 @@ from tokenswift.decode.generate import Generator
 from tokenswift.decode.metrics import distinct_n
 from tokenswift.decode.options import EngineOptions
 from tokenswift.sampling.dry_xtc import dry_amounts, xtc_draws, xtc_filter
+from tokenswift.sampling.sampler import Sampler
 from tokenswift.settings import Settings, SettingsError
 from tokenswift.text.context_window import pinned_ids
 
@@ -65,6 +66,31 @@ def test_dry_penalties_follow_the_rule():
     assert max(want) > 0.8 * 1.75 ** 40 and got == pytest.approx([min(w, 0.8 * 1.75 ** 40) for w in want])
     padded = dry_penalties(torch.tensor([[-1, -1, 1, 2, 5, 1, 2]]), breakers, 1.0, 2.0, 2, vocab)[0]
     assert padded[5] == 1.0 and padded.sum() == 1.0  # "1 2" repeats: 5 would extend it; padding matches nothing
+
+
+def test_a_window_seen_again_reuses_its_repeats(monkeypatch):
+    """A drafter ranks its guess with the history the target's row then samples with: the sampler works out that
+    window's DRY repeats and no-repeat followers once, and the second row's scores are what a fresh sampler's are."""
+    import tokenswift.sampling.sampler as sampler_module
+
+    settings = Settings(temperature=1.0, dry_multiplier=0.8, no_repeat_ngram=4, penalty=1.2, penalty_window=8)
+    calls = []
+    for name in ("dry_amounts", "repeat_followers"):
+        real = getattr(sampler_module, name)
+        monkeypatch.setattr(sampler_module, name, lambda *a, _f=real, _n=name: (calls.append(_n), _f(*a))[1])
+    vocab, breakers = 12, torch.zeros(12, dtype=torch.bool)
+    window = torch.tensor([[1, 2, 4, 5, 1, 2, 4, 5, 1, 2]])
+    logits = torch.randn(1, vocab, generator=torch.Generator().manual_seed(0))
+    sampler = Sampler(settings, vocab, "cpu", breakers=breakers)
+    draft = sampler.penalize(logits[:, :6], window, torch.arange(6))  # a draft vocabulary, as a drafter's
+    assert draft.shape == (1, 6) and sorted(calls) == ["dry_amounts", "repeat_followers"]
+    again = sampler.penalize(logits, window)
+    assert len(calls) == 2  # the target's row: nothing worked out again
+    fresh = Sampler(settings, vocab, "cpu", breakers=breakers).penalize(logits, window)
+    assert torch.equal(again, fresh) and math.isinf(again[0, 4]) and again[0, 4] < 0  # "5 1 2 4" would repeat
+    seen = len(calls)
+    sampler.penalize(logits, torch.tensor([[3, 2, 4, 5, 1, 2, 4, 5, 1, 2]]))
+    assert len(calls) == seen + 2  # another window: worked out
 
 
 def test_xtc_sets_aside_all_top_choices_but_the_least_likely():

@@ -12,7 +12,9 @@ import pytest
 
 import tokenswift.decode.engine as engine_module
 import tokenswift.decode.engine_probe as engine_probe
+from tokenswift.decode.adaptive import CandidatePolicy
 from tokenswift.decode.generate import Generator
+from tokenswift.decode.options import EngineOptions
 from tokenswift.settings import Settings
 
 SETTINGS = Settings(mode="tokenswift", seed=3, max_new_tokens=80, temperature=1.0, min_p=0.1)
@@ -65,3 +67,31 @@ def test_one_slow_ar_probe_does_not_inflate_time_saved(stories64, monkeypatch):
     # ... while an AR step that stays slow is what time saved is counted against.
     assert slow[2] == pytest.approx(steady[2] + SLOW_S)
     assert slow[1] > steady[1] + SLOW_S * (SETTINGS.max_new_tokens // 2)
+
+
+def test_a_step_after_a_pause_is_not_timed(stories64, monkeypatch):
+    """Another engine's turn (bench's alternation, a Compare run's other side) leaves the next step cold: at a 7K
+    context it ran 30% slower than the steps around it, and a probe taken there made the adaptive policy draft
+    where plain steps were faster. Neither the probe nor the policy learns from such a step; the next warm one
+    times again."""
+    clock = Clock()
+    monkeypatch.setattr(time, "perf_counter", clock)
+    monkeypatch.setattr(engine_probe, "PROBE_INTERVAL_S", 0.0)  # a probe at every warm step
+    timings = []  # what the policy was told: ("plain", s) or ("shape", s or None)
+    observe, observe_plain = CandidatePolicy.observe, CandidatePolicy.observe_plain
+    monkeypatch.setattr(CandidatePolicy, "observe",
+                        lambda p, levels, paths, accepted, s: (timings.append(("shape", s)),
+                                                               observe(p, levels, paths, accepted, s)))
+    monkeypatch.setattr(CandidatePolicy, "observe_plain",
+                        lambda p, s: (timings.append(("plain", s)), observe_plain(p, s)))
+    gen = Generator(stories64, SETTINGS, stories64.encode("Once upon a time"), options=EngineOptions(adaptive=True))
+    events = gen.steps()
+    for _ in range(6):
+        next(events)
+    before = len(timings)
+    clock.now += 1.0  # the pause
+    next(events)
+    assert timings[before:] in ([("shape", None)], [])  # a cold iteration's tokens count, not its time; no probe
+    after = len(timings)
+    next(events)
+    assert timings[after:] and all(s is not None for _, s in timings[after:])  # warm: the probe and the step

@@ -153,7 +153,7 @@ def engine_runs(lm, p: dict) -> list[dict]:
                 step()
             # The iteration's own counts: the time-saved probe (a plain step every PROBE_INTERVAL_S, ~1 in 1,000
             # iterations on a GPU) would land in 8 slow CPU iterations.
-            engine._last_probe = math.inf
+            engine.clock.last_probe = math.inf
             counted[mode] = per_step(step, 8)
         out.append({k: r[k] for k in ("prompt_tokens", "new_tokens", "ar_tokens_per_s", "ts_tokens_per_s", "speedup",
                                       "speedup_overall", "tokens_per_step", "plain_share", "identical",

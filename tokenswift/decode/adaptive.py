@@ -229,20 +229,23 @@ class CandidatePolicy:
         self.plain_run_s += seconds
 
     def observe(self, levels: Sequence[Sequence[int]], paths: Sequence[Sequence[int]], accepted: Sequence[int],
-                seconds: float) -> None:
-        """One iteration of the current shape: its candidates, the accepted draft tokens, its duration."""
+                seconds: float | None) -> None:
+        """One iteration of the current shape: its candidates, the accepted draft tokens, its duration (None: it
+        ran cold, after a pause: its tokens count, its time does not)."""
         i = self.current
         for j in self.contained[i]:
             tokens = 1 + accepted_under(self.shapes[j], levels, paths, accepted)
             self.token_counts[j] += 1
             self.tokens[j] = _average(self.tokens[j], tokens, max(self.token_decay, 1 / self.token_counts[j]))
+        self.iteration += 1
+        if seconds is None:
+            return
         if self.timed[i] > 0:
             self.times[i].append(seconds)
             self.seconds[i] = statistics.median(self.times[i])
         self.clock += seconds
         self.clock_used[i] = self.clock
         self.timed[i] += 1
-        self.iteration += 1
 
 
 def _average(old: float | None, new: float, decay: float) -> float:

@@ -8,19 +8,18 @@ resumed from stored ids continues exactly as an uninterrupted one.
 from __future__ import annotations
 
 import time
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
 from tokenswift.decode.adaptive import CandidatePolicy, ladder
-from tokenswift.decode.engine_probe import AR_SAMPLES, EngineProbe
+from tokenswift.decode.engine_probe import EngineProbe, StepClock
 from tokenswift.decode.engine_window import EngineWindow
 from tokenswift.decode.metrics import RunMetrics
 from tokenswift.decode.ngram import NgramTable
 from tokenswift.decode.options import EngineOptions
-from tokenswift.draft.build import build_drafter
+from tokenswift.draft.build import build_drafter, draft_needs
 from tokenswift.draft.choice import drafter_for
 from tokenswift.draft.drafting import Drafter
 from tokenswift.model.fastpath import FastPasses, padded_capacity
@@ -91,18 +90,17 @@ class Engine(EngineWindow, EngineProbe):
         self.drafter: Drafter | None = None
         self.ngrams: NgramTable | None = None
         self.length = 0
-        self._last_probe = 0.0
-        self._ar_times: deque[float] = deque(maxlen=AR_SAMPLES)
+        self.clock = StepClock()
         # A fused-feature draft layer (draft_layer.py) reads these layers' outputs beside the last one's.
-        layer = lm.draft_layer if self.ts and settings.drafter == "layer" else None
-        self.feature_layers = layer.feature_layers if layer is not None else ()
+        self.needs = draft_needs(lm, settings)
+        self.feature_layers = self.needs.feature_layers
         self.fast = None
         if fast is not None and self.feature_layers:
             raise ValueError(f"drafter: this draft layer reads layers {list(self.feature_layers)} besides the last, "
                              "which only the eager passes return: run it off the fast path, or draft with the heads")
-        if fast is not None:  # only the paper drafter's partial cache reads the verify pass's queries
-            self.fast = FastPasses(lm, self.cache, fast, self.sampler, self.buf,
-                                   queries=self.ts and settings.drafter == "paper", alternatives=options.alternatives)
+        if fast is not None:
+            self.fast = FastPasses(lm, self.cache, fast, self.sampler, self.buf, queries=self.needs.queries,
+                                   alternatives=options.alternatives)
         # Graphs need fixed shapes; a GPU pads anyway (one kernel configuration per batch size).
         self.pad_verify = self.fast is not None or lm.device.type == "cuda"
         self.shared_head_rows = shared_head_rows(lm)
@@ -135,6 +133,7 @@ class Engine(EngineWindow, EngineProbe):
             self._advance_ngrams()
         self._sync()
         self.metrics.prefill_s = time.perf_counter() - t0
+        self.clock.ended()
         return emitted
 
     def _observe(self, hidden: torch.Tensor | None, following: list[int], first: int) -> None:
@@ -239,14 +238,15 @@ class Engine(EngineWindow, EngineProbe):
 
     @torch.inference_mode()
     def ts_step(self) -> StepResult:
+        warm = self.clock.warm()  # a cold step's time is not the policy's to learn from (engine_probe.StepClock)
         self._shift_if_due()
-        self._maybe_probe_ar()
+        self._maybe_probe_ar(warm)
         shape = None  # the configured batch
         if self.policy is not None:
             # A plain step cannot give the partial cache the query a due selection needs: verify then.
             shape = self.policy.choose(plain_ok=not self.drafter.wants_queries(1))
             if shape is None:
-                return self._plain_step()
+                return self._plain_step(warm)
         L, root = self.length, self.root
         b0, t0 = self._built(), time.perf_counter()
         # 1. Draft: each depth's candidates, as deep as the shape (the drafter: drafting.py, fused_drafter.py).
@@ -307,12 +307,14 @@ class Engine(EngineWindow, EngineProbe):
         self.metrics.verify_batch = slots
         self.metrics.verify_batches[str(slots)] = self.metrics.verify_batches.get(str(slots), 0) + 1
         if self.policy is not None:
-            self.policy.observe(levels, paths, emitted[:-1], draft_s + verify_s + overhead_s)
+            self.policy.observe(levels, paths, emitted[:-1], draft_s + verify_s + overhead_s if warm else None)
+        self.clock.ended()
         return StepResult(emitted)
 
-    def _plain_step(self) -> StepResult:
+    def _plain_step(self, warm: bool) -> StepResult:
         """One AR step inside a TokenSwift run (the adaptive policy's plain gear): the root's K/V and the
-        target's sample at the next position, then the same bookkeeping as an accepted root alone."""
+        target's sample at the next position, then the same bookkeeping as an accepted root alone. warm: its time
+        counts as the plain step's (engine_probe.StepClock)."""
         b0, t0 = self._built(), time.perf_counter()
         L = self.length
         token, hidden, drafted = self._ar_forward_and_sample(drafts=True)
@@ -323,10 +325,12 @@ class Engine(EngineWindow, EngineProbe):
         self._advance_ngrams()
         self._sync()
         dt = self._less_builds(time.perf_counter() - t0, b0)
-        self._observe_ar(dt)
         self.metrics.add_plain_step(dt)
-        self.policy.observe_plain(dt)
-        self._last_probe = time.perf_counter()  # this step measured AR at the current context
+        if warm:
+            self._observe_ar(dt)
+            self.policy.observe_plain(dt)
+            self.clock.last_probe = time.perf_counter()  # this step measured AR at the current context
+        self.clock.ended()
         return StepResult([token])
 
     def _verify(self, trie, L: int, pad: int, capture: bool):

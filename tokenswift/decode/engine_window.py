@@ -87,7 +87,7 @@ class EngineWindow:
         """Slots [0, upto), those from replay_from on as exact rows (prefill.py). Returns the last token's logits and
         queries, and the states (Engine._states' rows) of the last rows a drafter reads (the layer drafter: its
         window; the others: one). chosen: the last rows whose next tokens Adaptive-P's history holds."""
-        keep = self.lm.draft_layer.window if self.ts and self.s.drafter == "layer" else 1
+        keep = self.needs.states
         out = prefill(self.lm.model, self.buf[:upto], self.cache, max(keep, chosen), last=True,
                       keep_layers=self.feature_layers, replay_from=min(replay_from, upto))
         if chosen:

@@ -4,6 +4,8 @@ the fast path's passes the paper drafter drafts in and the fused drafter's propo
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from tokenswift.draft import drafting
@@ -16,6 +18,25 @@ from tokenswift.model.fastpath import FastPasses
 from tokenswift.model.loading import LoadedModel
 from tokenswift.sampling.sampler import Sampler
 from tokenswift.settings import Settings
+
+
+@dataclass(frozen=True)
+class DraftNeeds:
+    """What a drafter needs from the engine's passes, known before it is built (the engine sizes its passes and its
+    prefill by it): the outputs of these layers beside the last one's, the states of the last `states` rows of every
+    prefill, the queries of each layer (the paper drafter's partial cache selects by them)."""
+    feature_layers: tuple[int, ...] = ()
+    states: int = 1
+    queries: bool = False
+
+
+def draft_needs(lm: LoadedModel, settings: Settings) -> DraftNeeds:
+    """settings.drafter's needs (already resolved: drafter_for); plain decoding needs nothing."""
+    if settings.mode != "tokenswift":
+        return DraftNeeds()
+    if settings.drafter == "layer":  # the layer drafter starts from its window of states
+        return DraftNeeds(lm.draft_layer.feature_layers, lm.draft_layer.window)
+    return DraftNeeds(queries=settings.drafter == "paper")
 
 
 def build_drafter(lm: LoadedModel, settings: Settings, sampler: Sampler, buf: torch.Tensor, prompt_len: int,

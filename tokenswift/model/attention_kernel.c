@@ -18,9 +18,14 @@
 
    The cache holds float32 (real) or, compact, bfloat16 keys and values (kv_bf16, real.h): a bf16 element is widened
    to float32 exactly as it is loaded, and every sum then runs as over a float32 cache holding the same values, so
-   a step reads half the bytes and computes what the float32 kernel computes over the rounded values. (AVX-512
-   BF16's vdpbf16ps would halve the key products too, but rounds q to bf16 and sums pairs in its own order: a
-   portable path could not follow it bit for bit.) */
+   a step reads half the bytes and computes what the float32 kernel computes over the rounded values. Where the CPU
+   has AVX-512 BF16 (AT_DOT_BF16), a compact cache's products take vdpbf16ps instead: the scores over q rounded to
+   bf16, the weighted sums over the weights rounded to bf16, each lane adding its pair of products, the second's
+   and then the first's, each rounded (Intel's definition; measured the same on this Zen 4). At a 7K context these
+   products are a row's arithmetic, and a verify batch's extra rows are arithmetic: this halves them. Every row, a
+   plain step's or a verify batch's, takes the same path on a machine, so TokenSwift stays plain decoding's text; a
+   machine without the instruction keeps the float32 products (its text may part from this one's at a near tie, as
+   the AVX2 and portable builds' already may). */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -32,6 +37,9 @@
 #ifdef TS_AVX2
 #include <immintrin.h>
 #define AT_AVX2 1
+#if defined(__AVX512BF16__) && defined(__AVX512VL__)
+#define AT_DOT_BF16 1
+#endif
 #endif
 
 #define CHUNK 64  /* a chunk's keys and values (16 KiB each at head_dim 64) stay in L1 for all the rows */
@@ -117,6 +125,72 @@ INLINE void block_scores(const float *const *q, const char *const *keys, int64_t
             _mm256_storeu_ps(scores + r * CHUNK + j, _mm256_mul_ps(hsum8(acc[r]), _mm256_set1_ps(scale)));
     }
 }
+
+#ifdef AT_DOT_BF16
+/* block_scores over a compact cache at d = 64 with vdpbf16ps: qb[r] is row r's query rounded to bf16 (its 64
+   elements as four vectors of sixteen), each key's four vectors are dotted in pairs, lane by lane, then hsum8. */
+INLINE void block_scores_bf16(const __m256bh (*qb)[4], const char *const *keys, int64_t padded, float scale,
+                              const int R, int64_t ahead, float *scores) {
+    for (int64_t j = 0; j < padded; j += 8) {
+        if (ahead)
+            for (int u = 0; u < 8; ++u) prefetch_row(keys[j + u] + ahead, 128);
+        __m256 acc[MAX_GROUP][8];
+        for (int r = 0; r < R; ++r)
+            for (int u = 0; u < 8; ++u) acc[r][u] = _mm256_setzero_ps();
+        for (int b = 0; b < 4; ++b)
+            for (int u = 0; u < 8; ++u) {
+                const __m256bh kv = (__m256bh)_mm256_loadu_si256((const __m256i *)keys[j + u] + b);
+                for (int r = 0; r < R; ++r) acc[r][u] = _mm256_dpbf16_ps(acc[r][u], qb[r][b], kv);
+            }
+        for (int r = 0; r < R; ++r)
+            _mm256_storeu_ps(scores + r * CHUNK + j, _mm256_mul_ps(hsum8(acc[r]), _mm256_set1_ps(scale)));
+    }
+}
+
+/* block_values over a compact cache at d = 64 with vdpbf16ps: the weights rounded to bf16, two slots a step, each
+   lane adding the second slot's product and then the first one's (each rounded); a lane holds output elements of
+   both halves of a 16-element group (unpacklo/hi interleave within 128-bit halves), put back in order at the end.
+   An odd n pairs its last slot with the padding's zero weight: +0 added to a sum of finite terms. */
+INLINE void block_values_bf16(const float *p, const char *const *values, int64_t n, int64_t padded, const int R,
+                              int64_t ahead, float *o) {
+    uint32_t pairs[MAX_GROUP][CHUNK / 2];  /* the weights of slots 2i and 2i + 1 as one bf16 pair */
+    for (int r = 0; r < R; ++r)
+        for (int64_t j = 0; j < padded; j += 8)
+            _mm_storeu_si128((__m128i *)(pairs[r] + j / 2),
+                             (__m128i)_mm256_cvtneps_pbh(_mm256_loadu_ps(p + r * CHUNK + j)));
+    __m256 acc[MAX_GROUP][8];
+    for (int r = 0; r < R; ++r)
+        for (int i = 0; i < 8; ++i) acc[r][i] = _mm256_setzero_ps();
+    for (int64_t j = 0; j < n; j += 2) {
+        const char *first = values[j], *second = values[j + 1 < n ? j + 1 : j];
+        if (ahead) {
+            prefetch_row(first + ahead, 128);
+            prefetch_row(second + ahead, 128);
+        }
+        __m256bh w[MAX_GROUP];
+        for (int r = 0; r < R; ++r) w[r] = (__m256bh)_mm256_set1_epi32((int)pairs[r][j / 2]);
+        for (int g = 0; g < 4; ++g) {
+            const __m256i a = _mm256_loadu_si256((const __m256i *)first + g);
+            const __m256i b = _mm256_loadu_si256((const __m256i *)second + g);
+            const __m256bh lo = (__m256bh)_mm256_unpacklo_epi16(a, b), hi = (__m256bh)_mm256_unpackhi_epi16(a, b);
+            for (int r = 0; r < R; ++r) {
+                acc[r][2 * g] = _mm256_dpbf16_ps(acc[r][2 * g], w[r], lo);
+                acc[r][2 * g + 1] = _mm256_dpbf16_ps(acc[r][2 * g + 1], w[r], hi);
+            }
+        }
+    }
+    for (int r = 0; r < R; ++r)
+        for (int g = 0; g < 4; ++g) {
+            _mm256_storeu_ps(o + r * 64 + 16 * g, _mm256_permute2f128_ps(acc[r][2 * g], acc[r][2 * g + 1], 0x20));
+            _mm256_storeu_ps(o + r * 64 + 16 * g + 8, _mm256_permute2f128_ps(acc[r][2 * g], acc[r][2 * g + 1], 0x31));
+        }
+}
+
+/* A query row of d = 64 rounded to bf16 (to nearest, ties to even, as torch and to_bf16 round), for vdpbf16ps. */
+INLINE void query_bf16(const float *q, __m256bh *out) {
+    for (int b = 0; b < 4; ++b) out[b] = _mm512_cvtneps_pbh(_mm512_loadu_ps(q + 16 * b));
+}
+#endif
 
 /* o[r * d + i] = sum over the chunk's n slots of p[r * CHUNK + j] * value[j][i], in slot order, for R rows and
    D = d <= 128 (D / 8 accumulators a row), each value vector loaded once for the R rows. A zero weight adds +0 to
@@ -227,6 +301,16 @@ INLINE void chunk_rows_vector(const float *q, int64_t h, int64_t g, int64_t r0, 
         }
         float *sc = scores + r * CHUNK;
         const int64_t next = r == 0 ? ahead : 0;  /* the first block reads the chunk from memory */
+#ifdef AT_DOT_BF16
+        if (bf16 && d == 64) {
+            __m256bh qb[MAX_GROUP][4];
+            for (int i = 0; i < b; ++i) query_bf16(qs[i], qb[i]);
+            if (b == ROW_BLOCK) block_scores_bf16(qb, keys, padded, scale, ROW_BLOCK, next, sc);
+            else if (b == 2) block_scores_bf16(qb, keys, padded, scale, 2, next, sc);
+            else block_scores_bf16(qb, keys, padded, scale, 1, next, sc);
+            continue;
+        }
+#endif
         if (d != 64)  /* d = 64 (the default model's) blocked and inlined; others a row at a time */
             for (int i = 0; i < b; ++i)
                 block_scores(qs + i, keys, padded, d, scale, 1, i ? 0 : next, bf16, sc + i * CHUNK);
@@ -243,6 +327,14 @@ INLINE void chunk_rows_vector(const float *q, int64_t h, int64_t g, int64_t r0, 
         const float *p = scores + r * CHUNK;
         float *out = o + r * d;
         const int64_t next = r == 0 ? ahead : 0;
+#ifdef AT_DOT_BF16
+        if (bf16 && d == 64) {
+            if (b == ROW_BLOCK) block_values_bf16(p, values, n, padded, ROW_BLOCK, next, out);
+            else if (b == 2) block_values_bf16(p, values, n, padded, 2, next, out);
+            else block_values_bf16(p, values, n, padded, 1, next, out);
+            continue;
+        }
+#endif
         if (d != 64)
             for (int i = 0; i < b; ++i)
                 block_values(p + i * CHUNK, values, n, d, 1, i ? 0 : next, bf16, out + i * d);
@@ -297,6 +389,15 @@ static void chunk_task(const real *q, int64_t h, int64_t g, int64_t r0, int64_t 
             for (int64_t i = 0; i < d; ++i) out[i] += row[j] * kv_at(value, i, bf16);
         }
     }
+}
+
+/* 1 where a compact cache's scores take vdpbf16ps (AT_DOT_BF16) in this build, else 0. */
+int attention_dot_bf16(void) {
+#ifdef AT_DOT_BF16
+    return 1;
+#else
+    return 0;
+#endif
 }
 
 /* Where attend_rows keeps the result of row r's c-th chunk (KV head `head`): its whole chunks first, task by

@@ -43,6 +43,7 @@ def signatures(real) -> dict[str, tuple[list, object]]:
         "block_in": ([PTR, PTR, I64, PTR, PTR, PTR, PTR, PTR, ctypes.c_int, I64, I64, PTR, ctypes.c_int], ctypes.c_int),
         "block_out": ([PTR, PTR, PTR, I64, ctypes.c_int], ctypes.c_int),
         "dense_matmul": ([PTR, I64, I64, PTR, I64, PTR, ctypes.c_int], None),
+        "attention_dot_bf16": ([], ctypes.c_int),
     }
     if real is ctypes.c_double:
         return rows
