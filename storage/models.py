@@ -55,7 +55,7 @@ class SessionRow(Base):
 
 
 class CharacterRow(Base):
-    """One of a book's characters: its chapter drafts get it as a World Info entry (ui/plan_drafts.py)."""
+    """One of a book's characters: its chapter drafts get it as a World Info entry (ui/drafts/plan_drafts.py)."""
 
     __tablename__ = "characters"
     id: Mapped[int] = mapped_column(primary_key=True)

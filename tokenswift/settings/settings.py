@@ -209,7 +209,7 @@ class Settings:
     def check_fits(self, prompt_tokens: int | None, context: int | None, pinned: int = 0) -> None:
         """With context shifting off, the prompt (None: not counted), the target and the pinned Memory and Author's
         Note must fit `context` (None: unknown, nothing to check). The one rule, in one set of words, that the engine
-        and every front door (ui/drafts.py) apply, so a refusal up front and a failed job read the same."""
+        and every front door (ui/drafts/drafts.py) apply, so a refusal up front and a failed job read the same."""
         total = (prompt_tokens or 0) + self.max_new_tokens + pinned
         if self.context_shift is not False or not context or total <= context:
             return
