@@ -21,8 +21,8 @@ from ui.display import charts, views
 from ui.display.live import Watch
 from ui.drafts.drafts import DraftService
 from ui.drafts.tokens import PromptTokens
-from ui.forms import samplers_panel
-from ui.forms.forms import DEFAULTS, SAMPLERS, FormError, SettingsForm, ar_twin, labelled
+from ui.forms import boxes, samplers_panel
+from ui.forms.forms import DEFAULTS, ROWS, SAMPLERS, FormError, SettingsForm, ar_twin, labelled
 from ui.forms.samplers_panel import SamplerParts
 
 LETTERS = "ABCD"
@@ -52,10 +52,11 @@ TIPS = {
     "Pair variety": "distinct-2: different token pairs / all pairs",
     "3-gram variety": "distinct-3: different runs of 3 tokens / all of them",
     "4-gram variety": "distinct-4: different runs of 4 tokens / all of them (low = loops)",
-    "Repetition penalty": "θ: how strongly tokens already in the window are pushed down (1 = off)",
-    "Penalty window": "W: how many recent tokens the penalty looks at",
+    ROWS["penalty"].knob.label: "θ: how strongly tokens already in the window are pushed down (1 = off)",
+    ROWS["penalty_window"].knob.label: "W: how many recent tokens the penalty looks at",
     "Phrase guesses": "k: how many phrases from the text so far are tried as guesses (speed only)",
 }
+PLAIN = {"helped": False, "hinted": False}  # the table's boxes in a column: their plain names, which TIPS explain
 HEADERS = ["Run", "Same text as plain decoding", "Status", "Tokens", "Guesses accepted", "Reused from the text",
            "Tokens per step", "Tokens/s", "Speed-up vs plain", "Word variety", "Pair variety", "3-gram variety",
            "4-gram variety", "Settings"]
@@ -146,18 +147,15 @@ def build(remembered: gr.BrowserState, timer: gr.Timer) -> CompareParts:
         with gr.Column(scale=1, min_width=220):
             seed = gr.Number(0, label="Seed", precision=0, elem_id="compare-seed")
             target = gr.Number(500, label="Tokens per run", precision=0, elem_id="compare-target")
-            temperature = gr.Slider(0, 2, value=DEFAULTS["temperature"], step=0.05, label="Temperature",
-                                    elem_id="compare-temperature")
+            temperature = boxes.box(ROWS["temperature"], DEFAULTS["temperature"], "compare-temperature", **PLAIN)
     count = gr.Radio(["2", "3", "4"], value="2", label="Columns", elem_id="compare-count")
     columns, texts = [], []
     with gr.Row():
         for i, preset in enumerate(PRESETS):
             with gr.Column(visible=i < 2, min_width=200, elem_classes="ts-column") as box:
                 gr.Markdown(f"**Column {LETTERS[i]}**")
-                penalty = gr.Number(preset["penalty"], label="Repetition penalty", step=0.05,
-                                  elem_id=f"compare-theta-{i}")
-                penalty_window = gr.Number(preset["penalty_window"], label="Penalty window", precision=0,
-                                   elem_id=f"compare-w-{i}")
+                penalty = boxes.box(ROWS["penalty"], preset["penalty"], f"compare-theta-{i}", **PLAIN)
+                penalty_window = boxes.box(ROWS["penalty_window"], preset["penalty_window"], f"compare-w-{i}", **PLAIN)
                 k = gr.Number(preset["k"], label="Phrase guesses", precision=0,
                               elem_id=f"compare-k-{i}")
                 sampler = gr.Radio(list(SAMPLERS), value=preset["sampler"], label="Sampler",

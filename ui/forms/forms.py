@@ -1,8 +1,9 @@
 """Form values -> tokenswift Settings, with messages a writer can read (no stack traces, UI labels).
 
 The UI names the settings in words a writer knows ("Repetition penalty", the paper's θ in its help text): the
-settings table's labels (tokenswift/settings/table.py). A bad value raises FormError whose text names the field as
-the form labels it. The samplers panel's boxes are the table's panel rows (PANEL): SettingsForm has one field each.
+settings table's labels (tokenswift/settings/table.py), on the boxes built from its rows (ui/forms/boxes.py). A bad
+value raises FormError whose text names the field as the form labels it. The samplers panel's boxes are the table's
+panel rows (PANEL): SettingsForm has one field each; the sampler choices are its rows top-p, min-p and η (SAMPLERS).
 """
 
 from __future__ import annotations
@@ -18,12 +19,17 @@ from tokenswift.settings.table import Row
 from ui.drafts.limits import target_problem
 
 MODES = {"TokenSwift": "tokenswift", "AR": "ar"}
-# Sampler choice -> (Settings field, default value, value label).
-SAMPLERS = {
-    "top-p": ("top_p", 0.9, "p (top-p, 1 = off)"),
-    "min-p": ("min_p", WRITING_DEFAULTS["min_p"] or 0.05, "min-p (0 = off)"),
-    "η": ("eta", 0.0009, "η (eta-sampling ε, 0 = off)"),
-}
+ROWS = {row.name: row for row in TEXT_FIELDS}  # the settings table's rows by field name
+
+
+def box_label(row: Row) -> str:
+    """A box's label: the table's label, then its hint ("Repetition penalty (1 = off)")."""
+    return f"{row.knob.label} ({row.knob.hint})" if row.knob.hint else row.knob.label
+
+
+# Sampler choice (the row's label) -> (Settings field, the value its box takes when chosen, the box's label).
+SAMPLERS = {ROWS[name].knob.label: (name, first, box_label(ROWS[name]))
+            for name, first in (("top_p", 0.9), ("min_p", WRITING_DEFAULTS["min_p"] or 0.05), ("eta", 0.0009))}
 PROMPT_FORMATS = {"Continue my text": "continue", "Follow my instruction": "instruction"}
 # At the model's end-of-text token: ban it (the draft reaches its length) or stop (tokenswift/settings' one rule).
 PAST_EOS = {"Keep writing": True, "Stop there": False}
@@ -101,10 +107,8 @@ class DraftBoxes:
             raise FormError(f"When the model wants to end the text: choose one of {', '.join(PAST_EOS)}")
         field_name = SAMPLERS[self.sampler][0]
         return {
-            "temperature": _number(self.temperature, "temperature"),
-            "penalty": _number(self.penalty, "penalty"),
-            "penalty_window": _whole(self.penalty_window, "penalty_window"),
-            field_name: _number(self.sampler_value, field_name),
+            **{name: read(ROWS[name], getattr(self, name)) for name in ("temperature", "penalty", "penalty_window")},
+            field_name: read(ROWS[field_name], self.sampler_value),
             **{row.name: read(row, getattr(self, row.name)) for row in PANEL},
             "ban_eos": PAST_EOS[self.past_eos],
             "ban": tuple(read_phrases(self.ban or "")),

@@ -9,11 +9,9 @@ from itertools import groupby
 
 import gradio as gr
 
-from tokenswift.settings.table import Row
-from ui.forms.forms import PANEL, SettingsForm, shown_breakers
+from ui.forms.boxes import box, texts_update
+from ui.forms.forms import PANEL, SettingsForm
 
-# Offered in a list of texts (DRY's breakers) besides the current ones; any other text can be typed in.
-BREAKER_CHOICES = shown_breakers(("\n", ":", '"', "*", ".", "!", "?", ",", ";", "“", "”", "—"))
 HELP = ("**DRY** (don't repeat yourself) pushes against copying a passage of the draft word for word, and **no "
         "copied runs** forbids it outright past a few words. **XTC** "
         "(exclude top choices) now and then sets the likeliest words aside for a less obvious one that is still "
@@ -50,23 +48,6 @@ def build(d: SettingsForm, prefix: str, *, helped: bool = True) -> SamplerParts:
         for start in range(0, len(rows), 1 if strings else PER_ROW):
             with gr.Row():
                 for row in rows[start:start + (1 if strings else PER_ROW)]:
-                    boxes[row.name] = _box(row, getattr(d, row.name), prefix, helped)
+                    boxes[row.name] = box(row, getattr(d, row.name), f"{prefix}-{row.name.replace('_', '-')}",
+                                          helped=helped)
     return SamplerParts(boxes)
-
-
-def _box(row: Row, value, prefix: str, helped: bool) -> gr.components.Component:
-    knob = row.knob
-    label = f"{knob.label} ({knob.hint})" if knob.hint else knob.label
-    elem_id, info = f"{prefix}-{row.name.replace('_', '-')}", knob.help[0].upper() + knob.help[1:] + "."
-    if row.kind == "strings":
-        return gr.Dropdown(list(dict.fromkeys([*BREAKER_CHOICES, *(value or ())])), value=list(value or ()),
-                           multiselect=True, allow_custom_value=True, label=label, elem_id=elem_id,
-                           info=info + " Type one and press Enter to add it, × to remove one." if helped else None)
-    step = {"step": knob.step} if knob.step is not None else {"precision": 0}
-    return gr.Number(value, label=label, elem_id=elem_id, info=info if helped else None, **step)
-
-
-def texts_update(shown) -> gr.Dropdown:
-    """A list of texts showing `shown`, whatever texts it holds (a loaded draft's or preset's)."""
-    shown = list(shown or ())
-    return gr.Dropdown(choices=list(dict.fromkeys([*BREAKER_CHOICES, *shown])), value=shown)

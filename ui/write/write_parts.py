@@ -15,12 +15,14 @@ from tokenswift.text.writing_presets import built_in
 from ui.display import charts, views
 from ui.display.live import TAIL_CHARS
 from ui.forms import samplers_panel
+from ui.forms.boxes import box
 from ui.forms.forms import (
     CONTEXT_SHIFT,
     MODES,
     PAST_EOS,
     PROMPT_FORMATS,
     QUICK_LENGTHS,
+    ROWS,
     SAMPLERS,
     TARGET_LABEL,
     SettingsForm,
@@ -205,26 +207,26 @@ def _form(d: SettingsForm) -> dict:
 
 
 def _settings(d: SettingsForm) -> dict:
-    """The settings accordion: presets, the repetition penalty, the sampler, speed, DRY and XTC, banned phrases."""
+    """The settings accordion: presets, the repetition penalty, the sampler, speed, DRY and XTC, banned phrases. The
+    boxes of the settings table's rows are built from it (ui/forms/boxes.py); the speed knobs and the seed are not
+    its rows."""
     with gr.Accordion("Settings (presets, repetition, sampler, speed, DRY, XTC)", open=False,
                       elem_id="write-settings"):
         presets = _presets()
         with gr.Row():
-            penalty = gr.Number(d.penalty, label="Repetition penalty (1 = off)", step=0.05, elem_id="write-theta",
-                                info="Above 1 discourages repeating recent words (θ in the TokenSwift paper).")
-            penalty_window = gr.Number(d.penalty_window, label="Penalty window (tokens)", precision=0,
-                                       elem_id="write-w", info="How many recent tokens the penalty looks back over.")
+            penalty = box(ROWS["penalty"], d.penalty, "write-theta")
+            penalty_window = box(ROWS["penalty_window"], d.penalty_window, "write-w")
             k = gr.Number(d.k, label="Phrase guesses", precision=0, elem_id="write-k",
                           info="How many phrases from the text so far are tried as guesses (k, the n-gram top-k; "
                                "speed only, the text stays the same).")
         with gr.Row():
             sampler = gr.Radio(list(SAMPLERS), value=d.sampler, label="Sampler", elem_id="write-sampler",
                                info="How the next word is drawn from the likely ones.")
-            sampler_value = gr.Number(d.sampler_value, label=SAMPLERS[d.sampler][2], step=0.01,
-                                      elem_id="write-sampler-value")
+            # The chosen sampler's box (its label follows the choice: ui/write/write.py); its row's help would be
+            # wrong once another is chosen.
+            sampler_value = box(ROWS[SAMPLERS[d.sampler][0]], d.sampler_value, "write-sampler-value", helped=False)
         with gr.Row():
-            temperature = gr.Slider(0, 2, value=d.temperature, step=0.05, label="Temperature (0 = greedy)",
-                                    elem_id="write-temperature", info="Higher is more surprising, lower more safe.")
+            temperature = box(ROWS["temperature"], d.temperature, "write-temperature")
             seed = gr.Number(d.seed, label="Seed", precision=0, elem_id="write-seed",
                              info="The same seed and settings write the same text again.")
             budget = gr.Number(d.budget, label="Guessing context (0 = auto)", precision=0, elem_id="write-budget",
