@@ -197,6 +197,7 @@ class WorkerRow(Base):
     max_context: Mapped[int | None] = mapped_column(Integer)  # the context the model was trained for
     param_count: Mapped[int | None] = mapped_column(BigInteger)
     heads_info: Mapped[str | None] = mapped_column(String(1000))  # the draft heads loaded; None: none
+    drafters: Mapped[str | None] = mapped_column(Text)  # its drafters as JSON (tokenswift.draft.choice.Drafters)
     current_job_id: Mapped[int | None] = mapped_column(Integer)
 
 

@@ -22,6 +22,7 @@ from tokenswift.model.errors import ModelLoadError
 from tokenswift.model.gguf_checkpoint import GGUFInfo, inspect_gguf, is_gguf
 from tokenswift.model.gguf_summary import GGUFSummary, summarize
 from ui.display import views
+from ui.model.drafters import drafters_text
 
 DEVICES = ["cpu", "cuda", "cuda:0", "cuda:1"]
 DTYPES = ["float32", "bfloat16", "float16", "float64", "q4"]
@@ -202,10 +203,12 @@ def _cached(repo_id: str) -> Path | None:
 
 
 def status(store: Store) -> str:
-    """The model notice (what the loaded model is), then every worker's status."""
+    """The model notice (what the loaded model is) and its drafters, then every worker's status."""
     workers = store.list_workers()
-    notice = views.model_notice(views.live_worker(workers))
-    return f"{notice}\n\n{views.model_details(workers, store.desired_model(), store.queue_length())}"
+    live = views.live_worker(workers)
+    parts = [views.model_notice(live), drafters_text(live),
+             views.model_details(workers, store.desired_model(), store.queue_length())]
+    return "\n\n".join(part for part in parts if part)
 
 
 def wire(p: ModelParts, store: Store, tab: gr.Tab) -> None:
