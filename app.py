@@ -114,8 +114,8 @@ def main(argv: list[str] | None = None) -> None:
     import uvicorn
 
     from storage import open_store
-    from ui.exports import Exports
-    from ui.limits import Limits
+    from ui.drafts.exports import Exports
+    from ui.drafts.limits import Limits
     from ui.server import create_app, share_link
     from worker.supervisor import Supervisor
 

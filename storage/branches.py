@@ -11,7 +11,7 @@ Deleting: a branch goes like any draft. An original (or a branch) with branches 
 it, and deleting it would leave them apart from their family without the writer having said so; delete the
 branches first (each one's text stays whole until then: its prompt holds the text it shares).
 
-Token texts need the model's tokenizer, which the store does not have: the caller decodes (ui/branches.py).
+Token texts need the model's tokenizer, which the store does not have: the caller decodes (ui/drafts/branches.py).
 
 Mixed into storage.repo.Store (it provides _read/_write), like storage.drafts.
 """

@@ -55,7 +55,7 @@ class SessionRow(Base):
 
 
 class CharacterRow(Base):
-    """One of a book's characters: its chapter drafts get it as a World Info entry (ui/plan_drafts.py)."""
+    """One of a book's characters: its chapter drafts get it as a World Info entry (ui/drafts/plan_drafts.py)."""
 
     __tablename__ = "characters"
     id: Mapped[int] = mapped_column(primary_key=True)
@@ -197,6 +197,7 @@ class WorkerRow(Base):
     max_context: Mapped[int | None] = mapped_column(Integer)  # the context the model was trained for
     param_count: Mapped[int | None] = mapped_column(BigInteger)
     heads_info: Mapped[str | None] = mapped_column(String(1000))  # the draft heads loaded; None: none
+    drafters: Mapped[str | None] = mapped_column(Text)  # its drafters as JSON (tokenswift.draft.choice.Drafters)
     current_job_id: Mapped[int | None] = mapped_column(Integer)
 
 

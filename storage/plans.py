@@ -1,5 +1,5 @@
 """A book's plan: its premise, its characters and its ordered chapters (a title and beats each), and which draft is
-each chapter's text. How a chapter's draft is asked for (what the model sees) is ui/plan_drafts.py's; queueing it
+each chapter's text. How a chapter's draft is asked for (what the model sees) is ui/drafts/plan_drafts.py's; queueing it
 is Store.enqueue_generation(chapter_id=); a chapter follows its draft's edits and continuations
 (storage/chapter_links.py).
 

@@ -247,6 +247,7 @@ class WorkerStatus:
     current_job_id: int | None
     param_count: int | None = None
     heads_info: str | None = None  # the draft heads loaded; None: none
+    drafters: str | None = None  # the loaded model's drafters as JSON (tokenswift.draft.choice.Drafters)
 
     @property
     def heartbeat_age_s(self) -> float:

@@ -139,7 +139,7 @@ class Store(DraftVerbs, OverviewVerbs, PlanVerbs, BranchVerbs, RunVerbs, WorkerV
     ) -> GenerationRecord:
         """Queue a job. Without a session a new book is made; without a model the worker's is used.
         world_info: the draft's World Info as JSON (tokenswift.text.world_info; checked by the caller).
-        prompt_ids: the prompt as the model's ids (a chat its template rendered, ui/openai_api.py); None: the
+        prompt_ids: the prompt as the model's ids (a chat its template rendered, ui/api/openai_api.py); None: the
         worker tokenizes `prompt`. chapter_id: a chapter of the book's plan (storage/plans.py) this draft is
         written for (origin "chapter"): the chapter's text is this draft from now on."""
         with self._write() as s:

@@ -31,7 +31,7 @@ class WorkerVerbs:
     def report_model(
         self, worker_id: str, spec: ModelSpec | None, load_status: str, *, load_error: str | None = None,
         memory_bytes: int | None = None, max_context: int | None = None, param_count: int | None = None,
-        heads_info: str | None = None,
+        heads_info: str | None = None, drafters: str | None = None,
     ) -> None:
         with self._write() as s:
             row = s.get(WorkerRow, worker_id)
@@ -41,7 +41,7 @@ class WorkerVerbs:
             row.device, row.dtype = (spec.device, spec.dtype) if spec else (None, None)
             row.load_status, row.load_error = load_status, load_error
             row.memory_bytes, row.max_context, row.heartbeat_at = memory_bytes, max_context, utcnow()
-            row.param_count, row.heads_info = param_count, heads_info
+            row.param_count, row.heads_info, row.drafters = param_count, heads_info, drafters
 
     def heartbeat(self, owner: Owner, job_id: int | None = None) -> bool:
         """Touch the worker row and the job it runs; False if that job is no longer this worker's."""

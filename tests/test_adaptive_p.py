@@ -23,7 +23,7 @@ from tokenswift.sampling.in_graph import DeviceSampler
 from tokenswift.sampling.sampler import Sampler
 from tokenswift.settings import Settings, SettingsError
 from tokenswift.text.context_window import pinned_ids
-from ui.openai_input import OpenAIError, parse_options
+from ui.api.openai_input import OpenAIError, parse_options
 
 
 def reference_run(rows: list[list[float]], target: float, decay: float, pick) -> list[tuple[list[float], float]]:

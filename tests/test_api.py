@@ -21,9 +21,9 @@ from sqlalchemy import event
 
 from storage import open_store
 from storage.records import ModelSpec, Owner, Progress
-from ui import tokens as tokens_module
-from ui.api import create_app
-from ui.follow import Commits
+from ui.api.api import create_app
+from ui.api.follow import Commits
+from ui.drafts import tokens as tokens_module
 
 GOOD = {"prompt": "Once upon a time", "max_new_tokens": 300, "mode": "tokenswift", "seed": 7,
         "settings": {"temperature": 0.8, "top_p": 0.9, "min_p": 0.05, "eta": 0.0, "penalty": 1.2,
@@ -542,7 +542,7 @@ def test_prompt_format_and_end_of_text_ban_reach_the_stored_settings(client, sto
 
 
 def test_write_form_maps_prompt_format_and_end_of_text_both_ways():
-    from ui.forms import SettingsForm, form_from_settings
+    from ui.forms.forms import SettingsForm, form_from_settings
 
     settings = SettingsForm(target=5000, prompt_format="Follow my instruction").to_settings()
     assert settings.prompt_format == "instruction" and settings.ban_eos
@@ -557,11 +557,11 @@ def test_one_end_of_text_rule_whatever_the_length_for_write_compare_api_and_cli(
     """It used to ban end-of-text only above 3,000 tokens: a 500-token comparison stopped where the model
     ended the text while a 5,000-token draft went on, and the command line never banned it."""
     from tokenswift.cli.main import build_parser
-    from ui.api_input import GenerationIn, to_settings
-    from ui.compare import queue_runs
-    from ui.drafts import DraftService
-    from ui.forms import DEFAULTS, SAMPLERS, SettingsForm
-    from ui.samplers_panel import NAMES
+    from ui.api.api_input import GenerationIn, to_settings
+    from ui.compare.compare import queue_runs
+    from ui.drafts.drafts import DraftService
+    from ui.forms.forms import DEFAULTS, SAMPLERS, SettingsForm
+    from ui.forms.samplers_panel import NAMES
 
     write = [SettingsForm(target=n).to_settings().ban_eos for n in (100, 500, 3000, 3001, 50_000)]
     api = [to_settings(GenerationIn(prompt="x", max_new_tokens=n)).ban_eos for n in (100, 5000)]

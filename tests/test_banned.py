@@ -212,7 +212,7 @@ def test_the_api_takes_bans_and_refuses_bad_ones_by_name(tmp_path):
     from fastapi.testclient import TestClient
 
     from storage import open_store
-    from ui.api import create_app
+    from ui.api.api import create_app
 
     store = open_store(f"sqlite:///{tmp_path / 'studio.db'}")
     try:

@@ -18,7 +18,7 @@ from storage import open_store
 from storage.records import ModelSpec, Owner
 from tokenswift.decode.generate import Generator
 from tokenswift.settings import Settings
-from ui.api import create_app
+from ui.api.api import create_app
 from worker.job import FlushPolicy, JobRun
 
 PROMPT = "Once upon a time, there was a little dog named Max."

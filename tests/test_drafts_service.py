@@ -11,8 +11,8 @@ from conftest import sqlite_db_url
 from storage import open_store
 from storage.records import Owner, Progress
 from tokenswift.settings import Settings, SettingsError
-from ui.drafts import Context, DraftProblem, DraftService
-from ui.limits import MAX_CONTEXT_TEXT
+from ui.drafts.drafts import Context, DraftProblem, DraftService
+from ui.drafts.limits import MAX_CONTEXT_TEXT
 
 db_url = sqlite_db_url
 

@@ -20,7 +20,7 @@ from tokenswift.decode.options import EngineOptions
 from tokenswift.settings import writing_settings
 from tokenswift.text.detok import IncrementalDetokenizer
 from tokenswift.text.prompting import prompt_ids
-from ui.api import create_app
+from ui.api.api import create_app
 from worker.job import FlushPolicy, JobRun
 
 OPENING = "The lighthouse keeper's daughter had never seen the mainland. That winter, the supply boat"

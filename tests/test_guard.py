@@ -9,11 +9,11 @@ import pytest
 from fastapi.testclient import TestClient
 
 from storage import open_store
-from ui import api
-from ui.exports import Exports
-from ui.guard import Throttle
-from ui.limits import Limits
-from ui.ratelimit import Buckets, retry_after
+from ui.api import api
+from ui.api.guard import Throttle
+from ui.api.ratelimit import Buckets, retry_after
+from ui.drafts.exports import Exports
+from ui.drafts.limits import Limits
 
 GOOD = {"prompt": "Once upon a time", "max_new_tokens": 30}
 AUTH = ("ann", "s3cret")

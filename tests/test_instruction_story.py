@@ -27,9 +27,9 @@ from tokenswift.model.loading import load_model
 from tokenswift.settings import Settings, SettingsError
 from tokenswift.text.context_window import WindowPlan, draft_context, pinned_ids
 from tokenswift.text.prompting import chat_frame, prompt_ids
-from ui.api import create_app
-from ui.exports import draft_book
-from ui.live import Watch, whole_text
+from ui.api.api import create_app
+from ui.display.live import Watch, whole_text
+from ui.drafts.exports import draft_book
 
 FIRST = "\nMax ran to the park.\nHe was happy."
 MORE = " Lily came with a ball.\nThey played all day."
@@ -97,7 +97,7 @@ def test_an_opening_draft_still_exports_its_opening(store):
 
 def test_the_write_tab_shows_the_story_and_the_instruction_apart(store):
     """The live and whole-text views showed the instruction glued to the story's first words."""
-    from ui.write_view import whole
+    from ui.write.write_view import whole
 
     ids = drafts(store)
     for gen_id, story in ((ids["continued"], FIRST + MORE), (ids["edit"], EDITED)):

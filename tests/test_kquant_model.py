@@ -94,7 +94,7 @@ def test_the_model_tab_says_what_a_file_is_and_refuses_what_cannot_fit(kquant):
 
     from tokenswift.model.gguf_checkpoint import inspect_gguf
     from tokenswift.model.gguf_summary import summarize
-    from ui.model import _gguf_note, check_spec
+    from ui.model.model import _gguf_note, check_spec
 
     summary = summarize(kquant)
     assert summary.quantization == "Q6_K" and summary.context_length == 512  # no file type: the commonest blocks

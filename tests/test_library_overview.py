@@ -13,7 +13,7 @@ from storage import open_store
 from storage.alternatives import Choices
 from storage.records import Owner, Progress
 from tokenswift.settings import Settings
-from ui import library
+from ui.library import library
 
 db_url = sqlite_db_url
 INSTRUCTION = "Write the opening chapter of a gothic novel set in a lighthouse."

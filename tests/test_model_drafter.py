@@ -23,7 +23,7 @@ from tokenswift.decode.options import EngineOptions
 from tokenswift.draft.model_drafter import ModelDrafter, attach_draft_model
 from tokenswift.settings import Settings, SettingsError
 from tokenswift.text.context_window import pinned_ids
-from ui.model import check_spec
+from ui.model.model import check_spec
 from worker.holder import ModelHolder, ModelUnavailable
 
 N = 300

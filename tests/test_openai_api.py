@@ -22,9 +22,9 @@ from storage import open_store
 from tokenswift.decode.generate import Generator
 from tokenswift.settings import WRITING_DEFAULTS, Settings
 from tokenswift.text.detok import IncrementalDetokenizer
-from ui.api import create_app
-from ui.limits import Limits
-from ui.openai_api import BOOK_TITLE, StopCut
+from ui.api.api import create_app
+from ui.api.openai_api import BOOK_TITLE, StopCut
+from ui.drafts.limits import Limits
 from worker import WorkerConfig
 from worker.loop import Worker
 

@@ -12,7 +12,7 @@ from fastapi.testclient import TestClient
 
 from storage import open_store
 from storage.records import Owner, Progress
-from ui.api import create_app
+from ui.api.api import create_app
 
 
 @pytest.fixture

@@ -16,8 +16,8 @@ from storage.plans import Character
 from storage.records import Owner, Progress
 from tokenswift.settings import Settings
 from tokenswift.text.world_info import WorldInfo
-from ui.plan_drafts import body, chapter_draft, closing, plan_book, words
-from ui.plan_input import PlanProblem, check_chapter, check_characters
+from ui.drafts.plan_drafts import body, chapter_draft, closing, plan_book, words
+from ui.drafts.plan_input import PlanProblem, check_chapter, check_characters
 
 
 @pytest.fixture

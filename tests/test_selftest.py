@@ -313,7 +313,7 @@ def test_the_same_text_promise_is_qualified_where_it_does_not_hold(stories64):
     so; float64, and float32 and q4 on a CPU (verify rows run the plain step's kernels) make no such note. The fast
     path refuses a dtype it was never tested in."""
     from storage.records import WorkerStatus, utcnow
-    from ui.views import model_notice, resume_caveat
+    from ui.display.views import model_notice, resume_caveat
 
     def worker(dtype: str, device: str = "cuda") -> WorkerStatus:
         return WorkerStatus("w", "h", 1, utcnow(), utcnow(), "m", None, device, dtype, "ready", None, None, None, None)

@@ -54,7 +54,7 @@ def test_the_store_and_the_api_show_an_old_draft_under_todays_names(sqlite_db_ur
     from sqlalchemy import text
 
     from storage import open_store
-    from ui.api import settings_view
+    from ui.api.api import settings_view
 
     store = open_store(sqlite_db_url)
     draft = store.enqueue_generation("Once", Settings(max_new_tokens=8))
@@ -71,10 +71,10 @@ def test_the_store_and_the_api_show_an_old_draft_under_todays_names(sqlite_db_ur
 def test_every_front_door_takes_the_tables_rows():
     from tokenswift.cli.main import build_parser
     from tokenswift.text.writing_presets import FIELDS
-    from ui.api_input import SamplingIn
-    from ui.forms import LABELS, SettingsForm
-    from ui.openai_input import SAMPLERS
-    from ui.samplers_panel import NAMES
+    from ui.api.api_input import SamplingIn
+    from ui.api.openai_input import SAMPLERS
+    from ui.forms.forms import LABELS, SettingsForm
+    from ui.forms.samplers_panel import NAMES
 
     api = {row.name for row in TEXT_FIELDS if row.knob.api}
     assert set(FIELDS) == api and api <= set(SamplingIn.model_fields)

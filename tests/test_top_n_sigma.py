@@ -20,7 +20,7 @@ from tokenswift.decode.options import EngineOptions
 from tokenswift.sampling.sampler import Sampler, top_n_sigma_filter
 from tokenswift.settings import Settings, SettingsError
 from tokenswift.text.context_window import pinned_ids
-from ui.openai_input import OpenAIError, parse_options
+from ui.api.openai_input import OpenAIError, parse_options
 
 
 def reference(row: list[float], n: float) -> list[bool]:

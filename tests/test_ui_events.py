@@ -21,9 +21,9 @@ from conftest import REPO, need_shared
 from studio_app import AUTH, running_app
 from tiny_models import hf_model, save_checkpoint
 
-from ui import views
-from ui.forms import DEFAULTS, SAMPLERS, SettingsForm
-from ui.samplers_panel import NAMES
+from ui.display import views
+from ui.forms.forms import DEFAULTS, SAMPLERS, SettingsForm
+from ui.forms.samplers_panel import NAMES
 
 FORM = ["TokenSwift", 200, 1.2, 1024, 20, "top-p", 0.9, 1.0, 3, 0]  # mode target θ W k sampler value T seed budget
 DRY_XTC = [getattr(SettingsForm(), name) for name in NAMES]  # after past-the-context: the writing defaults
@@ -266,8 +266,8 @@ def test_what_the_model_sees_marks_the_text_shifted_out(tmp_path):
     from storage import open_store
     from storage.records import ModelSpec, Owner, Progress
     from tokenswift.settings import Settings
-    from ui import seen
-    from ui.tokens import PromptTokens
+    from ui.drafts.tokens import PromptTokens
+    from ui.write import seen
 
     model = str(need_shared())
     store = open_store(f"sqlite:///{tmp_path / 'studio.db'}")
@@ -441,9 +441,9 @@ def test_forms_charts_and_word_count_without_an_app():
 
     from storage.records import MetricPoint
     from tokenswift.settings import Settings
-    from ui import charts
-    from ui.forms import SettingsForm, ar_twin, form_from_settings
-    from ui.live import Watch
+    from ui.display import charts
+    from ui.display.live import Watch
+    from ui.forms.forms import SettingsForm, ar_twin, form_from_settings
 
     ts = SettingsForm(sampler="min-p", sampler_value=0.05, k=4, budget=256).to_settings()
     assert (ts.min_p, ts.top_p, ts.ngram_topk, ts.budget) == (0.05, 1.0, 4, 256)
@@ -467,7 +467,7 @@ def test_forms_charts_and_word_count_without_an_app():
 def test_context_shift_choice_and_the_context_line():
     from storage.records import GenerationRecord, MetricPoint
     from tokenswift.settings import SettingsError
-    from ui.forms import FormError, SettingsForm, form_from_settings
+    from ui.forms.forms import FormError, SettingsForm, form_from_settings
 
     shifting = SettingsForm(target=50_000).to_settings()
     shifting.check_fits(5, 32_768)  # context shifting on: any length fits
@@ -499,7 +499,7 @@ def _record(**changes):
 
 def test_charts_redraw_at_most_every_interval_while_running_and_at_once_when_stopped():
     """Four charts redrawn at every tick take the CPU the worker writes with (issue 28, item 9)."""
-    from ui.live import Watch
+    from ui.display.live import Watch
 
     watch = Watch(1, _record(status="running"))
     assert watch.charts_now(pointed=True, every_s=2.0, now=100.0)  # the first points at once
@@ -556,8 +556,9 @@ def test_why_a_run_ended_early():
 
 def test_compare_and_charts_name_each_side_in_plain_words():
     from storage.records import MetricPoint
-    from ui import charts, compare
-    from ui.live import Watch
+    from ui.compare import compare
+    from ui.display import charts
+    from ui.display.live import Watch
 
     assert not any(symbol in " ".join(compare.HEADERS) for symbol in ("α", "β", "Distinct"))
     assert all(header in compare.TIPS for header in compare.HEADERS[4:13] if header != "Tokens/s")
@@ -611,7 +612,7 @@ def test_a_model_that_cannot_load_is_refused_before_anything_changes(tmp_path, m
     from storage import open_store
     from storage.records import ModelSpec
     from tokenswift.model.default_model import default_model_path
-    from ui import model
+    from ui.model import model
 
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hub"))  # an empty cache
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)  # online: it used to say "the worker will download it"
@@ -644,7 +645,7 @@ def test_a_model_that_cannot_load_is_refused_before_anything_changes(tmp_path, m
 
 def test_what_the_model_sees_shows_chat_turns_as_labels_not_tokens():
     """An instruction draft's turns read "You: Write …", not "<|im_start|>user"; story text is shown as written."""
-    from ui import seen
+    from ui.write import seen
 
     pieces = [("frame", "<|im_start|>system\nYou are a helpful AI assistant<|im_end|>\n<|im_start|>user\nWrite a "
                         "tale<|im_end|>\n<|im_start|>assistant\n", 30),

@@ -13,11 +13,11 @@ import pytest
 from storage import open_store
 from storage.records import MetricPoint, Owner, Progress, utcnow
 from tokenswift.settings import Settings
-from ui import views
-from ui.exports import Exports
-from ui.library import export_file
-from ui.live import Watch
-from ui.texts import DraftTexts
+from ui.display import views
+from ui.display.live import Watch
+from ui.drafts.exports import Exports
+from ui.drafts.texts import DraftTexts
+from ui.library.library import export_file
 
 
 @pytest.fixture

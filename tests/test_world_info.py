@@ -314,8 +314,8 @@ def test_the_worker_places_world_info_and_picks_an_edit_up_at_the_next_shift(tmp
 
 
 def test_what_the_model_sees_labels_the_world_info(tmp_path):
-    from ui import seen
-    from ui.tokens import PromptTokens
+    from ui.drafts.tokens import PromptTokens
+    from ui.write import seen
 
     model = str(need_shared())
     store = open_store(f"sqlite:///{tmp_path / 'studio.db'}")
@@ -362,7 +362,7 @@ def test_cli_generate_and_bench_take_a_world_info_file(stories_path, stories64, 
 def test_api_takes_world_info_on_create_and_context_edits(tmp_path):
     from fastapi.testclient import TestClient
 
-    from ui.api import create_app
+    from ui.api.api import create_app
 
     store = open_store(f"sqlite:///{tmp_path / 'studio.db'}")
     client = TestClient(create_app(store))
@@ -392,8 +392,8 @@ def test_api_takes_world_info_on_create_and_context_edits(tmp_path):
 
 
 def test_the_write_tab_names_a_bad_entry_in_plain_words():
-    from ui.forms import FormError
-    from ui.world_info_panel import shown, stored
+    from ui.forms.forms import FormError
+    from ui.write.world_info_panel import shown, stored
 
     with pytest.raises(FormError, match=r"^World Info: entry 2, secondary keys: 'a\|b': keys are plain words"):
         stored(json.dumps({"entries": [entry(["Lily"]), entry(["Tom"], secondary_keys=["a|b"])]}))
@@ -440,8 +440,8 @@ def test_an_imported_world_info_reaches_the_draft_and_what_the_model_sees(app_pa
 def test_the_entry_form_adds_an_entry_to_the_json_box():
     """World Info was JSON only, and nothing said an entry waits for its key: the form adds one (keys, text, always in
     view) to the same JSON, checked as the engine checks it, and the help says when the model sees it."""
-    from ui.forms import FormError
-    from ui.world_info_panel import HELP, with_entry
+    from ui.forms.forms import FormError
+    from ui.write.world_info_panel import HELP, with_entry
 
     one = with_entry("", " Lily, the girl ,", "Lily is Tom's younger sister.", False)
     two = json.loads(with_entry(one, "", "It is the winter of 1850.", True))

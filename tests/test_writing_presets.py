@@ -28,11 +28,11 @@ from tokenswift.text.writing_presets import (
     read_preset,
     to_settings,
 )
-from ui.api import create_app
-from ui.api_input import GenerationIn
-from ui.api_input import to_settings as api_settings
-from ui.forms import FormError, SettingsForm, form_from_settings
-from ui.presets import panel_form
+from ui.api.api import create_app
+from ui.api.api_input import GenerationIn
+from ui.api.api_input import to_settings as api_settings
+from ui.forms.forms import FormError, SettingsForm, form_from_settings
+from ui.write.presets import panel_form
 
 CREATIVE = "Creative (XTC)"
 

@@ -11,22 +11,15 @@ import json
 import gradio as gr
 
 from storage import Store
-from ui import (
-    compare,
-    library,
-    model,
-    plan,
-    plan_parts,
-    presets,
-    views,
-    world_info_panel,
-    write,
-    write_parts,
-    write_view,
-)
-from ui.exports import Exports
-from ui.texts import DraftTexts
-from ui.tokens import PromptTokens
+from ui.compare import compare
+from ui.display import views
+from ui.drafts.exports import Exports
+from ui.drafts.texts import DraftTexts
+from ui.drafts.tokens import PromptTokens
+from ui.library import library
+from ui.model import model
+from ui.plan import plan, plan_parts
+from ui.write import presets, world_info_panel, write, write_parts, write_view
 
 STATUS_S = 3.0
 

@@ -1,5 +1,5 @@
-"""One FastAPI app: the REST API (ui/api.py) under /api, the OpenAI-compatible endpoint (ui/openai_api.py) under /v1
-and the Gradio page at /, behind the same login."""
+"""One FastAPI app: the REST API (ui/api/api.py) under /api, the OpenAI-compatible endpoint (ui/api/openai_api.py)
+under /v1 and the Gradio page at /, behind the same login."""
 
 from __future__ import annotations
 
@@ -12,14 +12,14 @@ from fastapi import FastAPI
 from starlette.routing import Mount
 
 from storage import Store
-from ui.api import create_router
-from ui.exports import Exports
-from ui.guard import Guard, gradio_sessions
-from ui.limits import Limits
-from ui.openai_api import add_openai_routes
+from ui.api.api import create_router
+from ui.api.guard import Guard, gradio_sessions
+from ui.api.openai_api import add_openai_routes
+from ui.drafts.exports import Exports
+from ui.drafts.limits import Limits
+from ui.drafts.texts import DraftTexts
+from ui.drafts.tokens import PromptTokens
 from ui.page import CSS, HEAD, THEME, build_page
-from ui.texts import DraftTexts
-from ui.tokens import PromptTokens
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +52,7 @@ def parse_credentials(auth: str | None, auth_file: str | None) -> Credentials:
 def create_app(store: Store, credentials: Credentials | None = None, *, own_worker: bool = True,
                limits: Limits | None = None, exports: Exports | None = None) -> Guard:
     """own_worker: app.py spawned the worker (else --no-worker: one runs elsewhere on the same store).
-    limits: body and upload sizes (ui/limits.py). exports: the folder for Library exports, which the caller
+    limits: body and upload sizes (ui/drafts/limits.py). exports: the folder for Library exports, which the caller
     removes at shutdown (a new one in the system's temp folder if not given)."""
     hint = ("The app's worker has stopped; see the terminal, then restart the app." if own_worker else
             "The app runs without one (--no-worker): start `python -m worker --db <same url>`.")

@@ -102,10 +102,13 @@ class ModelHolder:
         self._report_ready()
 
     def _report_ready(self) -> None:
+        from tokenswift.draft.choice import drafters
+
         model = self.model
         self.store.report_model(self.worker_id, self.spec, "ready", memory_bytes=model.memory_bytes(),
                                 max_context=model.max_context, param_count=param_count(model),
-                                heads_info=heads_info(model, self.spec, self.options))
+                                heads_info=heads_info(model, self.spec, self.options),
+                                drafters=drafters(model).to_json())
 
 
 def usable(options):
@@ -136,18 +139,19 @@ def heads_info(model, spec: ModelSpec, options=None) -> str:
     """The model notice's line (the workers table's heads_info): which drafters' weights are loaded (heads, draft
     layer, draft model; else n-grams only, and how to train a draft layer) and, on a GPU, which path runs the passes
     and why no faster one does. A draft layer that could not be used is named with why: its drafts fall back to the
-    heads."""
-    parts = []
-    if model.heads is not None:
-        parts.append(f"{model.heads.gamma} draft heads from {spec.heads or 'the model folder'}")
-    if model.draft_layer is not None:
-        parts.append(f"a draft layer ({len(model.draft_layer.vocab):,}-token draft vocabulary)")
-    elif model.draft_error:
-        parts.append(f"the draft layer is unusable ({model.draft_error}); the layer drafter falls back to the "
+    heads. Its facts are the engine's (tokenswift.draft.choice.drafters), which the Model tab words too."""
+    from tokenswift.draft.choice import drafters
+
+    found, parts = drafters(model), []
+    if found.heads:
+        parts.append(f"{found.heads} draft heads from {spec.heads or 'the model folder'}")
+    if found.layer_vocab is not None:
+        parts.append(f"a draft layer ({found.layer_vocab:,}-token draft vocabulary)")
+    elif found.layer_problem:
+        parts.append(f"the draft layer is unusable ({found.layer_problem}); the layer drafter falls back to the "
                      "heads")
-    if model.draft_model is not None:
-        draft = model.draft_model
-        parts.append(f"a draft model ({draft.path.name}, {param_count(draft) / 1e6:,.1f}M parameters)")
+    if found.draft_model is not None:
+        parts.append(f"a draft model ({found.draft_model}, {param_count(model.draft_model) / 1e6:,.1f}M parameters)")
     if not parts:
         parts.append("n-grams only (train a draft layer for it: `tokenswift draft-data`, then `train-draft`)")
     if options is not None and model.device.type == "cuda":

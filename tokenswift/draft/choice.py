@@ -4,13 +4,21 @@ before a run (decode/generate.validate), the worker, the engine and the bench.
 The choices (settings.DRAFTERS): the one-pass drafter (fused_drafter.py), the paper's two passes (drafting.py), the
 draft layer (layer_drafter.py), a draft model (model_drafter.py), or auto. Which one drafts changes speed only,
 never the text, so a missing one is refused by name rather than replaced in silence, but where the worker's job
-was queued for a draft layer that no longer loads (fallback).
+was queued for a draft layer that no longer loads (fallback). Which of them a loaded model has, and where a draft
+layer trained for it would be found: drafters().
 """
 
 from __future__ import annotations
 
+import dataclasses
+import json
+from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
+from tokenswift.model.default_model import SHIPPED, shipped_draft
+from tokenswift.model.gguf_checkpoint import source_record
+from tokenswift.model.loading import DRAFT_SUBDIR
 from tokenswift.settings import Settings, SettingsError
 
 if TYPE_CHECKING:
@@ -39,3 +47,37 @@ def drafter_for(lm: LoadedModel, settings: Settings, *, fallback: bool = False) 
         raise SettingsError("drafter", "no draft model is loaded (give one with --draft-model, or choose another "
                                        "drafter)")
     return drafter
+
+
+@dataclass(frozen=True)
+class Drafters:
+    """The drafters a loaded model has, as facts for the notices that name them (the worker's line, the Model tab)."""
+
+    heads: int  # the draft heads' depth (gamma); 0: no heads
+    layer_vocab: int | None  # the draft layer's draft vocabulary; None: no draft layer
+    layer_problem: str | None  # why a draft layer found for the model could not be used
+    draft_model: str | None  # the draft model's file or folder name; None: none chosen
+    auto: str  # what the drafter "auto" drafts with here: layer, model, or fused (the heads, else n-grams alone)
+    layer_home: str  # where a draft layer trained for this model is found when it loads (train-draft's --out)
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> Drafters:
+        return cls(**json.loads(text))
+
+
+def drafters(lm: LoadedModel) -> Drafters:
+    """What `lm` drafts with. A draft layer is found beside a checkpoint folder (`<folder>/draft`); for a GGUF file,
+    in the repository's models/ by the file's content hash wherever the file lies: the one shipped for it, else a new
+    folder named for the file."""
+    source = source_record(lm.path)
+    if source is None:
+        home = lm.path / DRAFT_SUBDIR
+    else:
+        home = shipped_draft(source["sha256"]) or SHIPPED / Path(source["file"]).stem.lower() / DRAFT_SUBDIR
+    return Drafters(lm.heads.gamma if lm.heads is not None else 0,
+                    len(lm.draft_layer.vocab) if lm.draft_layer is not None else None, lm.draft_error,
+                    lm.draft_model.path.name if lm.draft_model is not None else None,
+                    drafter_for(lm, Settings()), str(home))

@@ -39,20 +39,23 @@ class Settings:
 
     # The table (table.py): what shapes the text, a row each, with what every front door shows of it.
     temperature: float = knob(1.0, label="Temperature", writing=0.9, openai=("temperature",),
-                              range=Range(0, None, says="must be a finite number >= 0"),
+                              range=Range(0, None, says="must be a finite number >= 0"), hint="0 = greedy", step=0.05,
+                              slider=2.0,
                               help="higher is more surprising, lower safer; 0 always takes the likeliest token")
     top_k: int = knob(0, label="top-k", range=Range(0), flag=False, api=False, openai=("top_k",),
                       help="draw only from this many of the likeliest tokens; 0 = off")
-    top_p: float = knob(1.0, label="top-p", range=Range(0, 1, open_low=True), openai=("top_p",),
+    top_p: float = knob(1.0, label="top-p", range=Range(0, 1, open_low=True), openai=("top_p",), hint="1 = off",
+                        step=0.01,
                         help="draw only from the likeliest tokens that together make up this share; 1 = off")
     min_p: float = knob(0.0, label="min-p", range=Range(0, 1, open_high=True), writing=0.1, openai=("min_p",),
+                        hint="0 = off", step=0.01,
                         help="drop tokens less likely than this fraction of the likeliest one; 0 = off")
-    eta: float = knob(0.0, label="η", range=Range(0, 1, open_high=True),
+    eta: float = knob(0.0, label="η", range=Range(0, 1, open_high=True), hint="eta sampling ε, 0 = off", step=0.01,
                       help="eta sampling: drop tokens below an entropy-scaled threshold; 0 = off")
     penalty: float = knob(1.0, label="Repetition penalty", writing=1.1, openai=("repetition_penalty", "rep_pen"),
-                          range=Range(1, None, says="theta must be a finite number >= 1"),
+                          range=Range(1, None, says="theta must be a finite number >= 1"), hint="1 = off", step=0.05,
                           help="repetition penalty θ: above 1 discourages repeating recent tokens; 1 = off")
-    penalty_window: int = knob(1024, label="Penalty window", range=Range(0, MAX_WINDOW), writing=256,
+    penalty_window: int = knob(1024, label="Penalty window", range=Range(0, MAX_WINDOW), writing=256, hint="tokens",
                                openai=("repetition_penalty_range", "rep_pen_range"),
                                help="how many recent tokens the repetition penalty looks back over; 0 = off")
     ban_eos: bool = knob(False, label="When the model wants to end the text", writing=True, flag=False,
@@ -209,7 +212,7 @@ class Settings:
     def check_fits(self, prompt_tokens: int | None, context: int | None, pinned: int = 0) -> None:
         """With context shifting off, the prompt (None: not counted), the target and the pinned Memory and Author's
         Note must fit `context` (None: unknown, nothing to check). The one rule, in one set of words, that the engine
-        and every front door (ui/drafts.py) apply, so a refusal up front and a failed job read the same."""
+        and every front door (ui/drafts/drafts.py) apply, so a refusal up front and a failed job read the same."""
         total = (prompt_tokens or 0) + self.max_new_tokens + pinned
         if self.context_shift is not False or not context or total <= context:
             return

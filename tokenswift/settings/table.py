@@ -3,10 +3,11 @@
 Settings (settings.py) declares every such field with `knob(...)`, so its class body is the table: the name, type
 and default are the field's own; the row adds the range, the writing default, a one-line help for a novelist, the
 command-line flag, the names the REST API, the presets and the OpenAI-compatible endpoint take, and the Write
-form's label and box. The REST API's model (ui/api_input.py), the OpenAI names (ui/openai_input.py), the command
-line's flags (cli/flags.py, cli/common.py), the presets' keys (text/writing_presets.py), the Write form's samplers
-panel and its error labels (ui/forms.py, ui/samplers_panel.py, ui/presets.py) and Compare's columns are all made
-from it: a new sampler is a row in Settings and its code in sampling/.
+form's label and box. The REST API's model (ui/api/api_input.py), the OpenAI names (ui/api/openai_input.py), the
+command line's flags (cli/flags.py, cli/common.py), the presets' keys (text/writing_presets.py), the Write form's
+boxes (ui/forms/boxes.py: the samplers panel, temperature, the penalty and its window, the sampler's value), its error
+labels (ui/forms/forms.py, ui/write/presets.py) and Compare's columns are all made from it: a new sampler is a row in
+Settings and its code in sampling/.
 """
 
 from __future__ import annotations
@@ -64,10 +65,11 @@ class Knob:
     metavar: str | None = None
     api: bool = True  # in the REST API's settings and in a preset, by the field's name
     openai: tuple[str, ...] = ()  # the names the OpenAI-compatible endpoint takes (OpenAI's, KoboldCpp's, webui's)
-    openai_kind: str | None = None  # how that endpoint reads it, where not as its JSON kind (ui/openai_input.py)
+    openai_kind: str | None = None  # how that endpoint reads it, where not as its JSON kind (ui/api/openai_input.py)
     panel: bool = False  # a box of the Write form's samplers panel (and each Compare column's); else its own box
     hint: str = ""  # after the label on that box: "0 = off", "tokens"
     step: float | None = None  # that box's step; None: whole numbers
+    slider: float | None = None  # that box is a slider from the range's low end up to this (the range may go on)
     family: str = ""  # the boxes of one family share a row; the flags of a family a help group (cli/flags.py)
 
 
