@@ -26,10 +26,11 @@ from tokenswift.model.errors import ModelLoadError
 from tokenswift.model.gguf_checkpoint import default_cache_dir
 
 ROW_SOURCES = tuple(Path(__file__).with_name(name) for name in ("attention_kernel.c", "layer_kernels.c"))
-SOURCES = tuple(Path(__file__).with_name(name) for name in ("quant_kernels.c", "quant_packed.c", "kquant_kernels.c",
-                                                            "kquant_packed.c")) + ROW_SOURCES
+SOURCES = tuple(Path(__file__).with_name(name) for name in (
+    "quant_kernels.c", "quant_packed.c", "kquant_kernels.c", "kquant_avx2.c", "kquant_packed.c", "q6k_packed.c",
+)) + ROW_SOURCES
 # Part of what a build depends on:
-HEADERS = tuple(Path(__file__).with_name(name) for name in ("simd.h", "real.h", "gguf_blocks.h"))
+HEADERS = tuple(Path(__file__).with_name(name) for name in ("simd.h", "real.h", "gguf_blocks.h", "kquant.h"))
 DOUBLE = ("-DTS_DOUBLE",)  # the flag that builds the row kernels for float64 (real.h)
 I64, PTR = ctypes.c_int64, ctypes.c_void_p
 
