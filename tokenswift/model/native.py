@@ -1,8 +1,9 @@
 """The engine's C kernels for the CPU, built once per machine and loaded with ctypes: the products of GGUF blocks
 (quant_kernels.c, `--dtype q4`; quant_packed.c where the CPU has AVX-512 VNNI; kquant_kernels.c, K-quant files'
-blocks) and a decoder layer's other steps for a few float32 rows (attention_kernel.c, layer_kernels.c;
-native_rows.py), the latter two also built for float64 (real.h), the dtype of the exactness proofs, whose steps on
-a small model were otherwise two thirds operator dispatch.
+blocks, with kquant_avx2.c, and kquant_packed.c and q6k_packed.c on VNNI) and a decoder layer's other steps for a
+few float32 rows (attention_kernel.c, layer_kernels.c; native_rows.py), the latter two also built for float64
+(real.h), the dtype of the exactness proofs, whose steps on a small model were otherwise two thirds operator
+dispatch.
 
 They are compiled with the system's C compiler (`cc`, or $CC) for the CPU they run on, into the engine's cache
 directory (gguf_checkpoint.default_cache_dir()/kernels), and reused from there; threads are OpenMP's, as many as
