@@ -1,7 +1,7 @@
 """The products of K-quant files' blocks (kquant_kernels.c through quant.QuantLinear): Q4_K, Q5_K, Q6_K and the
-legacy Q5_0/Q5_1, read as the gguf package reads them, multiplied against 8-bit activations on the AVX-512 VNNI
-path and the portable one, each activation row the same alone as in a batch; stacked products of mixed kinds and
-an embedding read from blocks."""
+legacy Q5_0/Q5_1, read as the gguf package reads them, multiplied against 8-bit activations by the portable loops,
+the AVX2 kernels and the AVX-512 VNNI ones (packed sixteen rows a group), the same floats in every build and each
+activation row the same alone as in a batch; stacked products of mixed kinds and an embedding read from blocks."""
 
 from __future__ import annotations
 
@@ -18,26 +18,31 @@ IN = 512  # two super-blocks of 256
 SCALES = {"Q4_K": (0, 2), "Q5_K": (0, 2), "Q6_K": (208,)}  # where each block's float16 scales lie
 
 
-def random_blocks(kind: str, rows: int, seed: int) -> np.ndarray:
-    """Valid blocks of `kind` for a rows x IN weight: random bits (every bit pattern is a valid K block) with scales
-    of a trained model's size; Q5_0/Q5_1 from the gguf package's quantizer."""
+# Builds of the kernels that each path runs in: plain loops, AVX2 (the K kinds a weight row at a time), and this
+# CPU's own (with AVX-512 VNNI: Q4_K, Q6_K and Q5_x repacked sixteen rows a group).
+BUILDS = {"portable": ("-mno-avx2",), "avx2": ("-mno-avx512f",), "native": ()}
+
+
+def random_blocks(kind: str, rows: int, seed: int, cols: int = IN) -> np.ndarray:
+    """Valid blocks of `kind` for a rows x cols weight: random bits (every bit pattern is a valid K block) with
+    scales of a trained model's size; Q5_0/Q5_1 from the gguf package's quantizer."""
     rng = np.random.default_rng(seed)
     if kind in ("Q5_0", "Q5_1"):
-        weight = rng.standard_normal((rows, IN)).astype(np.float32)
+        weight = rng.standard_normal((rows, cols)).astype(np.float32)
         return quants.quantize(weight, GGMLQuantizationType[kind]).reshape(rows, -1)
     per, size = BLOCKS[kind]
-    blocks = rng.integers(0, 256, (rows, IN // per, size), dtype=np.uint8)
+    blocks = rng.integers(0, 256, (rows, cols // per, size), dtype=np.uint8)
     for at in SCALES[kind]:
-        scale = rng.uniform(0.001, 0.01, (rows, IN // per)).astype(np.float16)
-        blocks[:, :, at:at + 2] = scale.view(np.uint8).reshape(rows, IN // per, 2)
+        scale = rng.uniform(0.001, 0.01, (rows, cols // per)).astype(np.float16)
+        blocks[:, :, at:at + 2] = scale.view(np.uint8).reshape(rows, cols // per, 2)
     return blocks.reshape(rows, -1)
 
 
-def linear_of(kind: str, rows: int = 40, seed: int = 0) -> tuple[QuantLinear, torch.Tensor]:
+def linear_of(kind: str, rows: int = 40, seed: int = 0, cols: int = IN) -> tuple[QuantLinear, torch.Tensor]:
     """The product and the gguf package's dequantized weight."""
-    blocks = random_blocks(kind, rows, seed)
-    dense = quants.dequantize(blocks, GGMLQuantizationType[kind]).reshape(rows, IN)
-    return QuantLinear(kind, torch.from_numpy(blocks.copy()), rows, IN), torch.from_numpy(dense.astype(np.float32))
+    blocks = random_blocks(kind, rows, seed, cols)
+    dense = quants.dequantize(blocks, GGMLQuantizationType[kind]).reshape(rows, cols)
+    return QuantLinear(kind, torch.from_numpy(blocks.copy()), rows, cols), torch.from_numpy(dense.astype(np.float32))
 
 
 @pytest.mark.parametrize("kind", NEW)
@@ -52,20 +57,46 @@ def test_products_are_the_blocks_times_activations_rounded_to_8_bits(kind):
 
 
 @pytest.mark.parametrize("kind", NEW)
-def test_the_portable_path_computes_what_the_vnni_path_does(kind, tmp_path, monkeypatch):
+def test_every_build_computes_the_same_floats(kind, tmp_path, monkeypatch):
+    """The portable loops, the AVX2 kernels and this CPU's (packed where it packs) give the same floats, bit for bit:
+    a block's integer sums are exact, and each is scaled in one order (kquant.h). 37 weight rows: two groups of 16
+    and a part one; Q5_x rows of nine blocks (the AVX2 kernel takes them two at a time)."""
     monkeypatch.setenv("TOKENSWIFT_CACHE", str(tmp_path))
-    portable = native.kernels(("-mno-avx2",))
-    linear, dense = linear_of(kind, rows=24, seed=2)
-    x = torch.randn(5, IN, generator=torch.Generator().manual_seed(3))
-    y = torch.empty(5, 24)
-    assert portable.qk_matmul(KINDS[kind], linear.blocks.data_ptr(), 24, IN, x.data_ptr(), 5, y.data_ptr(), 1) == 0
-    assert torch.allclose(y, linear(x), rtol=1e-4, atol=1e-4)
-    one, row = torch.empty(1, 24), x[3:4].contiguous()
-    assert portable.qk_matmul(KINDS[kind], linear.blocks.data_ptr(), 24, IN, row.data_ptr(), 1, one.data_ptr(), 1) == 0
-    assert torch.equal(one, y[3:4])
-    out = torch.empty(24, IN)
-    portable.qk_rows(KINDS[kind], linear.blocks.data_ptr(), IN, 24, out.data_ptr())
+    cols = 288 if kind in ("Q5_0", "Q5_1") else IN
+    linear, dense = linear_of(kind, rows=37, seed=2, cols=cols)
+    x = torch.randn(7, cols, generator=torch.Generator().manual_seed(3))
+    expected = linear(x)
+    assert 0 < (expected - x @ dense.t()).norm() / (x @ dense.t()).norm() < 0.02
+    for flags in BUILDS.values():
+        lib = native.kernels(flags)
+        for m, threads in ((7, 1), (1, 1), (5, 2)):
+            y = torch.empty(m, 37)
+            assert lib.qk_matmul(KINDS[kind], linear.blocks.data_ptr(), 37, cols, x.data_ptr(), m, y.data_ptr(),
+                                 threads) == 0
+            assert torch.equal(y, expected[:m]), (flags, m)
+    out = torch.empty(37, cols)
+    native.kernels(BUILDS["portable"]).qk_rows(KINDS[kind], linear.blocks.data_ptr(), cols, 37, out.data_ptr())
     assert torch.allclose(out, dense, rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("kind", ("Q4_K", "Q5_K", "Q6_K"))
+def test_packed_k_weights_are_the_same_products(kind):
+    """On AVX-512 VNNI, the K kinds' weights are repacked sixteen rows a group (kquant_packed.c, q6k_packed.c; Q6_K
+    in as many bytes as the file's): each row of a batch is the same alone and the same as the file's blocks give."""
+    linear, dense = linear_of(kind, rows=37, seed=9)
+    flat = QuantLinear(kind, linear.blocks, 37, IN, pack=False)
+    size = native.kernels().qk_packed_bytes(KINDS[kind], 37, IN)
+    if size == 0:
+        pytest.skip("this CPU's kernels multiply the file's blocks (no AVX-512 VNNI)")
+    assert linear.product_weight is not linear.blocks and flat.product_weight is flat.blocks
+    if kind == "Q6_K":  # three groups of sixteen rows, each as many bytes as in the file
+        assert size == 48 * linear.blocks.shape[1]
+    x = torch.randn(9, IN, generator=torch.Generator().manual_seed(10))
+    ours = linear(x)
+    assert torch.equal(ours, flat(x))
+    assert 0 < (ours - x @ dense.t()).norm() / (x @ dense.t()).norm() < 0.02
+    for rows in (slice(0, 1), slice(3, 4), slice(4, 8), slice(8, 9), slice(1, 7)):  # alone, tiles of 4 and tails
+        assert torch.equal(linear(x[rows]), ours[rows])
 
 
 def test_a_stacked_product_of_mixed_kinds_is_its_parts_side_by_side():

@@ -1,32 +1,43 @@
-/* Q4_K products on AVX-512 VNNI with the weights repacked sixteen rows a group, as quant_packed.c packs the blocks
-   of 32: a row at a time (kquant_kernels.c), each super-block's 256 products ended in sixteen lanes that were
-   scaled and summed apart, ~50 vector operations per row and super-block; here each activation byte run is
-   broadcast against sixteen weight rows at once and every sum lands one per lane, exact: a sub-block of 32 costs
-   eight vpdpbusd and one 32-bit multiply by its scale for sixteen rows. About 8% larger than the file's blocks.
+/* Q4_K and Q5_K products on AVX-512 VNNI with the weights repacked sixteen rows a group, as quant_packed.c packs
+   the blocks of 32 (q6k_packed.c packs Q6_K's; the products of all three are shared among threads here). A row at
+   a time, each super-block's 256 products end in lanes that are scaled and summed apart, ~50 vector operations per
+   row and super-block; here each activation byte run is broadcast against sixteen weight rows at once and every
+   sum lands one per lane, exact: a sub-block of 32 costs eight vpdpbusd and one 32-bit multiply by its scale for
+   sixteen rows. About 8% larger than the file's blocks (Q5_K: 7%).
 
    A group's super-block: the sixteen rows' d and dmin (float16, 32 bytes each); their eight 6-bit scales as bytes,
    sub-block by sub-block (8 x 16); their minimums as 16-bit pairs (sub-blocks 2p, 2p + 1) for vpdpwssd against the
    activations' sums of 32 (4 x 64 bytes); then, per chunk j of 64 weights, eight runs of 64 bytes, lane r's four
-   bytes being its bytes 32j + 4t..32j + 4t + 3 (low nibbles: sub-block 2j, high: 2j + 1). Rows past n are zero. */
+   bytes being its bytes 32j + 4t..32j + 4t + 3 (low nibbles: sub-block 2j, high: 2j + 1), and for Q5_K the fifth
+   bits of sub-blocks 2j and 2j + 1 after them, a 64-bit mask per run (bit 4r + c: lane r's byte c), added as 16
+   under the mask. Rows past n are zero.
+
+   A group's blocks are read in the order they lie: on this EPYC, reading each super-block's weights before its
+   first 448 bytes (the kernel needs the scales and minimums last) ran at half the speed where the copy starts on
+   a cache line, as the allocator gives it (a prefetch of those lines first restores the order). */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "gguf_blocks.h"
+#include "kquant.h"
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
 #include <immintrin.h>
 #define KP_VNNI 1
 #endif
 
-#define QK_K 256
-#define LANES 16
-#define KIND_Q4_K 5
-#define GROUP_BYTES (64 + 128 + 256 + 2048) /* one group's super-block */
-#define Q4_K_BYTES 144
+#define HEAD 448 /* a Q4_K or Q5_K group's super-block: d, dmin, scales, minimums, then the weights' chunks */
+
+#ifdef KP_VNNI
+/* Bytes of a group's super-block, and of a chunk of 64 weights in it (Q5_K: and its fifth bits). */
+static int64_t group_bytes(int kind) {
+    return kind == KIND_Q4_K ? Q4K_GROUP : kind == KIND_Q5_K ? Q5K_GROUP : kind == KIND_Q6_K ? Q6K_GROUP : 0;
+}
+#define CHUNK(kind) ((kind) == KIND_Q5_K ? 640 : 512)
+#endif
 
 int64_t kq_packed_bytes(int kind, int64_t n, int64_t k) {
 #ifdef KP_VNNI
-    return kind == KIND_Q4_K ? (n + LANES - 1) / LANES * (k / QK_K) * GROUP_BYTES : 0;
+    return (n + KQ_LANES - 1) / KQ_LANES * (k / QK_K) * group_bytes(kind);
 #else
     (void)kind; (void)n; (void)k;
     return 0;
@@ -34,16 +45,22 @@ int64_t kq_packed_bytes(int kind, int64_t n, int64_t k) {
 }
 
 #ifdef KP_VNNI
-/* Writes the packed form of a Q4_K weight W ([n, k / 256 super-blocks]) to out (kq_packed_bytes of them). */
+#define LANES KQ_LANES
+
+/* Writes the packed form of a Q4_K, Q5_K or Q6_K weight W ([n, k / 256 super-blocks]) to out (kq_packed_bytes). */
 void kq_pack(int kind, const uint8_t *w, int64_t n, int64_t k, uint8_t *out) {
     const int64_t nb = k / QK_K;
-    (void)kind;
-    memset(out, 0, (size_t)kq_packed_bytes(KIND_Q4_K, n, k));
+    memset(out, 0, (size_t)kq_packed_bytes(kind, n, k));
+    if (kind == KIND_Q6_K) {
+        q6k_pack(w, n, k, out);
+        return;
+    }
     for (int64_t g = 0; g * LANES < n; ++g)
         for (int64_t b = 0; b < nb; ++b) {
-            uint8_t *blk = out + (g * nb + b) * GROUP_BYTES;
+            uint8_t *blk = out + (g * nb + b) * group_bytes(kind);
             for (int64_t r = 0; r < LANES && g * LANES + r < n; ++r) {
-                const uint8_t *src = w + (g * LANES + r) * nb * Q4_K_BYTES + b * Q4_K_BYTES;
+                const uint8_t *src = w + ((g * LANES + r) * nb + b) * KQ_BYTES[kind];
+                const uint8_t *qs = src + (kind == KIND_Q5_K ? 48 : 16), *qh = src + 16;
                 uint8_t scm[16];
                 scales_mins(src + 4, scm);
                 memcpy(blk + 2 * r, src, 2);
@@ -54,14 +71,20 @@ void kq_pack(int kind, const uint8_t *w, int64_t n, int64_t k, uint8_t *out) {
                     memcpy(blk + 192 + 64 * p + 4 * r, pair, 4);
                 }
                 for (int j = 0; j < 4; ++j)
-                    for (int t = 0; t < 8; ++t)
-                        memcpy(blk + 448 + 512 * j + 64 * t + 4 * r, src + 16 + 32 * j + 4 * t, 4);
+                    for (int t = 0; t < 8; ++t) {
+                        uint8_t *chunk = blk + HEAD + CHUNK(kind) * j;
+                        memcpy(chunk + 64 * t + 4 * r, qs + 32 * j + 4 * t, 4);
+                        for (int c = 0; kind == KIND_Q5_K && c < 4; ++c)  /* bit s of qh[l]: weight 32s + l's */
+                            for (int half = 0; half < 2; ++half)
+                                chunk[512 + 64 * half + 8 * t + r / 2] |=
+                                    (uint8_t)(((qh[4 * t + c] >> (2 * j + half)) & 1) << (4 * (r % 2) + c));
+                    }
             }
         }
 }
 
 #define INLINE static inline __attribute__((always_inline))
-#define TILE 4 /* activation rows per pass over a group's weights */
+#define TILE KQ_TILE
 
 /* The exact sums of one sub-block's eight runs w with an activation row's 32 bytes x, per lane. */
 INLINE __m512i sub_dot(const __m512i *w, const int8_t *x) {
@@ -77,19 +100,25 @@ INLINE __m512i sub_dot(const __m512i *w, const int8_t *x) {
 /* R activation rows from i (q, d: their int8 values and scale per super-block; pairs: their sums of 32 as 16-bit
    pairs) against the group at blk: y[r * stride + lane] for lane < lanes. Per row and lane, per super-block:
    acc += (d dx) * sum_s sc_s dot_s, then acc -= (dmin dx) * sum_s mn_s sum_s(x): the same order whatever R. */
-INLINE void group_rows(const uint8_t *blk, int64_t nb, const int8_t *q, const float *d, const int32_t *pairs,
-                       int64_t k, const int R, float *y, int64_t stride, int lanes) {
+INLINE void group_rows(int kind, const uint8_t *blk, int64_t nb, const int8_t *q, const float *d,
+                       const int32_t *pairs, int64_t k, const int R, float *y, int64_t stride, int lanes) {
     const __m512i low = _mm512_set1_epi8(0x0F);
     __m512 acc[TILE];
     for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
-    for (int64_t b = 0; b < nb; ++b, blk += GROUP_BYTES) {
+    for (int64_t b = 0; b < nb; ++b, blk += group_bytes(kind)) {
         __m512i isum[TILE], w[8];
+        for (int line = 0; line < HEAD; line += 64) _mm_prefetch((const char *)blk + line, _MM_HINT_T0);
         for (int r = 0; r < R; ++r) isum[r] = _mm512_setzero_si512();
         for (int s = 0; s < 8; ++s) {  /* sub-block s: chunk s / 2, low nibbles for even s */
-            const uint8_t *runs = blk + 448 + 512 * (s / 2);
+            const uint8_t *runs = blk + HEAD + CHUNK(kind) * (s / 2);
             for (int t = 0; t < 8; ++t) {
                 const __m512i raw = _mm512_loadu_si512(runs + 64 * t);
                 w[t] = _mm512_and_si512(s % 2 ? _mm512_srli_epi16(raw, 4) : raw, low);
+            }
+            for (int t = 0; kind == KIND_Q5_K && t < 8; ++t) {
+                uint64_t fifth;
+                memcpy(&fifth, runs + 512 + 64 * (s % 2) + 8 * t, 8);
+                w[t] = _mm512_mask_add_epi8(w[t], (__mmask64)fifth, w[t], _mm512_set1_epi8(16));
             }
             const __m512i sc = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(blk + 64 + 16 * s)));
             for (int r = 0; r < R; ++r)
@@ -111,33 +140,47 @@ INLINE void group_rows(const uint8_t *blk, int64_t nb, const int8_t *q, const fl
     for (int r = 0; r < R; ++r) _mm512_mask_storeu_ps(y + r * stride, keep, acc[r]);
 }
 
+INLINE void q45k_group(int kind, const uint8_t *blk, int64_t nb, const int8_t *q, const float *d,
+                       const int32_t *pairs, int64_t k, const int R, float *y, int64_t stride, int lanes) {
+    if (kind == KIND_Q5_K) group_rows(KIND_Q5_K, blk, nb, q, d, pairs, k, R, y, stride, lanes);
+    else group_rows(KIND_Q4_K, blk, nb, q, d, pairs, k, R, y, stride, lanes);
+}
+
 /* y[m, columns [0, n) of rows of ystride] = the quantized activations (K style: q, d per 256, bsums per 16) times
-   the packed weight, groups of sixteen rows shared among threads. Returns 0, or -1 when out of memory. */
-int kq_packed_products(const uint8_t *w, int64_t n, int64_t k, const int8_t *q, const float *d,
-                       const int16_t *bsums, int64_t m, float *y, int64_t ystride, int threads) {
-    const int64_t nb = k / QK_K, groups = (n + LANES - 1) / LANES;
-    int32_t *pairs = malloc((size_t)(m * nb * 4) * sizeof(int32_t));  /* sums of 32, two per int32 */
-    if (!pairs)
+   the packed weight (Q4_K, Q5_K or Q6_K), groups of sixteen rows shared among threads. Returns 0, or -1 when out of
+   memory. */
+int kq_packed_products(int kind, const uint8_t *w, int64_t n, const struct acts *a, int64_t m, float *y,
+                       int64_t ystride, int threads) {
+    const int64_t k = a->k, nb = a->nb, groups = (n + LANES - 1) / LANES;
+    const int8_t *q = a->q;
+    const float *d = a->d;
+    const int q6 = kind == KIND_Q6_K;
+    int32_t *pairs = q6 ? NULL : malloc((size_t)(m * nb * 4) * sizeof(int32_t));  /* sums of 32, two a word */
+    if (!q6 && !pairs)
         return -1;
-    for (int64_t i = 0; i < m * nb * 4; ++i) {
-        const int16_t *bs = bsums + 4 * i;  /* sub-blocks 2p, 2p + 1 of a super-block: four sums of 16 */
+    for (int64_t i = 0; !q6 && i < m * nb * 4; ++i) {
+        const int16_t *bs = a->bsums + 4 * i;  /* sub-blocks 2p, 2p + 1 of a super-block: four sums of 16 */
         const int16_t both[2] = {(int16_t)(bs[0] + bs[1]), (int16_t)(bs[2] + bs[3])};
         memcpy(pairs + i, both, 4);
     }
 #pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
     for (int64_t g = 0; g < groups; ++g) {
         const int lanes = n - g * LANES < LANES ? (int)(n - g * LANES) : LANES;
-        const uint8_t *blk = w + g * nb * GROUP_BYTES;
+        const uint8_t *blk = w + g * nb * group_bytes(kind);
         for (int64_t i = 0; i < m; i += TILE) {
+            if (q6) {
+                q6k_group(blk, a, i, (int)(m - i < TILE ? m - i : TILE), y + i * ystride + g * LANES, ystride, lanes);
+                continue;
+            }
             const int8_t *qi = q + i * k;
             const float *di = d + i * nb;
             const int32_t *pi = pairs + i * nb * 4;
             float *yi = y + i * ystride + g * LANES;
             switch (m - i < TILE ? m - i : TILE) {
-            case 1: group_rows(blk, nb, qi, di, pi, k, 1, yi, ystride, lanes); break;
-            case 2: group_rows(blk, nb, qi, di, pi, k, 2, yi, ystride, lanes); break;
-            case 3: group_rows(blk, nb, qi, di, pi, k, 3, yi, ystride, lanes); break;
-            default: group_rows(blk, nb, qi, di, pi, k, 4, yi, ystride, lanes); break;
+            case 1: q45k_group(kind, blk, nb, qi, di, pi, k, 1, yi, ystride, lanes); break;
+            case 2: q45k_group(kind, blk, nb, qi, di, pi, k, 2, yi, ystride, lanes); break;
+            case 3: q45k_group(kind, blk, nb, qi, di, pi, k, 3, yi, ystride, lanes); break;
+            default: q45k_group(kind, blk, nb, qi, di, pi, k, 4, yi, ystride, lanes); break;
             }
         }
     }
@@ -149,9 +192,9 @@ void kq_pack(int kind, const uint8_t *w, int64_t n, int64_t k, uint8_t *out) {
     (void)kind; (void)w; (void)n; (void)k; (void)out;
 }
 
-int kq_packed_products(const uint8_t *w, int64_t n, int64_t k, const int8_t *q, const float *d,
-                       const int16_t *bsums, int64_t m, float *y, int64_t ystride, int threads) {
-    (void)w; (void)n; (void)k; (void)q; (void)d; (void)bsums; (void)m; (void)y; (void)ystride; (void)threads;
+int kq_packed_products(int kind, const uint8_t *w, int64_t n, const struct acts *a, int64_t m, float *y,
+                       int64_t ystride, int threads) {
+    (void)kind; (void)w; (void)n; (void)a; (void)m; (void)y; (void)ystride; (void)threads;
     return -2;
 }
 #endif

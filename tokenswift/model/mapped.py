@@ -2,7 +2,7 @@
 
 A file whose layers hold Q4_K, Q5_K, Q6_K, Q5_0 or Q5_1 blocks (what writers download: Q4_K_M, Q5_K_M, Q6_K) is
 mapped into memory once, and every product reads its blocks from that map (quant.py, kquant_kernels.c), or, where
-this CPU has AVX-512 VNNI, from a copy repacked sixteen rows a group (Q4_K, and the blocks of 32), whose file
+this CPU has AVX-512 VNNI, from a copy repacked sixteen rows a group (every kind here), whose file
 pages are then handed back: no float copy, no dequantized cache directory, so the resident memory is about the
 file plus the KV cache. A layer's
 q/k/v and gate/up stay separate weights behind one product (quant.StackedQuant): a mix stores attn_v or ffn_down

@@ -1,8 +1,9 @@
 """The engine's C kernels for the CPU, built once per machine and loaded with ctypes: the products of GGUF blocks
 (quant_kernels.c, `--dtype q4`; quant_packed.c where the CPU has AVX-512 VNNI; kquant_kernels.c, K-quant files'
-blocks) and a decoder layer's other steps for a few float32 rows (attention_kernel.c, layer_kernels.c;
-native_rows.py), the latter two also built for float64 (real.h), the dtype of the exactness proofs, whose steps on
-a small model were otherwise two thirds operator dispatch.
+blocks, with kquant_avx2.c, and kquant_packed.c and q6k_packed.c on VNNI) and a decoder layer's other steps for a
+few float32 rows (attention_kernel.c, layer_kernels.c; native_rows.py), the latter two also built for float64
+(real.h), the dtype of the exactness proofs, whose steps on a small model were otherwise two thirds operator
+dispatch.
 
 They are compiled with the system's C compiler (`cc`, or $CC) for the CPU they run on, into the engine's cache
 directory (gguf_checkpoint.default_cache_dir()/kernels), and reused from there; threads are OpenMP's, as many as
@@ -26,10 +27,11 @@ from tokenswift.model.errors import ModelLoadError
 from tokenswift.model.gguf_checkpoint import default_cache_dir
 
 ROW_SOURCES = tuple(Path(__file__).with_name(name) for name in ("attention_kernel.c", "layer_kernels.c"))
-SOURCES = tuple(Path(__file__).with_name(name) for name in ("quant_kernels.c", "quant_packed.c", "kquant_kernels.c",
-                                                            "kquant_packed.c")) + ROW_SOURCES
+SOURCES = tuple(Path(__file__).with_name(name) for name in (
+    "quant_kernels.c", "quant_packed.c", "kquant_kernels.c", "kquant_avx2.c", "kquant_packed.c", "q6k_packed.c",
+)) + ROW_SOURCES
 # Part of what a build depends on:
-HEADERS = tuple(Path(__file__).with_name(name) for name in ("simd.h", "real.h", "gguf_blocks.h"))
+HEADERS = tuple(Path(__file__).with_name(name) for name in ("simd.h", "real.h", "gguf_blocks.h", "kquant.h"))
 DOUBLE = ("-DTS_DOUBLE",)  # the flag that builds the row kernels for float64 (real.h)
 I64, PTR = ctypes.c_int64, ctypes.c_void_p
 

@@ -11,6 +11,7 @@ integer dot products (two AVX2 instructions per 32 products), reading each weigh
 from __future__ import annotations
 
 import functools
+import mmap
 
 import torch
 import torch.nn.functional as F
@@ -32,6 +33,16 @@ STACKED = 16  # quant_kernels.c: a product whose rows are several weights' (Stac
 # GEMM: MKL's blocked kernel then beats the integer dot products, whose per-block scaling costs per row (measured
 # on a 1536x576 Q4_1 weight, 1 thread: 8 rows 0.45 ms vs 1.0; 32 rows 1.5 vs 1.1; 1024 rows 65 vs 23).
 DENSE_ROWS = 32
+
+
+def huge_pages(size: int) -> torch.Tensor:
+    """size bytes of anonymous memory asked to be backed by 2 MiB pages where the kernel has transparent huge pages
+    (Linux's "madvise" mode, the default): a step streams every packed weight once, and on 4 KiB pages (torch.empty's)
+    the Q4_K products of the 1B shape ran at half the speed (measured: 0.89 ms vs 0.42 for an 8192x2048 weight)."""
+    pages = mmap.mmap(-1, max(size, 1), flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    if hasattr(mmap, "MADV_HUGEPAGE"):
+        pages.madvise(mmap.MADV_HUGEPAGE)
+    return torch.frombuffer(pages, dtype=torch.uint8, count=size)
 
 
 class BlockProduct(nn.Module):
@@ -82,11 +93,11 @@ class QuantLinear(BlockProduct):
                              else blocks.to(torch.uint8).contiguous())
         self._lib = lib = kernels()
         # The products' copy of the weight and its kind number for the kernel: repacked where this machine's
-        # kernels take packed weights (AVX-512 VNNI: quant_packed.c, the blocks of 32; kquant_packed.c, Q4_K), else
-        # the blocks themselves.
+        # kernels take packed weights (AVX-512 VNNI: quant_packed.c, the blocks of 32; kquant_packed.c and
+        # q6k_packed.c, the K kinds), in memory asked for huge pages, else the blocks themselves.
         self.product_weight, self._kind = self.blocks, KINDS[kind]
         if pack and (size := lib.qk_packed_bytes(KINDS[kind], out_features, in_features)):
-            self.product_weight = torch.empty(size, dtype=torch.uint8)
+            self.product_weight = huge_pages(size)
             lib.qk_pack(KINDS[kind], self.blocks.data_ptr(), out_features, in_features, self.product_weight.data_ptr())
             self._kind = PACKED + KINDS[kind]
 

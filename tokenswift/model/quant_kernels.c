@@ -247,7 +247,7 @@ int kq_matmul(int kind, const uint8_t *w, int64_t n, int64_t k, const float *x, 
               int threads);
 int64_t legacy_packed_bytes(int kind, int64_t n, int64_t k);
 void legacy_pack(int kind, const uint8_t *w, int64_t n, int64_t k, uint8_t *out);
-int64_t kq_packed_bytes(int kind, int64_t n, int64_t k);  /* kquant_packed.c: Q4_K */
+int64_t kq_packed_bytes(int kind, int64_t n, int64_t k);  /* kquant_packed.c: Q4_K, Q5_K, Q6_K */
 void kq_pack(int kind, const uint8_t *w, int64_t n, int64_t k, uint8_t *out);
 void kq_rows(int kind, const uint8_t *w, int64_t k, int64_t count, float *out);
 int64_t kq_row_bytes(int kind, int64_t k);
