@@ -733,10 +733,10 @@ def test_a_worker_that_exited_cleanly_is_not_restarted():
         supervisor.stop()
 
 
-@both_backends  # the killed worker's claim is recovered by each backend's rules
 def test_the_app_respawns_a_killed_worker_and_the_job_finishes_exactly(store, workers, straight, stories_path):
     """app.py's supervisor over a real spawned worker: kill -9 it mid-job, a new one starts and finishes the job
-    with the ids and text of one uninterrupted run."""
+    with the ids and text of one uninterrupted run. (On SQLite: the supervisor knows no backend, and a new worker
+    recovering a killed one's claim on PostgreSQL is test_pause_kill_9_and_shutdown_...[postgresql]'s step 3.)"""
     from worker.supervisor import Supervisor
 
     config = WorkerConfig(db=workers.db, model=str(stories_path), device="cpu", dtype="float64", threads=1,
