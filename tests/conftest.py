@@ -18,6 +18,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # The models under test are tiny: intra-op threads only add contention on a 2-core machine.
 torch.set_num_threads(1)
+# ... in the processes tests start too (workers, CLI runs, scripts), which inherit this environment: a worker's
+# model load (before its --threads applies) spun a second OpenMP thread, 10 s of a q4 load becoming 35 s.
+os.environ["OMP_NUM_THREADS"] = "1"
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"

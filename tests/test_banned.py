@@ -2,7 +2,8 @@
 taken back, TokenSwift emits exactly the tokens of plain decoding with bans on (float64, stories260k: three
 drafters, n-grams, adaptive, context shifts with Memory and Author's Note), a run resumed from any prefix of its
 text writes the same ids, the end of a run (length, end-of-text, stop string) is right with tokens held back, and
-bad phrases are refused by name (settings, command line, API)."""
+bad phrases are refused by name (settings, command line, API). The Write tab's box, in a browser, is tested with the
+other Write-tab settings in test_presets_browser.py (one browser profile for both)."""
 
 from __future__ import annotations
 
@@ -13,8 +14,6 @@ import pytest
 import torch
 from test_context_shift import MEMORY, NARROW, NOTE, first_difference
 from test_exactness import PROMPT, random_heads, tiny_qwen  # noqa: F401 - tiny_qwen: a fixture
-from test_presets_browser import app as browser_app  # noqa: F401 - a fixture, for the browser test
-from test_presets_browser import start
 
 from tokenswift.cli.main import main
 from tokenswift.decode.generate import Generator
@@ -230,17 +229,3 @@ def test_the_api_takes_bans_and_refuses_bad_ones_by_name(tmp_path):
             assert detail["msg"].startswith("settings.ban") and detail["loc"][:3] == ["body", "settings", "ban"]
     finally:
         store.close()
-
-
-@pytest.mark.browser
-def test_the_write_tab_s_ban_box_reaches_the_draft_s_settings(browser_app):  # noqa: F811 - the fixture
-    """In a real browser (test_presets_browser's app): the box starts with the starter list, and what the writer
-    types there is what the worker gets."""
-    from playwright.sync_api import expect
-
-    page, db = browser_app
-    page.locator("#write-ban-box").get_by_text("Banned phrases").first.click()
-    box = page.locator("#write-ban textarea")
-    expect(box).to_have_value("\n".join(STARTER_BANS))
-    box.fill("big tree\n# a comment, not a phrase\n\n  Had fun \n")
-    assert start(page, db, PROMPT).ban == ("big tree", "Had fun")

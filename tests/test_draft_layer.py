@@ -174,11 +174,13 @@ def drafting(request):
 
 
 @pytest.mark.parametrize(("sampler", "k", "adaptive"), CASES)
-def test_layer_drafter_equals_ar(drafting, sampler, k, adaptive):
+def test_layer_drafter_equals_ar(drafting, stories64, ar_runs, sampler, k, adaptive):
     prompt = drafting.encode(PROMPT)
-    s = Settings(max_new_tokens=N, seed=3, ignore_eos=True, ngram_topk=k, drafter="layer", **SAMPLERS[sampler])
-    expected = Generator(drafting, s.replace(mode="ar"), prompt).run()
-    gen = Generator(drafting, s, prompt, options=EngineOptions(adaptive=adaptive))
+    plain = Settings(max_new_tokens=N, seed=3, ignore_eos=True, **SAMPLERS[sampler])
+    # Plain decoding of the model the layer drafts for: one run per sampler serves both layers and every k.
+    expected = ar_runs(stories64, plain, prompt)
+    gen = Generator(drafting, plain.replace(ngram_topk=k, drafter="layer"), prompt,
+                    options=EngineOptions(adaptive=adaptive))
     assert first_difference(gen.run(), expected) is None
     if not adaptive:  # (the adaptive policy may prefer plain steps on this tiny model)
         assert gen.metrics().accepted > N // 4  # the chain drafts what the model writes

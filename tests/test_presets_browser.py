@@ -1,6 +1,7 @@
 """Presets and the DRY/XTC controls of the Write tab in a real browser (Debian's Chromium through Playwright):
 a preset file loaded fills the panel and a draft started has its values; a bad file is refused by its key and
-changes nothing; a built-in preset, boxes edited by hand and Save preset reach the draft's stored settings."""
+changes nothing; a built-in preset, boxes edited by hand and Save preset reach the draft's stored settings; so do
+the banned phrases typed in their box (test_banned.py has the rest of their tests, without a browser)."""
 
 from __future__ import annotations
 
@@ -125,3 +126,16 @@ def test_built_in_preset_hand_edits_and_save_reach_the_draft(app, tmp_path):
     saved = tmp_path / info.value.suggested_filename
     info.value.save_as(saved)
     assert saved.name == "tokenswift-preset.json" and json.loads(saved.read_text()) == want
+
+
+def test_the_write_tab_s_ban_box_reaches_the_draft_s_settings(app):
+    """The banned phrases box starts with the starter list, and what the writer types there is what the worker gets.
+    (Last here: the drafts above keep the starter list, which no preset replaces.)"""
+    from playwright.sync_api import expect
+
+    page, db = app
+    page.locator("#write-ban-box").get_by_text("Banned phrases").first.click()
+    box = page.locator("#write-ban textarea")
+    expect(box).to_have_value("\n".join(STARTER_BANS))
+    box.fill("big tree\n# a comment, not a phrase\n\n  Had fun \n")
+    assert start(page, db, "The old lighthouse keeper climbed the stairs and").ban == ("big tree", "Had fun")

@@ -425,7 +425,9 @@ def test_no_worker_yet_the_model_is_saved_and_prompts_are_checked(tmp_path):
         assert "Queued" in queued and "no worker is running" in queued
 
         env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
-        command = ["nice", sys.executable, "-m", "worker", "--db", f"sqlite:///{tmp_path / 'studio.db'}", "--once",
+        # At the tests' own priority, as the app's worker (studio_app.py): under `nice` it waited behind the suite's
+        # own processes (this test took 60 s in a full run, 12 s alone).
+        command = [sys.executable, "-m", "worker", "--db", f"sqlite:///{tmp_path / 'studio.db'}", "--once",
                    "--threads", "1"]  # no --model: it must take the saved choice
         with open(tmp_path / "worker.log", "w") as log:
             worker = children.start(command, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
