@@ -93,7 +93,7 @@ def random_cache(lm: LoadedModel, capacity: int, seed: int = 0, slot_major: bool
     """A cache of random keys and values, in the fast path's slot-major layout unless slot_major is False (the
     eager engine's, as on a CPU)."""
     cfg = lm.config
-    cache = KVCache(cfg.n_layers, cfg.n_kv_heads, capacity, cfg.head_dim, lm.device, lm.dtype, slot_major)
+    cache = KVCache(cfg.n_layers, cfg.n_kv_heads, capacity, cfg.head_dim, lm.device, lm.cache_dtype, slot_major)
     generator = torch.Generator(device=lm.device).manual_seed(seed)
     for buf in (cache.k, cache.v):
         buf.normal_(0.0, 1.0, generator=generator)  # in place: no temporary the size of the cache

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from tokenswift.model.loading import KV_CACHES
 from tokenswift.settings import DRAFTERS, TEXT_FIELDS, writing_settings
 from tokenswift.settings.table import Row
 
@@ -64,10 +65,10 @@ def add_model_args(p: argparse.ArgumentParser, heads: bool = True) -> None:
                    help="float32 | bfloat16 | float16 | float64 | q4 (a GGUF file's own quantized weights on the "
                         "CPU, float32 activations; its own text, not float32's) (default: bfloat16 on cuda; on cpu "
                         "q4 for a Q4_0/Q4_1/Q8_0 or K-quant GGUF file such as Q4_K_M, else float32)")
-    p.add_argument("--kv-cache", default="auto", choices=("auto", "float32", "bf16"),
-                   help="keys and values in full precision, or bf16 (float32 and q4 on the CPU): half the bytes a "
-                        "step reads at a long context; its own text, as a precision is (default: auto, bf16 for q4 "
-                        "and full precision otherwise)")
+    p.add_argument("--kv-cache", default="auto", choices=KV_CACHES,
+                   help="keys and values in full precision, or bf16 or q8 (float32 and q4 on the CPU): half or about "
+                        "a quarter of the bytes a step reads at a long context; its own text, as a precision is "
+                        "(default: auto, bf16 for q4 and full precision otherwise)")
     p.add_argument("--threads", type=int, default=None,
                    help="CPU threads for torch (default: 1 for small models on a CPU, else torch's own choice)")
     p.add_argument("--json", dest="json_out", default=None, metavar="OUT",

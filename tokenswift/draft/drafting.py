@@ -116,7 +116,7 @@ class HeadsDrafter:
         self.lm, self.sampler, self.passes = lm, sampler, passes
         gamma = min(settings.gamma, lm.heads.gamma) if lm.heads is not None else 0
         self.widths = list(settings.tree[: gamma + 1])
-        self.partial = PartialCache(lm.config, budget, settings.sinks, lm.device, lm.dtype)
+        self.partial = PartialCache(lm.config, budget, settings.sinks, lm.device, lm.cache_dtype)
 
     def start(self, full: KVCache, length: int, queries: list[torch.Tensor]) -> None:
         self.partial.reset()

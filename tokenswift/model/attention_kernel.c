@@ -16,7 +16,7 @@
    thread count. (A sliding window hides the first slots from later rows: then nothing is shared, and each token
    reads its own window.)
 
-   The cache holds float32 (real) or, compact, bfloat16 keys and values (kv_bf16, real.h): a bf16 element is widened
+   The cache holds float32 (real) or, compact, bfloat16 keys and values (KV_BF16, real.h): a bf16 element is widened
    to float32 exactly as it is loaded, and every sum then runs as over a float32 cache holding the same values, so
    a step reads half the bytes and computes what the float32 kernel computes over the rounded values. Where the CPU
    has AVX-512 BF16 (AT_DOT_BF16), a compact cache's products take vdpbf16ps instead: the scores over q rounded to
@@ -25,7 +25,7 @@
    products are a row's arithmetic, and a verify batch's extra rows are arithmetic: this halves them. Every row, a
    plain step's or a verify batch's, takes the same path on a machine, so TokenSwift stays plain decoding's text; a
    machine without the instruction keeps the float32 products (its text may part from this one's at a near tie, as
-   the AVX2 and portable builds' already may). */
+   the AVX2 and portable builds' already may). A q8 cache's chunks are attention_q8.c's, over the same tasks. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -41,50 +41,9 @@
 #define AT_DOT_BF16 1
 #endif
 #endif
-
-#define CHUNK 64  /* a chunk's keys and values (16 KiB each at head_dim 64) stay in L1 for all the rows */
-/* The cache slot of a chunk's j-th key: slots[j], or s0 + j for a contiguous chunk (slots NULL). */
-#define SLOT(slots, s0, j) ((slots) ? (slots)[j] : (s0) + (j))
+#include "attention_parts.h"
 
 #ifdef AT_AVX2
-#define INLINE static inline __attribute__((always_inline))
-
-/* The eight sums of eight vectors' lanes, [sum(v[0]), ..., sum(v[7])]. */
-INLINE __m256 hsum8(const __m256 *v) {
-    const __m256 s01 = _mm256_hadd_ps(v[0], v[1]), s23 = _mm256_hadd_ps(v[2], v[3]);
-    const __m256 s45 = _mm256_hadd_ps(v[4], v[5]), s67 = _mm256_hadd_ps(v[6], v[7]);
-    const __m256 s0123 = _mm256_hadd_ps(s01, s23), s4567 = _mm256_hadd_ps(s45, s67);
-    return _mm256_add_ps(_mm256_permute2f128_ps(s0123, s4567, 0x20), _mm256_permute2f128_ps(s0123, s4567, 0x31));
-}
-
-/* exp(x) for x <= 0 (Cephes' polynomial, as in avx_mathfun: about 1 ulp), exactly 0 for x = -inf. */
-INLINE __m256 exp_nonpositive(__m256 x) {
-    const __m256 masked = _mm256_cmp_ps(x, _mm256_set1_ps(-INFINITY), _CMP_EQ_OQ);
-    x = _mm256_max_ps(x, _mm256_set1_ps(-87.0f));
-    const __m256 fx = _mm256_floor_ps(_mm256_fmadd_ps(x, _mm256_set1_ps(1.44269504088896341f), _mm256_set1_ps(0.5f)));
-    x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(0.693359375f), x);
-    x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(-2.12194440e-4f), x);
-    __m256 y = _mm256_set1_ps(1.9875691500e-4f);
-    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.3981999507e-3f));
-    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(8.3334519073e-3f));
-    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(4.1665795894e-2f));
-    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.6666665459e-1f));
-    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(5.0000001201e-1f));
-    y = _mm256_fmadd_ps(y, _mm256_mul_ps(x, x), _mm256_add_ps(x, _mm256_set1_ps(1.0f)));
-    const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvttps_epi32(fx), _mm256_set1_epi32(127)), 23);
-    return _mm256_andnot_ps(masked, _mm256_mul_ps(y, _mm256_castsi256_ps(e)));
-}
-
-/* Rows per block of the vector path: a block's keys and values are loaded once for all its rows. Three rows (a
-   token's query heads under one KV head at the default model's g = 3) keep their 24 accumulators in the 32 vector
-   registers of AVX-512VL; AVX2's 16 take one row at a time. Blocking changes no row's sums: each runs the same
-   operations in the same order whatever the rows beside it. */
-#ifdef __AVX512VL__
-#define ROW_BLOCK 3
-#else
-#define ROW_BLOCK 1
-#endif
-#define MAX_GROUP 3  /* the most rows a block takes anywhere (its arrays), ROW_BLOCK here */
 
 /* Lanes i..i+7 of a cached key or value (its first element at `row`), widened to float32 from a bf16 cache. */
 INLINE __m256 load_kv(const char *row, int64_t i, const int bf16) {
@@ -94,13 +53,6 @@ INLINE __m256 load_kv(const char *row, int64_t i, const int bf16) {
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(half), 16));
 }
 
-/* Asks for the `bytes` at x (a key or value of the next chunk) in L2; in L1 they would evict the chunk at work.
-   The hardware prefetcher stops at every 4 KiB page (16 slots of a head at d = 64): without this a plain step at
-   a 7K context spent a third of its attention waiting for memory, and a verify batch's extra rows could not hide
-   under the reads. */
-INLINE void prefetch_row(const char *x, int64_t bytes) {
-    for (int64_t i = 0; i < bytes; i += 64) _mm_prefetch(x + i, _MM_HINT_T1);
-}
 
 /* scores[r * CHUNK + j] = scale * q[r] . key[j] for R rows and the chunk's keys, eight at a time (keys past n
    repeat the last key: every slot's sum takes the same order wherever n falls), each key vector loaded once for
@@ -225,57 +177,8 @@ static real dot(const real *a, const char *b, int64_t d, int bf16) {
     return sum;
 }
 
-struct part { real max, sum; };
-
-/* One query row's softmax numerators over a chunk, in place, where d does not fit chunk_rows_vector: scores ->
-   exp(score - max); returns (max, sum). */
-static struct part exponentiate(real *row, int64_t n) {
-    real max = -INFINITY, sum = 0.0;
-    for (int64_t j = 0; j < n; ++j) max = row[j] > max ? row[j] : max;
-#ifdef AT_AVX2
-    /* Eight at a time, the last eight padded with -inf (exp 0): each slot takes the same lane and order whatever
-       the chunk's length. */
-    __m256 total = _mm256_setzero_ps();
-    for (int64_t j = 0; j < n; j += 8) {
-        float lanes[8];
-        for (int u = 0; u < 8; ++u) lanes[u] = j + u < n ? row[j + u] : -INFINITY;
-        const __m256 e = exp_nonpositive(_mm256_sub_ps(_mm256_loadu_ps(lanes), _mm256_set1_ps(max)));
-        _mm256_storeu_ps(lanes, e);
-        for (int u = 0; u < 8 && j + u < n; ++u) row[j + u] = lanes[u];
-        total = _mm256_add_ps(total, e);
-    }
-    float lanes[8];
-    _mm256_storeu_ps(lanes, total);
-    for (int u = 0; u < 8; ++u) sum += lanes[u];
-#else
-    for (int64_t j = 0; j < n; ++j) {
-        row[j] = EXP(row[j] - max);
-        sum += row[j];
-    }
-#endif
-    return (struct part){max, sum};
-}
 
 #ifdef AT_AVX2
-/* Row r's softmax numerators over its padded scores (the slots past n are -inf: exp 0), in place, in whole
-   vectors; returns (max, sum). */
-static struct part exponentiate_vector(float *row, int64_t padded) {
-    __m256 top = _mm256_set1_ps(-INFINITY);
-    for (int64_t j = 0; j < padded; j += 8) top = _mm256_max_ps(top, _mm256_loadu_ps(row + j));
-    float lanes[8], max = -INFINITY, sum = 0.0f;
-    _mm256_storeu_ps(lanes, top);
-    for (int u = 0; u < 8; ++u) max = lanes[u] > max ? lanes[u] : max;
-    __m256 total = _mm256_setzero_ps();
-    const __m256 maxv = _mm256_set1_ps(max);
-    for (int64_t j = 0; j < padded; j += 8) {
-        const __m256 e = exp_nonpositive(_mm256_sub_ps(_mm256_loadu_ps(row + j), maxv));
-        _mm256_storeu_ps(row + j, e);
-        total = _mm256_add_ps(total, e);
-    }
-    _mm256_storeu_ps(lanes, total);
-    for (int u = 0; u < 8; ++u) sum += lanes[u];
-    return (struct part){max, sum};
-}
 
 /* chunk_task's rows where d % 8 == 0 and d <= 128, in blocks of ROW_BLOCK rows: the chunk's key and value
    addresses found once for all of them, then every block's scores while the keys are in L1, then every block's
@@ -362,10 +265,20 @@ static void chunk_rows_bf16(const float *q, int64_t h, int64_t g, int64_t r0, in
 /* Task: query rows [r0, r0 + rows) of KV head `head` (row r: token r / g, query head head * g + r % g) over n <=
    CHUNK cached slots that all of them see, SLOT(slots, s0, j) for j < n. Writes each row's maximum score and sum
    of exp(score - maximum) to parts[r - r0] and its exp-weighted sum of values to o[(r - r0) * d]. k and v: the
-   head's first key and value (bf16: in a compact cache); slot_stride and `ahead` count elements. */
-static void chunk_task(const real *q, int64_t h, int64_t g, int64_t r0, int64_t rows, int64_t d, const char *k,
-                       const char *v, int bf16, int64_t slot_stride, const int64_t *slots, int64_t s0, int64_t n,
-                       real scale, int64_t head, int64_t ahead, real *scores, struct part *parts, real *o) {
+   head's first key and value, of the cache's kind (KV_REAL, KV_BF16, KV_Q8; q8: the queries as q8_queries_of made
+   them); slot_stride and `ahead` count its elements (a q8 cache's: bytes). */
+static void chunk_task(const real *q, const void *q8, int64_t h, int64_t g, int64_t r0, int64_t rows, int64_t d,
+                       const char *k, const char *v, int kind, int64_t slot_stride, const int64_t *slots, int64_t s0,
+                       int64_t n, real scale, int64_t head, int64_t ahead, real *scores, struct part *parts, real *o) {
+#ifndef TS_DOUBLE
+    if (kind == KV_Q8) {
+        q8_chunk(q8, h, g, r0, rows, d, k, v, slot_stride, slots, s0, n, head, ahead, scores, parts, o);
+        return;
+    }
+#else
+    (void)q8;
+#endif
+    const int bf16 = kind == KV_BF16;
 #ifdef AT_AVX2
     if (d % 8 == 0 && d <= 128) {
         (bf16 ? chunk_rows_bf16 : chunk_rows_float)(q, h, g, r0, rows, d, k, v, slot_stride, slots, s0, n, scale,
@@ -400,6 +313,20 @@ int attention_dot_bf16(void) {
 #endif
 }
 
+/* The bytes of a cache element: a real (KV_REAL), a bf16 (KV_BF16) or, in a q8 row, a byte (KV_Q8). */
+static int64_t element_bytes(int kind) {
+    return kind == KV_BF16 ? 2 : (kind == KV_Q8 ? 1 : (int64_t)sizeof(real));
+}
+
+/* 1 where a q8 cache's products take vpdpbusd (attention_q8.c), else 0. */
+int attention_q8_fast(void) {
+#ifdef TS_DOUBLE
+    return 0;
+#else
+    return attention_q8_vnni();
+#endif
+}
+
 /* Where attend_rows keeps the result of row r's c-th chunk (KV head `head`): its whole chunks first, task by
    task, all rows each; then each token's own chunks, (head, token, chunk) by (head, token, chunk), g rows each. */
 static int64_t result_at(int64_t c, int64_t head, int64_t r, int64_t whole, int64_t rows, int64_t common, int64_t t,
@@ -411,11 +338,12 @@ static int64_t result_at(int64_t c, int64_t head, int64_t r, int64_t whole, int6
 
 /* out[t, h * d] = softmax(scale * q k^T) v for q [t, h, d] (contiguous) over the slots each token sees: all of
    [0, shared), then its own slots tail[i * tail_width + j] for j < tail_count[i], ascending and >= shared. k and
-   v's element (head, slot, i) is at head * head_stride + slot * slot_stride + i, a real or (kv_bf16) a bf16;
+   v's element (head, slot, i) is at head * head_stride + slot * slot_stride + i, of the cache's `kind`: a real, a
+   bf16, or byte i of a q8 row (kv_q8.h: strides in bytes);
    every token sees at least one slot. kv_heads divides h (GQA: query head i reads KV head i / (h / kv_heads)).
    Returns 0, or -1 when out of memory. */
 int attend_rows(const real *q, int64_t t, int64_t h, int64_t kv_heads, int64_t d, const void *k, const void *v,
-                int kv_bf16, int64_t head_stride, int64_t slot_stride, int64_t shared, const int64_t *tail,
+                int kind, int64_t head_stride, int64_t slot_stride, int64_t shared, const int64_t *tail,
                 const int64_t *tail_count, int64_t tail_width, real scale, real *out, int threads) {
     /* Whole chunks of [0, shared) for all rows; from c0 on, each token's slots: [c0, shared) and then its tail. */
     const int64_t g = h / kv_heads, rows = g * t, c0 = shared / CHUNK * CHUNK, whole = c0 / CHUNK;
@@ -426,11 +354,22 @@ int attend_rows(const real *q, int64_t t, int64_t h, int64_t kv_heads, int64_t d
         most = chunks > most ? chunks : most;
     }
     const int64_t common = kv_heads * whole, own = kv_heads * t * most;
-    const int64_t head_bytes = head_stride * (kv_bf16 ? 2 : (int64_t)sizeof(real));
+    const int64_t head_bytes = head_stride * element_bytes(kind);
     const char *keys = k, *values = v;
     struct part *parts = malloc((size_t)(common * rows + own * g) * sizeof(struct part));
     real *o = malloc((size_t)((common * rows + own * g) * d) * sizeof(real));
     real *scores = malloc((size_t)(threads * rows * CHUNK) * sizeof(real));
+    const void *q8 = NULL;
+#ifndef TS_DOUBLE
+    struct q8_queries queries = {NULL, NULL, NULL};
+    if (kind == KV_Q8 && parts && o && scores) {
+        if (q8_queries_of(q, t * h, d, scale, &queries)) {
+            free(parts); free(o); free(scores);
+            return -1;
+        }
+        q8 = &queries;
+    }
+#endif
     if (!parts || !o || !scores) {
         free(parts); free(o); free(scores);
         return -1;
@@ -445,7 +384,7 @@ int attend_rows(const real *q, int64_t t, int64_t h, int64_t kv_heads, int64_t d
         if (task < common) {  /* (head, whole chunk): every row */
             const int64_t head = task / whole, c = task % whole;
             const int64_t ahead = c + 1 < whole ? CHUNK * slot_stride : 0;  /* the next chunk, to prefetch */
-            chunk_task(q, h, g, 0, rows, d, keys + head * head_bytes, values + head * head_bytes, kv_bf16, slot_stride,
+            chunk_task(q, q8, h, g, 0, rows, d, keys + head * head_bytes, values + head * head_bytes, kind, slot_stride,
                        NULL, c * CHUNK, CHUNK, scale, head, ahead, scratch, parts + task * rows, o + task * rows * d);
             continue;
         }
@@ -459,7 +398,7 @@ int attend_rows(const real *q, int64_t t, int64_t h, int64_t kv_heads, int64_t d
             const int64_t at = c * CHUNK + j;
             slots[j] = at < lead ? c0 + at : tail[i * tail_width + at - lead];
         }
-        chunk_task(q, h, g, i * g, g, d, keys + head * head_bytes, values + head * head_bytes, kv_bf16, slot_stride,
+        chunk_task(q, q8, h, g, i * g, g, d, keys + head * head_bytes, values + head * head_bytes, kind, slot_stride,
                    slots, 0, n, scale, head, 0, scratch, parts + common * rows + x * g, o + (common * rows + x * g) * d);
     }
     for (int64_t head = 0; head < kv_heads; ++head) {
@@ -481,5 +420,8 @@ int attend_rows(const real *q, int64_t t, int64_t h, int64_t kv_heads, int64_t d
         }
     }
     free(parts); free(o); free(scores);
+#ifndef TS_DOUBLE
+    q8_queries_free(&queries);
+#endif
     return 0;
 }

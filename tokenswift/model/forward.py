@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from tokenswift.model import kv_q8
 from tokenswift.model.config import ModelConfig
 from tokenswift.model.kv_cache import KVCache
 from tokenswift.model.native_rows import MAX_ROWS, PRODUCT_ROWS, NativeBlock, NativeRows, SeenSlots
@@ -100,11 +101,21 @@ class Attention(nn.Module):
         keys None (the draft layer's training): no cache, x may have batch dims, and attend gets this call's own
         k and v, [..., T, kv_heads, head_dim]. Returns the output and q."""
         q, k, v = self.qkv(x, cos, sin)
-        if keys is not None:  # a compact (bfloat16) cache stores them rounded as the C kernels round them
-            keys.index_copy_(1, slots, k.transpose(0, 1).to(keys.dtype))
-            values.index_copy_(1, slots, v.transpose(0, 1).to(values.dtype))
+        if keys is not None:  # a compact (bf16, q8) cache stores them rounded as the C kernels round them
+            keys.index_copy_(1, slots, stored(k.transpose(0, 1), keys.dtype, key=True))
+            values.index_copy_(1, slots, stored(v.transpose(0, 1), values.dtype, key=False))
             k, v = keys, values
         return self.o_proj(attend(q, k, v)), q
+
+
+def stored(x: torch.Tensor, dtype: torch.dtype, key: bool) -> torch.Tensor:
+    """Keys or values as a cache of `dtype` holds them."""
+    return kv_q8.quantize(x, key) if dtype == kv_q8.Q8 else x.to(dtype)
+
+
+def read(rows: torch.Tensor, dtype: torch.dtype, key: bool) -> torch.Tensor:
+    """A cache's keys or values as `dtype` (what stored() kept, widened)."""
+    return kv_q8.dequantize(rows, key).to(dtype) if rows.dtype == kv_q8.Q8 else rows.to(dtype)
 
 
 def fold_groups(cfg: ModelConfig, q: torch.Tensor) -> torch.Tensor:
@@ -145,7 +156,7 @@ class SpanAttention:
                 self.seen = SeenSlots.of(self.mask, q.shape[0], self.span)
             return self.native.attend(self.cfg, q, keys, values, self.seen)
         if keys.dtype != q.dtype:  # a compact cache: its stored values, widened exactly, as the C kernel reads them
-            keys, values = keys.to(q.dtype), values.to(q.dtype)
+            keys, values = read(keys, q.dtype, key=True), read(values, q.dtype, key=False)
         return sdpa_folded(self.cfg, q, keys, values, self.mask)
 
 

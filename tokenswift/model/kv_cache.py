@@ -2,12 +2,15 @@
 
 One buffer per K and V for all layers, [layers, kv_heads, capacity, head_dim]: K/V stay at kv_heads (no
 GQA repetition) and attention reads only the filled prefix, so the cost of a step grows with the context,
-not with the capacity. Keys are stored after RoPE, at their absolute positions.
+not with the capacity. Keys are stored after RoPE, at their absolute positions. A cache of dtype kv_q8.Q8 holds
+q8 rows (kv_q8.py): its last axis is a row's bytes, head_dim + 4.
 """
 
 from __future__ import annotations
 
 import torch
+
+from tokenswift.model.kv_q8 import Q8, row_width
 
 
 class KVCache:
@@ -16,7 +19,8 @@ class KVCache:
         """slot_major: stored as [layers, capacity, kv_heads, head_dim] (k and v are still indexed [layer, head,
         slot]), so a layer's first n slots have the same strides whatever the capacity. The fast path's compiled
         kernels specialise on strides: with this layout one compilation serves caches of every capacity."""
-        shape = (n_layers, capacity, n_kv_heads, head_dim) if slot_major else (n_layers, n_kv_heads, capacity, head_dim)
+        width = row_width(head_dim) if dtype == Q8 else head_dim
+        shape = (n_layers, capacity, n_kv_heads, width) if slot_major else (n_layers, n_kv_heads, capacity, width)
         self.k = torch.zeros(shape, device=device, dtype=dtype)
         self.v = torch.zeros(shape, device=device, dtype=dtype)
         if slot_major:

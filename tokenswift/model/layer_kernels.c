@@ -7,6 +7,7 @@
 #include <stdlib.h>
 
 #include "real.h"
+#include "kv_q8.h"
 
 /* out[r] = w * (x[r] * 1 / sqrt(mean(x[r]^2) + eps)) for rows x [rows, d]. */
 static void rms_norm(const real *x, const real *w, real eps, int64_t rows, int64_t d, real *out) {
@@ -27,23 +28,30 @@ static void add_rms_norm(const real *x, const real *y, const real *w, real eps, 
     rms_norm(sum, w, eps, rows, d, out);
 }
 
-/* x [d] into the cache's elements from `at` (cache: real, or bf16 where kv_bf16). */
-static void store_kv(void *cache, int64_t at, const real *x, int64_t d, int kv_bf16) {
-    if (!kv_bf16) {
+/* x [d] into the cache's elements from `at` (the cache's kind: reals, bf16, or a q8 row of a key or a value). */
+static void store_kv(void *cache, int64_t at, const real *x, int64_t d, int kind, int key) {
+    if (kind == KV_REAL) {
         memcpy((real *)cache + at, x, (size_t)d * sizeof(real));
         return;
     }
+#ifndef TS_DOUBLE
+    if (kind == KV_Q8) {
+        q8_row(x, d, key, (char *)cache + at);
+        return;
+    }
+#endif
+    (void)key;
     uint16_t *o = (uint16_t *)cache + at;
     for (int64_t j = 0; j < d; ++j) o[j] = to_bf16((float)x[j]);
 }
 
 /* qkv [t, heads + 2 kv_heads, d] (one product's rows: q heads, k heads, v heads) -> q [t, heads, d] rotated, and
    the rotated k and the v of token i written to slot slots[i] of keys and values (element (head, slot, j) at
-   head * head_stride + slot * slot_stride + j: a real, or in a compact cache (kv_bf16) a bf16 rounded as torch
-   rounds). cos, sin: [t, d] rope_table rows (sin's first half negated): x * cos + roll(x, d / 2) * sin, as
+   head * head_stride + slot * slot_stride + j, of the cache's kind: a real, a bf16 rounded as torch rounds, or byte
+   j of a q8 row, kv_q8.h). cos, sin: [t, d] rope_table rows (sin's first half negated): x * cos + roll(x, d / 2) * sin, as
    rope.apply_rope. */
 static void rope_store(const real *qkv, const real *cos, const real *sin, int64_t t, int64_t heads,
-                       int64_t kv_heads, int64_t d, const int64_t *slots, void *keys, void *values, int kv_bf16,
+                       int64_t kv_heads, int64_t d, const int64_t *slots, void *keys, void *values, int kind,
                        int64_t head_stride, int64_t slot_stride, real *q) {
     const int64_t width = (heads + 2 * kv_heads) * d, half = d / 2;
     real key[d];
@@ -57,10 +65,11 @@ static void rope_store(const real *qkv, const real *cos, const real *sin, int64_
                 o[j] = a + b;
             }
             if (h >= heads)
-                store_kv(keys, (h - heads) * head_stride + slots[i] * slot_stride, key, d, kv_bf16);
+                store_kv(keys, (h - heads) * head_stride + slots[i] * slot_stride, key, d, kind, 1);
         }
         for (int64_t h = 0; h < kv_heads; ++h)
-            store_kv(values, h * head_stride + slots[i] * slot_stride, row + (heads + kv_heads + h) * d, d, kv_bf16);
+            store_kv(values, h * head_stride + slots[i] * slot_stride, row + (heads + kv_heads + h) * d, d, kind,
+                     0);
     }
 }
 
@@ -174,7 +183,7 @@ static int product(const struct product *p, const real *x, int64_t m, real *y, i
    the rotated keys and the values written to `slots` of keys/values (rope_store's layout). Returns 0, or -1 when
    out of memory. */
 int block_in(const struct block *b, const real *x, int64_t t, const real *cos, const real *sin,
-             const int64_t *slots, void *keys, void *values, int kv_bf16, int64_t head_stride, int64_t slot_stride,
+             const int64_t *slots, void *keys, void *values, int kind, int64_t head_stride, int64_t slot_stride,
              real *q, int threads) {
     real *h = malloc((size_t)(t * b->dim) * sizeof(real)), *qkv = malloc((size_t)(t * b->qkv.n) * sizeof(real));
     int status = -1;
@@ -182,7 +191,7 @@ int block_in(const struct block *b, const real *x, int64_t t, const real *cos, c
         rms_norm(x, b->input_norm, (real)b->eps, t, b->dim, h);
         status = product(&b->qkv, h, t, qkv, threads);
         if (status == 0)
-            rope_store(qkv, cos, sin, t, b->heads, b->kv_heads, b->head_dim, slots, keys, values, kv_bf16,
+            rope_store(qkv, cos, sin, t, b->heads, b->kv_heads, b->head_dim, slots, keys, values, kind,
                        head_stride, slot_stride, q);
     }
     free(h); free(qkv);

@@ -28,6 +28,7 @@ from tokenswift.model.forward import Transformer, fused_state
 from tokenswift.model.heads import DraftHeads, heads_from_state_dict, load_heads
 from tokenswift.model.hf_files import load_tokenizer, read_config
 from tokenswift.model.int4 import runs_quantized, use_q4_weights
+from tokenswift.model.kv_q8 import Q8
 from tokenswift.model.native_rows import NativeRows
 from tokenswift.model.rope import rope_table
 from tokenswift.settings import ROPE_SLACK, threads_problem
@@ -56,7 +57,7 @@ class LoadedModel:
     draft_error: str | None = None  # why a draft layer found beside the model could not be used
     draft_model: LoadedModel | None = None  # a smaller model with its tokenizer that drafts (model_drafter.py)
     threads: int | None = None  # torch's intra-op threads while it runs (load_model: cpu_threads); None: torch's
-    kv_cache: str = "float32"  # "bf16": engines keep keys and values in bfloat16 (compact_cache); else full precision
+    kv_cache: str = "float32"  # "bf16", "q8": engines keep keys and values compact (compact_cache); else full precision
     flex: FlexKernel = field(default_factory=FlexKernel)  # the fast path's FlexAttention, compiled for this model
 
     @contextmanager
@@ -81,7 +82,7 @@ class LoadedModel:
     def cache_dtype(self) -> torch.dtype:
         """The element of its engines' KV caches: every pass of a run (plain steps, drafts, verify rows, prefill and
         replay) reads the values stored there, so the text depends on it as on the weights' precision."""
-        return torch.bfloat16 if self.kv_cache == "bf16" else self.dtype
+        return {"bf16": torch.bfloat16, "q8": Q8}.get(self.kv_cache, self.dtype)
 
     @property
     def config(self) -> ModelConfig:
@@ -366,21 +367,22 @@ def _pick_draft(path: Path, draft: str | None, net: Transformer, device, dtype) 
         return None, str(error)
 
 
-KV_CACHES = ("auto", "float32", "bf16")
+KV_CACHES = ("auto", "float32", "bf16", "q8")
 
 
 def compact_cache(lm: LoadedModel, kind: str) -> LoadedModel:
-    """lm with its engines' KV cache in `kind`: "float32" (full precision, the model's own dtype) or "bf16", half the
-    bytes for every step to read, for a float32 or q4 model on the CPU (the C kernels read it; float64, where
-    exactness is proven, keeps a full-precision cache); "auto": bf16 for q4, the app's CPU configuration, else full
-    precision. Chosen by measurement (scripts/bench_kv_cache.py, the default model in q4 at a 6,000-token held-out
-    opening): the bf16 cache's likeliest next token is the float32 cache's at 99.9% of 1,000 positions (mean KL
-    5e-5), as close as q4 itself stays to float32 (99.9%, 3e-5); a 7K plain step reads half the cache bytes.
-    Raises ValueError where it does not apply."""
+    """lm with its engines' KV cache in `kind`: "float32" (full precision, the model's own dtype), "bf16", half the
+    bytes for every step to read, or "q8" (kv_q8.py), about a quarter, for a float32 or q4 model on the CPU (the C
+    kernels read them; float64, where exactness is proven, keeps a full-precision cache); "auto": bf16 for q4, the
+    app's CPU configuration, else full precision. Chosen by measurement (scripts/bench_kv_cache.py, the default
+    model in q4 at a 6,000-token held-out opening): the bf16 cache's likeliest next token is the float32 cache's at
+    99.9% of 1,000 positions (mean KL 5e-5), as close as q4 itself stays to float32 (99.9%, 3e-5); a 7K plain step
+    reads half the cache bytes. Raises ValueError where it does not apply."""
     if kind == "auto":
         kind = "bf16" if lm.weights == "q4" else "float32"
     if kind not in KV_CACHES:
         raise ValueError(f"kv-cache: expected one of {', '.join(KV_CACHES)}, got {kind!r}")
-    if kind == "bf16" and (lm.device.type != "cpu" or lm.dtype != torch.float32):
-        raise ValueError(f"kv-cache bf16: for float32 or q4 models on the CPU, not {lm.precision} on {lm.device.type}")
+    if kind in ("bf16", "q8") and (lm.device.type != "cpu" or lm.dtype != torch.float32):
+        raise ValueError(f"kv-cache {kind}: for float32 or q4 models on the CPU, not {lm.precision} on "
+                         f"{lm.device.type}")
     return replace(lm, kv_cache=kind)

@@ -26,12 +26,14 @@ from pathlib import Path
 from tokenswift.model.errors import ModelLoadError
 from tokenswift.model.gguf_checkpoint import default_cache_dir
 
-ROW_SOURCES = tuple(Path(__file__).with_name(name) for name in ("attention_kernel.c", "layer_kernels.c"))
+ROW_SOURCES = tuple(Path(__file__).with_name(name) for name in ("attention_kernel.c", "attention_q8.c",
+                                                                  "layer_kernels.c"))
 SOURCES = tuple(Path(__file__).with_name(name) for name in (
     "quant_kernels.c", "quant_packed.c", "kquant_kernels.c", "kquant_avx2.c", "kquant_packed.c", "q6k_packed.c",
 )) + ROW_SOURCES
 # Part of what a build depends on:
-HEADERS = tuple(Path(__file__).with_name(name) for name in ("simd.h", "real.h", "gguf_blocks.h", "kquant.h"))
+HEADERS = tuple(Path(__file__).with_name(name) for name in ("simd.h", "real.h", "gguf_blocks.h", "kquant.h",
+                                                                "attention_parts.h", "kv_q8.h"))
 DOUBLE = ("-DTS_DOUBLE",)  # the flag that builds the row kernels for float64 (real.h)
 I64, PTR = ctypes.c_int64, ctypes.c_void_p
 
@@ -46,6 +48,7 @@ def signatures(real) -> dict[str, tuple[list, object]]:
         "block_out": ([PTR, PTR, PTR, I64, ctypes.c_int], ctypes.c_int),
         "dense_matmul": ([PTR, I64, I64, PTR, I64, PTR, ctypes.c_int], None),
         "attention_dot_bf16": ([], ctypes.c_int),
+        "attention_q8_fast": ([], ctypes.c_int),
     }
     if real is ctypes.c_double:
         return rows

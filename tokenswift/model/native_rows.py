@@ -26,11 +26,13 @@ from torch import nn
 
 from tokenswift.model import native
 from tokenswift.model.config import ModelConfig
+from tokenswift.model.kv_q8 import Q8, row_width
 from tokenswift.model.quant import BlockProduct
 
 MAX_ROWS = 16  # query tokens per forward for which the kernels are used (a verify pass: any number)
 PRODUCT_ROWS = 8  # a float32 product of up to this many rows outside a layer (the LM head, the draft layer's fc and
 # head) streams the weight once
+CACHE_KINDS = {torch.bfloat16: 1, Q8: 2}  # a float32 model's compact caches, as real.h numbers them (0: its own dtype)
 DENSE_KIND = -1  # struct product's kind for a dense weight; GGUF blocks carry QuantLinear's kind number
 
 
@@ -82,13 +84,13 @@ class NativeBlock:
                          keys: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
         """x [T, dim] -> q [T, heads, head_dim] rotated; the rotated keys and the values written to `slots` of
         keys/values (this layer's cache, [kv_heads, capacity, head_dim], the same strides; the kernels' dtype, or
-        bfloat16 for a compact cache, rounded as torch rounds)."""
-        bf16 = self.rows.cache_element(keys, values)
+        a compact cache's bfloat16 or q8 rows, rounded as torch rounds)."""
+        kind = self.rows.cache_element(keys, values)
         _contiguous(x)
         cos, sin, slots = cos.contiguous(), sin.contiguous(), slots.contiguous()
         q = torch.empty(x.shape[0], self.cfg.n_heads, self.cfg.head_dim, dtype=self.rows.dtype)
         if self.lib.block_in(self.ref, x.data_ptr(), x.shape[0], cos.data_ptr(), sin.data_ptr(), slots.data_ptr(),
-                             keys.data_ptr(), values.data_ptr(), bf16, keys.stride(0), keys.stride(1), q.data_ptr(),
+                             keys.data_ptr(), values.data_ptr(), kind, keys.stride(0), keys.stride(1), q.data_ptr(),
                              torch.get_num_threads()):
             raise MemoryError("native block: out of memory for a layer's activations")
         return q
@@ -134,13 +136,14 @@ class NativeRows:
         return out
 
     def cache_element(self, keys: torch.Tensor, values: torch.Tensor) -> int:
-        """1 where a cache layer's keys and values are bfloat16 (a compact cache of a float32 model), 0 where they
-        are the kernels' dtype; anything else is refused (the C side reads them unchecked)."""
+        """What a cache layer holds, as the C kernels take it (real.h's KV_REAL, KV_BF16, KV_Q8): the kernels' dtype,
+        or for a float32 model's compact cache bfloat16 or q8 rows (kv_q8.py); anything else is refused (the C side
+        reads them unchecked)."""
         _same_strides(keys, values)
-        if keys.dtype != values.dtype or keys.dtype not in (self.dtype, torch.bfloat16) or (
-                keys.dtype == torch.bfloat16 and self.dtype != torch.float32):
+        kind = CACHE_KINDS.get(keys.dtype) if keys.dtype != self.dtype else 0
+        if keys.dtype != values.dtype or kind is None or (kind and self.dtype != torch.float32):
             raise ValueError(f"native rows: a {keys.dtype} cache for {self.dtype} kernels")
-        return int(keys.dtype == torch.bfloat16)
+        return kind
 
     def attend(self, cfg: ModelConfig, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
                mask: torch.Tensor | SeenSlots | None) -> torch.Tensor:
@@ -148,7 +151,9 @@ class NativeRows:
         bfloat16); mask None (every row sees every slot), [T, span] bool, or the SeenSlots of one (a forward's
         layers share them) -> [T, heads * head_dim]."""
         t, span = q.shape[0], keys.shape[1]
-        bf16 = self.cache_element(keys, values)
+        kind = self.cache_element(keys, values)
+        if keys.shape[-1] != (row_width(cfg.head_dim) if keys.dtype == Q8 else cfg.head_dim):
+            raise ValueError(f"row attention: cache rows of {keys.shape[-1]} elements for head_dim {cfg.head_dim}")
         seen = mask if isinstance(mask, SeenSlots) else SeenSlots.of(mask, t, span)
         if seen.span != span or seen.count.shape[0] != t:  # the C side reads the lists unchecked
             raise ValueError(f"row attention: slots seen by {seen.count.shape[0]} rows over {seen.span} slots, "
@@ -156,7 +161,7 @@ class NativeRows:
         q = q.contiguous()
         out = torch.empty(t, cfg.n_heads * cfg.head_dim, dtype=self.dtype)
         if self.lib.attend_rows(q.data_ptr(), t, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, keys.data_ptr(),
-                                values.data_ptr(), bf16, keys.stride(0), keys.stride(1), seen.shared,
+                                values.data_ptr(), kind, keys.stride(0), keys.stride(1), seen.shared,
                                 seen.tail.data_ptr(), seen.count.data_ptr(), seen.tail.shape[1],
                                 1.0 / math.sqrt(cfg.head_dim),
                                 out.data_ptr(), torch.get_num_threads()):

@@ -15,6 +15,7 @@ from __future__ import annotations
 import torch
 
 from tokenswift.model.config import ModelConfig
+from tokenswift.model.forward import read
 from tokenswift.model.kv_cache import KVCache
 
 
@@ -61,11 +62,11 @@ class PartialCache:
         for layer, q in enumerate(queries):
             keys, values = full.view(layer, length)
             group_q = q.view(cfg.n_kv_heads, cfg.group, cfg.head_dim).sum(dim=1)  # [kv_heads, head_dim]
-            scores = torch.einsum("kld,kd->kl", keys[:, s:].to(group_q.dtype), group_q)  # a bf16 cache widened
+            scores = torch.einsum("kld,kd->kl", read(keys[:, s:], group_q.dtype, key=True), group_q)
             # topk with largest=False over the negated ranking would do too; sorting ascending puts the
             # least important first, where newly committed tokens will overwrite them.
             idx = torch.topk(scores, keep, dim=-1).indices.flip(-1) + s
-            gather = idx[..., None].expand(-1, -1, cfg.head_dim)
+            gather = idx[..., None].expand(-1, -1, keys.shape[-1])  # a q8 row's bytes, its scale among them
             self.cache.k[layer, :, :s] = keys[:, :s]
             self.cache.v[layer, :, :s] = values[:, :s]
             self.cache.k[layer, :, s:self.budget] = keys.gather(1, gather)

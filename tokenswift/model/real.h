@@ -23,6 +23,9 @@ typedef float real;
 
 #include <stdint.h>
 #include <string.h>
+/* What a KV cache holds (native_rows.cache_element): reals, bf16 (below) or q8 rows (kv_q8.h). */
+enum { KV_REAL = 0, KV_BF16 = 1, KV_Q8 = 2 };
+
 /* A compact KV cache keeps keys and values in bfloat16, the upper half of a float32's bits (kv_cache.py). A value is
    rounded to the nearest, ties to even, as torch rounds (a prefill chunk's keys are written by torch, a step's
    here: both must store the same bits); NaN stays a quiet NaN. Reading widens exactly. */

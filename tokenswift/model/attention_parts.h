@@ -1,0 +1,123 @@
+/* The parts of a chunk's attention that attention_kernel.c (float32 and bf16 caches) and attention_q8.c (q8 rows)
+   share: the chunk, the vector sums and exp, the prefetch, and a row's softmax numerators with their (max, sum).
+   Included after real.h and, where TS_AVX2, immintrin.h with AT_AVX2 defined. */
+#ifndef TOKENSWIFT_ATTENTION_PARTS_H
+#define TOKENSWIFT_ATTENTION_PARTS_H
+#define CHUNK 64  /* a chunk's keys and values (16 KiB each at head_dim 64) stay in L1 for all the rows */
+/* The cache slot of a chunk's j-th key: slots[j], or s0 + j for a contiguous chunk (slots NULL). */
+#define SLOT(slots, s0, j) ((slots) ? (slots)[j] : (s0) + (j))
+
+#ifdef AT_AVX2
+/* Rows per block of the vector path: a block's keys and values are loaded once for all its rows. Three rows (a
+   token's query heads under one KV head at the default model's g = 3) keep their 24 accumulators in the 32 vector
+   registers of AVX-512VL; AVX2's 16 take one row at a time. Blocking changes no row's sums: each runs the same
+   operations in the same order whatever the rows beside it. */
+#ifdef __AVX512VL__
+#define ROW_BLOCK 3
+#else
+#define ROW_BLOCK 1
+#endif
+#define MAX_GROUP 3  /* the most rows a block takes anywhere (its arrays), ROW_BLOCK here */
+
+#define INLINE static inline __attribute__((always_inline))
+
+/* The eight sums of eight vectors' lanes, [sum(v[0]), ..., sum(v[7])]. */
+INLINE __m256 hsum8(const __m256 *v) {
+    const __m256 s01 = _mm256_hadd_ps(v[0], v[1]), s23 = _mm256_hadd_ps(v[2], v[3]);
+    const __m256 s45 = _mm256_hadd_ps(v[4], v[5]), s67 = _mm256_hadd_ps(v[6], v[7]);
+    const __m256 s0123 = _mm256_hadd_ps(s01, s23), s4567 = _mm256_hadd_ps(s45, s67);
+    return _mm256_add_ps(_mm256_permute2f128_ps(s0123, s4567, 0x20), _mm256_permute2f128_ps(s0123, s4567, 0x31));
+}
+
+/* exp(x) for x <= 0 (Cephes' polynomial, as in avx_mathfun: about 1 ulp), exactly 0 for x = -inf. */
+INLINE __m256 exp_nonpositive(__m256 x) {
+    const __m256 masked = _mm256_cmp_ps(x, _mm256_set1_ps(-INFINITY), _CMP_EQ_OQ);
+    x = _mm256_max_ps(x, _mm256_set1_ps(-87.0f));
+    const __m256 fx = _mm256_floor_ps(_mm256_fmadd_ps(x, _mm256_set1_ps(1.44269504088896341f), _mm256_set1_ps(0.5f)));
+    x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(0.693359375f), x);
+    x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(-2.12194440e-4f), x);
+    __m256 y = _mm256_set1_ps(1.9875691500e-4f);
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.3981999507e-3f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(8.3334519073e-3f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(4.1665795894e-2f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.6666665459e-1f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(5.0000001201e-1f));
+    y = _mm256_fmadd_ps(y, _mm256_mul_ps(x, x), _mm256_add_ps(x, _mm256_set1_ps(1.0f)));
+    const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvttps_epi32(fx), _mm256_set1_epi32(127)), 23);
+    return _mm256_andnot_ps(masked, _mm256_mul_ps(y, _mm256_castsi256_ps(e)));
+}
+
+/* Asks for the `bytes` at x (a key or value of the next chunk) in L2; in L1 they would evict the chunk at work.
+   The hardware prefetcher stops at every 4 KiB page (16 slots of a head at d = 64): without this a plain step at
+   a 7K context spent a third of its attention waiting for memory, and a verify batch's extra rows could not hide
+   under the reads. */
+INLINE void prefetch_row(const char *x, int64_t bytes) {
+    for (int64_t i = 0; i < bytes; i += 64) _mm_prefetch(x + i, _MM_HINT_T1);
+}
+#endif
+
+struct part { real max, sum; };
+
+/* One query row's softmax numerators over a chunk, in place, where d does not fit chunk_rows_vector: scores ->
+   exp(score - max); returns (max, sum). */
+static inline struct part exponentiate(real *row, int64_t n) {
+    real max = -INFINITY, sum = 0.0;
+    for (int64_t j = 0; j < n; ++j) max = row[j] > max ? row[j] : max;
+#ifdef AT_AVX2
+    /* Eight at a time, the last eight padded with -inf (exp 0): each slot takes the same lane and order whatever
+       the chunk's length. */
+    __m256 total = _mm256_setzero_ps();
+    for (int64_t j = 0; j < n; j += 8) {
+        float lanes[8];
+        for (int u = 0; u < 8; ++u) lanes[u] = j + u < n ? row[j + u] : -INFINITY;
+        const __m256 e = exp_nonpositive(_mm256_sub_ps(_mm256_loadu_ps(lanes), _mm256_set1_ps(max)));
+        _mm256_storeu_ps(lanes, e);
+        for (int u = 0; u < 8 && j + u < n; ++u) row[j + u] = lanes[u];
+        total = _mm256_add_ps(total, e);
+    }
+    float lanes[8];
+    _mm256_storeu_ps(lanes, total);
+    for (int u = 0; u < 8; ++u) sum += lanes[u];
+#else
+    for (int64_t j = 0; j < n; ++j) {
+        row[j] = EXP(row[j] - max);
+        sum += row[j];
+    }
+#endif
+    return (struct part){max, sum};
+}
+
+#ifdef AT_AVX2
+/* Row r's softmax numerators over its padded scores (the slots past n are -inf: exp 0), in place, in whole
+   vectors; returns (max, sum). */
+static inline struct part exponentiate_vector(float *row, int64_t padded) {
+    __m256 top = _mm256_set1_ps(-INFINITY);
+    for (int64_t j = 0; j < padded; j += 8) top = _mm256_max_ps(top, _mm256_loadu_ps(row + j));
+    float lanes[8], max = -INFINITY, sum = 0.0f;
+    _mm256_storeu_ps(lanes, top);
+    for (int u = 0; u < 8; ++u) max = lanes[u] > max ? lanes[u] : max;
+    __m256 total = _mm256_setzero_ps();
+    const __m256 maxv = _mm256_set1_ps(max);
+    for (int64_t j = 0; j < padded; j += 8) {
+        const __m256 e = exp_nonpositive(_mm256_sub_ps(_mm256_loadu_ps(row + j), maxv));
+        _mm256_storeu_ps(row + j, e);
+        total = _mm256_add_ps(total, e);
+    }
+    _mm256_storeu_ps(lanes, total);
+    for (int u = 0; u < 8; ++u) sum += lanes[u];
+    return (struct part){max, sum};
+}
+#endif
+#ifndef TS_DOUBLE
+/* attend_rows' query rows over a q8 cache, quantized once for every chunk (attention_q8.c): row i's integers at
+   integers + i * d, a[i] = its scale times the attention's, bias[i] = Q8_KEY_BIAS times the integers' sum. */
+struct q8_queries { int8_t *integers; float *a; int32_t *bias; };
+
+int q8_queries_of(const float *q, int64_t rows, int64_t d, float scale, struct q8_queries *out);
+void q8_queries_free(struct q8_queries *queries);
+void q8_chunk(const struct q8_queries *queries, int64_t h, int64_t g, int64_t r0, int64_t rows, int64_t d,
+              const char *k, const char *v, int64_t slot_stride, const int64_t *slots, int64_t s0, int64_t n,
+              int64_t head, int64_t ahead, float *scores, struct part *parts, float *o);
+int attention_q8_vnni(void);
+#endif
+#endif

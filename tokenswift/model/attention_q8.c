@@ -1,0 +1,251 @@
+/* A chunk's attention over a q8 cache (kv_q8.h): attention_kernel.c's chunk_task where the rows are q8.
+
+   A plain step at a 7K context reads its keys and values from memory, 177 MB in bf16; q8 rows are 68 bytes instead
+   of 128, and their products are 8-bit integer dot products (vpdpbusd, where the CPU has AVX-512 VNNI), four
+   multiply-adds a lane where vdpbf16ps does two. The arithmetic, the same in every build (integer sums are exact in
+   any order; the float steps run in the same order in the portable and the vector loops):
+   - a query row is quantized as a cache row is (its integers qi and scale sq), and a key's score is
+     (float)(sum_i qi[i] * k[i]) * (sq * scale) * sk, k the key's signed integers and sk its scale;
+   - p = exp(score - max), as over any cache (attention_parts.h);
+   - the values are summed with 8-bit weights: w = p * sv (the value's scale), top = max w over the chunk,
+     u = nearbyint(w * (255 / top)), and out[i] = (float)(sum_j u[j] * v[j][i]) * (top / 255). A slot whose weight
+     is under 1/510 of the chunk's largest adds nothing; the chunk's sum of p, which divides at the end, is exact.
+   So a row's result depends on its query and the rows it sees, in order, as attention_kernel.c requires. */
+#ifndef TS_DOUBLE
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include "real.h"
+#ifdef TS_AVX2
+#include <immintrin.h>
+#define AT_AVX2 1
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+#define AT_Q8_VNNI 1
+#endif
+#endif
+#include "attention_parts.h"
+#include "kv_q8.h"
+
+/* 1 where this build's q8 products take vpdpbusd, else 0 (the portable loops: correct, not fast). */
+int attention_q8_vnni(void) {
+#ifdef AT_Q8_VNNI
+    return 1;
+#else
+    return 0;
+#endif
+}
+
+/* out[i] = the chunk's weighted sum of values (the header's rule) for one row's numerators p over n slots. */
+static void values_portable(const float *p, const char *const *values, int64_t n, int64_t d, float *out) {
+    float w[CHUNK], top = 0.0f;
+    for (int64_t j = 0; j < n; ++j) {
+        w[j] = p[j] * q8_scale(values[j], d);
+        top = w[j] > top ? w[j] : top;
+    }
+    int32_t acc[d];
+    memset(acc, 0, sizeof acc);
+    const float inv = top > 0.0f ? 255.0f / top : 0.0f;
+    for (int64_t j = 0; j < n; ++j) {
+        const int32_t u = (int32_t)nearbyintf(w[j] * inv);
+        for (int64_t i = 0; u && i < d; ++i) acc[i] += u * (int8_t)values[j][i];
+    }
+    const float c = top / 255.0f;
+    for (int64_t i = 0; i < d; ++i) out[i] = (float)acc[i] * c;
+}
+
+int q8_queries_of(const float *q, int64_t rows, int64_t d, float scale, struct q8_queries *out) {
+    out->integers = malloc((size_t)(rows * d));
+    out->a = malloc((size_t)rows * sizeof(float));
+    out->bias = malloc((size_t)rows * sizeof(int32_t));
+    if (!out->integers || !out->a || !out->bias) {
+        q8_queries_free(out);
+        return -1;
+    }
+    for (int64_t r = 0; r < rows; ++r) {
+        int32_t total;
+        out->a[r] = q8_integers(q + r * d, d, out->integers + r * d, &total) * scale;
+        out->bias[r] = Q8_KEY_BIAS * total;
+    }
+    return 0;
+}
+
+void q8_queries_free(struct q8_queries *queries) {
+    free(queries->integers); free(queries->a); free(queries->bias);
+    queries->integers = NULL; queries->a = NULL; queries->bias = NULL;
+}
+
+/* One row's scores, numerators and weighted values over the chunk, a slot at a time: qi its integers. */
+static void row_portable(const int8_t *qi, float a, int32_t bias, int64_t d, const char *const *keys,
+                         const char *const *values, int64_t n, float *row, struct part *part, float *out) {
+    for (int64_t j = 0; j < n; ++j) {
+        const uint8_t *key = (const uint8_t *)keys[j];
+        int32_t s = 0;
+        for (int64_t i = 0; i < d; ++i) s += qi[i] * key[i];
+        row[j] = (float)(s - bias) * a * q8_scale(keys[j], d);
+    }
+    *part = exponentiate(row, n);
+    values_portable(row, values, n, d, out);
+}
+
+#ifdef AT_Q8_VNNI
+/* The eight sums of eight vectors' int32 lanes (hsum8's order; integer sums are exact in any). */
+INLINE __m256i hsum8_epi32(const __m256i *v) {
+    const __m256i s01 = _mm256_hadd_epi32(v[0], v[1]), s23 = _mm256_hadd_epi32(v[2], v[3]);
+    const __m256i s45 = _mm256_hadd_epi32(v[4], v[5]), s67 = _mm256_hadd_epi32(v[6], v[7]);
+    const __m256i s0123 = _mm256_hadd_epi32(s01, s23), s4567 = _mm256_hadd_epi32(s45, s67);
+    return _mm256_add_epi32(_mm256_permute2x128_si256(s0123, s4567, 0x20),
+                            _mm256_permute2x128_si256(s0123, s4567, 0x31));
+}
+
+/* scores[r * CHUNK + j] for R rows and the chunk's keys at d = 64, eight keys at a time: qb[r] row r's integers
+   (two vectors of 32), bias[r] = Q8_KEY_BIAS * their sum (the keys' bytes carry the bias), a[r] = sq * scale. */
+INLINE void block_scores(const __m256i (*qb)[2], const int32_t *bias, const float *a, const char *const *keys,
+                         int64_t padded, const int R, int64_t ahead, float *scores) {
+    for (int64_t j = 0; j < padded; j += 8) {
+        if (ahead)
+            for (int u = 0; u < 8; ++u) prefetch_row(keys[j + u] + ahead, 68);
+        __m256i acc[MAX_GROUP][8];
+        for (int r = 0; r < R; ++r)
+            for (int u = 0; u < 8; ++u) acc[r][u] = _mm256_setzero_si256();
+        for (int b = 0; b < 2; ++b)
+            for (int u = 0; u < 8; ++u) {
+                const __m256i kv = _mm256_loadu_si256((const __m256i *)(keys[j + u] + 32 * b));
+                for (int r = 0; r < R; ++r) acc[r][u] = _mm256_dpbusd_epi32(acc[r][u], kv, qb[r][b]);
+            }
+        __m256 sk = _mm256_setzero_ps();
+        float lanes[8];
+        for (int u = 0; u < 8; ++u) lanes[u] = q8_scale(keys[j + u], 64);
+        sk = _mm256_loadu_ps(lanes);
+        for (int r = 0; r < R; ++r) {
+            const __m256i s = _mm256_sub_epi32(hsum8_epi32(acc[r]), _mm256_set1_epi32(bias[r]));
+            _mm256_storeu_ps(scores + r * CHUNK + j,
+                             _mm256_mul_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(a[r])), sk));
+        }
+    }
+}
+
+/* Row r's 8-bit weights of its numerators p (the header's rule), four slots to a 32-bit word; its c = top / 255.
+   sv: the slots' scales, 0 past n (where p is 0 too). */
+INLINE void weights(const float *p, const float *sv, int64_t padded, uint32_t *u4, float *c) {
+    __m256 topv = _mm256_setzero_ps();
+    for (int64_t j = 0; j < padded; j += 8)
+        topv = _mm256_max_ps(topv, _mm256_mul_ps(_mm256_loadu_ps(p + j), _mm256_loadu_ps(sv + j)));
+    float lanes[8], top = 0.0f;
+    _mm256_storeu_ps(lanes, topv);
+    for (int u = 0; u < 8; ++u) top = lanes[u] > top ? lanes[u] : top;
+    const __m256 inv = _mm256_set1_ps(top > 0.0f ? 255.0f / top : 0.0f);
+    for (int64_t j = 0; j < padded; j += 8) {
+        const __m256 w = _mm256_mul_ps(_mm256_loadu_ps(p + j), _mm256_loadu_ps(sv + j));
+        _mm_storel_epi64((__m128i *)(u4 + j / 4), _mm256_cvtepi32_epi8(_mm256_cvtps_epi32(_mm256_mul_ps(w, inv))));
+    }
+    *c = top / 255.0f;
+}
+
+/* o[r * 64 + i] for R rows at d = 64, four slots a step: their bytes interleaved so that a 32-bit lane holds one
+   element of the four (unpack within 128-bit halves: lane l of x[k] is element 4k + l, or 16 + 4k + l - 4 in the
+   upper half), each dotted with the row's four weights. Slots past n carry weight 0. */
+INLINE void block_values(const uint32_t (*u4)[CHUNK / 4], const float *c, const char *const *values, int64_t n,
+                         const int R, int64_t ahead, float *o) {
+    for (int h = 0; h < 2; ++h) {  /* a half of the elements at a time: 4 accumulators a row stay in registers */
+        __m256i acc[MAX_GROUP][4];
+        for (int r = 0; r < R; ++r)
+            for (int k = 0; k < 4; ++k) acc[r][k] = _mm256_setzero_si256();
+        for (int64_t j = 0; j < n; j += 4) {
+            if (ahead && h == 0)
+                for (int u = 0; u < 4; ++u) prefetch_row(values[j + u] + ahead, 68);
+            const __m256i A = _mm256_loadu_si256((const __m256i *)(values[j] + 32 * h));
+            const __m256i B = _mm256_loadu_si256((const __m256i *)(values[j + 1] + 32 * h));
+            const __m256i C = _mm256_loadu_si256((const __m256i *)(values[j + 2] + 32 * h));
+            const __m256i D = _mm256_loadu_si256((const __m256i *)(values[j + 3] + 32 * h));
+            const __m256i ab_lo = _mm256_unpacklo_epi8(A, B), ab_hi = _mm256_unpackhi_epi8(A, B);
+            const __m256i cd_lo = _mm256_unpacklo_epi8(C, D), cd_hi = _mm256_unpackhi_epi8(C, D);
+            const __m256i x[4] = {_mm256_unpacklo_epi16(ab_lo, cd_lo), _mm256_unpackhi_epi16(ab_lo, cd_lo),
+                                  _mm256_unpacklo_epi16(ab_hi, cd_hi), _mm256_unpackhi_epi16(ab_hi, cd_hi)};
+            for (int r = 0; r < R; ++r) {
+                const __m256i w = _mm256_set1_epi32((int)u4[r][j / 4]);
+                for (int k = 0; k < 4; ++k) acc[r][k] = _mm256_dpbusd_epi32(acc[r][k], w, x[k]);
+            }
+        }
+        for (int r = 0; r < R; ++r)
+            for (int k = 0; k < 4; ++k) {
+                const __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(acc[r][k]), _mm256_set1_ps(c[r]));
+                _mm_storeu_ps(o + r * 64 + 32 * h + 4 * k, _mm256_castps256_ps128(f));
+                _mm_storeu_ps(o + r * 64 + 32 * h + 16 + 4 * k, _mm256_extractf128_ps(f, 1));
+            }
+    }
+}
+
+/* q8_chunk's rows at d = 64, in blocks of ROW_BLOCK rows (keys and values addressed once for all): row r's
+   integers at qi[r], its a and bias at a[r], bias[r]. */
+static void chunk_vector(const int8_t *const *qi, const float *a, const int32_t *bias, int64_t rows,
+                         const char *const *keys, const char *const *values, int64_t n, int64_t ahead, float *scores,
+                         struct part *parts, float *o) {
+    const int64_t padded = (n + 7) / 8 * 8;
+    for (int64_t r = 0; r < rows; r += ROW_BLOCK) {
+        const int b = rows - r < ROW_BLOCK ? (int)(rows - r) : ROW_BLOCK;
+        __m256i qb[MAX_GROUP][2];
+        for (int i = 0; i < b; ++i) {
+            qb[i][0] = _mm256_loadu_si256((const __m256i *)qi[r + i]);
+            qb[i][1] = _mm256_loadu_si256((const __m256i *)(qi[r + i] + 32));
+        }
+        const int64_t next = r == 0 ? ahead : 0;  /* the first block reads the chunk from memory */
+        float *sc = scores + r * CHUNK;
+        if (b == 3) block_scores(qb, bias + r, a + r, keys, padded, 3, next, sc);
+        else if (b == 2) block_scores(qb, bias + r, a + r, keys, padded, 2, next, sc);
+        else block_scores(qb, bias + r, a + r, keys, padded, 1, next, sc);
+    }
+    float sv[CHUNK];
+    for (int64_t j = 0; j < padded; ++j) sv[j] = j < n ? q8_scale(values[j], 64) : 0.0f;
+    uint32_t u4[MAX_GROUP][CHUNK / 4];
+    float c[MAX_GROUP];
+    for (int64_t r = 0; r < rows; r += ROW_BLOCK) {
+        const int b = rows - r < ROW_BLOCK ? (int)(rows - r) : ROW_BLOCK;
+        for (int i = 0; i < b; ++i) {
+            float *row = scores + (r + i) * CHUNK;
+            for (int64_t j = n; j < padded; ++j) row[j] = -INFINITY;
+            parts[r + i] = exponentiate_vector(row, padded);
+            weights(row, sv, padded, u4[i], c + i);
+        }
+        const int64_t next = r == 0 ? ahead : 0;
+        if (b == 3) block_values(u4, c, values, n, 3, next, o + r * 64);
+        else if (b == 2) block_values(u4, c, values, n, 2, next, o + r * 64);
+        else block_values(u4, c, values, n, 1, next, o + r * 64);
+    }
+}
+#endif
+
+/* chunk_task over a q8 cache: query rows [r0, r0 + rows) of KV head `head` (row r: token r / g, query head
+   head * g + r % g; its integers queries' row token * h + query head) over the n <= CHUNK slots SLOT(slots, s0, j);
+   k and v: the head's first row; slot_stride and `ahead` in bytes. Writes each row's (max, sum) to parts and its
+   weighted values to o, as chunk_task does. */
+void q8_chunk(const struct q8_queries *queries, int64_t h, int64_t g, int64_t r0, int64_t rows, int64_t d,
+              const char *k, const char *v, int64_t slot_stride, const int64_t *slots, int64_t s0, int64_t n,
+              int64_t head, int64_t ahead, float *scores, struct part *parts, float *o) {
+    const char *keys[CHUNK], *values[CHUNK];
+    const int64_t padded = (n + 7) / 8 * 8;  /* past n: the last slot again, with weight 0 */
+    for (int64_t j = 0; j < padded; ++j) {
+        const int64_t at = SLOT(slots, s0, j < n ? j : n - 1) * slot_stride;
+        keys[j] = k + at;
+        values[j] = v + at;
+    }
+    const int8_t *qi[rows];
+    float a[rows];
+    int32_t bias[rows];
+    for (int64_t r = 0; r < rows; ++r) {
+        const int64_t row_id = r0 + r, at = (row_id / g) * h + head * g + row_id % g;
+        qi[r] = queries->integers + at * d;
+        a[r] = queries->a[at];
+        bias[r] = queries->bias[at];
+    }
+#ifdef AT_Q8_VNNI
+    if (d == 64) {
+        chunk_vector(qi, a, bias, rows, keys, values, n, ahead, scores, parts, o);
+        return;
+    }
+#endif
+    (void)ahead;
+    for (int64_t r = 0; r < rows; ++r)
+        row_portable(qi[r], a[r], bias[r], d, keys, values, n, scores + r * CHUNK, parts + r, o + r * d);
+}
+#endif
