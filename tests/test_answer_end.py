@@ -25,7 +25,7 @@ def test_the_story_goes_on_past_the_answer_exactly(smollm2_q4):
     cut = ids.index(end)
     engine = run._engine
     window = lm.tokenizer.decode(engine.buf[:engine.length].tolist())
-    assert engine.plan.answered_from is not None and "Go on with the story from where it stops." in window
+    assert engine.window.plan.answered_from is not None and "Go on with the story from where it stops." in window
     assert Generator(lm, SETTINGS.replace(mode="ar"), prompt, pinned=pinned).run() == ids
     for at in (cut, cut + 1, cut + 5):
         assert Generator(lm, SETTINGS, prompt, pinned=pinned, generated_ids=ids[:at], options=APP).run() == ids
@@ -37,7 +37,7 @@ def test_the_turn_that_asks_for_more_is_no_memory(smollm2_q4):
     prompt, pinned = draft_context(smollm2_q4, INSTRUCTION, "instruction")
     run = Generator(smollm2_q4, SETTINGS.replace(max_new_tokens=90), prompt, pinned=pinned, options=APP)
     ids = run.run()
-    assert pinned.after_answer.section_break in ids and run._engine.plan.answered_from is not None
+    assert pinned.after_answer.section_break in ids and run._engine.window.plan.answered_from is not None
     use = run.context_use()
     assert use.memory == 0 and use.frame > len(pinned.frame.prompt)
 

@@ -9,8 +9,10 @@ import dataclasses
 import pytest
 from test_exactness import SAMPLERS, random_heads
 
+from tokenswift.decode.engine import Engine
 from tokenswift.decode.generate import Generator
 from tokenswift.decode.options import EngineOptions
+from tokenswift.decode.window import Rebuild
 from tokenswift.model.fastpath import FastOptions
 from tokenswift.settings import Settings, SettingsError
 from tokenswift.text.context_window import PinnedText, WindowPlan, pinned_ids
@@ -98,6 +100,27 @@ def test_resume_anywhere_continues_the_same_stream(stories64, pinned):
         assert got == want, (mode, cut)
 
 
+def test_the_window_moves_at_its_boundary_as_a_resume_builds_it(stories64, pinned):
+    """Window.due: no rebuild inside a window, one at the plan's next boundary; the window rebuilt there is the one a
+    run resumed from the same ids loads (slots, offset)."""
+    prompt = stories64.encode(PROMPT)
+    s = settings("greedy", 1, mode="ar", max_new_tokens=200, context_window=NARROW)
+    plan = Generator(stories64, s, prompt, pinned=pinned).plan
+    engine = Engine(stories64, s, list(prompt), len(prompt), plan=plan)
+    engine.start()
+    boundary = engine.window.next_boundary
+    while len(engine.ids) < boundary:
+        assert engine.window.due(engine.ids) is None
+        engine.ar_step()
+    assert engine.window.due(engine.ids) == Rebuild(None) and engine.window.shifts == 0
+    engine.ar_step()
+    assert engine.window.shifts == 1 and engine.window.next_boundary > boundary
+    resume = Engine(stories64, s, list(engine.ids), len(prompt), plan=plan)
+    resume.start()
+    assert (resume.length, resume.window.offset) == (engine.length, engine.window.offset)
+    assert resume.buf[:resume.length + 1].tolist() == engine.buf[:engine.length + 1].tolist()
+
+
 @pytest.mark.slow
 def test_memory_and_note_edits_apply_from_the_resume(stories64, pinned):
     prompt = stories64.encode(PROMPT)
@@ -134,7 +157,7 @@ def test_an_edit_during_a_run_applies_from_the_next_shift(stories64, pinned):
         calls = []
         gen = Generator(lm, s.replace(mode=mode), prompt, pinned=pinned, pinned_source=source)
         runs[mode] = gen.run()
-        assert gen.metrics().shifts == len(calls) >= 3 and gen._engine.plan.pinned == edited
+        assert gen.metrics().shifts == len(calls) >= 3 and gen._engine.window.plan.pinned == edited
     assert runs["ar"] == runs["tokenswift"]
     assert runs["ar"] != Generator(lm, s, prompt, pinned=pinned).run()  # the edit changed what came next
     cut = len(runs["ar"]) - 60

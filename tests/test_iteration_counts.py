@@ -105,7 +105,7 @@ def test_the_drafts_made_in_the_passes_are_the_host_drafts_and_the_text_is_plain
         made, d = e.drafter.ready, e.drafter
         assert made is not None and len(made) == len(d.widths)
         d.ready = None
-        host = d.propose(e.root, e.length, e._window(e.length + 1, []), len(d.widths), e.length + 1 + e.offset)
+        host = d.propose(e.root, e.length, e._history(e.length + 1, []), len(d.widths), e.length + 1 + e.window.offset)
         assert made == host
     ar = engine(lm, "ar", **sampling)
     while len(ar.ids) < len(e.ids):

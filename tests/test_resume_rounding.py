@@ -92,7 +92,7 @@ def caches_at(lm, opening: str, cuts: list[int]):
         engine = run._engine
         resumed = Engine(lm, SETTINGS, list(engine.ids), len(prompt), APP, plan=run.plan)
         resumed.start()
-        assert (resumed.length, resumed.offset) == (engine.length, engine.offset)
+        assert (resumed.length, resumed.window.offset) == (engine.length, engine.window.offset)
         out.append(([(k[:, :engine.length].clone(), v[:, :engine.length].clone()) for k, v in engine.cache.layers],
                      [(k[:, :resumed.length], v[:, :resumed.length]) for k, v in resumed.cache.layers]))
         pending.pop(0)

@@ -10,8 +10,8 @@ import time
 
 import pytest
 
+import tokenswift.decode.clock as engine_clock
 import tokenswift.decode.engine as engine_module
-import tokenswift.decode.engine_probe as engine_probe
 from tokenswift.decode.adaptive import CandidatePolicy
 from tokenswift.decode.generate import Generator
 from tokenswift.decode.options import EngineOptions
@@ -40,7 +40,7 @@ def run_with_probes(stories64, monkeypatch, slow) -> tuple[list[int], float, flo
     Returns the ids, the time saved and the final AR step time."""
     clock, probes = Clock(), []
     monkeypatch.setattr(time, "perf_counter", clock)
-    monkeypatch.setattr(engine_probe, "PROBE_INTERVAL_S", 0.0)
+    monkeypatch.setattr(engine_clock, "PROBE_INTERVAL_S", 0.0)
     ar_token = engine_module.Engine._ar_token
 
     def probe(engine, n):
@@ -76,7 +76,7 @@ def test_a_step_after_a_pause_is_not_timed(stories64, monkeypatch):
     times again."""
     clock = Clock()
     monkeypatch.setattr(time, "perf_counter", clock)
-    monkeypatch.setattr(engine_probe, "PROBE_INTERVAL_S", 0.0)  # a probe at every warm step
+    monkeypatch.setattr(engine_clock, "PROBE_INTERVAL_S", 0.0)  # a probe at every warm step
     timings = []  # what the policy was told: ("plain", s) or ("shape", s or None)
     observe, observe_plain = CandidatePolicy.observe, CandidatePolicy.observe_plain
     monkeypatch.setattr(CandidatePolicy, "observe",

@@ -4,33 +4,16 @@ none imports the page or the server (ui/page.py, ui/server.py), which import the
 
 from __future__ import annotations
 
-import ast
 from pathlib import Path
 
-from test_package_layers import loops
+from import_graph import group_imports, loops
 
 ROOT = Path(__file__).resolve().parents[1] / "ui"
 
 
 def room_imports(root: Path = ROOT) -> dict[str, set[str]]:
-    """Room -> the other rooms (or ui's own modules: page, server) its modules import, every import counted."""
-    edges: dict[str, set[str]] = {}
-    for path in root.glob("*/*.py"):
-        room = path.parent.name
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.Import):
-                names = [alias.name for alias in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module == "ui":
-                names = [f"ui.{alias.name}" for alias in node.names]  # from ui import <room>
-            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-                names = [node.module]
-            else:
-                continue
-            for name in names:
-                parts = name.split(".")
-                if parts[0] == "ui" and len(parts) > 1 and parts[1] != room:
-                    edges.setdefault(room, set()).add(parts[1])
-    return edges
+    """Room -> the other rooms (or ui's own modules: page, server) its modules import (import_graph.py)."""
+    return group_imports(root, "ui")
 
 
 def test_ui_rooms_import_in_one_direction():

@@ -193,7 +193,7 @@ def followed(gen: Generator) -> list[int]:
     plan's for that token (WindowPlan.built: the one a plain step and a resume would use)."""
     for _ in gen.steps():
         engine = gen._engine
-        ids, plan = engine.ids, engine.plan
+        ids, plan = engine.ids, engine.window.plan
         last = len(ids) - 1
         at = plan.built(ids, last)
         assert engine.buf[:engine.length + 1].tolist() == plan.window(ids, plan.boundary(last), at) + ids[at:], last

@@ -122,7 +122,7 @@ class BannedEngine:
         del self._held_alts[k - self.shown:]
         self.watch.cut(k - self.shown, self.story)
         prefill_s = self.metrics.prefill_s
-        self.engine = self.open(self.story, {k: self.bans[k]}, self.engine.plan)
+        self.engine = self.open(self.story, {k: self.bans[k]}, self.engine.window.plan)
         self.engine.metrics = self.metrics
         tokens = self.engine.start()
         self.metrics.prefill_s = prefill_s

@@ -14,28 +14,25 @@ from dataclasses import dataclass
 import torch
 
 from tokenswift.decode.adaptive import CandidatePolicy, ladder
-from tokenswift.decode.engine_probe import EngineProbe, StepClock
-from tokenswift.decode.engine_window import EngineWindow
+from tokenswift.decode.clock import StepClock
 from tokenswift.decode.metrics import RunMetrics
 from tokenswift.decode.ngram import NgramTable
 from tokenswift.decode.options import EngineOptions
+from tokenswift.decode.window import Loaded, Window
 from tokenswift.draft.build import build_drafter, draft_needs
 from tokenswift.draft.choice import drafter_for
 from tokenswift.draft.drafting import Drafter
 from tokenswift.model.fastpath import FastPasses, padded_capacity
-from tokenswift.model.forward import COLUMN_MIN_WEIGHT, COLUMN_ROWS, column_product
+from tokenswift.model.forward import shared_head_rows
 from tokenswift.model.kv_cache import KVCache
 from tokenswift.model.loading import LoadedModel
 from tokenswift.model.masks import causal_mask, with_prefix
-from tokenswift.model.native_rows import PRODUCT_ROWS
 from tokenswift.sampling.alternatives import Alternatives, from_rows, top_rows
 from tokenswift.sampling.dry_xtc import breaker_ids
-from tokenswift.sampling.sampler import Sampler, last_ids, node_windows
+from tokenswift.sampling.sampler import Sampler, history_row
 from tokenswift.sampling.trie import build_trie, verify_inputs, walk
 from tokenswift.settings import CAPACITY_SPARE, NGRAM_LEN, Settings, max_nodes
-from tokenswift.text.context_window import PinnedText, WindowPlan, leading_bos, window_plan
-
-SHARED_HEAD_ROWS = 16  # up to this many candidate rows share one LM-head product (16-bit weights, see _verify)
+from tokenswift.text.context_window import ContextUse, PinnedText, WindowPlan, leading_bos, window_plan
 
 
 @dataclass
@@ -43,7 +40,7 @@ class StepResult:
     tokens: list[int]  # emitted this iteration; the last one is the new root
 
 
-class Engine(EngineWindow, EngineProbe):
+class Engine:
     def __init__(self, lm: LoadedModel, settings: Settings, ids: list[int], prompt_len: int,
                  options: EngineOptions | None = None, plan: WindowPlan | None = None,
                  pinned_source: Callable[[], PinnedText] | None = None, bans: dict[int, tuple[int, ...]] | None = None):
@@ -58,13 +55,6 @@ class Engine(EngineWindow, EngineProbe):
             prompt = list(ids[:prompt_len])
             plan = window_plan(settings, prompt, leading_bos(lm, prompt), PinnedText(), lm.max_context)
         plan = plan.answered_from or plan
-        # Cache slots (= RoPE positions) index the window; self.ids is the whole story. A slot past the
-        # window's Author's Note holds story index slot + offset (the noise key of design §3).
-        # Past an instruction draft's answer, the story's own plan (context_window.AfterAnswer).
-        self.plan, self.offset, self.next_boundary, self.shifts = plan.after_answer(ids), 0, 0, 0
-        # World Info: the next checkpoint (world_info.py) and the entries in the window now.
-        self.next_check, self.entries = 0, ()
-        self.pinned_source = pinned_source
         self.ts = settings.mode == "tokenswift"
         options = options or EngineOptions()
         self.depth = len(settings.tree)  # gamma + 1: alpha's denominator, as the paper's Eq. 4
@@ -93,42 +83,42 @@ class Engine(EngineWindow, EngineProbe):
         self.clock = StepClock()
         # A fused-feature draft layer (draft_layer.py) reads these layers' outputs beside the last one's.
         self.needs = draft_needs(lm, settings)
-        self.feature_layers = self.needs.feature_layers
         self.fast = None
-        if fast is not None and self.feature_layers:
-            raise ValueError(f"drafter: this draft layer reads layers {list(self.feature_layers)} besides the last, "
-                             "which only the eager passes return: run it off the fast path, or draft with the heads")
+        if fast is not None and self.needs.feature_layers:
+            raise ValueError(f"drafter: this draft layer reads layers {list(self.needs.feature_layers)} besides the "
+                             "last, which only the eager passes return: run it off the fast path, or use the heads")
         if fast is not None:
             self.fast = FastPasses(lm, self.cache, fast, self.sampler, self.buf, queries=self.needs.queries,
                                    alternatives=options.alternatives)
+        # Past an instruction draft's answer, the story's own plan (context_window.AfterAnswer).
+        self.window = Window(lm, self.cache, self.buf, self.sampler, self.needs, self.fast, plan.after_answer(ids),
+                             prompt_len, settings.ban_eos, settings.history_length, pinned_source)
         # Graphs need fixed shapes; a GPU pads anyway (one kernel configuration per batch size).
         self.pad_verify = self.fast is not None or lm.device.type == "cuda"
-        self.shared_head_rows = shared_head_rows(lm)
+        self.shared_head_rows = shared_head_rows(lm.model, lm.dtype)
         self.adaptive = options.adaptive
         self.policy: CandidatePolicy | None = None
         self.record = options.alternatives
         self._tops: list[torch.Tensor] = []  # alternatives of the tokens sampled since take_alternatives
-
-    # -- setup --------------------------------------------------------------------------------------
 
     def start(self) -> list[int]:
         """Prefill and return the tokens emitted by it: the first sampled token on a fresh run, or
         nothing when resuming (the last stored token becomes the root)."""
         t0 = time.perf_counter()
         fresh = len(self.ids) == self.prompt_len
-        logits, queries, hidden = self._load_window(fresh)
+        loaded = self.window.load(self.ids, fresh)
+        self.length = loaded.length
         emitted: list[int] = []
         if fresh:
             upto = self.length
-            token = self._sample(logits, self._window(upto, []), upto + self.offset)
+            token = self._sample(loaded.logits, self._history(upto, []), upto + self.window.offset)
             self._append([token])
             emitted = [token]
         if self.ts:
             self.drafter = build_drafter(self.lm, self.s, self.sampler, self.buf, self.prompt_len, self.fast)
             if self.adaptive:
                 self.policy = CandidatePolicy(ladder(self.drafter.widths, self.s.ngram_topk))
-            self.drafter.start(self.cache, self.length, queries)
-            self._observe_window(hidden)
+            self._restart_drafter(loaded)
             self.ngrams = NgramTable(NGRAM_LEN)
             self._advance_ngrams()
         self._sync()
@@ -137,23 +127,40 @@ class Engine(EngineWindow, EngineProbe):
         return emitted
 
     def _observe(self, hidden: torch.Tensor | None, following: list[int], first: int) -> None:
-        """The states of the tokens just committed at slots first.. (_states' rows), and the token after each."""
+        """The states of the tokens just committed at slots first.. (DraftNeeds.rows), and the token after each."""
         if hidden is not None and self.drafter.uses_hidden:
             self.drafter.observe(hidden, following, first)
 
-    def _states(self, out) -> torch.Tensor:
-        """A pass's rows for the drafter: the last layer's states [T, dim], or with a fused-feature draft layer
-        the outputs of its layers and the last one's side by side [T, (k+1)·dim]."""
-        return torch.cat([*out.layers, out.hidden], dim=-1) if self.feature_layers else out.hidden
+    def _restart_drafter(self, loaded: Loaded) -> None:
+        """On a window just prefilled: the partial cache selected afresh, and the states of the window's last rows up
+        to the root observed (the fused and layer drafters read them)."""
+        self.drafter.start(self.cache, self.length, loaded.queries)
+        n = loaded.hidden.shape[0]
+        self._observe(loaded.hidden, self.buf[self.length - n + 1:self.length + 1].tolist(), self.length - n)
 
-    # -- shared helpers -----------------------------------------------------------------------------
+    def _shift_if_due(self) -> None:
+        """Rebuild the window where one is due before the next token (Window.due), and restart the drafter on it."""
+        due = self.window.due(self.ids)
+        if due is None:
+            return
+        self._sync()
+        t0 = time.perf_counter()
+        loaded = self.window.rebuild(self.ids, due)
+        self.length = loaded.length
+        if self.drafter is not None:
+            self._restart_drafter(loaded)
+        self._sync()
+        self.metrics.add_shift(time.perf_counter() - t0)
+
+    def context_use(self) -> ContextUse:
+        return self.window.context_use(self.length)
 
     @property
     def root(self) -> int:
         return self.ids[-1]
 
     def _append(self, tokens: list[int]) -> None:
-        n = len(self.ids) - self.offset
+        n = len(self.ids) - self.window.offset
         self.buf[n:n + len(tokens)] = self._to_device(tokens, 0)
         self.ids.extend(tokens)
 
@@ -165,15 +172,9 @@ class Engine(EngineWindow, EngineProbe):
         staged.copy_(torch.tensor(values, dtype=torch.int64))
         return staged.to(self.lm.device, non_blocking=True, copy=True)
 
-    def _window(self, end: int, path: list[int]) -> torch.Tensor | None:
-        """The sampling history (the penalty's last W tokens, DRY's range) of ids[:end] + path, as a [1, W] row."""
-        dev = self.lm.device
-        if self.s.history_length == 0:
-            return None
-        history = last_ids(self.buf, end, torch.arange(self.s.history_length, device=dev))
-        if not path:
-            return history[None]
-        return node_windows(history, torch.tensor([path], device=dev), torch.tensor([len(path)], device=dev))
+    def _history(self, end: int, path: list[int]) -> torch.Tensor | None:
+        """The sampling history of ids[:end] + path (sampler.history_row)."""
+        return history_row(self.buf, end, self.s.history_length, path)
 
     def _sync(self) -> None:
         """Wait for the device before reading the clock (eager CUDA). On the fast path every phase already ends
@@ -218,9 +219,8 @@ class Engine(EngineWindow, EngineProbe):
         return token, hidden, drafted
 
     def _ar_token(self, n: int, drafts: bool = False) -> tuple[int, torch.Tensor | None, list[int] | None]:
-        """Run the token in slot n (writing its K/V; it attends to slots [0, n]), sample position n + 1.
-        Also returns the token's last-layer state, and with `drafts` the pass's drafts below the token (else
-        None)."""
+        """Run the token in slot n (writing its K/V; it attends to slots [0, n]), sample position n + 1. Also returns
+        the token's rows for the drafter, and with `drafts` the pass's drafts below the token (else None)."""
         if self.fast is not None:
             # forward and sampling in one graph: one host sync per token
             token, hidden, drafted = self.fast.ar_token(n, drafts)
@@ -231,14 +231,15 @@ class Engine(EngineWindow, EngineProbe):
         window = self.lm.config.sliding_window
         # A sliding-window model must mask old keys here too, or AR and verification would differ.
         mask = causal_mask(n, 1, pos, window, self.lm.device) if window is not None else None
-        out = self.lm.model(self.buf[n:n + 1], pos, self.cache, n, mask, keep_layers=self.feature_layers)
-        return self._sample(out.logits, self._window(n + 1, []), n + 1 + self.offset), self._states(out), None
+        out = self.lm.model(self.buf[n:n + 1], pos, self.cache, n, mask, keep_layers=self.needs.feature_layers)
+        token = self._sample(out.logits, self._history(n + 1, []), n + 1 + self.window.offset)
+        return token, self.needs.rows(out), None
 
     # -- TokenSwift ----------------------------------------------------------------------------------
 
     @torch.inference_mode()
     def ts_step(self) -> StepResult:
-        warm = self.clock.warm()  # a cold step's time is not the policy's to learn from (engine_probe.StepClock)
+        warm = self.clock.warm()  # a cold step's time is not the policy's to learn from (clock.StepClock)
         self._shift_if_due()
         self._maybe_probe_ar(warm)
         shape = None  # the configured batch
@@ -251,7 +252,7 @@ class Engine(EngineWindow, EngineProbe):
         b0, t0 = self._built(), time.perf_counter()
         # 1. Draft: each depth's candidates, as deep as the shape (the drafter: drafting.py, fused_drafter.py).
         depth = len(shape.widths) if shape is not None else len(self.drafter.widths)
-        levels = self.drafter.propose(root, L, self._window(L + 1, []), depth, L + 1 + self.offset)
+        levels = self.drafter.propose(root, L, self._history(L + 1, []), depth, L + 1 + self.window.offset)
         self._sync()
         t1 = time.perf_counter()
         draft_s = self._less_builds(t1 - t0, b0)
@@ -264,7 +265,7 @@ class Engine(EngineWindow, EngineProbe):
         paths = [(*prefix, *c) for c in self.ngrams.top_k(key, k)] if k else []
         # No candidate may predict past the next boundary (or World Info checkpoint): the token there may need
         # the next window.
-        room = min(self.next_boundary, self.next_check) - 1 - len(self.ids)
+        room = min(self.window.next_boundary, self.window.next_check) - 1 - len(self.ids)
         levels, paths = levels[:room], [p[:room] for p in paths]
         trie = build_trie(root, levels, paths)
         pad = slots if self.pad_verify else len(trie.tokens)
@@ -314,7 +315,7 @@ class Engine(EngineWindow, EngineProbe):
     def _plain_step(self, warm: bool) -> StepResult:
         """One AR step inside a TokenSwift run (the adaptive policy's plain gear): the root's K/V and the
         target's sample at the next position, then the same bookkeeping as an accepted root alone. warm: its time
-        counts as the plain step's (engine_probe.StepClock)."""
+        counts as the plain step's (clock.StepClock)."""
         b0, t0 = self._built(), time.perf_counter()
         L = self.length
         token, hidden, drafted = self._ar_forward_and_sample(drafts=True)
@@ -326,10 +327,9 @@ class Engine(EngineWindow, EngineProbe):
         self._sync()
         dt = self._less_builds(time.perf_counter() - t0, b0)
         self.metrics.add_plain_step(dt)
-        if warm:
-            self._observe_ar(dt)
+        if warm:  # this step measured AR at the current context
+            self.metrics.ar_latency_s = self.clock.plain_step(dt)
             self.policy.observe_plain(dt)
-            self.clock.last_probe = time.perf_counter()  # this step measured AR at the current context
         self.clock.ended()
         return StepResult([token])
 
@@ -348,13 +348,13 @@ class Engine(EngineWindow, EngineProbe):
         tokens, positions, tree_mask = (t.to(self.lm.device) for t in verify_inputs(trie, L, pad))
         mask = with_prefix(tree_mask, L, positions, self.lm.config.sliding_window)
         out = self.lm.model(tokens, positions, self.cache, L, mask, logits="none", capture_queries=capture,
-                            exact_rows=True, keep_layers=self.feature_layers)
+                            exact_rows=True, keep_layers=self.needs.feature_layers)
         if len(trie.tokens) <= self.shared_head_rows:
             logits = self.lm.model.logits_of(out.hidden[: len(trie.tokens)])
             rows = lambda node: logits[node:node + 1]  # noqa: E731
         else:
             rows = lambda node: self.lm.model.logits_of(out.hidden[node:node + 1])  # noqa: E731
-        return rows, out.queries, None, self._states(out), None
+        return rows, out.queries, None, self.needs.rows(out), None
 
     def _target_token(self, logits: torch.Tensor, trie, node: int, L: int) -> int:
         """The target's token after `node`, from that row's logits [1, vocab]."""
@@ -364,7 +364,24 @@ class Engine(EngineWindow, EngineProbe):
             path.append(trie.tokens[i])
             i = trie.parents[i]
         path.reverse()
-        return self._sample(logits, self._window(L + 1, path), L + len(path) + 1 + self.offset)
+        return self._sample(logits, self._history(L + 1, path), L + len(path) + 1 + self.window.offset)
+
+    def _maybe_probe_ar(self, warm: bool) -> None:
+        """Measure one plain AR step at the current context, so time saved is against this very run; only on a
+        warm step where one is due (clock.py).
+
+        It writes the root's K/V at slot `length`, exactly what the verify pass writes there next."""
+        if not self.clock.probe_due(warm):
+            return
+        self._sync()
+        b0, t0 = self._built(), time.perf_counter()
+        self._ar_token(self.length)
+        self._tops.clear()  # the probe's token is thrown away, and so are its alternatives
+        self._sync()
+        dt = self._less_builds(time.perf_counter() - t0, b0)
+        self.metrics.ar_latency_s = self.clock.plain_step(dt)
+        if self.policy is not None:
+            self.policy.observe_plain(dt)
 
     def _sample(self, logits: torch.Tensor, window: torch.Tensor | None, position: int) -> int:
         """The target's token at story position `position` from one row of logits [1, vocab]; when recording, also
@@ -381,15 +398,3 @@ class Engine(EngineWindow, EngineProbe):
         rows, self._tops = self._tops, []
         return from_rows(torch.cat(rows)) if rows else []
 
-
-def shared_head_rows(lm: LoadedModel) -> int:
-    """How many candidate rows one LM-head product serves in a verify pass: as many as cost about one row."""
-    if lm.dtype in (torch.bfloat16, torch.float16):
-        return SHARED_HEAD_ROWS
-    if lm.dtype == torch.float32 and lm.model.native is not None and lm.model.quantized_head is None:
-        # a float32 head read once for 8 rows
-        return PRODUCT_ROWS
-    head = lm.model.quantized_head
-    if head is not None:  # q4: sized as its float weight, which a K-quant file's model never dequantizes
-        return COLUMN_ROWS if head.out_features * head.in_features >= COLUMN_MIN_WEIGHT else 0
-    return COLUMN_ROWS if column_product(COLUMN_ROWS, lm.model.head_weight) else 0

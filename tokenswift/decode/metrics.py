@@ -26,7 +26,7 @@ class RunMetrics:
     verify_s: float = 0.0
     overhead_s: float = 0.0  # everything outside the two model passes: trie, sampling, commit, n-grams
     prefill_s: float = 0.0
-    ar_latency_s: float = 0.0  # AR step time at the current context: the median of engine_probe.AR_SAMPLES timings
+    ar_latency_s: float = 0.0  # AR step time at the current context: the median of clock.AR_SAMPLES timings
     time_saved_s: float = 0.0
     accept_histogram: list[int] = field(default_factory=lambda: [0] * 9)
     verify_batch: int = 0  # verify rows (padded candidate batch) of the latest iteration: the adaptive choice

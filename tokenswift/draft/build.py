@@ -15,6 +15,7 @@ from tokenswift.draft.fused_drafter import FusedDrafter
 from tokenswift.draft.layer_drafter import LayerDrafter
 from tokenswift.draft.model_drafter import ModelDrafter
 from tokenswift.model.fastpath import FastPasses
+from tokenswift.model.forward import ForwardOut
 from tokenswift.model.loading import LoadedModel
 from tokenswift.sampling.sampler import Sampler
 from tokenswift.settings import Settings
@@ -28,6 +29,11 @@ class DraftNeeds:
     feature_layers: tuple[int, ...] = ()
     states: int = 1
     queries: bool = False
+
+    def rows(self, out: ForwardOut) -> torch.Tensor:
+        """A pass's rows for the drafter: the last layer's states [T, dim], or with a fused-feature draft layer the
+        outputs of its layers and the last one's side by side [T, (k+1)·dim]."""
+        return torch.cat([*out.layers, out.hidden], dim=-1) if self.feature_layers else out.hidden
 
 
 def draft_needs(lm: LoadedModel, settings: Settings) -> DraftNeeds:

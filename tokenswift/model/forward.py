@@ -35,6 +35,7 @@ from tokenswift.model.rope import apply_rope
 # 2 us against 8): stories260k and the test models keep F.linear.
 COLUMN_ROWS = 4
 COLUMN_MIN_WEIGHT = 1 << 16  # elements (256 KiB in float32); the default model's smallest is 192x576
+SHARED_HEAD_ROWS = 16  # up to this many candidate rows share one LM-head product in 16-bit weights
 
 
 def column_product(rows: int, weight: torch.Tensor) -> bool:
@@ -297,6 +298,20 @@ class Transformer(nn.Module):
             if number in keep:  # the C kernels go on to update x in place: keep a copy of theirs
                 kept.append(x.clone() if block is not None else x)
         return x
+
+
+def shared_head_rows(model: Transformer, dtype: torch.dtype) -> int:
+    """How many candidate rows one LM-head product serves in a verify pass (a model of `dtype`): as many as cost about
+    one row."""
+    if dtype in (torch.bfloat16, torch.float16):
+        return SHARED_HEAD_ROWS
+    if dtype == torch.float32 and model.native is not None and model.quantized_head is None:
+        # a float32 head read once for 8 rows
+        return PRODUCT_ROWS
+    head = model.quantized_head
+    if head is not None:  # q4: sized as its float weight, which a K-quant file's model never dequantizes
+        return COLUMN_ROWS if head.out_features * head.in_features >= COLUMN_MIN_WEIGHT else 0
+    return COLUMN_ROWS if column_product(COLUMN_ROWS, model.head_weight) else 0
 
 
 def fused_state(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

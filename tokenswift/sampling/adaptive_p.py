@@ -14,7 +14,7 @@ SillyTavern). For the row at one position:
    those scores with the position's noise (sampler.py: Gumbel-max, i.e. from their softmax).
 
 The history is the one state in the sampler, and it is a function of the text: it starts afresh where the window
-that predicts the position was built (the run's start, a context shift, a World Info rebuild: engine_window's
+that predicts the position was built (the run's start, a context shift, a World Info rebuild: decode/window's
 `at`), and holds the probabilities of the tokens chosen at the positions since, keyed by position. Plain steps
 append theirs; a verify walk samples its nodes root first down the one path it takes, so each node's history is
 the committed one plus its ancestors' choices, exactly what plain decoding has there; a resume recomputes the

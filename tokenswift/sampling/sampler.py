@@ -139,6 +139,18 @@ def node_windows(history: torch.Tensor, paths: torch.Tensor, depths: torch.Tenso
     return both.gather(1, depths[:, None] + torch.arange(w, device=history.device)[None, :])
 
 
+def history_row(ids: torch.Tensor, end: int, length: int, path: list[int]) -> torch.Tensor | None:
+    """The sampling history (the penalty's last W = `length` tokens, DRY's range) of ids[:end] + path, as a [1, W]
+    row; None where no sampler reads one (length 0)."""
+    if length == 0:
+        return None
+    dev = ids.device
+    history = last_ids(ids, end, torch.arange(length, device=dev))
+    if not path:
+        return history[None]
+    return node_windows(history, torch.tensor([path], device=dev), torch.tensor([len(path)], device=dev))
+
+
 class Sampler:
     """Turns raw logits into tokens under one Settings, with the noise of each row's position."""
 

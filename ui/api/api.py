@@ -77,6 +77,7 @@ from ui.api.follow import Commits
 from ui.api.guard import Guard
 from ui.api.openai_api import add_openai_routes
 from ui.api.plan_api import add_plan_routes
+from ui.api.store_ops import ApiStore
 from ui.drafts.drafts import Context, DraftService
 from ui.drafts.exports import draft_book
 from ui.drafts.limits import Limits, printable
@@ -168,7 +169,7 @@ def create_router(store: Store, tokens: PromptTokens | None = None, texts: Draft
     return router
 
 
-def add_generation_routes(router: APIRouter, store: Store, drafts: DraftService, texts: DraftTexts,
+def add_generation_routes(router: APIRouter, store: ApiStore, drafts: DraftService, texts: DraftTexts,
                           commits: Commits) -> None:
     @router.post("/generations", status_code=201)
     def create_generation(payload: Annotated[dict[str, Any], Depends(json_object)]) -> dict:
@@ -246,7 +247,7 @@ def add_writing_routes(router: APIRouter, drafts: DraftService) -> None:
                 "world_info": world_info_view(gen.world_info)}
 
 
-def add_export_route(router: APIRouter, store: Store) -> None:
+def add_export_route(router: APIRouter, store: ApiStore) -> None:
     @router.get("/generations/{gen_id}/export")
     def export(gen_id: GenId, format: str = "txt", title: str | None = None, author: str | None = None):
         if format not in FORMATS:
@@ -262,7 +263,7 @@ def add_export_route(router: APIRouter, store: Store) -> None:
         return Response(data, media_type=media_type, headers={"Content-Disposition": disposition})
 
 
-def add_control_routes(router: APIRouter, store: Store) -> None:
+def add_control_routes(router: APIRouter, store: ApiStore) -> None:
     verbs = {"pause": store.request_pause, "resume": store.request_resume, "cancel": store.request_cancel}
     for verb, request in verbs.items():
         router.add_api_route(f"/generations/{{gen_id}}/{verb}", control_route(request), methods=["POST"],

@@ -20,10 +20,10 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, HTTPException
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from storage import Store
 from storage.errors import Conflict, Invalid
 from tokenswift.settings import SettingsError
 from ui.api.api_input import GenId, Int, found, invalid, json_object, settings_invalid
+from ui.api.store_ops import ApiStore
 from ui.drafts.branches import NoTokenizer, alternatives
 from ui.drafts.drafts import DraftService
 from ui.drafts.limits import printable
@@ -38,7 +38,7 @@ class BranchIn(BaseModel):
 
 
 
-def add_branch_routes(router: APIRouter, store: Store, tokens: PromptTokens) -> None:
+def add_branch_routes(router: APIRouter, store: ApiStore, tokens: PromptTokens) -> None:
     drafts = DraftService(store, tokens)
 
     @router.get("/generations/{gen_id}/alternatives")

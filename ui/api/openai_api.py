@@ -37,7 +37,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from jinja2 import TemplateError
 from starlette.concurrency import run_in_threadpool
 
-from storage import Conflict, NotFound, Store, StoreError
+from storage import Conflict, NotFound, StoreError
 from storage.records import GenerationRecord
 from tokenswift.settings import Settings, SettingsError
 from ui.api.follow import Commits
@@ -52,6 +52,7 @@ from ui.api.openai_input import (
     parse_options,
     parse_prompt,
 )
+from ui.api.store_ops import ApiStore
 from ui.drafts.drafts import DraftService
 from ui.drafts.texts import Draft, DraftTexts
 from ui.drafts.tokens import PromptTokens
@@ -62,13 +63,13 @@ RUNNING = ("queued", "running")
 REQUEST_NAMES = {"max_new_tokens": "max_tokens"}  # a refused field by this endpoint's name for it
 
 
-def add_openai_routes(app: FastAPI, store: Store, tokens: PromptTokens, texts: DraftTexts) -> None:
+def add_openai_routes(app: FastAPI, store: ApiStore, tokens: PromptTokens, texts: DraftTexts) -> None:
     """The /v1 routes on `app`, before anything mounted at / (which would shadow them)."""
     app.include_router(create_openai_router(store, tokens, texts))
     app.add_exception_handler(OpenAIError, _error_response)
 
 
-def create_openai_router(store: Store, tokens: PromptTokens, texts: DraftTexts) -> APIRouter:
+def create_openai_router(store: ApiStore, tokens: PromptTokens, texts: DraftTexts) -> APIRouter:
     router = APIRouter(prefix=OPENAI_PREFIX, dependencies=[Depends(_store_errors)])
     drafts = Drafts(store, tokens, texts, Commits(texts.changes))
 
@@ -104,7 +105,7 @@ def create_openai_router(store: Store, tokens: PromptTokens, texts: DraftTexts) 
 class Drafts:
     """The requests' drafts: queued in the book of API requests, followed until they stop."""
 
-    def __init__(self, store: Store, tokens: PromptTokens, texts: DraftTexts, commits: Commits):
+    def __init__(self, store: ApiStore, tokens: PromptTokens, texts: DraftTexts, commits: Commits):
         self.store, self.tokens, self.texts, self.commits = store, tokens, texts, commits
         self.drafts = DraftService(store, tokens)
         self._book_lock = threading.Lock()  # two first requests make one book

@@ -30,11 +30,12 @@ from fastapi import APIRouter, Depends, HTTPException, Path, Response
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from bookexport import FORMATS, export_book
-from storage import Conflict, NotFound, Store
+from storage import Conflict, NotFound
 from storage.plans import Chapter, Character, Plan
 from storage.records import SQL_INT_MAX
 from tokenswift.settings import SettingsError
 from ui.api.api_input import GenerationIn, Id, Int, SamplingIn, invalid, json_object, settings_invalid, to_settings
+from ui.api.store_ops import ApiStore
 from ui.drafts.drafts import DraftService
 from ui.drafts.limits import printable, target_problem
 from ui.drafts.plan_drafts import plan_book, state, words, write_chapter
@@ -122,7 +123,7 @@ def checked(work):
         raise settings_invalid(error) from None
 
 
-def own_chapter(store: Store, book_id: int, chapter_id: int) -> Chapter:
+def own_chapter(store: ApiStore, book_id: int, chapter_id: int) -> Chapter:
     """The chapter, or a 404 unless it is in `book_id`."""
     book, chapter = checked(lambda: store.chapter(chapter_id))
     if book != book_id:
@@ -130,7 +131,7 @@ def own_chapter(store: Store, book_id: int, chapter_id: int) -> Chapter:
     return chapter
 
 
-def add_plan_routes(router: APIRouter, store: Store, tokens: PromptTokens) -> None:
+def add_plan_routes(router: APIRouter, store: ApiStore, tokens: PromptTokens) -> None:
     """The book and plan routes here, the chapters' in add_chapter_routes."""
     @router.post("/books", status_code=201)
     def create_book(payload: Body) -> dict:
@@ -172,7 +173,7 @@ def add_plan_routes(router: APIRouter, store: Store, tokens: PromptTokens) -> No
         return Response(data, media_type=media_type, headers={"Content-Disposition": disposition})
 
 
-def add_chapter_routes(router: APIRouter, store: Store, drafts: DraftService) -> None:
+def add_chapter_routes(router: APIRouter, store: ApiStore, drafts: DraftService) -> None:
     """Add, edit, delete and write a chapter (a chapter's draft starts through the drafts service,
     ui/drafts/drafts.py)."""
     @router.post("/books/{book_id}/chapters", status_code=201)

@@ -11,12 +11,13 @@ from dataclasses import dataclass, field
 
 import gradio as gr
 
-from storage import NotFound, Store, StoreError
+from storage import NotFound, StoreError
 from storage.changes import Changes
 from storage.models import COMPARISON
 from storage.records import GenerationRecord
 from tokenswift.decode.metrics import distinct
 from tokenswift.settings import DRAFTERS, Settings, SettingsError
+from ui.compare.store_ops import CompareStore
 from ui.display import charts, views
 from ui.display.live import Watch
 from ui.drafts.drafts import DraftService
@@ -222,7 +223,7 @@ def queue_runs(drafts: DraftService, prompt: str, seed, target, temperature, cou
                 [twins[ar_twin(s)] for s in settings])
 
 
-def results(store: Store, runs: Runs) -> list[list]:
+def results(store: CompareStore, runs: Runs) -> list[list]:
     """The table: one row per column, then one per AR twin."""
     ar_speed = {gid: _speed(runs.watches[gid]) for gid in runs.ar_ids}
     rows = []
@@ -262,19 +263,19 @@ def _f(x: float | None, digits: int = 3) -> str:
     return "…" if x is None else f"{x:.{digits}f}"
 
 
-def _finished_ids(store: Store, runs: Runs, gid: int) -> tuple[list[int], list[float]] | None:
+def _finished_ids(store: CompareStore, runs: Runs, gid: int) -> tuple[list[int], list[float]] | None:
     if gid not in runs.finished and runs.watches[gid].record.status == "done":
         ids = store.get_tokens(gid).generated_ids
         runs.finished[gid] = (ids, distinct(ids))
     return runs.finished.get(gid)
 
 
-def _distinct(store: Store, runs: Runs, gid: int) -> list[str]:
+def _distinct(store: CompareStore, runs: Runs, gid: int) -> list[str]:
     done = _finished_ids(store, runs, gid)
     return [f"{d:.3f}" for d in done[1]] if done else ["…"] * 4
 
 
-def _same(store: Store, runs: Runs, gid: int, twin: int) -> str:
+def _same(store: CompareStore, runs: Runs, gid: int, twin: int) -> str:
     mine, theirs = _finished_ids(store, runs, gid), _finished_ids(store, runs, twin)
     if mine is None or theirs is None:
         return "…"
@@ -292,7 +293,7 @@ def chart_series(runs: Runs) -> tuple[charts.Series, charts.Series]:
     return ts, [(f"{_twin_of(runs, gid)} plain", runs.watches[gid].points) for gid in runs.ar_ids]
 
 
-def render(p: CompareParts, store: Store, runs: Runs) -> dict:
+def render(p: CompareParts, store: CompareStore, runs: Runs) -> dict:
     out = {p.runs: runs, p.remembered: runs.key(), p.table: results(store, runs), p.timer: gr.Timer(active=runs.active)}
     for i, text in enumerate(p.texts):
         if i < len(runs.ts_ids):
@@ -312,7 +313,8 @@ def render(p: CompareParts, store: Store, runs: Runs) -> dict:
     return out
 
 
-def wire(p: CompareParts, store: Store, page: gr.Blocks, tokens: PromptTokens, changes: Changes | None = None) -> None:
+def wire(p: CompareParts, store: CompareStore, page: gr.Blocks, tokens: PromptTokens,
+         changes: Changes | None = None) -> None:
     """changes: the store's commit counter, so ticks read nothing while nothing was committed (ui/display/live.py)."""
     fast = {"concurrency_limit": None}
     drafts = DraftService(store, tokens)

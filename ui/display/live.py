@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from storage import Store
 from storage.changes import Changes
 from storage.drafts import prompt_parts
 from storage.records import GenerationRecord, MetricPoint
+from ui.display.store_ops import LiveStore
 
 TAIL_CHARS = 6_000
 ACTIVE = ("queued", "running")
@@ -46,13 +46,13 @@ class Watch:
         return True
 
     @classmethod
-    def open(cls, store: Store, gen_id: int) -> Watch:
+    def open(cls, store: LiveStore, gen_id: int) -> Watch:
         record = store.get_generation(gen_id, with_text=False)
         watch = cls(gen_id, record, tail=shown_prompt(store, record)[-TAIL_CHARS:])
         watch.refresh(store)
         return watch
 
-    def refresh(self, store: Store, changes: Changes | None = None) -> tuple[bool, bool, bool]:
+    def refresh(self, store: LiveStore, changes: Changes | None = None) -> tuple[bool, bool, bool]:
         """Read what is new: (status or counters changed, text changed, metric points changed). With `changes`
         (timer ticks), nothing is read while nothing was committed since the last read; without (after a
         click), the store is read whatever the counter says."""
@@ -99,14 +99,14 @@ class Watch:
 
 
 
-def whole_text(store: Store, gen_id: int) -> str:
+def whole_text(store: LiveStore, gen_id: int) -> str:
     """Prompt + generated text as shown_prompt shows it, read fresh from the store (the text a writer's edit starts
     from: Store.save_edit takes an instruction draft's story alone)."""
     record = store.get_generation(gen_id)
     return shown_prompt(store, record) + (record.text or "")
 
 
-def shown_prompt(store: Store, record: GenerationRecord) -> str:
+def shown_prompt(store: LiveStore, record: GenerationRecord) -> str:
     """The prompt as the Write tab shows it: an opening whole; an instruction draft's story so far, without the
     instruction its text starts with (the model's answer is the story; the whole-text view shows it apart)."""
     instruction = store.instruction(record.id)

@@ -5,8 +5,8 @@ tokenizer (ui/drafts/tokens.py): what the API's routes (ui/api/branch_api.py), t
 
 from __future__ import annotations
 
-from storage import Store
 from tokenswift.text.detok import IncrementalDetokenizer
+from ui.drafts.store_ops import DraftsStore
 from ui.drafts.tokens import PromptTokens
 
 
@@ -36,7 +36,7 @@ def decoded(tokens: PromptTokens, model: str | None, work):
     return result
 
 
-def alternatives(store: Store, tokens: PromptTokens, gen_id: int, position: int) -> dict:
+def alternatives(store: DraftsStore, tokens: PromptTokens, gen_id: int, position: int) -> dict:
     """The token at `position` with its alternatives, their texts and probabilities (Invalid, NotFound)."""
     at = store.token_at(gen_id, position)
 

@@ -16,11 +16,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from storage import Conflict, Store
+from storage import Conflict
 from storage.records import GenerationRecord
 from tokenswift.settings import Settings, SettingsError
 from ui.drafts.branches import decoded, text_after
 from ui.drafts.limits import context_text_problem, target_problem, unicode_problem
+from ui.drafts.store_ops import DraftsStore
 from ui.drafts.tokens import PromptTokens
 
 
@@ -47,7 +48,7 @@ class Context:
 
 
 class DraftService:
-    def __init__(self, store: Store, tokens: PromptTokens):
+    def __init__(self, store: DraftsStore, tokens: PromptTokens):
         self.store, self.tokens = store, tokens
 
     # --- the checks -------------------------------------------------------------------------------------

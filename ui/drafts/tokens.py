@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
-from storage import Store
 from storage.home import gguf_cache
 from ui.display import views
+from ui.drafts.store_ops import DraftsStore
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -40,7 +40,7 @@ class _Loaded:
 
 
 class PromptTokens:
-    def __init__(self, store: Store, *, retry_s: float = RETRY_S):
+    def __init__(self, store: DraftsStore, *, retry_s: float = RETRY_S):
         self.store, self.retry_s = store, retry_s
         self._loaded: dict[str, _Loaded] = {}
         self._failed: dict[str, float] = {}  # model -> monotonic time its tokenizer failed to load

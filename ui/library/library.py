@@ -11,7 +11,7 @@ from pathlib import Path
 import gradio as gr
 
 from bookexport import export_book
-from storage import Conflict, NotFound, Store, StoreError
+from storage import Conflict, NotFound, StoreError
 from storage.overview import DraftSummary
 from storage.records import GenerationRecord
 from tokenswift.settings import Settings, SettingsError
@@ -20,6 +20,7 @@ from ui.drafts.drafts import DraftService
 from ui.drafts.exports import Exports, draft_book
 from ui.drafts.tokens import PromptTokens
 from ui.forms.forms import PROMPT_FORMATS, TARGET_LABEL, FormError, labelled, settings_from
+from ui.library.store_ops import LibraryStore
 from ui.write import write_view
 from ui.write.write_parts import WriteParts
 
@@ -111,7 +112,7 @@ NO_DRAFTS = ("**This book has no drafts.** Start one in the **Write** tab (its t
              "delete the empty book.")
 
 
-def listing(p: LibraryParts, store: Store, book_id: int | None, count: Counter | None = None,
+def listing(p: LibraryParts, store: LibraryStore, book_id: int | None, count: Counter | None = None,
             draft_id: int | None = None) -> dict:
     """Books, the chosen one (kept if it still exists, else the one last worked on), and its drafts (the chosen
     one kept if it is still there). count: the tokens of an edit's text that was never tokenized (None: not shown)."""
@@ -154,7 +155,7 @@ def _target(d: DraftSummary) -> int | str:
     return "–" if d.kind == "edit" and d.record.finish_reason == "edit" else d.record.target_tokens
 
 
-def book_view(p: LibraryParts, store: Store, book_id: int | None, count: Counter | None = None,
+def book_view(p: LibraryParts, store: LibraryStore, book_id: int | None, count: Counter | None = None,
               draft_id: int | None = None) -> dict:
     if book_id is None:
         return {p.title: "", p.author: "", p.drafts: [], p.draft: gr.Dropdown(choices=[], value=None),
@@ -185,7 +186,7 @@ def token_counter(tokens: PromptTokens | None) -> Counter | None:
     return count
 
 
-def export_file(store: Store, exports: Exports, gen_id: int, fmt: str, title: str, author: str) -> Path:
+def export_file(store: LibraryStore, exports: Exports, gen_id: int, fmt: str, title: str, author: str) -> Path:
     """Write the export into the app's exports folder (Gradio serves it from there as a download)."""
     gen = store.get_generation(gen_id)
     book = store.get_session(gen.session_id)
@@ -198,7 +199,7 @@ class LibraryEvents:
     """The Library tab's handlers: each returns the components it redraws and says what happened in the status
     line. `wire` binds them to the page's events."""
 
-    def __init__(self, p: LibraryParts, store: Store, w: WriteParts, tabs: gr.Tabs, exports: Exports,
+    def __init__(self, p: LibraryParts, store: LibraryStore, w: WriteParts, tabs: gr.Tabs, exports: Exports,
                  count, drafts: DraftService) -> None:
         self.p, self.store, self.w, self.tabs, self.exports, self.count = p, store, w, tabs, exports, count
         self.drafts = drafts  # Continue goes through the drafts service, as the Write tab's and the API's do
@@ -327,7 +328,7 @@ class LibraryEvents:
         return {self.p.file: str(path), **self.say(f"Exported {path.name}; download it below.")}
 
 
-def wire(p: LibraryParts, store: Store, w: WriteParts, tabs: gr.Tabs, tab: gr.Tab, exports: Exports,
+def wire(p: LibraryParts, store: LibraryStore, w: WriteParts, tabs: gr.Tabs, tab: gr.Tab, exports: Exports,
          tokens: PromptTokens | None = None) -> None:
     """tokens: the app's tokenizers, to count an edit's text that no worker has tokenized yet."""
     fast = {"concurrency_limit": None}

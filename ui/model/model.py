@@ -15,7 +15,7 @@ from pathlib import Path
 
 import gradio as gr
 
-from storage import Store, StoreError
+from storage import StoreError
 from storage.records import ModelSpec
 from tokenswift.model.default_model import default_model_path
 from tokenswift.model.errors import ModelLoadError
@@ -23,6 +23,7 @@ from tokenswift.model.gguf_checkpoint import GGUFInfo, inspect_gguf, is_gguf
 from tokenswift.model.gguf_summary import GGUFSummary, summarize
 from ui.display import views
 from ui.model.drafters import drafters_text
+from ui.model.store_ops import ModelStore
 
 DEVICES = ["cpu", "cuda", "cuda:0", "cuda:1"]
 DTYPES = ["float32", "bfloat16", "float16", "float64", "q4"]
@@ -202,7 +203,7 @@ def _cached(repo_id: str) -> Path | None:
     return Path(config).parent if isinstance(config, str) else None
 
 
-def status(store: Store) -> str:
+def status(store: ModelStore) -> str:
     """The model notice (what the loaded model is) and its drafters, then every worker's status."""
     workers = store.list_workers()
     live = views.live_worker(workers)
@@ -211,7 +212,7 @@ def status(store: Store) -> str:
     return "\n\n".join(part for part in parts if part)
 
 
-def wire(p: ModelParts, store: Store, tab: gr.Tab) -> None:
+def wire(p: ModelParts, store: ModelStore, tab: gr.Tab) -> None:
     fast = {"concurrency_limit": None}
 
     def refuse(message: str) -> dict:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import gradio as gr
 
 from bookexport import export_book
-from storage import Conflict, NotFound, Store, StoreError
+from storage import Conflict, NotFound, StoreError
 from storage.plans import Character
 from tokenswift.settings import WRITING_DEFAULTS, SettingsError
 from ui.display import views
@@ -18,6 +18,7 @@ from ui.drafts.plan_input import MAX_PREMISE, MAX_TITLE, PlanProblem, check_chap
 from ui.drafts.tokens import PromptTokens
 from ui.forms.forms import FormError, labelled, settings_from
 from ui.plan.plan_parts import CHAPTER_HEADERS, CHARACTER_HEADERS, FORMATS, PlanParts, table
+from ui.plan.store_ops import PlanStore
 from ui.write import write_view
 from ui.write.write_parts import WriteParts
 
@@ -25,7 +26,7 @@ Failure = (Conflict, NotFound, StoreError, PlanProblem, FormError, SettingsError
 NO_BOOK = "**No book chosen.** Give a new book a title and press **New book**, or choose one of the Library's."
 
 
-def view(p: PlanParts, store: Store, book_id: int | None, chapter_id: int | None = None) -> dict:
+def view(p: PlanParts, store: PlanStore, book_id: int | None, chapter_id: int | None = None) -> dict:
     """The plan of `book_id` (the one last worked on if it is gone), with `chapter_id` chosen if it is still there."""
     books = store.list_sessions()
     if book_id not in [b.id for b in books]:
@@ -60,7 +61,7 @@ class PlanEvents:
     """The Plan tab's handlers: each returns the components it redraws (a dict) and says what happened in the status
     line. `wire` binds them to the page's events."""
 
-    def __init__(self, p: PlanParts, store: Store, w: WriteParts, tabs: gr.Tabs, exports: Exports,
+    def __init__(self, p: PlanParts, store: PlanStore, w: WriteParts, tabs: gr.Tabs, exports: Exports,
                  tokens: PromptTokens):
         self.p, self.store, self.w, self.tabs, self.exports = p, store, w, tabs, exports
         self.drafts = DraftService(store, tokens)  # a chapter's draft starts there, as the API's does
@@ -214,7 +215,7 @@ class PlanEvents:
                 self.p.timer: gr.Timer(active=any(state(c) == "writing" for c in plan.chapters))}
 
 
-def wire(p: PlanParts, store: Store, w: WriteParts, tabs: gr.Tabs, tab: gr.Tab, exports: Exports,
+def wire(p: PlanParts, store: PlanStore, w: WriteParts, tabs: gr.Tabs, tab: gr.Tab, exports: Exports,
          tokens: PromptTokens) -> None:
     # One plan event at a time, in the order the page sent them: two redraws of the book list racing (the tab's
     # opening and "New book" pressed at once) could leave the server holding the older choices, which then

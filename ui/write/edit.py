@@ -8,10 +8,11 @@ version" opens it again. Continue or Resume then re-prefills from the edited tex
 
 from __future__ import annotations
 
-from storage import Conflict, NotFound, Store, StoreError
+from storage import Conflict, NotFound, StoreError
 from tokenswift.settings import SettingsError
 from ui.display.live import ACTIVE, Watch, whole_text
 from ui.drafts.drafts import DraftService
+from ui.write.store_ops import WriteStore
 from ui.write.write_parts import WriteParts
 from ui.write.write_view import editing, problem, show_generation
 
@@ -22,7 +23,7 @@ BACK_IN_VIEW = """() => setTimeout(() => {
 }, 100)"""
 
 
-def wire(p: WriteParts, store: Store, drafts: DraftService) -> None:
+def wire(p: WriteParts, store: WriteStore, drafts: DraftService) -> None:
     """An edit is saved through `drafts` (ui/drafts/drafts.py), as the API's are."""
     fast = {"concurrency_limit": None}
 

@@ -12,13 +12,13 @@ import html
 import re
 from dataclasses import dataclass
 
-from storage import Store
 from storage.drafts import prompt_parts
 from tokenswift.settings import Settings, SettingsError
 from tokenswift.text.context_window import leading_bos, pinned_ids, window_plan
 from tokenswift.text.prompting import prompt_ids
 from tokenswift.text.world_info import WorldInfo
 from ui.drafts.tokens import PromptTokens
+from ui.write.store_ops import WriteStore
 
 UNKNOWN_CONTEXT = 1 << 30
 SHIFTED_CHARS = 400  # of the text shifted out of view, the end shown (the whole draft is in "Show whole text")
@@ -48,7 +48,7 @@ class _Vocab:
         return list(self.tokenizer(text).input_ids)
 
 
-def context_html(store: Store, tokens: PromptTokens, gen_id: int) -> str:
+def context_html(store: WriteStore, tokens: PromptTokens, gen_id: int) -> str:
     """The view's HTML; a sentence instead when the model's tokenizer cannot be loaded in this process."""
     record = store.get_generation(gen_id, with_text=False)
     target = tokens.target()
@@ -66,7 +66,7 @@ def context_html(store: Store, tokens: PromptTokens, gen_id: int) -> str:
     return _render(pieces)
 
 
-def _pieces(store: Store, record, vocab: _Vocab, context: int | None) -> list[tuple[str, str, int]]:
+def _pieces(store: WriteStore, record, vocab: _Vocab, context: int | None) -> list[tuple[str, str, int]]:
     """(kind, text, tokens) of what the model sees for the draft's next token, as context_window lays it out."""
     settings = Settings.from_json(record.settings_json)
     instruction = store.instruction(record.id)

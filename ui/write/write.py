@@ -12,7 +12,7 @@ from pathlib import Path
 
 import gradio as gr
 
-from storage import Conflict, NotFound, Store, StoreError
+from storage import Conflict, NotFound, StoreError
 from tokenswift.settings import SettingsError
 from ui.display import views
 from ui.display.live import ACTIVE, Watch
@@ -22,6 +22,7 @@ from ui.drafts.texts import DraftTexts
 from ui.drafts.tokens import PromptTokens
 from ui.forms.forms import SAMPLERS, FormError, SettingsForm, labelled, parse_target
 from ui.write import edit, seen, write_branch_events
+from ui.write.store_ops import WriteStore
 from ui.write.world_info_panel import stored
 from ui.write.write_parts import CHART_S, WriteParts
 from ui.write.write_view import limit_line, no_model_problem, problem, render, show_generation, whole
@@ -32,7 +33,7 @@ MAX_UPLOAD_BYTES = 8 * 1024 * 1024
 class WriteEvents:
     """The Write tab's handlers: each returns the components it redraws. `wire` binds them to the page's events."""
 
-    def __init__(self, p: WriteParts, store: Store, tokens: PromptTokens, texts: DraftTexts) -> None:
+    def __init__(self, p: WriteParts, store: WriteStore, tokens: PromptTokens, texts: DraftTexts) -> None:
         self.p, self.store, self.texts = p, store, texts
         self.drafts = DraftService(store, tokens)
 
@@ -203,7 +204,7 @@ class WriteEvents:
         return whole(self.store, watch.gen_id, reflow) if shown and watch is not None else gr.skip()
 
 
-def wire(p: WriteParts, store: Store, page: gr.Blocks, tokens: PromptTokens, texts: DraftTexts) -> None:
+def wire(p: WriteParts, store: WriteStore, page: gr.Blocks, tokens: PromptTokens, texts: DraftTexts) -> None:
     """`page`: the Blocks, whose load event reattaches a reopened tab to its draft. `tokens`: the app's
     tokenizer cache, to refuse a prompt + target beyond the model's context before queueing it. `texts`: the
     app's cache of whole texts ("Show whole text")."""
@@ -236,7 +237,7 @@ def wire(p: WriteParts, store: Store, page: gr.Blocks, tokens: PromptTokens, tex
     write_branch_events.wire(p, store, tokens, on.drafts)
 
 
-def _offer(p: WriteParts, store: Store, offer, shown: int | None) -> dict:
+def _offer(p: WriteParts, store: WriteStore, offer, shown: int | None) -> dict:
     """The offer row: the draft being written or last paused ("Paused — Draft #3 of The Harbour, 4,192 /
     20,000 tokens"), unless it is the one already on screen."""
     if offer is None or offer.id == shown:

@@ -6,20 +6,21 @@ from __future__ import annotations
 
 import gradio as gr
 
-from storage import Conflict, NotFound, Store, StoreError
+from storage import Conflict, NotFound, StoreError
 from storage.errors import Invalid
 from ui.display import views
 from ui.display.live import Watch
 from ui.drafts.branches import NoTokenizer, alternatives
 from ui.drafts.drafts import DraftService
 from ui.drafts.tokens import PromptTokens
+from ui.write.store_ops import WriteStore
 from ui.write.write_branches import BranchParts, family_choices, words_html
 from ui.write.write_view import problem, show_generation
 
 NOT_RECORDED = "No alternatives recorded for this part (it was written before they were recorded)."
 
 
-def wire(p, store: Store, tokens: PromptTokens, drafts: DraftService) -> None:
+def wire(p, store: WriteStore, tokens: PromptTokens, drafts: DraftService) -> None:
     """p: the tab's WriteParts (p.branching is write_branches.BranchParts); a branch starts through `drafts`."""
     b: BranchParts = p.branching
     fast = {"concurrency_limit": None}

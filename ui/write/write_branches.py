@@ -13,9 +13,9 @@ from dataclasses import dataclass
 
 import gradio as gr
 
-from storage import Store
 from ui.drafts.branches import token_texts
 from ui.drafts.tokens import PromptTokens
+from ui.write.store_ops import WriteStore
 
 VIEW_TOKENS = 1_500  # the draft's last tokens in the token view (a page of spans stays quick to draw)
 
@@ -74,7 +74,7 @@ def build() -> BranchParts:
     return BranchParts(box, branches, show, words, position, look, info, choice, branch, gr.State(None))
 
 
-def words_html(store: Store, tokens: PromptTokens, gen_id: int) -> str:
+def words_html(store: WriteStore, tokens: PromptTokens, gen_id: int) -> str:
     """The draft's last VIEW_TOKENS generated tokens as clickable spans (greyed where nothing was recorded)."""
     record = store.get_generation(gen_id, with_text=False)
     if record.produced_tokens == 0:
@@ -93,7 +93,7 @@ def words_html(store: Store, tokens: PromptTokens, gen_id: int) -> str:
     return f"{lead}<div class='ts-words'>{'…' if span.start else ''}{''.join(pieces)}</div>"
 
 
-def family_choices(store: Store, gen_id: int) -> list[tuple[str, int]]:
+def family_choices(store: WriteStore, gen_id: int) -> list[tuple[str, int]]:
     labels = []
     for b in store.branches(gen_id):
         r = b.record

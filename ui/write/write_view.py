@@ -6,20 +6,20 @@ from __future__ import annotations
 
 import gradio as gr
 
-from storage import Store
 from storage.records import GenerationRecord
 from tokenswift.settings import Settings
 from ui.display import charts, views
 from ui.display.live import ACTIVE, Watch
 from ui.forms.forms import SAMPLERS, form_from_settings
 from ui.write import wholetext
+from ui.write.store_ops import WriteStore
 from ui.write.world_info_panel import shown
 from ui.write.write_parts import WriteParts
 
 STOPPED = ("paused", "done", "cancelled", "failed")
 
 
-def limit_line(store: Store) -> str:
+def limit_line(store: WriteStore) -> str:
     """The model notice (what the model is) and the length limit it sets."""
     worker = views.live_worker(store.list_workers())
     notice = views.model_notice(worker)
@@ -29,7 +29,7 @@ def limit_line(store: Store) -> str:
     return notice
 
 
-def render(p: WriteParts, store: Store, watch: Watch | None, *, text=True, charts_too=True, full=False) -> dict:
+def render(p: WriteParts, store: WriteStore, watch: Watch | None, *, text=True, charts_too=True, full=False) -> dict:
     """Updates for the view of `watch` (None: an empty page). full: close the whole-text view and the editor."""
     if watch is None:
         empty = {p.alpha: charts.alpha_chart([]), p.ngram: charts.ngram_chart([]), p.speed: charts.speed_chart([]),
@@ -62,11 +62,11 @@ def _closed(p: WriteParts) -> dict:
     return {p.full: gr.HTML(visible=False, value=""), p.full_shown: False, p.show_all: "Show whole text", p.seen: ""}
 
 
-def whole(store: Store, gen_id: int, reflow: bool) -> str:
+def whole(store: WriteStore, gen_id: int, reflow: bool) -> str:
     return wholetext.render(store.text_sources(gen_id), reflow=reflow, instruction=store.instruction(gen_id))
 
 
-def show_generation(p: WriteParts, store: Store, gen_id: int, *, fill_form: bool = True) -> dict:
+def show_generation(p: WriteParts, store: WriteStore, gen_id: int, *, fill_form: bool = True) -> dict:
     """Open a stored draft: its view, its book, and (fill_form) the prompt and settings it was made with."""
     watch = Watch.open(store, gen_id)
     out = {**render(p, store, watch, full=True), p.book: watch.record.session_id, p.remembered: gen_id}
@@ -83,7 +83,7 @@ def show_generation(p: WriteParts, store: Store, gen_id: int, *, fill_form: bool
     return out
 
 
-def _status(store: Store, watch: Watch) -> str:
+def _status(store: WriteStore, watch: Watch) -> str:
     record, ahead, note = watch.record, 0, ""
     if record.status == "queued":
         ahead = sum(1 for g in store.list_generations(statuses=("queued", "running")) if g.id < record.id)
@@ -104,7 +104,7 @@ def _buttons(p: WriteParts, record: GenerationRecord | None) -> dict:
             p.save_context: gr.Button(interactive=record is not None)}
 
 
-def no_model_problem(store: Store) -> str | None:
+def no_model_problem(store: WriteStore) -> str | None:
     """Why a draft started now could not run, if the worker says so (no model chosen, or it failed to load)."""
     worker = views.live_worker(store.list_workers())
     if worker is None or worker.load_status in ("ready", "loading"):

@@ -1,7 +1,7 @@
 """Time saved versus plain decoding, measured within the run: a TokenSwift engine times a plain AR step at the
 current context every so often (and at each plain step the adaptive policy takes), and counts the time saved
-against the median of the latest timings. Mixed into engine.Engine, which holds the state these read (length,
-metrics, policy, clock) and its AR step (_ar_token).
+against the median of the latest timings. The engine runs the probe's step (Engine._maybe_probe_ar); its StepClock
+says when one is due and what the plain steps took.
 
 Only warm steps are timed. A step that follows a pause (another engine's turn in `bench`, a Compare run's other
 side, the worker's writes, a resume) runs with the caches and TLB the other work left: at a 7K context its plain
@@ -33,7 +33,7 @@ COLD_GAP_S = 0.25
 
 @dataclass
 class StepClock:
-    """When the engine's steps ended and what its plain steps took."""
+    """When the engine's steps ended, when its plain step was last timed and what its plain steps took."""
     last_probe: float = 0.0
     step_end: float = -math.inf  # -inf: no step yet, the first one is cold
     ar_times: deque[float] = field(default_factory=lambda: deque(maxlen=AR_SAMPLES))
@@ -45,31 +45,17 @@ class StepClock:
     def ended(self) -> None:
         self.step_end = time.perf_counter()
 
-
-class EngineProbe:
-    def _maybe_probe_ar(self, warm: bool) -> None:
-        """Measure one plain AR step at the current context, so time saved is against this very run; only on a
-        warm step (StepClock).
-
-        It writes the root's K/V at slot `length`, exactly what the verify pass writes there next."""
+    def probe_due(self, warm: bool) -> bool:
+        """Whether to time a plain step at the current context before a warm step (PROBE_INTERVAL_S)."""
         now = time.perf_counter()
-        if not warm or now - self.clock.last_probe < PROBE_INTERVAL_S:
-            return
-        n = self.length
-        self._sync()
-        b0, t0 = self._built(), time.perf_counter()
-        self._ar_token(n)
-        self._tops.clear()  # the probe's token is thrown away, and so are its alternatives
-        self._sync()
-        dt = self._less_builds(time.perf_counter() - t0, b0)
-        self._observe_ar(dt)
-        if self.policy is not None:
-            self.policy.observe_plain(dt)
-        self.clock.last_probe = time.perf_counter()
+        return warm and now - self.last_probe >= PROBE_INTERVAL_S
 
-    def _observe_ar(self, seconds: float) -> None:
-        self.clock.ar_times.append(seconds)
-        self.metrics.ar_latency_s = ar_estimate(self.clock.ar_times)
+    def plain_step(self, seconds: float) -> float:
+        """A warm plain step took `seconds` (a probe, or the adaptive policy's plain gear): returns the AR step time
+        that time saved is counted against from now on."""
+        self.ar_times.append(seconds)
+        self.last_probe = time.perf_counter()
+        return ar_estimate(self.ar_times)
 
 
 def ar_estimate(samples) -> float:
