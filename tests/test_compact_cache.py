@@ -13,6 +13,7 @@ from test_native_rows import CFG, block_of, cache_layer, tree_block
 from tokenswift.decode.generate import Generator
 from tokenswift.model import native
 from tokenswift.model.kv_cache import KVCache
+from tokenswift.model.kv_q8 import Q8
 from tokenswift.model.loading import compact_cache
 from tokenswift.model.masks import with_prefix
 from tokenswift.model.native_rows import NativeBlock, NativeRows
@@ -125,10 +126,12 @@ def test_float64_and_gpu_models_keep_a_full_precision_cache(stories64):
         compact_cache(stories64, "bf16")
 
 
-def test_q4_runs_a_bf16_cache_by_default_and_other_precisions_keep_theirs(smollm2_q4, stories32, stories64):
-    """auto (load_model's and the CLI's default): bf16 for q4, the app's CPU configuration, measured to keep the
-    float32 cache's next token at 99.9% of positions; full precision elsewhere (float64 for the exactness proofs)."""
-    assert (smollm2_q4.kv_cache, smollm2_q4.cache_dtype) == ("bf16", torch.bfloat16)
+def test_q4_runs_a_compact_cache_by_default_and_other_precisions_keep_theirs(smollm2_q4, stories32, stories64):
+    """auto (load_model's and the CLI's default): for q4, the app's CPU configuration, q8 where the kernels have its
+    integer products and bf16 elsewhere (loading.compact_cache's measurements); full precision elsewhere (float64
+    for the exactness proofs)."""
+    fast = smollm2_q4.model.native.lib.attention_q8_fast()
+    assert (smollm2_q4.kv_cache, smollm2_q4.cache_dtype) == (("q8", Q8) if fast else ("bf16", torch.bfloat16))
     assert (stories32.kv_cache, stories32.cache_dtype) == ("float32", torch.float32)
     assert stories64.cache_dtype == torch.float64 and compact_cache(stories64, "auto").cache_dtype == torch.float64
     assert compact_cache(smollm2_q4, "float32").cache_dtype == torch.float32  # --kv-cache float32

@@ -213,6 +213,25 @@ def test_a_window_of_states_then_plain_steps_drafts_from_the_last_window(lm64):
     assert len(drafter.propose(7, w + 5, None, 2, 0)) == 2
 
 
+def test_catching_up_on_plain_steps_is_timed_as_the_switch(lm64):
+    """The rows of plain steps are run at the next draft: that is the switch from plain steps (switch_s, kept apart
+    from the shape's time by the engine), where a drafting iteration's own one to depth + 1 rows are not."""
+    s = Settings(max_new_tokens=8, ignore_eos=True, drafter="layer", tree=(1, 1, 1))
+    dim = lm64.config.dim
+    drafter = LayerDrafter(lm64, s, Sampler(s, lm64.config.vocab_size, "cpu"), 256)
+    drafter.start(None, 0, [])
+    drafter.observe(torch.randn(3, dim, dtype=torch.float64), [4, 5, 6], 0)  # an iteration's accepted path
+    drafter.propose(6, 3, None, 2, 0)
+    assert drafter.switch_s == 0.0
+    for i in range(12):  # plain steps
+        drafter.observe(torch.randn(1, dim, dtype=torch.float64), [7 + i], 3 + i)
+    drafter.propose(18, 15, None, 2, 0)
+    assert drafter.switch_s > 0.0
+    drafter.observe(torch.randn(2, dim, dtype=torch.float64), [20, 21], 15)
+    drafter.propose(21, 17, None, 2, 0)
+    assert drafter.switch_s == 0.0
+
+
 def test_in_float32_the_layer_drafts_by_the_c_kernels_what_torch_drafts(stories32, trained):
     """A float32 CPU model's drafter runs its layer through the model's C kernels (native_rows): the same text as
     plain decoding, and the drafts torch's operators make (the same tokens accepted, to a rounding tie or two)."""

@@ -501,6 +501,34 @@ def test_policy_takes_plain_steps_only_while_they_are_faster():
     assert all(off.choose() is not None for _ in range(20))
 
 
+def test_the_switch_from_plain_steps_counts_against_exploring():
+    """An exploration after plain steps pays the drafter's catch-up on their rows (switch_s): not the shape's time
+    (the engine leaves it out), but part of what exploring costs, so explorations come that much further apart."""
+    shapes = ladder((1, 3, 3, 3), 20)[:4]
+    levels, paths = [[5], [1, 2, 3], [1, 2, 3], [1, 2, 3]], []
+
+    def gaps(switch_s: float) -> list[int]:
+        policy = CandidatePolicy(shapes, explore_every=8, plain_explore_share=0.5)
+        for _ in range(8):
+            shape = policy.choose()
+            policy.observe(shape.cut(levels), paths, [5], 0.25)
+        policy.observe_plain(0.0625)
+        runs, plain = [], 0
+        for _ in range(60):
+            shape = policy.choose()
+            if shape is None:
+                plain += 1
+                policy.observe_plain(0.0625)
+                continue
+            runs.append(plain)
+            plain = 0
+            policy.observe(shape.cut(levels), paths, [5], 0.25, switch_s)
+        return runs
+
+    assert set(gaps(0.0)[1:]) == {8}  # a pass of 0.25 s once plain steps took 0.25 / 0.5 s
+    assert set(gaps(0.25)[1:]) == {16}  # the pass and its switch, 0.5 s, once they took 1 s
+
+
 def test_exploring_beside_plain_steps_favours_the_shape_closest_to_paying():
     """While plain steps are faster, three explorations in four run the best shape; the fourth refreshes the
     shape timed longest ago, so every shape is still measured as the context grows."""

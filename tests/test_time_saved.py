@@ -80,8 +80,8 @@ def test_a_step_after_a_pause_is_not_timed(stories64, monkeypatch):
     timings = []  # what the policy was told: ("plain", s) or ("shape", s or None)
     observe, observe_plain = CandidatePolicy.observe, CandidatePolicy.observe_plain
     monkeypatch.setattr(CandidatePolicy, "observe",
-                        lambda p, levels, paths, accepted, s: (timings.append(("shape", s)),
-                                                               observe(p, levels, paths, accepted, s)))
+                        lambda p, levels, paths, accepted, s, *rest: (timings.append(("shape", s)),
+                                                                      observe(p, levels, paths, accepted, s, *rest)))
     monkeypatch.setattr(CandidatePolicy, "observe_plain",
                         lambda p, s: (timings.append(("plain", s)), observe_plain(p, s)))
     gen = Generator(stories64, SETTINGS, stories64.encode("Once upon a time"), options=EngineOptions(adaptive=True))

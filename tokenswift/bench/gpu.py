@@ -25,6 +25,7 @@ import torch
 
 from tokenswift.bench.runs import copy_bandwidth, kv_bytes_per_token, sync_device, weight_bytes
 from tokenswift.decode.adaptive import Shape, ladder
+from tokenswift.model import kv_q8
 from tokenswift.model.fastpath import FastOptions, FastPasses, padded_capacity
 from tokenswift.model.kv_cache import KVCache
 from tokenswift.model.loading import LoadedModel
@@ -95,8 +96,12 @@ def random_cache(lm: LoadedModel, capacity: int, seed: int = 0, slot_major: bool
     cfg = lm.config
     cache = KVCache(cfg.n_layers, cfg.n_kv_heads, capacity, cfg.head_dim, lm.device, lm.cache_dtype, slot_major)
     generator = torch.Generator(device=lm.device).manual_seed(seed)
-    for buf in (cache.k, cache.v):
-        buf.normal_(0.0, 1.0, generator=generator)  # in place: no temporary the size of the cache
+    for buf, key in ((cache.k, True), (cache.v, False)):
+        if buf.dtype != kv_q8.Q8:
+            buf.normal_(0.0, 1.0, generator=generator)  # in place: no temporary the size of the cache
+            continue
+        for layer in buf:  # q8 rows of random values, a layer at a time
+            layer.copy_(kv_q8.quantize(torch.randn(*layer.shape[:-1], cfg.head_dim, generator=generator), key))
     return cache
 
 

@@ -20,8 +20,8 @@ from tokenswift.decode.engine import Engine
 from tokenswift.decode.generate import Generator, open_engine, validate
 from tokenswift.decode.metrics import distinct
 from tokenswift.decode.options import EngineOptions
-from tokenswift.model.loading import LoadedModel
 from tokenswift.model.kv_q8 import Q8, row_width
+from tokenswift.model.loading import LoadedModel
 from tokenswift.settings import Settings
 from tokenswift.text.context_window import PinnedText
 

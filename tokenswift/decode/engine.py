@@ -300,15 +300,15 @@ class Engine:
         self._advance_ngrams()
         self._sync()
         t4 = time.perf_counter()
-        ngram_accepted = sum(trie.from_ngram[i] for i in accepted)
-        ngram_hit = any(trie.from_ngram[i] and not trie.from_tree[i] for i in accepted)
         overhead_s = (t2 - t1) + (t4 - t3)
-        self.metrics.add_step(len(emitted), len(emitted) - 1, ngram_accepted, ngram_hit, draft_s, verify_s,
+        self.metrics.add_step(len(emitted), len(emitted) - 1, sum(trie.from_ngram[i] for i in accepted),
+                              any(trie.from_ngram[i] and not trie.from_tree[i] for i in accepted), draft_s, verify_s,
                               overhead_s)
         self.metrics.verify_batch = slots
         self.metrics.verify_batches[str(slots)] = self.metrics.verify_batches.get(str(slots), 0) + 1
-        if self.policy is not None:
-            self.policy.observe(levels, paths, emitted[:-1], draft_s + verify_s + overhead_s if warm else None)
+        if self.policy is not None:  # the shape's own time, and apart the switch from plain steps (adaptive.py)
+            seconds = draft_s + verify_s + overhead_s - self.drafter.switch_s if warm else None
+            self.policy.observe(levels, paths, emitted[:-1], seconds, self.drafter.switch_s)
         self.clock.ended()
         return StepResult(emitted)
 

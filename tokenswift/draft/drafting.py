@@ -24,6 +24,9 @@ ONE_READ_DEVICES = frozenset({"cuda"})
 
 class Drafter(Protocol):
     uses_hidden: bool  # whether the engine must observe() the last committed token's last-layer state
+    # Seconds the last propose() spent catching up on rows committed by plain steps (the adaptive policy's plain
+    # gear): the cost of switching from plain steps to drafting, not of the shape it drafted (adaptive.py).
+    switch_s: float
 
     def start(self, full: KVCache, length: int, queries: list[torch.Tensor]) -> None:
         """Called after every prefill (the first, and each context shift): `length` tokens are in the full
@@ -111,6 +114,7 @@ class HeadsDrafter:
     base row)."""
 
     uses_hidden = False
+    switch_s = 0.0
 
     def __init__(self, lm: LoadedModel, settings: Settings, sampler: Sampler, budget: int, passes=None):
         self.lm, self.sampler, self.passes = lm, sampler, passes

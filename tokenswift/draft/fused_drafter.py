@@ -26,6 +26,7 @@ from tokenswift.settings import Settings
 
 class FusedDrafter:
     uses_hidden = True
+    switch_s = 0.0
 
     def __init__(self, lm: LoadedModel, settings: Settings, sampler: Sampler):
         self.lm, self.sampler = lm, sampler

@@ -36,6 +36,7 @@ PROBES = ("The old lighthouse keeper said: \"Well, 42 boats!\"\n\n  café — na
 
 class ModelDrafter:
     uses_hidden = False
+    switch_s = 0.0
 
     def __init__(self, lm: LoadedModel, settings: Settings, sampler: Sampler, tokens: torch.Tensor, capacity: int):
         """tokens: the engine's buffer of token ids by slot (committed tokens, then the root)."""
