@@ -49,8 +49,8 @@ class WidestShape(CandidatePolicy):
         self.current = 0
         return self.shapes[0]
 
-    def observe(self, levels, paths, accepted, seconds) -> None:
-        super().observe(levels, paths, accepted, seconds)
+    def observe(self, levels, paths, accepted, seconds, switch_s: float = 0.0) -> None:
+        super().observe(levels, paths, accepted, seconds, switch_s)
         for j, shape in enumerate(self.shapes):
             self.accepted[j] += accepted_under(shape, levels, paths, accepted)
 

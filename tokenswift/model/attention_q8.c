@@ -6,7 +6,9 @@
    any order; the float steps run in the same order in the portable and the vector loops):
    - a query row is quantized as a cache row is (its integers qi and scale sq), and a key's score is
      (float)(sum_i qi[i] * k[i]) * (sq * scale) * sk, k the key's signed integers and sk its scale;
-   - p = exp(score - max), as over any cache (attention_parts.h);
+   - p = exp(score - max) by q8_exp: 2^n * P(f), n = round(x / ln 2), P the degree-6 Taylor polynomial of 2^f on
+     [-1/2, 1/2] (within an ulp or two: the 8-bit weights it feeds round far more), ten vector operations where the
+     Cephes exp of attention_parts.h takes twenty; the numerators summed in eight lanes, as the vector loops do;
    - the values are summed with 8-bit weights: w = p * sv (the value's scale), top = max w over the chunk,
      u = nearbyint(w * (255 / top)), and out[i] = (float)(sum_j u[j] * v[j][i]) * (top / 255). A slot whose weight
      is under 1/510 of the chunk's largest adds nothing; the chunk's sum of p, which divides at the end, is exact.
@@ -20,7 +22,7 @@
 #ifdef TS_AVX2
 #include <immintrin.h>
 #define AT_AVX2 1
-#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__) && defined(__AVX512BW__)
 #define AT_Q8_VNNI 1
 #endif
 #endif
@@ -34,6 +36,33 @@ int attention_q8_vnni(void) {
 #else
     return 0;
 #endif
+}
+
+#define Q8_EXP_FLOOR -110.0f  /* exp(-110) is 0 in float32: -inf (a padded slot) takes it too */
+#define LOG2E 1.44269504088896341f
+/* 2^f for |f| <= 1/2: ln 2^k / k!, k = 6..0, by Horner's rule. */
+static const float EXP2_TAYLOR[7] = {1.5403530e-4f, 1.3333558e-3f, 9.6181291e-3f, 5.5504109e-2f, 2.4022651e-1f,
+                                     6.9314718e-1f, 1.0f};
+
+/* exp(x) for x <= 0 (the header's rule), one value. */
+static inline float q8_exp(float x) {
+    const float t = fmaxf(x, Q8_EXP_FLOOR) * LOG2E, n = nearbyintf(t), f = t - n;
+    float p = EXP2_TAYLOR[0];
+    for (int k = 1; k < 7; ++k) p = fmaf(p, f, EXP2_TAYLOR[k]);
+    return ldexpf(p, (int)n);
+}
+
+/* A row's numerators over its n scores, in place, and (max, sum): the sum in eight lanes of every eighth slot,
+   then the lanes in order, as numerators_vector adds them. */
+static struct part numerators_portable(float *row, int64_t n) {
+    float max = -INFINITY, lanes[8] = {0.0f}, sum = 0.0f;
+    for (int64_t j = 0; j < n; ++j) max = row[j] > max ? row[j] : max;
+    for (int64_t j = 0; j < n; ++j) {
+        row[j] = q8_exp(row[j] - max);
+        lanes[j % 8] += row[j];
+    }
+    for (int u = 0; u < 8; ++u) sum += lanes[u];
+    return (struct part){max, sum};
 }
 
 /* out[i] = the chunk's weighted sum of values (the header's rule) for one row's numerators p over n slots. */
@@ -84,7 +113,7 @@ static void row_portable(const int8_t *qi, float a, int32_t bias, int64_t d, con
         for (int64_t i = 0; i < d; ++i) s += qi[i] * key[i];
         row[j] = (float)(s - bias) * a * q8_scale(keys[j], d);
     }
-    *part = exponentiate(row, n);
+    *part = numerators_portable(row, n);
     values_portable(row, values, n, d, out);
 }
 
@@ -125,6 +154,35 @@ INLINE void block_scores(const __m256i (*qb)[2], const int32_t *bias, const floa
     }
 }
 
+/* q8_exp of eight values: vroundscaleps and vscalefps are nearbyintf and ldexpf (exact, as is fma). */
+INLINE __m256 q8_exp8(__m256 x) {
+    const __m256 t = _mm256_mul_ps(_mm256_max_ps(x, _mm256_set1_ps(Q8_EXP_FLOOR)), _mm256_set1_ps(LOG2E));
+    const __m256 n = _mm256_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m256 f = _mm256_sub_ps(t, n);
+    __m256 p = _mm256_set1_ps(EXP2_TAYLOR[0]);
+    for (int k = 1; k < 7; ++k) p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(EXP2_TAYLOR[k]));
+    return _mm256_scalef_ps(p, n);
+}
+
+/* numerators_portable over a row's padded scores (-inf past n), eight at a time. */
+INLINE struct part numerators_vector(float *row, int64_t padded) {
+    __m256 top = _mm256_set1_ps(-INFINITY);
+    for (int64_t j = 0; j < padded; j += 8) top = _mm256_max_ps(top, _mm256_loadu_ps(row + j));
+    float lanes[8], max = -INFINITY, sum = 0.0f;
+    _mm256_storeu_ps(lanes, top);
+    for (int u = 0; u < 8; ++u) max = lanes[u] > max ? lanes[u] : max;
+    __m256 total = _mm256_setzero_ps();
+    const __m256 maxv = _mm256_set1_ps(max);
+    for (int64_t j = 0; j < padded; j += 8) {
+        const __m256 e = q8_exp8(_mm256_sub_ps(_mm256_loadu_ps(row + j), maxv));
+        _mm256_storeu_ps(row + j, e);
+        total = _mm256_add_ps(total, e);
+    }
+    _mm256_storeu_ps(lanes, total);
+    for (int u = 0; u < 8; ++u) sum += lanes[u];
+    return (struct part){max, sum};
+}
+
 /* Row r's 8-bit weights of its numerators p (the header's rule), four slots to a 32-bit word; its c = top / 255.
    sv: the slots' scales, 0 past n (where p is 0 too). */
 INLINE void weights(const float *p, const float *sv, int64_t padded, uint32_t *u4, float *c) {
@@ -142,38 +200,36 @@ INLINE void weights(const float *p, const float *sv, int64_t padded, uint32_t *u
     *c = top / 255.0f;
 }
 
-/* o[r * 64 + i] for R rows at d = 64, four slots a step: their bytes interleaved so that a 32-bit lane holds one
-   element of the four (unpack within 128-bit halves: lane l of x[k] is element 4k + l, or 16 + 4k + l - 4 in the
-   upper half), each dotted with the row's four weights. Slots past n carry weight 0. */
+/* o[r * 64 + i] for R rows at d = 64, four slots a step: their rows' bytes interleaved so that a 32-bit lane holds
+   one element of the four (unpacks within 128-bit lanes: 128-bit lane L of x[k] holds elements 16 L + 4 k .. + 3),
+   each dotted with the row's four weights. Slots past n carry weight 0. */
 INLINE void block_values(const uint32_t (*u4)[CHUNK / 4], const float *c, const char *const *values, int64_t n,
                          const int R, int64_t ahead, float *o) {
-    for (int h = 0; h < 2; ++h) {  /* a half of the elements at a time: 4 accumulators a row stay in registers */
-        __m256i acc[MAX_GROUP][4];
-        for (int r = 0; r < R; ++r)
-            for (int k = 0; k < 4; ++k) acc[r][k] = _mm256_setzero_si256();
-        for (int64_t j = 0; j < n; j += 4) {
-            if (ahead && h == 0)
-                for (int u = 0; u < 4; ++u) prefetch_row(values[j + u] + ahead, 68);
-            const __m256i A = _mm256_loadu_si256((const __m256i *)(values[j] + 32 * h));
-            const __m256i B = _mm256_loadu_si256((const __m256i *)(values[j + 1] + 32 * h));
-            const __m256i C = _mm256_loadu_si256((const __m256i *)(values[j + 2] + 32 * h));
-            const __m256i D = _mm256_loadu_si256((const __m256i *)(values[j + 3] + 32 * h));
-            const __m256i ab_lo = _mm256_unpacklo_epi8(A, B), ab_hi = _mm256_unpackhi_epi8(A, B);
-            const __m256i cd_lo = _mm256_unpacklo_epi8(C, D), cd_hi = _mm256_unpackhi_epi8(C, D);
-            const __m256i x[4] = {_mm256_unpacklo_epi16(ab_lo, cd_lo), _mm256_unpackhi_epi16(ab_lo, cd_lo),
-                                  _mm256_unpacklo_epi16(ab_hi, cd_hi), _mm256_unpackhi_epi16(ab_hi, cd_hi)};
-            for (int r = 0; r < R; ++r) {
-                const __m256i w = _mm256_set1_epi32((int)u4[r][j / 4]);
-                for (int k = 0; k < 4; ++k) acc[r][k] = _mm256_dpbusd_epi32(acc[r][k], w, x[k]);
-            }
+    __m512i acc[MAX_GROUP][4];
+    for (int r = 0; r < R; ++r)
+        for (int k = 0; k < 4; ++k) acc[r][k] = _mm512_setzero_si512();
+    for (int64_t j = 0; j < n; j += 4) {
+        if (ahead)
+            for (int u = 0; u < 4; ++u) prefetch_row(values[j + u] + ahead, 68);
+        const __m512i A = _mm512_loadu_si512(values[j]), B = _mm512_loadu_si512(values[j + 1]);
+        const __m512i C = _mm512_loadu_si512(values[j + 2]), D = _mm512_loadu_si512(values[j + 3]);
+        const __m512i ab_lo = _mm512_unpacklo_epi8(A, B), ab_hi = _mm512_unpackhi_epi8(A, B);
+        const __m512i cd_lo = _mm512_unpacklo_epi8(C, D), cd_hi = _mm512_unpackhi_epi8(C, D);
+        const __m512i x[4] = {_mm512_unpacklo_epi16(ab_lo, cd_lo), _mm512_unpackhi_epi16(ab_lo, cd_lo),
+                              _mm512_unpacklo_epi16(ab_hi, cd_hi), _mm512_unpackhi_epi16(ab_hi, cd_hi)};
+        for (int r = 0; r < R; ++r) {
+            const __m512i w = _mm512_set1_epi32((int)u4[r][j / 4]);
+            for (int k = 0; k < 4; ++k) acc[r][k] = _mm512_dpbusd_epi32(acc[r][k], w, x[k]);
         }
-        for (int r = 0; r < R; ++r)
-            for (int k = 0; k < 4; ++k) {
-                const __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(acc[r][k]), _mm256_set1_ps(c[r]));
-                _mm_storeu_ps(o + r * 64 + 32 * h + 4 * k, _mm256_castps256_ps128(f));
-                _mm_storeu_ps(o + r * 64 + 32 * h + 16 + 4 * k, _mm256_extractf128_ps(f, 1));
-            }
     }
+    for (int r = 0; r < R; ++r)
+        for (int k = 0; k < 4; ++k) {
+            const __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(acc[r][k]), _mm512_set1_ps(c[r]));
+            _mm_storeu_ps(o + r * 64 + 4 * k, _mm512_extractf32x4_ps(f, 0));
+            _mm_storeu_ps(o + r * 64 + 16 + 4 * k, _mm512_extractf32x4_ps(f, 1));
+            _mm_storeu_ps(o + r * 64 + 32 + 4 * k, _mm512_extractf32x4_ps(f, 2));
+            _mm_storeu_ps(o + r * 64 + 48 + 4 * k, _mm512_extractf32x4_ps(f, 3));
+        }
 }
 
 /* q8_chunk's rows at d = 64, in blocks of ROW_BLOCK rows (keys and values addressed once for all): row r's
@@ -204,7 +260,7 @@ static void chunk_vector(const int8_t *const *qi, const float *a, const int32_t 
         for (int i = 0; i < b; ++i) {
             float *row = scores + (r + i) * CHUNK;
             for (int64_t j = n; j < padded; ++j) row[j] = -INFINITY;
-            parts[r + i] = exponentiate_vector(row, padded);
+            parts[r + i] = numerators_vector(row, padded);
             weights(row, sv, padded, u4[i], c + i);
         }
         const int64_t next = r == 0 ? ahead : 0;
