@@ -55,15 +55,16 @@ sys.path.insert(0, ".")
 import torch
 from tokenswift.bench.runs import filler_ids
 from tokenswift.decode.engine import Engine
-from tokenswift.settings import Settings
+from tokenswift.decode.options import EngineOptions
+from tokenswift.settings import PLAIN, Settings
 from tokenswift.model.loading import load_model
 model, threads, contexts, blocks, block, warmup = sys.argv[1], int(sys.argv[2]), sys.argv[3], *map(int, sys.argv[4:7])
 lm = load_model(model, dtype="q4", threads=threads)
 rows = []
 with lm.running(), torch.no_grad():
     for context in map(int, contexts.split(",")):
-        settings = Settings(mode="ar", max_new_tokens=warmup + blocks * block + 1, ignore_eos=True, temperature=0.0)
-        engine = Engine(lm, settings, filler_ids(lm, context), context)
+        settings = Settings(max_new_tokens=warmup + blocks * block + 1, ignore_eos=True, temperature=0.0)
+        engine = Engine(lm, settings, filler_ids(lm, context), context, EngineOptions(speculation=PLAIN))
         engine.start()
         for _ in range(warmup):
             engine.ar_step()

@@ -29,11 +29,12 @@ from prose_quality import books, known_share, vocabulary  # noqa: E402
 from tokenswift.bench.runs import leading_tokens  # noqa: E402
 from tokenswift.decode.generate import Generator  # noqa: E402
 from tokenswift.decode.metrics import distinct_n  # noqa: E402
+from tokenswift.decode.options import EngineOptions  # noqa: E402
 from tokenswift.model.default_model import default_model_path  # noqa: E402
 from tokenswift.model.kv_cache import KVCache  # noqa: E402
 from tokenswift.model.loading import load_model  # noqa: E402
 from tokenswift.model.prefill import prefill  # noqa: E402
-from tokenswift.settings import Settings, writing_settings  # noqa: E402
+from tokenswift.settings import PLAIN, Settings, writing_settings  # noqa: E402
 
 
 def log_probs(lm, ids: list[int]) -> torch.Tensor:
@@ -71,16 +72,16 @@ def main() -> int:
     eval_books = books()
     vocab = vocabulary([b["text"] for b in eval_books])
     model = str(default_model_path())
-    greedy = Settings(mode="ar", max_new_tokens=args.tokens, ban_eos=True)
-    sampled = writing_settings(mode="ar", max_new_tokens=args.tokens, seed=args.seed)
+    greedy = Settings(max_new_tokens=args.tokens, ban_eos=True)
+    sampled = writing_settings(max_new_tokens=args.tokens, seed=args.seed)
     reference, results = {}, {}
     for precision in precisions:
         lm = load_model(model, dtype=precision, heads="none", draft="none")
         rows = []
         for book in (int(i) for i in args.openings.split(",")):
             prompt = leading_tokens(lm, eval_books[book]["text"], args.prompt_tokens)
-            own = Generator(lm, greedy, prompt).run()
-            own_sampled = Generator(lm, sampled, prompt).run()
+            own = Generator(lm, greedy, prompt, options=EngineOptions(speculation=PLAIN)).run()
+            own_sampled = Generator(lm, sampled, prompt, options=EngineOptions(speculation=PLAIN)).run()
             row = {"opening": book, "greedy": scores(lm, own, vocab), "sampled": scores(lm, own_sampled, vocab)}
             if precision == "float32":
                 reference[book] = (prompt + own, log_probs(lm, prompt + own)[len(prompt) - 1:-1], own, own_sampled)

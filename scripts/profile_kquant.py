@@ -21,9 +21,10 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout, as the other scripts are
 from tokenswift.bench.runs import filler_ids  # noqa: E402
 from tokenswift.decode.engine import Engine  # noqa: E402
+from tokenswift.decode.options import EngineOptions  # noqa: E402
 from tokenswift.model.loading import load_model  # noqa: E402
 from tokenswift.model.quant import PACKED, QuantLinear  # noqa: E402
-from tokenswift.settings import Settings  # noqa: E402
+from tokenswift.settings import PLAIN, Settings  # noqa: E402
 
 
 def best_of(repeats: int, fn) -> float:
@@ -71,8 +72,8 @@ def main() -> None:
     print(f"{'products':<42}{total * 1e3:>8.2f}")
     with lm.running(), torch.no_grad():
         for context in map(int, args.contexts.split(",")):
-            settings = Settings(mode="ar", max_new_tokens=args.steps + 8, ignore_eos=True, temperature=0.0)
-            engine = Engine(lm, settings, filler_ids(lm, context), context)
+            settings = Settings(max_new_tokens=args.steps + 8, ignore_eos=True, temperature=0.0)
+            engine = Engine(lm, settings, filler_ids(lm, context), context, EngineOptions(speculation=PLAIN))
             engine.start()
             step = best_of(args.steps, engine.ar_step)
             print(f"step at {context:>5} tokens: {step * 1e3:7.2f} ms ({1 / step:5.1f} tokens/s), not products "

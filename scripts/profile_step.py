@@ -17,14 +17,16 @@ from torch.profiler import ProfilerActivity, profile
 
 from tokenswift.bench.runs import filler_ids
 from tokenswift.decode.engine import Engine
+from tokenswift.decode.options import EngineOptions
 from tokenswift.model.default_model import default_model_path
 from tokenswift.model.loading import load_model
-from tokenswift.settings import Settings
+from tokenswift.settings import PLAIN, Settings
 
 
 def profile_steps(lm, context: int, steps: int, warmup: int) -> dict:
     ids = filler_ids(lm, max(context, 1))
-    engine = Engine(lm, Settings(mode="ar", max_new_tokens=2 * (steps + warmup) + 2, ignore_eos=True), ids, len(ids))
+    engine = Engine(lm, Settings(max_new_tokens=2 * (steps + warmup) + 2, ignore_eos=True), ids, len(ids),
+                    EngineOptions(speculation=PLAIN))
     engine.start()
     for _ in range(warmup):
         engine.ar_step()

@@ -26,9 +26,10 @@ sys.path.insert(0, str(REPO))
 
 from tokenswift.decode.generate import Generator  # noqa: E402
 from tokenswift.decode.metrics import distinct_n  # noqa: E402
+from tokenswift.decode.options import EngineOptions  # noqa: E402
 from tokenswift.model.default_model import default_model_path  # noqa: E402
 from tokenswift.model.loading import load_model  # noqa: E402
-from tokenswift.settings import Settings  # noqa: E402
+from tokenswift.settings import PLAIN, Settings  # noqa: E402
 
 EVAL = REPO.parent / "shared" / "data" / "books" / "eval.jsonl.xz"
 WORD = re.compile(r"[A-Za-z]+(?:'[A-Za-z]+)?")
@@ -105,8 +106,8 @@ def main() -> int:
             continue
         t0, rows = time.perf_counter(), []
         for i, opening in zip(args.openings.split(","), openings, strict=True):
-            s = Settings(mode="ar", max_new_tokens=args.tokens, seed=args.seed, ban_eos=True, **values)
-            ids = Generator(lm, s, lm.encode(opening)).run()
+            s = Settings(max_new_tokens=args.tokens, seed=args.seed, ban_eos=True, **values)
+            ids = Generator(lm, s, lm.encode(opening), options=EngineOptions(speculation=PLAIN)).run()
             rows += [{"opening": int(i), **w, "sample": lm.decode(ids[:120])} if not j else {"opening": int(i), **w}
                      for j, w in enumerate(windows(lm, ids, args.window, vocab))]
         results[name] = {"settings": values, "windows": rows}

@@ -15,7 +15,7 @@ from playwright.sync_api import expect
 from walkthrough_steps import DRAFT_S, SPANS, around, draft_number, start_draft, wait_done
 
 from storage import open_store
-from tokenswift.settings import Settings
+from tokenswift.settings import DraftSettings, Settings
 from tokenswift.settings.phrases import normal
 from tokenswift.text.writing_presets import built_in
 
@@ -51,7 +51,7 @@ def stored_settings(w: Walk, gen_id: int) -> Settings:
     """The draft's settings as the store holds them for the worker (the app's own SQLite file)."""
     store = open_store(w.found["db"])
     try:
-        return Settings.from_json(store.get_generation(gen_id, with_text=False).settings_json)
+        return DraftSettings.from_json(store.get_generation(gen_id, with_text=False).settings_json).settings
     finally:
         store.close()
 

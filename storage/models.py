@@ -109,7 +109,7 @@ class GenerationRow(Base):
     heads: Mapped[str | None] = mapped_column(String(1000))
     mode: Mapped[str] = mapped_column(String(20))
     seed: Mapped[int] = mapped_column(Integer)
-    settings_json: Mapped[str] = mapped_column(Text)  # tokenswift.settings.Settings.to_json()
+    settings_json: Mapped[str] = mapped_column(Text)  # tokenswift.settings.DraftSettings.to_json(): one flat object
     target_tokens: Mapped[int] = mapped_column(Integer)
     status: Mapped[str] = mapped_column(String(20), default="queued")
     finish_reason: Mapped[str | None] = mapped_column(String(20))  # "length" | "eos" | "stop"

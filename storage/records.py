@@ -54,7 +54,7 @@ def from_row(cls: type, row: Any, **extra: Any):
 
 
 class JobSettings(Protocol):
-    """What the store needs of tokenswift.settings.Settings (storage does not import the engine)."""
+    """What the store needs of tokenswift.settings.DraftSettings (storage does not import the engine)."""
 
     mode: str
     seed: int

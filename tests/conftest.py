@@ -292,16 +292,18 @@ def ar_runs():
     """Plain decoding's tokens, computed once per session and shared by the exactness tests:
     run(lm, settings, prompt, pinned=None) -> ids in mode "ar". With ignore_eos a shorter run is the longer one's
     prefix (shifts too fall at tokens fixed by the text), so the longest run asked for serves every length."""
+    from speed import AR
+
     from tokenswift.decode.generate import Generator
 
     cache: dict[tuple, tuple[object, list[int]]] = {}  # the model is kept with its runs: its id stays its own
 
     def run(lm, settings, prompt: list[int], pinned=None) -> list[int]:
         assert settings.ignore_eos or settings.ban_eos, "only a run that cannot end early is a prefix of a longer one"
-        s = settings.replace(mode="ar")
-        key = (id(lm), s.replace(max_new_tokens=1).to_json(), tuple(prompt), repr(pinned))
+        s = settings
+        key = (id(lm), repr(s.replace(max_new_tokens=1)), tuple(prompt), repr(pinned))
         if len(cache.get(key, (lm, []))[1]) < s.max_new_tokens:
-            cache[key] = (lm, Generator(lm, s, prompt, pinned=pinned).run())
+            cache[key] = (lm, Generator(lm, s, prompt, options=AR, pinned=pinned).run())
         return cache[key][1][:s.max_new_tokens]
 
     return run

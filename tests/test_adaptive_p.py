@@ -11,6 +11,7 @@ import math
 
 import pytest
 import torch
+from speed import AR, speed
 from test_context_shift import MEMORY, NARROW, NOTE, first_difference
 from test_exactness import PROMPT, random_heads
 from test_top_n_sigma import check_exact_and_acting
@@ -93,9 +94,10 @@ CASES = [("fused", 20, False, 1, AP), ("fused", 20, True, 2, {**AP, "penalty": 1
 @pytest.mark.slow
 @pytest.mark.parametrize(("drafter", "k", "adaptive", "seed", "sampling"), CASES)
 def test_tokenswift_equals_ar_with_adaptive_p(stories64, drafter, k, adaptive, seed, sampling):
-    lm, s, prompt, expected = check_exact_and_acting(stories64, drafter, k, adaptive, seed, sampling,
-                                                     {"adaptive_target": -1.0})
-    resumed = Generator(lm, s, prompt, generated_ids=expected[:150])  # the history recomputed from replayed rows
+    lm, s, prompt, expected, ts = check_exact_and_acting(stories64, drafter, k, adaptive, seed, sampling,
+                                                         {"adaptive_target": -1.0})
+    # the history recomputed from replayed rows
+    resumed = Generator(lm, s, prompt, generated_ids=expected[:150], options=ts)
     assert first_difference(resumed.run(), expected) is None
 
 
@@ -103,19 +105,19 @@ def test_tokenswift_equals_ar_with_adaptive_p(stories64, drafter, k, adaptive, s
 def test_tokenswift_equals_ar_with_adaptive_p_across_shifts(stories64):
     lm = dataclasses.replace(stories64, heads=random_heads(stories64, 3))
     prompt, pinned = lm.encode(PROMPT), pinned_ids(lm, MEMORY, NOTE)
-    s = Settings(max_new_tokens=300, seed=4, ignore_eos=True, context_window=NARROW, note_depth=100, tree=(1, 2, 2),
+    s = Settings(max_new_tokens=300, seed=4, ignore_eos=True, context_window=NARROW, note_depth=100,
                  **AP)
-    expected = Generator(lm, s.replace(mode="ar"), prompt, pinned=pinned).run()
-    gen = Generator(lm, s, prompt, pinned=pinned)
+    expected = Generator(lm, s, prompt, options=AR, pinned=pinned).run()
+    gen = Generator(lm, s, prompt, options=speed(tree=(1, 2, 2)), pinned=pinned)
     assert first_difference(gen.run(), expected) is None and gen.metrics().shifts >= 3
     for cut in (170, 230):  # past a shift, the history restarted there and recomputed since
-        resumed = Generator(lm, s, prompt, generated_ids=expected[:cut], pinned=pinned)
+        resumed = Generator(lm, s, prompt, generated_ids=expected[:cut], options=speed(tree=(1, 2, 2)), pinned=pinned)
         assert first_difference(resumed.run(), expected) is None
 
 
 def chosen_average(lm, settings: Settings, prompt: list[int], steps: int) -> float:
     """The plain average of the original probabilities of the tokens a run chose (Adaptive-P's own history)."""
-    engine = Engine(lm, settings.replace(mode="ar"), prompt, len(prompt))
+    engine = Engine(lm, settings, prompt, len(prompt), AR)
     engine.start()
     for _ in range(steps):
         engine.ar_step()

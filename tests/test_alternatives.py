@@ -26,7 +26,7 @@ from tokenswift.decode.generate import Generator
 from tokenswift.decode.options import EngineOptions
 from tokenswift.model.fastpath import FastOptions
 from tokenswift.sampling.alternatives import TOP
-from tokenswift.settings import Settings
+from tokenswift.settings import DraftSettings, Settings, Speculation
 from tokenswift.text.context_window import pinned_ids
 
 RECORD = EngineOptions(alternatives=True)
@@ -64,25 +64,26 @@ CASES = [  # (drafter, k, adaptive, fast, sampling)
 def test_tokenswift_records_the_alternatives_of_plain_decoding(stories64, drafter, k, adaptive, fast, sampling):
     lm = dataclasses.replace(stories64, heads=random_heads(stories64, 3))
     prompt = lm.encode(PROMPT)
-    s = Settings(max_new_tokens=300, seed=2, ignore_eos=True, ngram_topk=k, budget=48, tree=(1, 2, 2),
-                 drafter=drafter, **sampling)
-    options = dataclasses.replace(RECORD, adaptive=adaptive,
+    s = Settings(max_new_tokens=300, seed=2, ignore_eos=True, **sampling)
+    ts = Speculation(ngram_topk=k, budget=48, tree=(1, 2, 2), drafter=drafter)
+    options = dataclasses.replace(RECORD, adaptive=adaptive, speculation=ts,
                                   fast=FastOptions(attention="sdpa", bucket=64) if fast else None)
-    expected, want = recorded(Generator(lm, s.replace(mode="ar"), prompt, options=RECORD))
+    expected, want = recorded(Generator(lm, s, prompt, options=RECORD.speculating(mode="ar")))
     gen = Generator(lm, s, prompt, options=options)
     tokens, got = recorded(gen)
     assert tokens == expected and gen.metrics().steps < len(tokens)  # drafts were accepted: several tokens a step
     assert_same(got, want)
-    assert Generator(lm, s, prompt).run() == expected  # recording changes no token
+    assert Generator(lm, s, prompt, options=EngineOptions(speculation=ts)).run() == expected  # recording changes none
     if fast:  # the plain steps of the fast path sample in their graph too
-        assert_same(recorded(Generator(lm, s.replace(mode="ar"), prompt, options=options))[1], want)
+        assert_same(recorded(Generator(lm, s, prompt, options=options.speculating(mode="ar")))[1], want)
 
 
 @pytest.mark.slow
 def test_the_alternatives_are_the_distribution_the_token_was_drawn_from(stories64):
     prompt = stories64.encode(PROMPT)
-    s = Settings(mode="ar", max_new_tokens=200, seed=5, ignore_eos=True, temperature=1.0, min_p=0.1)
-    tokens, alternatives = recorded(Generator(stories64, s, prompt, options=RECORD))
+    s = Settings(max_new_tokens=200, seed=5, ignore_eos=True, temperature=1.0, min_p=0.1)
+    plain = RECORD.speculating(mode="ar")
+    tokens, alternatives = recorded(Generator(stories64, s, prompt, options=plain))
     narrowed = 0
     for token, a in zip(tokens, alternatives, strict=True):
         kept = [p for i, p in zip(a.ids, a.probs, strict=True) if i >= 0]
@@ -96,7 +97,7 @@ def test_the_alternatives_are_the_distribution_the_token_was_drawn_from(stories6
     assert narrowed > 0
     # Greedy draws from no distribution: its alternatives are the softmax at T = 1, the chosen token the likeliest.
     greedy = s.replace(temperature=0.0, min_p=0.0)
-    tokens, alternatives = recorded(Generator(stories64, greedy, prompt, options=RECORD))
+    tokens, alternatives = recorded(Generator(stories64, greedy, prompt, options=plain))
     assert all(a.ids[0] == t and a.probability == a.probs[0] for t, a in zip(tokens, alternatives, strict=True))
     assert any(a.probs[0] < 0.5 for a in alternatives) and all(min(a.ids) >= 0 for a in alternatives)
 
@@ -105,14 +106,15 @@ def test_the_alternatives_are_the_distribution_the_token_was_drawn_from(stories6
 def test_alternatives_across_context_shifts_with_memory_and_a_resume(stories64):
     lm = dataclasses.replace(stories64, heads=random_heads(stories64, 3))
     prompt, pinned = lm.encode(PROMPT), pinned_ids(lm, MEMORY, NOTE)
-    s = Settings(max_new_tokens=300, seed=4, ignore_eos=True, context_window=NARROW, note_depth=100, tree=(1, 2, 2),
-                 ngram_topk=20, **SAMPLERS["minp-penalty"])
-    expected, want = recorded(Generator(lm, s.replace(mode="ar"), prompt, pinned=pinned, options=RECORD))
-    gen = Generator(lm, s, prompt, pinned=pinned, options=RECORD)
+    s = Settings(max_new_tokens=300, seed=4, ignore_eos=True, context_window=NARROW, note_depth=100,
+                 **SAMPLERS["minp-penalty"])
+    ts = RECORD.speculating(tree=(1, 2, 2), ngram_topk=20)
+    expected, want = recorded(Generator(lm, s, prompt, pinned=pinned, options=RECORD.speculating(mode="ar")))
+    gen = Generator(lm, s, prompt, pinned=pinned, options=ts)
     tokens, got = recorded(gen)
     assert tokens == expected and gen.metrics().shifts >= 3
     assert_same(got, want)
-    resumed = Generator(lm, s, prompt, generated_ids=expected[:170], pinned=pinned, options=RECORD)  # past a shift
+    resumed = Generator(lm, s, prompt, generated_ids=expected[:170], pinned=pinned, options=ts)  # past a shift
     tokens, got = recorded(resumed)
     assert tokens == expected[170:]
     assert_same(got, want[170:])
@@ -132,7 +134,8 @@ def test_packing_keeps_ids_exactly_and_probabilities_in_float32():
 
 def write_draft(store, pieces) -> int:
     """Play the worker: a finished draft whose chunks are `pieces` of (ids, text, alternatives or None)."""
-    gen_id = store.enqueue_generation("Once", Settings(max_new_tokens=sum(len(p[0]) for p in pieces), seed=1)).id
+    asked = DraftSettings(Settings(max_new_tokens=sum(len(p[0]) for p in pieces), seed=1))
+    gen_id = store.enqueue_generation("Once", asked).id
     owner = Owner.here("test-worker")
     assert store.claim_next(owner).id == gen_id
     store.record_start(gen_id, owner, [1, 400], "stories", None)

@@ -4,6 +4,8 @@ with the story; plain decoding, TokenSwift and a run resumed around the break wr
 
 from __future__ import annotations
 
+from speed import AR
+
 from tokenswift.decode.generate import Generator
 from tokenswift.decode.options import EngineOptions
 from tokenswift.settings import writing_settings
@@ -26,7 +28,7 @@ def test_the_story_goes_on_past_the_answer_exactly(smollm2_q4):
     engine = run._engine
     window = lm.tokenizer.decode(engine.buf[:engine.length].tolist())
     assert engine.window.plan.answered_from is not None and "Go on with the story from where it stops." in window
-    assert Generator(lm, SETTINGS.replace(mode="ar"), prompt, pinned=pinned).run() == ids
+    assert Generator(lm, SETTINGS, prompt, options=AR, pinned=pinned).run() == ids
     for at in (cut, cut + 1, cut + 5):
         assert Generator(lm, SETTINGS, prompt, pinned=pinned, generated_ids=ids[:at], options=APP).run() == ids
 

@@ -147,12 +147,13 @@ def test_dry_and_xtc_go_through_the_api_by_their_settings_names(client, store):
 
 def test_a_stored_row_from_before_a_limit_still_loads():
     """Rows the store kept before W and the candidate rows were bounded still open (Library, Write, worker)."""
-    from tokenswift.settings import CAPACITY_SPARE, MAX_WINDOW, ROPE_SLACK, Settings, max_nodes
+    from tokenswift.settings import CAPACITY_SPARE, MAX_WINDOW, ROPE_SLACK, DraftSettings, max_nodes
 
-    old = {**json.loads(Settings().to_json()), "penalty_window": 10**9, "ngram_topk": 256, "tree": [1, 99999, 3]}
-    kept = Settings.from_json(json.dumps(old))
-    assert kept.penalty_window == MAX_WINDOW
-    assert max_nodes(kept.tree, kept.ngram_topk) + CAPACITY_SPARE <= ROPE_SLACK < max_nodes(kept.tree, 256)
+    old = {**json.loads(DraftSettings().to_json()), "penalty_window": 10**9, "ngram_topk": 256, "tree": [1, 99999, 3]}
+    kept = DraftSettings.from_json(json.dumps(old))
+    assert kept.settings.penalty_window == MAX_WINDOW
+    speed = kept.speed
+    assert max_nodes(speed.tree, speed.ngram_topk) + CAPACITY_SPARE <= ROPE_SLACK < max_nodes(speed.tree, 256)
 
 
 @only_sqlite
@@ -524,12 +525,13 @@ def test_health_says_when_the_store_cannot_be_written(client, store):
 
 
 def test_prompt_format_and_end_of_text_ban_reach_the_stored_settings(client, store):
-    from tokenswift.settings import Settings
+    from tokenswift.settings import DraftSettings
 
     def stored(payload):
         response = client.post("/api/generations", json=payload)
         assert response.status_code == 201, response.text
-        return Settings.from_json(store.get_generation(response.json()["id"], with_text=False).settings_json)
+        stored = store.get_generation(response.json()["id"], with_text=False).settings_json
+        return DraftSettings.from_json(stored).settings
 
     short = stored(GOOD)
     assert short.prompt_format == "continue" and short.ban_eos  # the one rule: a draft reaches its length
@@ -544,12 +546,13 @@ def test_prompt_format_and_end_of_text_ban_reach_the_stored_settings(client, sto
 def test_write_form_maps_prompt_format_and_end_of_text_both_ways():
     from ui.forms.forms import SettingsForm, form_from_settings
 
-    settings = SettingsForm(target=5000, prompt_format="Follow my instruction").to_settings()
+    settings = SettingsForm(target=5000, prompt_format="Follow my instruction").to_settings().settings
     assert settings.prompt_format == "instruction" and settings.ban_eos
-    assert not SettingsForm(target=5000, past_eos="Stop there").to_settings().ban_eos
+    assert not SettingsForm(target=5000, past_eos="Stop there").to_settings().settings.ban_eos
     for form in (SettingsForm(target=5000, prompt_format="Follow my instruction"),
                  SettingsForm(target=500, past_eos="Keep writing"), SettingsForm(target=5000, past_eos="Stop there")):
-        back = form_from_settings(form.to_settings())
+        asked = form.to_settings()
+        back = form_from_settings(asked.settings, asked.speed)
         assert (back.prompt_format, back.past_eos) == (form.prompt_format, form.past_eos)
 
 
@@ -563,8 +566,8 @@ def test_one_end_of_text_rule_whatever_the_length_for_write_compare_api_and_cli(
     from ui.forms.forms import DEFAULTS, SAMPLERS, SettingsForm
     from ui.forms.samplers_panel import NAMES
 
-    write = [SettingsForm(target=n).to_settings().ban_eos for n in (100, 500, 3000, 3001, 50_000)]
-    api = [to_settings(GenerationIn(prompt="x", max_new_tokens=n)).ban_eos for n in (100, 5000)]
+    write = [SettingsForm(target=n).to_settings().settings.ban_eos for n in (100, 500, 3000, 3001, 50_000)]
+    api = [to_settings(GenerationIn(prompt="x", max_new_tokens=n)).settings.ban_eos for n in (100, 5000)]
     cli = build_parser().parse_args(["generate", "--prompt", "x", "--max-new-tokens", "100"]).ban_eos
     assert set(write) == set(api) == {cli} == {True}
     assert not build_parser().parse_args(["generate", "--prompt", "x", "--max-new-tokens", "9", "--no-ban-eos"]).ban_eos
@@ -591,7 +594,7 @@ def test_one_end_of_text_rule_whatever_the_length_for_write_compare_api_and_cli(
     column = [DEFAULTS["penalty"], DEFAULTS["penalty_window"], DEFAULTS["k"], DEFAULTS["sampler"],
               SAMPLERS[DEFAULTS["sampler"]][1], "fused", *[getattr(SettingsForm(), name) for name in NAMES]]
     queue_runs(DraftService(queue, NoTokenizer()), "x", 0, 500, 1.0, 1, column)
-    assert [s.ban_eos for s in queue.settings] == [True, True]  # the column and its AR twin
+    assert [s.settings.ban_eos for s in queue.settings] == [True, True]  # the column and its AR twin
 
 
 def running(client, store) -> tuple[int, Owner]:

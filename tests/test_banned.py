@@ -12,6 +12,7 @@ import json
 
 import pytest
 import torch
+from speed import AR, speed
 from test_context_shift import MEMORY, NARROW, NOTE, first_difference
 from test_exactness import PROMPT, random_heads, tiny_qwen  # noqa: F401 - tiny_qwen: a fixture
 
@@ -20,7 +21,7 @@ from tokenswift.decode.generate import Generator
 from tokenswift.decode.options import EngineOptions
 from tokenswift.model.draft_layer import initial_layer
 from tokenswift.sampling.banned import PhraseWatch
-from tokenswift.settings import Settings, SettingsError
+from tokenswift.settings import DraftSettings, Settings, SettingsError, Speculation
 from tokenswift.settings.phrases import STARTER_BANS, normal
 from tokenswift.text.context_window import pinned_ids
 from tokenswift.text.detok import IncrementalDetokenizer
@@ -61,9 +62,9 @@ def lm(stories64):
 
 @pytest.mark.slow
 def test_a_banned_phrase_is_rewound_and_never_appears(lm):
-    s = Settings(mode="ar", max_new_tokens=160, seed=1, ignore_eos=True, **GREEDY)
-    plain, _ = run(lm, s)
-    banned, rewinds = run(lm, s.replace(ban=("BIG tree",)))
+    s = Settings(max_new_tokens=160, seed=1, ignore_eos=True, **GREEDY)
+    plain, _ = run(lm, s, options=AR)
+    banned, rewinds = run(lm, s.replace(ban=("BIG tree",)), options=AR)
     assert "big tree" in text_of(lm, plain) and "big tree" not in text_of(lm, banned) and rewinds >= 1
     # The same text up to the token where the phrase began; there the banned token gives way to another.
     start = token_at(lm, plain, "big tree")
@@ -74,9 +75,9 @@ def test_a_banned_phrase_is_rewound_and_never_appears(lm):
 def test_shown_text_never_ends_in_what_could_become_a_phrase(lm):
     """Every event but the last leaves the shown text without a tail that begins a banned phrase: a rewind only
     ever removes tokens that were held back."""
-    s = Settings(mode="ar", max_new_tokens=300, seed=1, ignore_eos=True, ban=BANS, **MIN_P)
+    s = Settings(max_new_tokens=300, seed=1, ignore_eos=True, ban=BANS, **MIN_P)
     shown, events, phrases = [], 0, [normal(p) for p in BANS]
-    for event in Generator(lm, s, lm.encode(PROMPT)).steps():
+    for event in Generator(lm, s, lm.encode(PROMPT), options=AR).steps():
         shown += event.tokens
         events += 1
         if not event.done:
@@ -105,25 +106,25 @@ CASES = [("fused", 20, False, GREEDY), ("fused", 20, True, MIN_P), ("paper", 5, 
 @pytest.mark.slow
 @pytest.mark.parametrize(("drafter", "k", "adaptive", "sampling"), CASES)
 def test_tokenswift_equals_ar_with_bans(lm, drafter, k, adaptive, sampling):
-    s = Settings(max_new_tokens=300, seed=1, ignore_eos=True, ngram_topk=k, budget=48, drafter=drafter, ban=BANS,
-                 **sampling)
-    expected, ar_rewinds = run(lm, s.replace(mode="ar"))
-    ids, rewinds = run(lm, s, options=EngineOptions(adaptive=adaptive))
+    s = Settings(max_new_tokens=300, seed=1, ignore_eos=True, ban=BANS, **sampling)
+    expected, ar_rewinds = run(lm, s, options=AR)
+    ts = EngineOptions(adaptive=adaptive, speculation=Speculation(ngram_topk=k, budget=48, drafter=drafter))
+    ids, rewinds = run(lm, s, options=ts)
     assert first_difference(ids, expected) is None and rewinds == ar_rewinds >= 1
-    assert not contains_ban(lm, ids) and contains_ban(lm, run(lm, s.replace(mode="ar", ban=()))[0])
+    assert not contains_ban(lm, ids) and contains_ban(lm, run(lm, s.replace(ban=()), options=AR)[0])
 
 
 @pytest.mark.slow
 def test_tokenswift_equals_ar_with_bans_across_shifts_with_memory_and_resume(lm):
     prompt, pinned = lm.encode(PROMPT), pinned_ids(lm, MEMORY, NOTE)
-    s = Settings(max_new_tokens=300, seed=4, ignore_eos=True, context_window=NARROW, note_depth=100, tree=(1, 2, 2),
+    s = Settings(max_new_tokens=300, seed=4, ignore_eos=True, context_window=NARROW, note_depth=100,
                  ban=(*BANS, "her mom", "the sky", "one day"), **MIN_P)
-    expected = Generator(lm, s.replace(mode="ar"), prompt, pinned=pinned).run()
-    gen = Generator(lm, s, prompt, pinned=pinned)
+    expected = Generator(lm, s, prompt, options=AR, pinned=pinned).run()
+    gen = Generator(lm, s, prompt, options=speed(tree=(1, 2, 2)), pinned=pinned)
     assert first_difference(gen.run(), expected) is None and not contains_ban(lm, expected)
     assert gen.metrics().shifts >= 2 and gen.metrics().rewinds >= 2
     for e in (60, 170):  # before the first shift and past it
-        resumed = Generator(lm, s, prompt, generated_ids=expected[:e], pinned=pinned)
+        resumed = Generator(lm, s, prompt, generated_ids=expected[:e], options=speed(tree=(1, 2, 2)), pinned=pinned)
         assert first_difference(resumed.run(), expected) is None, e
 
 
@@ -132,25 +133,25 @@ def test_tokenswift_equals_ar_with_bans_across_shifts_with_memory_and_resume(lm)
 def test_a_run_resumed_from_any_prefix_writes_the_same_ids(lm, mode):
     """A pause (the ids shown so far) or a crash (the ids stored so far) resumes exactly: also from just before,
     at and just after the first rewind's token, where the uninterrupted run held that token back."""
-    s = Settings(mode=mode, max_new_tokens=200, seed=1, ignore_eos=True, ban=BANS, **MIN_P)
+    s, options = Settings(max_new_tokens=200, seed=1, ignore_eos=True, ban=BANS, **MIN_P), speed(mode=mode)
     shown, boundaries = [], []
-    for event in Generator(lm, s, lm.encode(PROMPT)).steps():
+    for event in Generator(lm, s, lm.encode(PROMPT), options=options).steps():
         shown += event.tokens
         boundaries.append(len(shown))
-    rewound = first_difference(shown, run(lm, s.replace(ban=()))[0])
+    rewound = first_difference(shown, run(lm, s.replace(ban=()), options=options)[0])
     assert rewound is not None
     assert len(boundaries) >= 20  # shown in many groups: only what could still become a phrase is held back
     for e in sorted({1, rewound - 1, rewound, rewound + 1, *boundaries[::len(boundaries) // 4]}):
-        assert first_difference(run(lm, s, generated_ids=shown[:e])[0], shown) is None, e
+        assert first_difference(run(lm, s, generated_ids=shown[:e], options=options)[0], shown) is None, e
 
 
 @pytest.mark.slow
 def test_the_end_of_a_run_with_tokens_held_back(lm):
-    s = Settings(mode="tokenswift", seed=1, ignore_eos=True, **GREEDY)
+    s = Settings(seed=1, ignore_eos=True, **GREEDY)
     plain, _ = run(lm, s.replace(max_new_tokens=160))
     big = token_at(lm, plain, "big tree")
     # Length: the run ends on the token that begins "big tree", held back: shown at the end, exactly n tokens.
-    gen = Generator(lm, s.replace(mode="ar", max_new_tokens=big + 1, ban=("big tree",)), lm.encode(PROMPT))
+    gen = Generator(lm, s.replace(max_new_tokens=big + 1, ban=("big tree",)), lm.encode(PROMPT), options=AR)
     events = list(gen.steps())
     assert gen.produced == plain[:big + 1] and events[-1].finish_reason == "length"
     assert gen.metrics().steps == big  # shown as the last token came: no step past the end (1st: the prefill)
@@ -166,12 +167,12 @@ def test_end_of_text_shows_the_tokens_held_back(tiny_qwen):  # noqa: F811 - the 
     ids in both modes."""
     prompt = tiny_qwen.encode(PROMPT)
     rule = dict(max_new_tokens=600, seed=8, temperature=1.0, min_p=0.1, penalty=1.2, penalty_window=64)
-    free = Generator(tiny_qwen, Settings(mode="ar", **rule), prompt).run()
+    free = Generator(tiny_qwen, Settings(**rule), prompt, options=AR).run()
     end = len(free) - 1
     assert end == 266
     tail = IncrementalDetokenizer(tiny_qwen.tokenizer, prompt + free[:end - 3]).push(free[end - 3:end]).strip()
     s = Settings(ban=(f"{tail} zq",), **rule)
-    events = list(Generator(tiny_qwen, s.replace(mode="ar"), prompt).steps())
+    events = list(Generator(tiny_qwen, s, prompt, options=AR).steps())
     ids = [t for e in events for t in e.tokens]
     assert ids == free and events[-1].finish_reason == "eos" and free[-1] in tiny_qwen.eos_ids
     assert len(events[-1].tokens) >= 4  # the three held back, and end-of-text
@@ -184,7 +185,7 @@ def test_bad_phrases_are_refused_by_name():
             Settings(ban=bad)
         assert error.value.field == "ban"
     s = Settings(ban=["  Big tree ", "big TREE", "had fun"])
-    assert s.ban == ("Big tree", "had fun") and Settings.from_json(s.to_json()) == s
+    assert s.ban == ("Big tree", "had fun") and DraftSettings.from_json(DraftSettings(s).to_json()).settings == s
     assert len(Settings(ban=STARTER_BANS).ban) == len(STARTER_BANS)
 
 
@@ -219,7 +220,7 @@ def test_the_api_takes_bans_and_refuses_bad_ones_by_name(tmp_path):
         body = {"prompt": PROMPT, "max_new_tokens": 20, "settings": {"ban": ["big tree", "Had fun"]}}
         created = client.post("/api/generations", json=body)
         assert created.status_code == 201
-        stored = Settings.from_json(store.get_generation(created.json()["id"]).settings_json)
+        stored = DraftSettings.from_json(store.get_generation(created.json()["id"]).settings_json).settings
         assert stored.ban == ("big tree", "Had fun")
         for bad in (["x"], ["?!"], "big tree", ["\ud800 lone"]):
             payload = json.dumps({**body, "settings": {"ban": bad}})  # escaped: a lone surrogate gets through

@@ -8,15 +8,15 @@ import pytest
 
 from tokenswift.bench.bound import bench_bound, bound
 from tokenswift.bench.shapes import random_heads
-from tokenswift.settings import Settings
+from tokenswift.settings import Settings, Speculation
 
 
 @pytest.fixture(scope="module")
 def result(stories32):
     lm = dataclasses.replace(stories32, heads=random_heads(stories32.config, stories32.device, stories32.dtype))
     prompt = lm.encode("Once upon a time there was a little girl who")
-    settings = Settings(max_new_tokens=120, temperature=0.0, ngram_topk=8, seed=2)
-    return bench_bound(lm, prompt, settings, contexts=[24, 64], repeats=2)
+    settings = Settings(max_new_tokens=120, temperature=0.0, seed=2)
+    return bench_bound(lm, prompt, settings, contexts=[24, 64], repeats=2, spec=Speculation(ngram_topk=8))
 
 
 def test_the_widest_shape_accounts_for_every_token_written(result):

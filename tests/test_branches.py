@@ -11,19 +11,19 @@ import re
 import pytest
 from conftest import sqlite_db_url
 from fastapi.testclient import TestClient
+from speed import AR
 from studio_app import SHOTS, start_draft
 from test_worker import one_torch_thread
 
 from storage import open_store
 from storage.records import ModelSpec, Owner
 from tokenswift.decode.generate import Generator
-from tokenswift.settings import Settings
+from tokenswift.settings import DraftSettings, Settings, Speculation
 from ui.api.api import create_app
 from worker.job import FlushPolicy, JobRun
 
 PROMPT = "Once upon a time, there was a little dog named Max."
-SETTINGS = Settings(mode="tokenswift", seed=5, max_new_tokens=60, temperature=1.0, min_p=0.05, ngram_topk=8,
-                    ignore_eos=True)
+SETTINGS = Settings(seed=5, max_new_tokens=60, temperature=1.0, min_p=0.05, ignore_eos=True)
 
 
 def run_next_job(store, lm, model: str) -> int:
@@ -43,7 +43,7 @@ db_url = sqlite_db_url  # the branch verbs are plain queries: the store's own te
 @pytest.fixture
 def drafted(db_url, stories64, stories_path):
     store = open_store(db_url)
-    gen_id = store.enqueue_generation(PROMPT, SETTINGS).id
+    gen_id = store.enqueue_generation(PROMPT, DraftSettings(SETTINGS, Speculation(ngram_topk=8))).id
     run_next_job(store, stories64, str(stories_path))
     yield store, gen_id, TestClient(create_app(store))
     store.close()
@@ -78,7 +78,7 @@ def test_alternatives_and_a_branch_through_the_api(drafted, stories64, stories_p
     assert got.prompt_ids == ids.prompt_ids + ids.generated_ids[:position]
     assert got.generated_ids[0] == other["token"] and len(got.generated_ids) == 60 - position
     # Exactly what plain decoding writes on from the original's text up to there and the chosen token.
-    ar = Generator(stories64, SETTINGS.replace(mode="ar"), ids.prompt_ids,
+    ar = Generator(stories64, SETTINGS, ids.prompt_ids, options=AR,
                    generated_ids=ids.generated_ids[:position] + [other["token"]]).run()
     assert got.prompt_ids[len(ids.prompt_ids):] + got.generated_ids == ar
     original, made_text = store.get_generation(gen_id), store.get_generation(branch["id"])

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from speed import AR, speed
 from test_native_rows import CFG, block_of, cache_layer, tree_block
 
 from tokenswift.decode.generate import Generator
@@ -111,10 +112,9 @@ def test_tokenswift_equals_plain_decoding_with_a_bf16_cache(stories32, drafter, 
 
     lm = compact_cache(with_heads(stories32, random_heads(stories32, 1)), "bf16")
     prompt = lm.encode(PROMPT)
-    settings = Settings(max_new_tokens=300, seed=2, ignore_eos=True, ngram_topk=20, budget=48, sinks=16,
-                        drafter=drafter, **sampling)
-    plain = Generator(lm, settings.replace(mode="ar"), prompt).run()
-    gen = Generator(lm, settings, prompt)
+    settings = Settings(max_new_tokens=300, seed=2, ignore_eos=True, **sampling)
+    plain = Generator(lm, settings, prompt, options=AR).run()
+    gen = Generator(lm, settings, prompt, options=speed(ngram_topk=20, budget=48, sinks=16, drafter=drafter))
     assert gen.run() == plain
     assert gen.metrics().steps < 300  # drafts were accepted
     assert gen._engine.cache.k.dtype == torch.bfloat16

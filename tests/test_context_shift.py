@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+from speed import AR, speed
 from test_exactness import SAMPLERS, random_heads
 
 from tokenswift.decode.engine import Engine
@@ -40,17 +41,22 @@ def pinned(stories64):
 
 
 def settings(sampler: str, seed: int, **changes) -> Settings:
-    # A narrow tree (two heads, 1 + 2 + 4 rows) keeps the verify pass cheap on one CPU core.
     return Settings(max_new_tokens=N, seed=seed, ignore_eos=True, context_window=WINDOW, note_depth=100,
-                    budget=48, tree=(1, 2, 2), **SAMPLERS[sampler]).replace(**changes)
+                    **SAMPLERS[sampler]).replace(**changes)
+
+
+def drafting(**changes) -> EngineOptions:
+    # A narrow tree (two heads, 1 + 2 + 4 rows) keeps the verify pass cheap on one CPU core.
+    return speed(budget=48, tree=(1, 2, 2), **changes)
 
 
 def resumed(lm, s: Settings, prompt: list[int], ids: list[int], cut: int, more: int,
-            pinned: PinnedText | None = None) -> tuple[list[int], list[int]]:
+            pinned: PinnedText | None = None, options: EngineOptions | None = None) -> tuple[list[int], list[int]]:
     """(a run resumed from the generated ids[:cut] that stops `more` tokens later, or where ids end; the ids it
     must write): a shorter run writes a prefix of the longer one, so a resume is checked past its cut only."""
     upto = min(cut + more, len(ids))
-    run = Generator(lm, s.replace(max_new_tokens=upto), prompt, generated_ids=ids[:cut], pinned=pinned)
+    run = Generator(lm, s.replace(max_new_tokens=upto), prompt, generated_ids=ids[:cut], options=options,
+                    pinned=pinned)
     return run.run(), ids[:upto]
 
 
@@ -68,9 +74,10 @@ CASES = [("greedy", 0, False, False), ("minp-penalty", 20, True, True), ("top-p"
 @pytest.mark.parametrize(("sampler", "k", "with_pinned", "adaptive"), CASES)
 def test_tokenswift_equals_ar_across_many_shifts(stories64, ar_runs, pinned, sampler, k, with_pinned, adaptive):
     prompt, seed = stories64.encode(PROMPT), 3
-    s = settings(sampler, seed, max_new_tokens=MANY, ngram_topk=k, context_window=NARROW)
+    s = settings(sampler, seed, max_new_tokens=MANY, context_window=NARROW)
     pins = pinned if with_pinned else None
-    gen = Generator(lm_with(stories64, seed), s, prompt, options=EngineOptions(adaptive=adaptive), pinned=pins)
+    options = dataclasses.replace(drafting(ngram_topk=k), adaptive=adaptive)
+    gen = Generator(lm_with(stories64, seed), s, prompt, options=options, pinned=pins)
     tokens = gen.run()
     assert first_difference(tokens, ar_runs(stories64, s, prompt, pins)) is None
     m = gen.metrics()
@@ -86,17 +93,17 @@ def test_resume_anywhere_continues_the_same_stream(stories64, pinned):
     the last shift and continues exactly; n-grams keep the whole draft's statistics (they are rebuilt from
     every stored id)."""
     prompt = stories64.encode(PROMPT)
-    s = settings("minp-penalty", 5, max_new_tokens=360, ngram_topk=20, context_window=NARROW)
+    s, ts = settings("minp-penalty", 5, max_new_tokens=360, context_window=NARROW), drafting(ngram_topk=20)
     lm = lm_with(stories64, 5)
-    straight = Generator(lm, s, prompt, pinned=pinned).run()
-    plan = Generator(lm, s, prompt, pinned=pinned).plan
+    straight = Generator(lm, s, prompt, options=ts, pinned=pinned).run()
+    plan = Generator(lm, s, prompt, options=ts, pinned=pinned).plan
     b1, b2 = plan.b1, plan.b1 + plan.step + 1
     generated = lambda t: t - len(prompt)  # noqa: E731 - story index -> generated count
     assert generated(b2) + 37 < s.max_new_tokens
     cuts = [("tokenswift", generated(b1) - 1), ("tokenswift", generated(b1)), ("ar", generated(b1)),
             ("tokenswift", generated(b1) + 1), ("tokenswift", generated(b2) + 37)]
     for mode, cut in cuts:  # each on past two more shifts
-        got, want = resumed(lm, s.replace(mode=mode), prompt, straight, cut, 2 * plan.step + 2, pinned)
+        got, want = resumed(lm, s, prompt, straight, cut, 2 * plan.step + 2, pinned, ts.speculating(mode=mode))
         assert got == want, (mode, cut)
 
 
@@ -104,9 +111,9 @@ def test_the_window_moves_at_its_boundary_as_a_resume_builds_it(stories64, pinne
     """Window.due: no rebuild inside a window, one at the plan's next boundary; the window rebuilt there is the one a
     run resumed from the same ids loads (slots, offset)."""
     prompt = stories64.encode(PROMPT)
-    s = settings("greedy", 1, mode="ar", max_new_tokens=200, context_window=NARROW)
-    plan = Generator(stories64, s, prompt, pinned=pinned).plan
-    engine = Engine(stories64, s, list(prompt), len(prompt), plan=plan)
+    s = settings("greedy", 1, max_new_tokens=200, context_window=NARROW)
+    plan = Generator(stories64, s, prompt, options=AR, pinned=pinned).plan
+    engine = Engine(stories64, s, list(prompt), len(prompt), AR, plan=plan)
     engine.start()
     boundary = engine.window.next_boundary
     while len(engine.ids) < boundary:
@@ -115,7 +122,7 @@ def test_the_window_moves_at_its_boundary_as_a_resume_builds_it(stories64, pinne
     assert engine.window.due(engine.ids) == Rebuild(None) and engine.window.shifts == 0
     engine.ar_step()
     assert engine.window.shifts == 1 and engine.window.next_boundary > boundary
-    resume = Engine(stories64, s, list(engine.ids), len(prompt), plan=plan)
+    resume = Engine(stories64, s, list(engine.ids), len(prompt), AR, plan=plan)
     resume.start()
     assert (resume.length, resume.window.offset) == (engine.length, engine.window.offset)
     assert resume.buf[:resume.length + 1].tolist() == engine.buf[:engine.length + 1].tolist()
@@ -124,11 +131,11 @@ def test_the_window_moves_at_its_boundary_as_a_resume_builds_it(stories64, pinne
 @pytest.mark.slow
 def test_memory_and_note_edits_apply_from_the_resume(stories64, pinned):
     prompt = stories64.encode(PROMPT)
-    s = settings("greedy", 1, max_new_tokens=700, ngram_topk=20)
+    s, ts = settings("greedy", 1, max_new_tokens=700), drafting(ngram_topk=20)
     lm = lm_with(stories64, 1)
-    first = Generator(lm, s, prompt, pinned=pinned).run()
+    first = Generator(lm, s, prompt, options=ts, pinned=pinned).run()
     edited = pinned_ids(stories64, "Max is a big brown dog who loves to run.", "The dog barks.")
-    gen = Generator(lm, s, prompt, generated_ids=first[:400], pinned=edited)
+    gen = Generator(lm, s, prompt, generated_ids=first[:400], options=ts, pinned=edited)
     resumed = gen.run()
     assert resumed[:400] == first[:400] and resumed != first
     engine = gen._engine
@@ -136,7 +143,7 @@ def test_memory_and_note_edits_apply_from_the_resume(stories64, pinned):
     assert window[1:1 + len(edited.memory)] == list(edited.memory)  # pinned right after BOS
     note_at = next(i for i in range(len(window)) if window[i:i + len(edited.note)] == list(edited.note))
     assert len(window) - note_at - len(edited.note) >= s.note_depth  # the note stays near the end
-    assert resumed == Generator(lm, s.replace(mode="ar"), prompt, generated_ids=first[:400], pinned=edited).run()
+    assert resumed == Generator(lm, s, prompt, options=AR, generated_ids=first[:400], pinned=edited).run()
 
 
 @pytest.mark.slow
@@ -144,7 +151,7 @@ def test_an_edit_during_a_run_applies_from_the_next_shift(stories64, pinned):
     """The worker reads Memory and note again at every shift: both modes pick an edit up at the same token,
     and a run resumed later with the edited text continues exactly."""
     prompt = stories64.encode(PROMPT)
-    s = settings("minp-penalty", 7, max_new_tokens=360, ngram_topk=20, context_window=NARROW)
+    s, ts = settings("minp-penalty", 7, max_new_tokens=360, context_window=NARROW), drafting(ngram_topk=20)
     lm = lm_with(stories64, 7)
     edited = pinned_ids(stories64, "Max is a big brown dog who loves to run and play.", "")
 
@@ -155,33 +162,34 @@ def test_an_edit_during_a_run_applies_from_the_next_shift(stories64, pinned):
     runs = {}
     for mode in ("ar", "tokenswift"):
         calls = []
-        gen = Generator(lm, s.replace(mode=mode), prompt, pinned=pinned, pinned_source=source)
+        gen = Generator(lm, s, prompt, options=ts.speculating(mode=mode), pinned=pinned, pinned_source=source)
         runs[mode] = gen.run()
         assert gen.metrics().shifts == len(calls) >= 3 and gen._engine.window.plan.pinned == edited
     assert runs["ar"] == runs["tokenswift"]
-    assert runs["ar"] != Generator(lm, s, prompt, pinned=pinned).run()  # the edit changed what came next
+    assert runs["ar"] != Generator(lm, s, prompt, options=ts, pinned=pinned).run()  # the edit changed what came next
     cut = len(runs["ar"]) - 60
-    assert Generator(lm, s, prompt, generated_ids=runs["ar"][:cut], pinned=edited).run() == runs["ar"]
+    assert Generator(lm, s, prompt, generated_ids=runs["ar"][:cut], options=ts, pinned=edited).run() == runs["ar"]
 
 
 @pytest.mark.slow
 def test_fast_path_keys_the_noise_by_story_index_across_shifts(stories64):
     prompt = stories64.encode(PROMPT)
-    s = settings("minp-penalty", 2, max_new_tokens=450, context_window=160, ngram_topk=5, tree=(1, 2, 2))
-    expected = Generator(stories64, s.replace(mode="ar"), prompt).run()
-    lm, fast = lm_with(stories64, 2), EngineOptions(fast=FastOptions(attention="sdpa", bucket=64))
-    assert Generator(lm, s.replace(mode="ar"), prompt, options=fast).run() == expected
+    s = settings("minp-penalty", 2, max_new_tokens=450, context_window=160)
+    expected = Generator(stories64, s, prompt, options=AR).run()
+    lm, fast = lm_with(stories64, 2), dataclasses.replace(drafting(ngram_topk=5), fast=FastOptions(attention="sdpa",
+                                                                                                     bucket=64))
+    assert Generator(lm, s, prompt, options=fast.speculating(mode="ar")).run() == expected
     for drafter in ("paper", "fused"):  # the fused drafter reads the new window's state after each shift
-        gen = Generator(lm, s.replace(drafter=drafter), prompt, options=fast)
+        gen = Generator(lm, s, prompt, options=fast.speculating(drafter=drafter))
         assert gen.run() == expected and gen.metrics().shifts >= 4
 
 
 @pytest.mark.slow
 def test_a_run_that_fits_is_unchanged_and_shifting_off_refuses(stories64):
     prompt = stories64.encode(PROMPT)
-    s = Settings(mode="ar", max_new_tokens=300, seed=4, ignore_eos=True, **SAMPLERS["top-p"])
-    gen = Generator(stories64, s.replace(context_window=WINDOW), prompt)
-    assert gen.run() == Generator(stories64, s, prompt).run() and gen.metrics().shifts == 0
+    s = Settings(max_new_tokens=300, seed=4, ignore_eos=True, **SAMPLERS["top-p"])
+    gen = Generator(stories64, s.replace(context_window=WINDOW), prompt, options=AR)
+    assert gen.run() == Generator(stories64, s, prompt, options=AR).run() and gen.metrics().shifts == 0
     with pytest.raises(SettingsError) as refused:
         Generator(stories64, s.replace(max_new_tokens=600, context_window=WINDOW, context_shift=False), prompt)
     assert refused.value.field == "max_new_tokens" and "context shifting is off" in str(refused.value)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from speed import AR
 
 from tokenswift.text.detok import IncrementalDetokenizer
 
@@ -35,7 +36,7 @@ def test_model_output_streams_exactly(stories32):
     from tokenswift.settings import Settings
 
     prompt = stories32.encode("Tom found a box")
-    ids = Generator(stories32, Settings(max_new_tokens=300, seed=1, ignore_eos=True, mode="ar"), prompt).run()
+    ids = Generator(stories32, Settings(max_new_tokens=300, seed=1, ignore_eos=True), prompt, options=AR).run()
     tok = stories32.tokenizer
     head = tok.decode(prompt, skip_special_tokens=True)
     assert head + stream(tok, ids, prompt, [1, 4, 2]) == tok.decode(prompt + ids, skip_special_tokens=True)

@@ -18,6 +18,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from speed import AR, speed
 from test_context_shift import MEMORY, NARROW, NOTE, first_difference
 from test_exactness import PROMPT, SAMPLERS
 
@@ -40,7 +41,7 @@ from tokenswift.model.fastpath import FastOptions
 from tokenswift.model.kv_cache import KVCache
 from tokenswift.model.masks import causal_mask
 from tokenswift.sampling.sampler import Sampler, last_ids, penalty_mask
-from tokenswift.settings import Settings, SettingsError
+from tokenswift.settings import Settings, SettingsError, Speculation
 from tokenswift.text.context_window import pinned_ids
 from tokenswift.train.draft_data import TeacherStore, feature_layers
 from tokenswift.train.draft_loss import Penalty, penalised_loss, penalised_targets, unrolled_states, window_mask
@@ -65,8 +66,8 @@ def trained(tmp_path_factory, stories_path, stories32):
     prompt = stories32.encode("Once upon a time")
     text = []
     for seed in range(3):
-        ids = Generator(stories32, Settings(mode="ar", max_new_tokens=1000, seed=seed, temperature=1.0, min_p=0.05,
-                                            ignore_eos=True), prompt).run()
+        ids = Generator(stories32, Settings(max_new_tokens=1000, seed=seed, temperature=1.0, min_p=0.05,
+                                            ignore_eos=True), prompt, options=AR).run()
         text.append(stories32.decode(ids))
     (root / "text.txt").write_text("\n\n".join(text))
     teacher(stories_path, root / "text.txt", root / "teacher", 0)
@@ -179,8 +180,8 @@ def test_layer_drafter_equals_ar(drafting, stories64, ar_runs, sampler, k, adapt
     plain = Settings(max_new_tokens=N, seed=3, ignore_eos=True, **SAMPLERS[sampler])
     # Plain decoding of the model the layer drafts for: one run per sampler serves both layers and every k.
     expected = ar_runs(stories64, plain, prompt)
-    gen = Generator(drafting, plain.replace(ngram_topk=k, drafter="layer"), prompt,
-                    options=EngineOptions(adaptive=adaptive))
+    gen = Generator(drafting, plain, prompt,
+                    options=EngineOptions(adaptive=adaptive, speculation=Speculation(ngram_topk=k, drafter="layer")))
     assert first_difference(gen.run(), expected) is None
     if not adaptive:  # (the adaptive policy may prefer plain steps on this tiny model)
         assert gen.metrics().accepted > N // 4  # the chain drafts what the model writes
@@ -189,12 +190,13 @@ def test_layer_drafter_equals_ar(drafting, stories64, ar_runs, sampler, k, adapt
 def test_layer_drafter_across_shifts_with_memory_and_resume(drafting):
     prompt, pinned = drafting.encode(PROMPT), pinned_ids(drafting, MEMORY, NOTE)
     s = Settings(max_new_tokens=360, seed=5, ignore_eos=True, context_window=NARROW, note_depth=100,
-                 drafter="layer", **SAMPLERS["minp-penalty"])
-    expected = Generator(drafting, s.replace(mode="ar"), prompt, pinned=pinned).run()
-    gen = Generator(drafting, s, prompt, pinned=pinned)
+                 **SAMPLERS["minp-penalty"])
+    expected = Generator(drafting, s, prompt, options=AR, pinned=pinned).run()
+    gen = Generator(drafting, s, prompt, options=speed(drafter="layer"), pinned=pinned)
     assert first_difference(gen.run(), expected) is None
     assert gen.metrics().shifts >= 5 and gen.metrics().accepted > 60
-    resumed = Generator(drafting, s, prompt, generated_ids=expected[:210], pinned=pinned)
+    resumed = Generator(drafting, s, prompt, generated_ids=expected[:210], options=speed(drafter="layer"),
+                        pinned=pinned)
     assert first_difference(resumed.run(), expected) is None
 
 
@@ -202,9 +204,9 @@ def test_a_window_of_states_then_plain_steps_drafts_from_the_last_window(lm64):
     """After a prefill (a context shift), the adaptive policy's plain steps add rows to the window of states the
     drafter was given; its next draft runs the last `window` of them only (it used to attend over more rows
     than the window and fail)."""
-    s = Settings(max_new_tokens=8, ignore_eos=True, drafter="layer")
+    s = Settings(max_new_tokens=8, ignore_eos=True)
     w, dim = lm64.draft_layer.window, lm64.config.dim
-    drafter = LayerDrafter(lm64, s, Sampler(s, lm64.config.vocab_size, "cpu"), 4 * w)
+    drafter = LayerDrafter(lm64, Speculation(drafter="layer"), Sampler(s, lm64.config.vocab_size, "cpu"), 4 * w)
     drafter.start(None, 0, [])
     drafter.observe(torch.randn(w, dim, dtype=torch.float64), [1 + i % 100 for i in range(w)], 0)
     for i in range(5):
@@ -216,9 +218,10 @@ def test_a_window_of_states_then_plain_steps_drafts_from_the_last_window(lm64):
 def test_catching_up_on_plain_steps_is_timed_as_the_switch(lm64):
     """The rows of plain steps are run at the next draft: that is the switch from plain steps (switch_s, kept apart
     from the shape's time by the engine), where a drafting iteration's own one to depth + 1 rows are not."""
-    s = Settings(max_new_tokens=8, ignore_eos=True, drafter="layer", tree=(1, 1, 1))
+    s = Settings(max_new_tokens=8, ignore_eos=True)
     dim = lm64.config.dim
-    drafter = LayerDrafter(lm64, s, Sampler(s, lm64.config.vocab_size, "cpu"), 256)
+    chain = Speculation(drafter="layer", tree=(1, 1, 1))
+    drafter = LayerDrafter(lm64, chain, Sampler(s, lm64.config.vocab_size, "cpu"), 256)
     drafter.start(None, 0, [])
     drafter.observe(torch.randn(3, dim, dtype=torch.float64), [4, 5, 6], 0)  # an iteration's accepted path
     drafter.propose(6, 3, None, 2, 0)
@@ -237,16 +240,17 @@ def test_in_float32_the_layer_drafts_by_the_c_kernels_what_torch_drafts(stories3
     plain decoding, and the drafts torch's operators make (the same tokens accepted, to a rounding tie or two)."""
     layer = load_layer(trained / "layer", stories32.config, stories32.model.head_weight, "cpu", torch.float32)
     lm = dataclasses.replace(stories32, draft_layer=layer)
-    s = Settings(max_new_tokens=300, seed=3, ignore_eos=True, drafter="layer", **SAMPLERS["greedy"])
+    s = Settings(max_new_tokens=300, seed=3, ignore_eos=True, **SAMPLERS["greedy"])
+    layer = speed(drafter="layer")
     prompt = lm.encode(PROMPT)
-    assert LayerDrafter(lm, s, None, 64).block is not None
-    expected = Generator(lm, s.replace(mode="ar"), prompt).run()
-    with_kernels = Generator(lm, s, prompt)
+    assert LayerDrafter(lm, layer.speculation, None, 64).block is not None
+    expected = Generator(lm, s, prompt, options=AR).run()
+    with_kernels = Generator(lm, s, prompt, options=layer)
     assert first_difference(with_kernels.run(), expected) is None
     kernels, lm.model.native = lm.model.native, None
     try:
-        assert LayerDrafter(lm, s, None, 64).block is None
-        without = Generator(lm, s, prompt)
+        assert LayerDrafter(lm, layer.speculation, None, 64).block is None
+        without = Generator(lm, s, prompt, options=layer)
         assert first_difference(without.run(), expected) is None
     finally:
         lm.model.native = kernels
@@ -256,20 +260,20 @@ def test_in_float32_the_layer_drafts_by_the_c_kernels_what_torch_drafts(stories3
 
 def test_auto_drafts_with_the_layer_on_a_cpu_where_the_model_has_one(lm64, stories64):
     """The default drafter: the draft layer where the model has one (on a CPU), else the heads (fused)."""
-    assert Settings().drafter == "auto"
+    assert Speculation().drafter == "auto"
     for lm, drafter in ((lm64, LayerDrafter), (stories64, FusedDrafter)):
         ids = lm.encode(PROMPT)
         engine = Engine(lm, Settings(max_new_tokens=8, ignore_eos=True), ids, len(ids))
         engine.start()
         assert type(engine.drafter) is drafter
     on_gpu = SimpleNamespace(draft_layer=lm64.draft_layer, draft_model=None, device=torch.device("cuda"))
-    assert drafter_for(on_gpu, Settings()) == "fused"  # a GPU verifies a wide tree nearly free
-    assert drafter_for(lm64, Settings(drafter="paper")) == "paper"
+    assert drafter_for(on_gpu, Speculation()) == "fused"  # a GPU verifies a wide tree nearly free
+    assert drafter_for(lm64, Speculation(drafter="paper")) == "paper"
 
 
 def test_a_model_without_a_draft_layer_is_refused_by_name(stories64):
     with pytest.raises(SettingsError, match="drafter: this model has no draft layer"):
-        Generator(stories64, Settings(drafter="layer"), stories64.encode(PROMPT))
+        Generator(stories64, Settings(), stories64.encode(PROMPT), options=speed(drafter="layer"))
 
 
 def state_tokens(path: Path) -> int:
@@ -453,4 +457,5 @@ def test_draft_data_features_are_layer_numbers_below_the_last():
 def test_a_fused_feature_layer_is_refused_on_the_fast_path_by_name(lm64_fused):
     ids = lm64_fused.encode(PROMPT)
     with pytest.raises(ValueError, match=r"drafter: this draft layer reads layers \[2, 4\] besides the last"):
-        Engine(lm64_fused, Settings(drafter="layer"), ids, len(ids), EngineOptions(FastOptions(attention="sdpa")))
+        Engine(lm64_fused, Settings(), ids, len(ids),
+               EngineOptions(FastOptions(attention="sdpa"), speculation=Speculation(drafter="layer")))

@@ -5,6 +5,7 @@ QuantLinear.q8): each copy is the gguf quantizer's blocks of the float weight, t
 from __future__ import annotations
 
 import torch
+from speed import AR
 from torch import nn
 
 from tokenswift.decode.engine import Engine
@@ -36,4 +37,4 @@ def test_a_q4_models_draft_layer_drafts_from_q8_copies(smollm2_q4):
     layer = lm.draft_layer.layer
     assert all(type(m) is not QuantLinear and isinstance(m, nn.Linear)
                for m in (layer.self_attn.qkv_proj, layer.self_attn.o_proj, layer.mlp.gate_up_proj, layer.mlp.down_proj))
-    assert Generator(lm, s, prompt).run() == Generator(lm, s.replace(mode="ar"), prompt).run()
+    assert Generator(lm, s, prompt).run() == Generator(lm, s, prompt, options=AR).run()

@@ -7,7 +7,7 @@ import pytest
 
 from storage import Conflict, open_store
 from storage.records import ModelSpec, Owner, Progress
-from tokenswift.settings import Settings
+from tokenswift.settings import DraftSettings, Settings
 
 OPENING = "Once upon a time, there was a little dog named Max."
 
@@ -19,10 +19,10 @@ def store(tmp_path):
     s.close()
 
 
-def stopped(store, text: str, finish: str, settings: Settings | None = None, book=None,
+def stopped(store, text: str, finish: str, settings: DraftSettings | None = None, book=None,
             ids: tuple[list[int], list[int]] = ([1, 2, 3], [4, 5, 6])) -> int:
     """A draft the (fake) worker wrote `text` for, as (prompt, generated) ids, then paused or finished."""
-    gen = store.enqueue_generation(OPENING, settings or Settings(max_new_tokens=50), session_id=book)
+    gen = store.enqueue_generation(OPENING, settings or DraftSettings(Settings(max_new_tokens=50)), session_id=book)
     owner = Owner.here("w")
     store.claim_next(owner)
     store.record_start(gen.id, owner, ids[0], "m", None)
@@ -63,7 +63,7 @@ def test_only_the_changed_words_of_a_paragraph_are_marked():
 
 
 def test_edits_are_refused_while_writing_and_when_empty_or_unchanged(store):
-    running = store.enqueue_generation(OPENING, Settings(max_new_tokens=5))
+    running = store.enqueue_generation(OPENING, DraftSettings(Settings(max_new_tokens=5)))
     store.claim_next(Owner.here("w"))
     with pytest.raises(Conflict, match="pause it before editing"):
         store.save_edit(running.id, "new text")
@@ -78,7 +78,7 @@ def test_continue_after_an_edit_goes_on_from_the_writers_text(store):
     done = stopped(store, " The end.", "done")
     revision = store.save_edit(done, OPENING + " It was not the end.")
     assert (revision.status, revision.finish_reason) == ("done", "edit")
-    child = store.continue_generation(revision.id, Settings(max_new_tokens=20))
+    child = store.continue_generation(revision.id, DraftSettings(Settings(max_new_tokens=20)))
     assert (child.origin, child.prompt_text, child.status) == ("continue", OPENING + " It was not the end.", "queued")
     assert [s for s, _ in store.text_sources(child.id)] == ["opening", "ai", "edit", "ai"]
 
@@ -90,7 +90,7 @@ def test_the_draft_to_offer_and_the_book_last_worked_on(store):
     store.create_session("Untitled")  # a newer, empty book (left behind by a deleted draft)
     assert store.resumable().id == paused
     assert store.last_worked_book() == harbour.id
-    queued = store.enqueue_generation(OPENING, Settings(max_new_tokens=5), session_id=harbour.id)
+    queued = store.enqueue_generation(OPENING, DraftSettings(Settings(max_new_tokens=5)), session_id=harbour.id)
     assert store.resumable().id == queued.id  # one being written (or next in line) comes first
 
 
@@ -103,7 +103,7 @@ def test_comparison_runs_stay_out_of_the_writers_books(store):
     stopped(store, " text", "done", book=harbour.id)
     compare = store.create_session("Compare: The storm…", kind=COMPARISON)
     stopped(store, " run", "done", book=compare.id)
-    running = store.enqueue_generation(OPENING, Settings(max_new_tokens=5), session_id=compare.id)
+    running = store.enqueue_generation(OPENING, DraftSettings(Settings(max_new_tokens=5)), session_id=compare.id)
     assert [b.id for b in store.list_sessions()] == [harbour.id]
     assert [b.id for b in store.list_sessions(COMPARISON)] == [compare.id]
     assert store.last_worked_book() == harbour.id
@@ -116,14 +116,17 @@ def test_tokenswift_after_an_edit_equals_plain_decoding_from_the_edited_text(sto
     """Resume of a paused draft and Continue of a finished one, both after an edit, through a real worker: the draft's
     own ids for the text the edit kept, the edited rest tokenized after them, and from there what plain decoding
     writes (resumed after the draft's ids, as the run that wrote them would go on)."""
+    from speed import AR, speed
+
     from tokenswift.decode.generate import Generator
     from tokenswift.text.detok import IncrementalDetokenizer
     from worker import WorkerConfig
     from worker.loop import Worker
 
-    settings = Settings(mode="tokenswift", seed=5, max_new_tokens=48, penalty=1.2, penalty_window=64, ngram_topk=8)
+    text_settings, ts = Settings(seed=5, max_new_tokens=48, penalty=1.2, penalty_window=64), speed(ngram_topk=8)
+    settings = DraftSettings(text_settings, ts.speculation)
     prompt = stories64.encode(OPENING)
-    written = Generator(stories64, settings.replace(max_new_tokens=12), prompt).run()
+    written = Generator(stories64, text_settings.replace(max_new_tokens=12), prompt, options=ts).run()
     detok = IncrementalDetokenizer(stories64.tokenizer, prompt)
     text = detok.push(written) + detok.flush()
     paused = stopped(store, text, "paused", settings, ids=(prompt, written))
@@ -142,8 +145,8 @@ def test_tokenswift_after_an_edit_equals_plain_decoding_from_the_edited_text(sto
         kept = tokens.prompt_ids[len(prompt):]
         assert tokens.prompt_ids[:len(prompt)] == prompt and kept[:10] == written[:10]  # the draft's own ids
         assert stories64.tokenizer.decode(tokens.prompt_ids, skip_special_tokens=True) == record.prompt_text
-        plain = Generator(stories64, settings.replace(mode="ar", max_new_tokens=len(kept) + new_tokens), prompt,
-                          generated_ids=kept)
+        plain = Generator(stories64, text_settings.replace(max_new_tokens=len(kept) + new_tokens), prompt,
+                          generated_ids=kept, options=AR)
         assert tokens.generated_ids == plain.run()[len(kept):]
         points = store.progress_since(gen_id).points  # the charts' n-gram line counts the tokens β counts
         assert points and all(p.plain_share is not None and ((p.beta or 0) == 0) == (p.ngram_hits == 0)

@@ -10,7 +10,7 @@ from conftest import sqlite_db_url
 
 from storage import open_store
 from storage.records import Owner, Progress
-from tokenswift.settings import Settings, SettingsError
+from tokenswift.settings import DraftSettings, Settings, SettingsError
 from ui.drafts.drafts import Context, DraftProblem, DraftService
 from ui.drafts.limits import MAX_CONTEXT_TEXT
 
@@ -48,8 +48,8 @@ def drafts(store, words):
     return DraftService(store, words)
 
 
-def refusing(max_new_tokens: int) -> Settings:
-    return Settings(max_new_tokens=max_new_tokens, context_shift=False)
+def refusing(max_new_tokens: int) -> DraftSettings:
+    return DraftSettings(Settings(max_new_tokens=max_new_tokens, context_shift=False))
 
 
 def test_a_prompt_and_target_past_the_context_are_refused_before_anything_is_queued(drafts, store):
@@ -63,12 +63,12 @@ def test_a_prompt_and_target_past_the_context_are_refused_before_anything_is_que
 
 
 def test_nothing_is_counted_while_the_context_shifts(drafts, words):
-    assert drafts.start("one two three", Settings(max_new_tokens=5000)).status == "queued"
+    assert drafts.start("one two three", DraftSettings(Settings(max_new_tokens=5000))).status == "queued"
     assert words.counted == []
 
 
 def test_a_continuation_of_an_edit_that_never_ran_counts_the_writers_text(drafts, store, words):
-    parent = drafts.start("Once upon a time", Settings(max_new_tokens=2))
+    parent = drafts.start("Once upon a time", DraftSettings(Settings(max_new_tokens=2)))
     owner = Owner.here("test-worker")
     assert store.claim_next(owner).id == parent.id
     store.record_start(parent.id, owner, [1, 400, 401], "stories", None)
@@ -82,9 +82,10 @@ def test_a_continuation_of_an_edit_that_never_ran_counts_the_writers_text(drafts
 
 def test_the_drafts_own_fields_are_named(drafts, store):
     with pytest.raises(DraftProblem) as long_memory:
-        drafts.start("one", Settings(max_new_tokens=5), context=Context(memory="x" * (MAX_CONTEXT_TEXT + 1)))
+        drafts.start("one", DraftSettings(Settings(max_new_tokens=5)),
+                     context=Context(memory="x" * (MAX_CONTEXT_TEXT + 1)))
     assert long_memory.value.field == "memory"
     with pytest.raises(DraftProblem) as empty:
-        drafts.start("  ", Settings(max_new_tokens=5))
+        drafts.start("  ", DraftSettings(Settings(max_new_tokens=5)))
     assert (empty.value.field, empty.value.reason) == ("prompt", "must not be empty")
     assert store.list_generations() == []

@@ -10,6 +10,7 @@ import math
 
 import pytest
 import torch
+from speed import AR, speed
 from test_context_shift import MEMORY, NARROW, NOTE, first_difference
 from test_exactness import PROMPT, random_heads
 
@@ -19,7 +20,7 @@ from tokenswift.decode.metrics import distinct_n
 from tokenswift.decode.options import EngineOptions
 from tokenswift.sampling.dry_xtc import dry_amounts, xtc_draws, xtc_filter
 from tokenswift.sampling.sampler import Sampler
-from tokenswift.settings import Settings, SettingsError
+from tokenswift.settings import Settings, SettingsError, Speculation
 from tokenswift.text.context_window import pinned_ids
 
 DRY = dict(dry_multiplier=0.8, dry_base=1.75, dry_allowed_length=2, dry_range=64)
@@ -107,10 +108,10 @@ def test_xtc_sets_aside_all_top_choices_but_the_least_likely():
 @pytest.mark.slow
 def test_dry_breaks_the_loops_of_greedy_decoding(stories64):
     prompt = stories64.encode(PROMPT)
-    plain = Generator(stories64, Settings(mode="ar", max_new_tokens=300, temperature=0, ignore_eos=True),
-                      prompt).run()
-    dry = Generator(stories64, Settings(mode="ar", max_new_tokens=300, temperature=0, ignore_eos=True, **DRY),
-                    prompt).run()
+    plain = Generator(stories64, Settings(max_new_tokens=300, temperature=0, ignore_eos=True), prompt,
+                      options=AR).run()
+    dry = Generator(stories64, Settings(max_new_tokens=300, temperature=0, ignore_eos=True, **DRY), prompt,
+                    options=AR).run()
     assert distinct_n(dry, 4) > distinct_n(plain, 4) + 0.2
 
 
@@ -125,11 +126,12 @@ CASES = [("fused", 20, False, dict(temperature=0.0, **DRY)),
 def test_tokenswift_equals_ar_with_dry_and_xtc(stories64, drafter, k, adaptive, sampling):
     lm = dataclasses.replace(stories64, heads=random_heads(stories64, 3))
     prompt = lm.encode(PROMPT)
-    s = Settings(max_new_tokens=350, seed=2, ignore_eos=True, ngram_topk=k, budget=48, drafter=drafter, **sampling)
-    expected = Generator(lm, s.replace(mode="ar"), prompt).run()
+    s = Settings(max_new_tokens=350, seed=2, ignore_eos=True, **sampling)
+    expected = Generator(lm, s, prompt, options=AR).run()
     plain = dict(dry_multiplier=0.0, xtc_probability=0.0)
-    assert expected != Generator(lm, s.replace(mode="ar", **plain), prompt).run()  # the controls act here
-    gen = Generator(lm, s, prompt, options=EngineOptions(adaptive=adaptive))
+    assert expected != Generator(lm, s.replace(**plain), prompt, options=AR).run()  # the controls act here
+    ts = EngineOptions(adaptive=adaptive, speculation=Speculation(ngram_topk=k, budget=48, drafter=drafter))
+    gen = Generator(lm, s, prompt, options=ts)
     assert first_difference(gen.run(), expected) is None
 
 
@@ -137,12 +139,13 @@ def test_tokenswift_equals_ar_with_dry_and_xtc(stories64, drafter, k, adaptive, 
 def test_tokenswift_equals_ar_with_dry_and_xtc_across_shifts(stories64):
     lm = dataclasses.replace(stories64, heads=random_heads(stories64, 3))
     prompt, pinned = lm.encode(PROMPT), pinned_ids(lm, MEMORY, NOTE)
-    s = Settings(max_new_tokens=300, seed=4, ignore_eos=True, context_window=NARROW, note_depth=100, tree=(1, 2, 2),
+    s = Settings(max_new_tokens=300, seed=4, ignore_eos=True, context_window=NARROW, note_depth=100,
                  temperature=1.0, min_p=0.05, **DRY, **XTC)
-    expected = Generator(lm, s.replace(mode="ar"), prompt, pinned=pinned).run()
-    gen = Generator(lm, s, prompt, pinned=pinned)
+    expected = Generator(lm, s, prompt, options=AR, pinned=pinned).run()
+    gen = Generator(lm, s, prompt, options=speed(tree=(1, 2, 2)), pinned=pinned)
     assert first_difference(gen.run(), expected) is None and gen.metrics().shifts >= 3
-    resumed = Generator(lm, s, prompt, generated_ids=expected[:170], pinned=pinned)  # past a shift
+    resumed = Generator(lm, s, prompt, generated_ids=expected[:170], options=speed(tree=(1, 2, 2)),
+                        pinned=pinned)  # past a shift
     assert first_difference(resumed.run(), expected) is None
 
 

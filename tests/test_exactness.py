@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from speed import AR, speed
 from tiny_models import hf_model, save_checkpoint
 
 from tokenswift.decode.engine import Engine
@@ -69,9 +70,8 @@ def ar_reference(stories64, ar_runs):
 def test_tokenswift_equals_ar_on_stories260k(stories64, ar_reference, drafter, sampler, k, heads, seed, n):
     prompt, reference = ar_reference
     lm = with_heads(stories64, random_heads(stories64, seed) if heads else None)
-    s = Settings(max_new_tokens=n, seed=seed, ignore_eos=True, ngram_topk=k, budget=40, sinks=16,
-                 drafter=drafter, **SAMPLERS[sampler])
-    gen = Generator(lm, s, prompt)
+    s = Settings(max_new_tokens=n, seed=seed, ignore_eos=True, **SAMPLERS[sampler])
+    gen = Generator(lm, s, prompt, options=speed(ngram_topk=k, budget=40, sinks=16, drafter=drafter))
     tokens = gen.run()
     expected = reference(sampler, seed, n)
     first = next((i for i, (a, b) in enumerate(zip(tokens, expected, strict=True)) if a != b), None)
@@ -87,12 +87,12 @@ def test_fused_drafter_proposes_from_the_heads_vocabulary_only(stories64, ar_ref
     prompt, reference = ar_reference
     vocab = torch.arange(0, stories64.config.vocab_size, 3)
     lm = with_heads(stories64, random_heads(stories64, 6).with_vocab(vocab))
-    s = Settings(max_new_tokens=300, seed=2, ignore_eos=True, ngram_topk=0, **SAMPLERS["minp-penalty"])
-    engine = Engine(lm, s, prompt, len(prompt))
+    s = Settings(max_new_tokens=300, seed=2, ignore_eos=True, **SAMPLERS["minp-penalty"])
+    engine = Engine(lm, s, prompt, len(prompt), speed(ngram_topk=0))
     engine.start()
     levels = engine.drafter.propose(engine.root, engine.length, None, 3, engine.length + 1)
     assert len(levels) == 3 and {t for level in levels for t in level} <= set(vocab.tolist())
-    assert Generator(lm, s, prompt).run() == reference("minp-penalty", 2, 300)
+    assert Generator(lm, s, prompt, options=speed(ngram_topk=0)).run() == reference("minp-penalty", 2, 300)
 
 
 @pytest.fixture(scope="module")
@@ -107,11 +107,10 @@ def tiny_qwen(tmp_path_factory, stories_path):
                                                       ("top-p", 0, True)])
 def test_tokenswift_equals_ar_on_tiny_qwen2(tiny_qwen, sampler, k, heads):
     prompt = tiny_qwen.encode(PROMPT)
-    s = Settings(max_new_tokens=SHORT, seed=9, ignore_eos=True, ngram_topk=k, budget=40, sinks=8,
-                 **SAMPLERS[sampler])
-    expected = Generator(tiny_qwen, s.replace(mode="ar"), prompt).run()
+    s = Settings(max_new_tokens=SHORT, seed=9, ignore_eos=True, **SAMPLERS[sampler])
+    expected = Generator(tiny_qwen, s, prompt, options=AR).run()
     lm = with_heads(tiny_qwen, random_heads(tiny_qwen, 1) if heads else None)
-    assert Generator(lm, s, prompt).run() == expected
+    assert Generator(lm, s, prompt, options=speed(ngram_topk=k, budget=40, sinks=8)).run() == expected
 
 
 @pytest.mark.slow
@@ -119,13 +118,13 @@ def test_tokenswift_equals_ar_on_tiny_qwen2(tiny_qwen, sampler, k, heads):
 def test_resume_continues_the_same_stream(stories64, mode, drafter):
     # 150 + 150 tokens: the paper drafter's partial cache (budget 48) is re-selected on both sides of the cut (9 times).
     prompt = stories64.encode(PROMPT)
-    s = Settings(mode=mode, max_new_tokens=300, seed=5, ignore_eos=True, budget=48, drafter=drafter,
-                 **SAMPLERS["minp-penalty"])
+    s = Settings(max_new_tokens=300, seed=5, ignore_eos=True, **SAMPLERS["minp-penalty"])
+    options = speed(mode=mode, budget=48, drafter=drafter)
     lm = with_heads(stories64, random_heads(stories64, 5))
-    straight = Generator(lm, s, prompt).run()
-    half = Generator(lm, s.replace(max_new_tokens=150), prompt).run()
+    straight = Generator(lm, s, prompt, options=options).run()
+    half = Generator(lm, s.replace(max_new_tokens=150), prompt, options=options).run()
     assert half == straight[:150]
-    resumed = Generator(lm, s, prompt, generated_ids=half).run()
+    resumed = Generator(lm, s, prompt, generated_ids=half, options=options).run()
     assert resumed == straight
 
 
@@ -134,9 +133,10 @@ def test_changing_k_and_tree_changes_speed_not_text(stories64):
     prompt = stories64.encode(PROMPT)
     # A tiny budget re-selects the partial cache every few iterations, also when n-gram paths run deeper
     # than the tree.
-    base = Settings(max_new_tokens=300, seed=8, budget=24, sinks=4, ngram_lag=0, **SAMPLERS["greedy"])
+    s = Settings(max_new_tokens=300, seed=8, **SAMPLERS["greedy"])
     lm = with_heads(stories64, random_heads(stories64, 4))
-    texts = {tuple(Generator(lm, base.replace(ngram_topk=k, tree=tree), prompt).run())
+    texts = {tuple(Generator(lm, s, prompt, options=speed(budget=24, sinks=4, ngram_lag=0, ngram_topk=k,
+                                                          tree=tree)).run())
              for k, tree in [(0, (1,)), (20, (1,)), (5, (1, 2)), (20, (1, 3, 3, 3)), (50, (1, 4, 2))]}
     assert len(texts) == 1
 
@@ -147,9 +147,9 @@ def test_sliding_window_model_tokenswift_equals_ar(tmp_path, stories_path):
     save_checkpoint(hf_model("mistral-window", seed=4, max_position_embeddings=4096), tmp_path, stories_path)
     lm = load_model(str(tmp_path), dtype="float64")
     prompt = lm.encode(PROMPT)
-    s = Settings(max_new_tokens=300, seed=3, ignore_eos=True, ngram_lag=0, **SAMPLERS["minp-penalty"])
-    expected = Generator(lm, s.replace(mode="ar"), prompt).run()
-    assert Generator(with_heads(lm, random_heads(lm, 2)), s, prompt).run() == expected
+    s = Settings(max_new_tokens=300, seed=3, ignore_eos=True, **SAMPLERS["minp-penalty"])
+    expected = Generator(lm, s, prompt, options=AR).run()
+    assert Generator(with_heads(lm, random_heads(lm, 2)), s, prompt, options=speed(ngram_lag=0)).run() == expected
 
 
 @pytest.mark.slow
@@ -158,10 +158,11 @@ def test_banned_end_of_text_is_part_of_the_sampling_rule(tiny_qwen):
     changes before the point where EOS was drawn."""
     prompt = tiny_qwen.encode(PROMPT)
     rule = dict(max_new_tokens=600, seed=1, **SAMPLERS["minp-penalty"])
-    free = Generator(tiny_qwen, Settings(mode="ar", **rule), prompt).run()
+    free = Generator(tiny_qwen, Settings(**rule), prompt, options=AR).run()
     assert len(free) == 128 and free[-1] in tiny_qwen.eos_ids
-    banned = Settings(ban_eos=True, ngram_topk=20, budget=48, **rule)
-    ar = Generator(tiny_qwen, banned.replace(mode="ar"), prompt).run()
-    ts = Generator(with_heads(tiny_qwen, random_heads(tiny_qwen, 1)), banned, prompt).run()
+    banned = Settings(ban_eos=True, **rule)
+    ar = Generator(tiny_qwen, banned, prompt, options=AR).run()
+    ts = Generator(with_heads(tiny_qwen, random_heads(tiny_qwen, 1)), banned, prompt,
+                   options=speed(ngram_topk=20, budget=48)).run()
     assert ts == ar and len(ar) == 600 and not set(ar) & set(tiny_qwen.eos_ids)
     assert ar[:127] == free[:127]

@@ -17,7 +17,7 @@ from storage import open_store
 from storage.records import ModelSpec, Owner
 from tokenswift.decode.generate import Generator
 from tokenswift.decode.options import EngineOptions
-from tokenswift.settings import writing_settings
+from tokenswift.settings import DraftSettings, writing_settings
 from tokenswift.text.detok import IncrementalDetokenizer
 from tokenswift.text.prompting import prompt_ids
 from ui.api.api import create_app
@@ -55,18 +55,18 @@ def test_continue_branch_and_a_cut_go_on_as_the_draft_would(family, smollm2_q4):
     lm, prompt = smollm2_q4, prompt_ids(smollm2_q4, OPENING)
     with one_torch_thread():
         straight = Generator(lm, SETTINGS.replace(max_new_tokens=100), prompt, options=APP).run()
-    draft = store.enqueue_generation(OPENING, SETTINGS).id
+    draft = store.enqueue_generation(OPENING, DraftSettings(SETTINGS)).id
     run_next()
     assert store.get_tokens(draft).generated_ids == straight[:60]
 
     # Continue: 40 more tokens are the longer draft's.
-    more = store.continue_generation(draft, SETTINGS.replace(max_new_tokens=40)).id
+    more = store.continue_generation(draft, DraftSettings(SETTINGS.replace(max_new_tokens=40))).id
     run_next()
     assert store.get_tokens(more).generated_ids == straight[60:100]
 
     # An edit that cuts the draft back to its first 35 tokens, then Continue: the draft's own tokens from there.
     cut = store.save_edit(draft, OPENING + text_of(lm, prompt, straight[:35])).id
-    after_cut = store.continue_generation(cut, SETTINGS.replace(max_new_tokens=25)).id
+    after_cut = store.continue_generation(cut, DraftSettings(SETTINGS.replace(max_new_tokens=25))).id
     run_next()
     assert store.get_tokens(after_cut).prompt_ids == prompt + straight[:35]  # the draft's ids, not re-tokenized
     assert store.get_tokens(after_cut).generated_ids == straight[35:60]

@@ -16,6 +16,7 @@ import math
 
 import pytest
 import torch
+from speed import AR, speed
 
 from tokenswift.bench.shapes import preset, random_heads, random_model
 from tokenswift.decode.adaptive import CandidatePolicy, Shape, accepted_under, best_shape, ladder
@@ -31,12 +32,13 @@ from tokenswift.model.masks import causal_mask, with_prefix
 from tokenswift.sampling.in_graph import DeviceSampler, pack_verify_inputs, trie_paths
 from tokenswift.sampling.sampler import Sampler
 from tokenswift.sampling.trie import build_trie, verify_inputs
-from tokenswift.settings import Settings, SettingsError
+from tokenswift.settings import PLAIN, Settings, SettingsError, Speculation
 
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 pytestmark = pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
 PROMPT = "The old lighthouse keeper climbed the stairs and"
 MINP = dict(temperature=1.0, min_p=0.1, penalty=1.2, penalty_window=64)
+K20 = Speculation(ngram_topk=20, budget=48)  # n-grams on, a partial cache re-selected every 44 tokens
 
 
 def tiny(name: str, device="cpu", dtype=torch.float64):
@@ -244,7 +246,7 @@ def test_device_sampling_equals_the_host_sampler_node_by_node(w, temperature):
 
 
 def ar_tokens(lm, settings, prompt):
-    return Generator(lm, settings.replace(mode="ar"), prompt).run()
+    return Generator(lm, settings, prompt, options=AR).run()
 
 
 def with_heads(lm):
@@ -265,7 +267,7 @@ def test_the_rope_table_is_built_once_for_the_whole_context(stories64):
     with pytest.raises(ValueError, match="RoPE table"):
         stories64.check_positions(table.shape[0] + 1)
     with pytest.raises(SettingsError, match="candidate rows"):
-        Generator(stories64, Settings(tree=(1, 40, 40), ngram_topk=0), prompt)
+        Generator(stories64, Settings(), prompt, options=speed(tree=(1, 40, 40), ngram_topk=0))
 
 
 @pytest.mark.slow
@@ -274,11 +276,12 @@ def test_fast_engine_emits_the_same_tokens(stories64, drafter):
     """Both drafters on the static-shape passes: the fused one drafts from the states the AR and verify passes
     leave in their buffers."""
     prompt = stories64.encode(PROMPT)
-    s = Settings(max_new_tokens=200, seed=2, ignore_eos=True, ngram_topk=5, tree=(1, 2, 2), budget=48,
-                 drafter=drafter, **MINP)
+    s = Settings(max_new_tokens=200, seed=2, ignore_eos=True, **MINP)
     expected = ar_tokens(stories64, s, prompt)
-    lm, fast = with_heads(stories64), EngineOptions(fast=FastOptions(attention="sdpa", bucket=64))
-    assert Generator(lm, s.replace(mode="ar"), prompt, options=fast).run() == expected
+    lm = with_heads(stories64)
+    fast = EngineOptions(fast=FastOptions(attention="sdpa", bucket=64),
+                         speculation=Speculation(ngram_topk=5, tree=(1, 2, 2), budget=48, drafter=drafter))
+    assert Generator(lm, s, prompt, options=fast.speculating(mode="ar")).run() == expected
     gen = Generator(lm, s, prompt, options=fast)
     assert gen.run() == expected
     assert gen.metrics().verify_batch == 1 + (1 + 2 + 4) + 5 * 4  # padded to the fixed batch
@@ -294,17 +297,17 @@ def every_shape_runs(monkeypatch) -> None:
 def test_adaptive_batch_keeps_the_text(stories64, monkeypatch):
     every_shape_runs(monkeypatch)
     prompt = stories64.encode(PROMPT)
-    s = Settings(max_new_tokens=300, seed=2, ignore_eos=True, ngram_topk=20, budget=48, **MINP)
+    s = Settings(max_new_tokens=300, seed=2, ignore_eos=True, **MINP)
     expected = ar_tokens(stories64, s, prompt)
     lm = with_heads(stories64)
-    gen = Generator(lm, s, prompt, options=EngineOptions(adaptive=True))
+    gen = Generator(lm, s, prompt, options=EngineOptions(adaptive=True, speculation=K20))
     assert gen.run() == expected
     batches = gen.metrics().verify_batches
     sizes = {str(shape.slots) for shape in ladder((3, 3, 3), 20)}  # the fused drafter's: 120 ... 2 rows
     assert set(batches) == sizes  # every shape ran (at least its warm-up)
     assert str(gen.metrics().to_dict()["verify_batch"]) in sizes
     # with the fast path too: each shape is its own fixed-size pass
-    both = EngineOptions(fast=FastOptions(attention="sdpa", bucket=128), adaptive=True)
+    both = EngineOptions(fast=FastOptions(attention="sdpa", bucket=128), adaptive=True, speculation=K20)
     assert Generator(lm, s.replace(max_new_tokens=120), prompt, options=both).run() == expected[:120]
 
 
@@ -312,8 +315,9 @@ def test_adaptive_without_heads_or_ngrams_takes_plain_steps(stories64):
     """Nothing to draft (a model without heads, k = 0): the policy has no shape, and every step is a plain one."""
     assert ladder((), 0) == []
     prompt = stories64.encode(PROMPT)
-    s = Settings(max_new_tokens=60, seed=2, ignore_eos=True, ngram_topk=0, drafter="fused", **MINP)
-    gen = Generator(stories64, s, prompt, options=EngineOptions(adaptive=True))
+    s = Settings(max_new_tokens=60, seed=2, ignore_eos=True, **MINP)
+    gen = Generator(stories64, s, prompt, options=EngineOptions(adaptive=True, speculation=Speculation(
+        ngram_topk=0, drafter="fused")))
     assert gen.run() == ar_tokens(stories64, s, prompt)
     assert gen.metrics().to_dict()["plain_share"] == 1.0
 
@@ -324,9 +328,9 @@ def test_fast_passes_are_bounded_least_recently_used_first(stories64, monkeypatc
     and evicted passes built again give the same text."""
     every_shape_runs(monkeypatch)
     prompt = stories64.encode(PROMPT)
-    s = Settings(max_new_tokens=300, seed=2, ignore_eos=True, ngram_topk=20, budget=48, **MINP)
+    s = Settings(max_new_tokens=300, seed=2, ignore_eos=True, **MINP)
     expected = ar_tokens(stories64, s, prompt)
-    opts = EngineOptions(fast=FastOptions(attention="sdpa", bucket=32, max_passes=4), adaptive=True)
+    opts = EngineOptions(fast=FastOptions(attention="sdpa", bucket=32, max_passes=4), adaptive=True, speculation=K20)
     gen = Generator(with_heads(stories64), s, prompt, options=opts)
     kept = []
     for _ in gen.steps():
@@ -351,12 +355,13 @@ def test_plain_steps_inside_tokenswift_keep_the_text(stories64, drafter):
     prompt = stories64.encode(PROMPT)
     # budget 48: a partial-cache selection is due every 44 tokens, often in the middle of a plain stretch;
     # the fused drafter drafts from the plain step's own state
-    s = Settings(max_new_tokens=300, seed=2, ignore_eos=True, ngram_topk=20, budget=48, drafter=drafter, **MINP)
+    s = Settings(max_new_tokens=300, seed=2, ignore_eos=True, **MINP)
     expected = ar_tokens(stories64, s, prompt)
-    engine = Engine(with_heads(stories64), s, prompt, len(prompt), EngineOptions(adaptive=True))
+    engine = Engine(with_heads(stories64), s, prompt, len(prompt),
+                    EngineOptions(adaptive=True, speculation=K20.replace(drafter=drafter)))
     out = engine.start()
     # exploring for as long as the plain steps took: a verify pass after every few plain steps
-    engine.policy = PlainWhenever(ladder(engine.drafter.widths, s.ngram_topk), plain_explore_share=1.0)
+    engine.policy = PlainWhenever(ladder(engine.drafter.widths, K20.ngram_topk), plain_explore_share=1.0)
     while len(out) < s.max_new_tokens:
         out += engine.ts_step().tokens
     assert out[: s.max_new_tokens] == expected
@@ -582,17 +587,18 @@ def test_a_random_model_without_a_tokenizer_decodes_on_the_cpu():
     lm = tiny("qwen2.5-1.5b")
     assert lm.tokenizer is None and lm.eos_ids == tuple(sorted(set(lm.config.eos_token_ids)))
     prompt = torch.randint(lm.config.vocab_size, (40,), generator=torch.Generator().manual_seed(0)).tolist()
-    s = Settings(seed=1, ignore_eos=True, ngram_topk=20, budget=64, **MINP)
-    assert run_engine(lm, s.replace(mode="tokenswift"), prompt, 24) == run_engine(lm, s.replace(mode="ar"), prompt, 24)
+    s, ts = Settings(seed=1, ignore_eos=True, **MINP), Speculation(ngram_topk=20, budget=64)
+    assert run_engine(lm, s, prompt, 24, spec=ts) == run_engine(lm, s, prompt, 24, spec=PLAIN)
 
 
 # -- on a CUDA device ----------------------------------------------------------------------------------
 
 
-def run_engine(lm, settings, prompt, n, fast=None, adaptive=False) -> list[int]:
-    engine = Engine(lm, settings.replace(max_new_tokens=n), prompt, len(prompt), EngineOptions(fast, adaptive))
+def run_engine(lm, settings, prompt, n, fast=None, adaptive=False, spec=PLAIN) -> list[int]:
+    engine = Engine(lm, settings.replace(max_new_tokens=n), prompt, len(prompt),
+                    EngineOptions(fast, adaptive, speculation=spec))
     out = engine.start()
-    step = engine.ts_step if settings.mode == "tokenswift" else engine.ar_step
+    step = engine.ts_step if spec.mode == "tokenswift" else engine.ar_step
     while len(out) < n:
         out += step().tokens
     return out[:n]
@@ -635,10 +641,10 @@ def test_cuda_fast_engine_matches_plain_decoding(name, kind):
     The 121-row verify batch of a group of 4 takes the decoding kernel with a capped tile (llama, flex)."""
     lm = tiny(name, device="cuda", dtype=torch.float32)
     prompt = torch.randint(lm.config.vocab_size, (200,), generator=torch.Generator().manual_seed(0)).tolist()
-    s = Settings(seed=1, ignore_eos=True, ngram_topk=20, budget=64, **MINP)
-    expected = run_engine(lm, s.replace(mode="ar"), prompt, 300, fast=None)
+    s, ts = Settings(seed=1, ignore_eos=True, **MINP), Speculation(ngram_topk=20, budget=64)
+    expected = run_engine(lm, s, prompt, 300, fast=None)
     fast = FastOptions(attention=kind)
     for mode, adaptive in (("ar", False), ("tokenswift", False), ("tokenswift", True)):
-        got = run_engine(lm, s.replace(mode=mode), prompt, 300, fast=fast, adaptive=adaptive)
+        got = run_engine(lm, s, prompt, 300, fast=fast, adaptive=adaptive, spec=ts.replace(mode=mode))
         first = next((i for i, (a, b) in enumerate(zip(got, expected, strict=True)) if a != b), None)
         assert first is None, f"{mode} (adaptive={adaptive}) diverged at token {first}"

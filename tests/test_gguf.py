@@ -11,13 +11,14 @@ from gguf_files import write_gguf
 
 from tokenswift.bench.shapes import random_heads
 from tokenswift.decode.generate import Generator
+from tokenswift.decode.options import EngineOptions
 from tokenswift.model import gguf_checkpoint
 from tokenswift.model.errors import ModelLoadError
 from tokenswift.model.kv_cache import KVCache
 from tokenswift.model.loading import load_model
 from tokenswift.model.masks import causal_mask
 from tokenswift.model.quant import QuantLinear
-from tokenswift.settings import Settings
+from tokenswift.settings import Settings, Speculation
 
 
 def our_logits(lm, ids: torch.Tensor) -> torch.Tensor:
@@ -182,8 +183,8 @@ def test_q4_runs_the_files_own_4bit_blocks(tmp_path, home, stories_path, qtype):
     lm.heads = random_heads(lm.config, lm.device, lm.dtype)  # both drafters run on the 4-bit model
     prompt = lm.encode("Once upon a time, a little cat sat by the fire.")
     for drafter in ("fused", "paper"):
-        settings = Settings(max_new_tokens=24, seed=3, ignore_eos=True, drafter=drafter)
-        out = Generator(lm, settings, prompt).run()
+        settings = Settings(max_new_tokens=24, seed=3, ignore_eos=True)
+        out = Generator(lm, settings, prompt, options=EngineOptions(speculation=Speculation(drafter=drafter))).run()
         assert len(out) == 24 and all(0 <= t < lm.config.vocab_size for t in out)
 
 

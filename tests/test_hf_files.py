@@ -99,7 +99,7 @@ def test_loading_a_model_imports_no_model_registry_and_no_compiler(stories_path)
     script = (f"import sys; from tokenswift.model.loading import load_model; from tokenswift.decode.generate "
               f"import Generator; from tokenswift.settings import Settings; "
               f"lm = load_model({str(stories_path)!r}, dtype='float64', threads=1); "
-              f"Generator(lm, Settings(mode='tokenswift', max_new_tokens=20), lm.encode('Once')).run(); "
+              f"Generator(lm, Settings(max_new_tokens=20), lm.encode('Once')).run(); "
               f"print(sorted(m for m in sys.modules if m.startswith(('transformers.models', 'torch._dynamo'))))")
     done = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True,
                           timeout=120, check=True)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+from speed import AR, speed
 from test_context_shift import lm_with, resumed
 from test_drafts import _reuse
 from test_exactness import SAMPLERS
@@ -15,7 +16,7 @@ from test_exactness import SAMPLERS
 from storage import open_store
 from storage.records import ModelSpec
 from tokenswift.decode.generate import Generator
-from tokenswift.settings import Settings
+from tokenswift.settings import DraftSettings, Settings, Speculation
 from tokenswift.text.context_window import PinnedText, WindowPlan, pinned_ids
 from tokenswift.text.detok import IncrementalDetokenizer
 from tokenswift.text.prompting import ChatFrame, chat_frame, prompt_ids
@@ -41,7 +42,10 @@ def chat64(stories64, stories_path):
 def settings(**changes) -> Settings:
     # The ChatML turns take ~200 of stories260k's tokens: a 512-token window shifting by 64 leaves ~250 of story.
     return Settings(max_new_tokens=700, seed=3, ignore_eos=True, context_window=512, shift_step=64, note_depth=40,
-                    budget=48, tree=(1, 2, 2), **SAMPLERS["minp-penalty"]).replace(**changes)
+                    **SAMPLERS["minp-penalty"]).replace(**changes)
+
+
+NARROW_TREE = dict(budget=48, tree=(1, 2, 2))  # TokenSwift's batches kept small on one CPU core
 
 
 def test_chat_window_keeps_its_turns_with_memory_and_note_inside_them():
@@ -85,16 +89,17 @@ def test_chat_draft_is_exact_across_shifts_and_resume(chat64):
     prompt = prompt_ids(chat64, INSTRUCTION, "instruction")
     pinned = pinned_ids(chat64, MEMORY, NOTE, INSTRUCTION)
     lm = lm_with(chat64, 3)
-    plain = Generator(lm, settings(mode="ar"), prompt, pinned=pinned)
+    plain = Generator(lm, settings(), prompt, options=speed(mode="ar", **NARROW_TREE), pinned=pinned)
     reference = plain.run()
     assert plain.metrics().shifts >= 5
-    swift = Generator(lm, settings(mode="tokenswift", ngram_topk=20), prompt, pinned=pinned)
+    swift = Generator(lm, settings(), prompt, options=speed(ngram_topk=20, **NARROW_TREE), pinned=pinned)
     assert swift.run() == reference and swift.metrics().shifts >= 5
     window = swift._engine.buf[:swift._engine.length].tolist()
     assert window[:len(swift.plan.head)] == swift.plan.head  # system turn with the Memory, instruction, opener
     b1 = swift.plan.b1 - len(prompt)
     for cut in (b1, b1 + 1, 600):  # each on past two more shifts
-        got, want = resumed(lm, settings(mode="tokenswift"), prompt, reference, cut, 2 * swift.plan.step + 2, pinned)
+        got, want = resumed(lm, settings(), prompt, reference, cut, 2 * swift.plan.step + 2, pinned,
+                            speed(**NARROW_TREE))
         assert got == want, cut
 
 
@@ -105,9 +110,9 @@ def test_continue_after_an_edit_goes_on_inside_the_assistant_turn(tmp_path, chat
     from worker.loop import Worker
 
     store = open_store(f"sqlite:///{tmp_path / 'studio.db'}")
-    s = Settings(mode="tokenswift", seed=5, max_new_tokens=40, prompt_format="instruction", ngram_topk=8,
-                 **SAMPLERS["minp-penalty"])
-    first = store.enqueue_generation(INSTRUCTION, s, memory=MEMORY, authors_note=NOTE)
+    s = Settings(seed=5, max_new_tokens=40, prompt_format="instruction", **SAMPLERS["minp-penalty"])
+    asked = DraftSettings(s, Speculation(ngram_topk=8))
+    first = store.enqueue_generation(INSTRUCTION, asked, memory=MEMORY, authors_note=NOTE)
     store.set_desired_model(ModelSpec(str(chat64.path), None, "cpu", "float64"))
 
     def serve():
@@ -121,13 +126,13 @@ def test_continue_after_an_edit_goes_on_inside_the_assistant_turn(tmp_path, chat
     edit = store.save_edit(first.id, story)  # the editor holds the story; the instruction stays apart
     assert edit.prompt_text == INSTRUCTION + story and store.instruction(edit.id) == INSTRUCTION
     assert (edit.memory, edit.authors_note) == (MEMORY, NOTE)  # an edit kept neither
-    continued = store.continue_generation(edit.id, s)
+    continued = store.continue_generation(edit.id, asked)
     serve()
     record, tokens = store.get_generation(continued.id), store.get_tokens(continued.id)
     assert record.status == "done", record.error
     assert tokens.prompt_ids == prompt_ids(chat64, INSTRUCTION, "instruction", story)
     pinned = pinned_ids(chat64, MEMORY, NOTE, INSTRUCTION)
-    plain = Generator(chat64, s.replace(mode="ar"), tokens.prompt_ids, pinned=pinned).run()
+    plain = Generator(chat64, s, tokens.prompt_ids, options=AR, pinned=pinned).run()
     assert tokens.generated_ids == plain
     detok = IncrementalDetokenizer(chat64.tokenizer, tokens.prompt_ids)
     assert record.text == detok.push(plain) + detok.flush()
@@ -141,7 +146,7 @@ def test_the_default_model_joins_an_edited_story_to_its_continuation(smollm2_q4)
     lm = smollm2_q4
     story = "Max the dog lived in a small house by the sea. One night the storm came, and he was alone."
     prompt = prompt_ids(lm, "Write a short story about a dog.", "instruction", story)
-    s = Settings(mode="ar", max_new_tokens=12, temperature=0, ignore_eos=True)
+    s = Settings(max_new_tokens=12, temperature=0, ignore_eos=True)
     detok = IncrementalDetokenizer(lm.tokenizer, prompt)
-    text = detok.push(Generator(lm, s, prompt).run()) + detok.flush()
+    text = detok.push(Generator(lm, s, prompt, options=AR).run()) + detok.flush()
     assert text[:1].isspace() and text.strip()[:1].isupper(), text

@@ -23,8 +23,9 @@ from storage import open_store
 from storage.records import Owner, Progress
 from tokenswift.cli import main as cli
 from tokenswift.decode.generate import Generator
+from tokenswift.decode.options import EngineOptions
 from tokenswift.model.loading import load_model
-from tokenswift.settings import Settings, SettingsError
+from tokenswift.settings import DraftSettings, Settings, SettingsError
 from tokenswift.text.context_window import WindowPlan, draft_context, pinned_ids
 from tokenswift.text.prompting import chat_frame, prompt_ids
 from ui.api.api import create_app
@@ -34,7 +35,7 @@ from ui.drafts.exports import draft_book
 FIRST = "\nMax ran to the park.\nHe was happy."
 MORE = " Lily came with a ball.\nThey played all day."
 EDITED = "Max ran to the big park.\nHe was happy.\nLily came with a ball.\nThey played all day."
-INSTRUCT = Settings(prompt_format="instruction", max_new_tokens=40)
+INSTRUCT = DraftSettings(Settings(prompt_format="instruction", max_new_tokens=40))
 
 
 @pytest.fixture
@@ -88,7 +89,7 @@ def test_an_instruction_drafts_book_is_its_whole_story_in_every_format(store):
 
 
 def test_an_opening_draft_still_exports_its_opening(store):
-    gen = store.enqueue_generation("Once upon a time", Settings(max_new_tokens=40))
+    gen = store.enqueue_generation("Once upon a time", DraftSettings(Settings(max_new_tokens=40)))
     written(store, gen.id, " there was a dog.")
     gen = store.get_generation(gen.id)
     book = draft_book(gen, store.get_session(gen.session_id), "Dog", "", store.instruction(gen.id))
@@ -109,7 +110,7 @@ def test_the_write_tab_shows_the_story_and_the_instruction_apart(store):
         assert INSTRUCTION not in body and "Max ran to the" in body
         # Its lines are not joined (not reflowed): the edit's "happy.\nLily" stays apart, not "happy. Lily".
         assert story.strip() in re.sub(r"<[^>]+>", "", body)
-    opening = store.enqueue_generation("Once upon a time", Settings(max_new_tokens=40))
+    opening = store.enqueue_generation("Once upon a time", DraftSettings(Settings(max_new_tokens=40)))
     assert Watch.open(store, opening.id).tail == "Once upon a time"
 
 
@@ -144,15 +145,16 @@ def test_a_continuation_keeps_its_drafts_prompt_format(store):
     client = TestClient(create_app(store))
     first = store.enqueue_generation(INSTRUCTION, INSTRUCT)
     written(store, first.id, FIRST)
-    opening = store.enqueue_generation("Once upon a time", Settings(max_new_tokens=4))
+    opening = store.enqueue_generation("Once upon a time", DraftSettings(Settings(max_new_tokens=4)))
     written(store, opening.id, " there was a dog.")
     answer = client.post("/api/generations", json={"continue_from": first.id, "max_new_tokens": 8})
     assert answer.status_code == 201, answer.text
     child = store.get_generation(answer.json()["id"])
-    assert Settings.from_json(child.settings_json).prompt_format == "instruction"
+    assert DraftSettings.from_json(child.settings_json).settings.prompt_format == "instruction"
     assert store.instruction(child.id) == INSTRUCTION
     child = store.continue_generation(opening.id, INSTRUCT)  # and an opening's stays an opening
-    assert Settings.from_json(child.settings_json).prompt_format == "continue" and store.instruction(child.id) is None
+    assert DraftSettings.from_json(child.settings_json).settings.prompt_format == "continue"
+    assert store.instruction(child.id) is None
 
 
 
@@ -219,9 +221,9 @@ def test_the_cli_keeps_an_instructions_chat_turns_through_shifts(capsys, tmp_pat
     assert runs["ar"]["tokens"] == runs["tokenswift"]["tokens"]
     assert runs["tokenswift"]["metrics"]["shifts"] >= 3
     lm = load_model(str(chat_model), device="cpu", dtype="float64")
-    settings = Settings.from_json(json.dumps(runs["ar"]["settings"]))
+    asked = DraftSettings.from_json(json.dumps(runs["ar"]["settings"]))
     prompt, pinned = draft_context(lm, INSTRUCTION, "instruction")
-    gen = Generator(lm, settings, prompt, pinned=pinned)
+    gen = Generator(lm, asked.settings, prompt, options=EngineOptions(speculation=asked.speed), pinned=pinned)
     assert gen.run() == runs["ar"]["tokens"]  # the CLI's windows are the app's: the chat turns stay on top
     window = gen._engine.buf[:gen._engine.length].tolist()
     assert gen.metrics().shifts >= 3 and window[:len(gen.plan.head)] == gen.plan.head

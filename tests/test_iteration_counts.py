@@ -21,7 +21,7 @@ from tokenswift.draft import build, drafting
 from tokenswift.model import fastpath
 from tokenswift.model.fastpath import FastOptions
 from tokenswift.sampling.sampler import Sampler
-from tokenswift.settings import Settings
+from tokenswift.settings import Settings, Speculation
 
 pytestmark = pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
 SAMPLING = dict(temperature=1.0, min_p=0.1, penalty=1.2, penalty_window=64)
@@ -49,10 +49,10 @@ def cuda_branch(monkeypatch):
 
 
 def engine(lm, mode: str, drafter: str = "paper", adaptive: bool = False, **sampling) -> Engine:
-    s = Settings(max_new_tokens=200, seed=2, ignore_eos=True, ngram_topk=5, tree=(1, 2, 2), budget=48,
-                 drafter=drafter, mode=mode, **(sampling or SAMPLING))
+    s = Settings(max_new_tokens=200, seed=2, ignore_eos=True, **(sampling or SAMPLING))
     prompt = list(range(5, 60))
-    options = EngineOptions(fast=FastOptions(attention="sdpa", bucket=4096), adaptive=adaptive)
+    spec = Speculation(ngram_topk=5, tree=(1, 2, 2), budget=48, drafter=drafter, mode=mode)
+    options = EngineOptions(fast=FastOptions(attention="sdpa", bucket=4096), adaptive=adaptive, speculation=spec)
     e = Engine(lm, s, prompt, len(prompt), options)
     e.start()
     step = e.ts_step if mode == "tokenswift" else e.ar_step

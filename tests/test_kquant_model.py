@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 from gguf_files import write_gguf
+from speed import AR, speed
 
 from tokenswift.bench.shapes import random_heads
 from tokenswift.decode.generate import Generator
@@ -80,9 +81,9 @@ def test_tokenswift_writes_what_plain_decoding_writes(kquant, home):
     prompt = lm.encode("Once upon a time, a little cat sat by the fire. The cat")
     accepted = 0
     for seed, temperature in ((3, 0.0), (4, 0.8)):
-        settings = Settings(max_new_tokens=48, seed=seed, temperature=temperature, ignore_eos=True, drafter="fused")
-        plain = Generator(lm, settings.replace(mode="ar"), prompt).run()
-        swift = Generator(lm, settings, prompt)
+        settings = Settings(max_new_tokens=48, seed=seed, temperature=temperature, ignore_eos=True)
+        plain = Generator(lm, settings, prompt, options=AR).run()
+        swift = Generator(lm, settings, prompt, options=speed(drafter="fused"))
         assert swift.run() == plain and len(plain) == 48
         assert swift.metrics().steps < 48 and swift.metrics().verify_batch > 1  # drafts were verified in batches
         accepted += swift.metrics().accepted

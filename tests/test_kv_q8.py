@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from speed import AR, speed
 from test_native_rows import CFG, block_of, cache_layer, tree_block
 
 from tokenswift.decode.generate import Generator
@@ -113,10 +114,9 @@ def test_tokenswift_equals_plain_decoding_with_a_q8_cache(stories32, drafter, sa
 
     lm = compact_cache(with_heads(stories32, random_heads(stories32, 1)), "q8")
     prompt = lm.encode(PROMPT)
-    settings = Settings(max_new_tokens=300, seed=2, ignore_eos=True, ngram_topk=20, budget=48, sinks=16,
-                        drafter=drafter, **sampling)
-    plain = Generator(lm, settings.replace(mode="ar"), prompt).run()
-    gen = Generator(lm, settings, prompt)
+    settings = Settings(max_new_tokens=300, seed=2, ignore_eos=True, **sampling)
+    plain = Generator(lm, settings, prompt, options=AR).run()
+    gen = Generator(lm, settings, prompt, options=speed(ngram_topk=20, budget=48, sinks=16, drafter=drafter))
     assert gen.run() == plain
     assert gen.metrics().steps < 300  # drafts were accepted
     assert gen._engine.cache.k.dtype == Q8
@@ -126,5 +126,5 @@ def test_the_default_model_writes_the_same_text_by_tokenswift_over_a_q8_cache(sm
     lm = compact_cache(smollm2_q4, "q8")
     prompt = lm.encode("The lighthouse keeper climbed the stairs each night, and on the last night of the year")
     settings = Settings(max_new_tokens=120, seed=4, ignore_eos=True, temperature=0.9, min_p=0.1)
-    plain = Generator(lm, settings.replace(mode="ar"), prompt).run()
+    plain = Generator(lm, settings, prompt, options=AR).run()
     assert Generator(lm, settings, prompt).run() == plain

@@ -12,7 +12,7 @@ from conftest import sqlite_db_url
 from storage import open_store
 from storage.alternatives import Choices
 from storage.records import Owner, Progress
-from tokenswift.settings import Settings
+from tokenswift.settings import DraftSettings, Settings
 from ui.library import library
 
 db_url = sqlite_db_url
@@ -32,12 +32,12 @@ def run(store, gen_id: int, pieces: list[tuple[list[int], str]], prompt_ids: lis
 
 def a_book(store):
     """An instruction draft, its continuation, an edit of that, and a branch of the first: newest first."""
-    settings = Settings(max_new_tokens=6, seed=1, prompt_format="instruction")
+    settings = DraftSettings(Settings(max_new_tokens=6, seed=1, prompt_format="instruction"))
     first = store.enqueue_generation(INSTRUCTION, settings)
     book = first.session_id
     run(store, first.id, [([10, 11, 12], "The keeper climbed"), ([13, 14, 15], " the stair at dusk.")],
         list(range(40)))
-    cont = store.continue_generation(first.id, Settings(max_new_tokens=4, seed=1))
+    cont = store.continue_generation(first.id, DraftSettings(Settings(max_new_tokens=4, seed=1)))
     run(store, cont.id, [([20, 21, 22, 23], " Below, the sea broke")], store.get_tokens(cont.id).prompt_ids)
     edit = store.save_edit(cont.id, "The keeper climbed the stair at dusk. Below, the gulls cried")
     branch = store.branch(first.id, 2, 13, "The keeper", " crept")

@@ -19,13 +19,14 @@ from test_worker import (
     Straight,
     Workers,
     assert_complete_and_exact,
+    generator,
     one_torch_thread,
     raw_chunks,
 )
 from worker_gate import gated_command
 
 from storage import open_store
-from tokenswift.settings import Settings
+from tokenswift.settings import DraftSettings
 
 # The worker claims `job N: start` in its log once per run of a job.
 START = re.compile(r"job (\d+): start")
@@ -55,13 +56,12 @@ def store(db_url):
     s.close()
 
 
-def straight_run(lm, prompt: str, settings: Settings) -> Straight:
-    from tokenswift.decode.generate import Generator
+def straight_run(lm, prompt: str, settings: DraftSettings) -> Straight:
     from tokenswift.text.detok import IncrementalDetokenizer
 
     prompt_ids = lm.encode(prompt)
     with one_torch_thread():
-        ids = Generator(lm, settings, prompt_ids).run()
+        ids = generator(lm, settings, prompt_ids).run()
     detok = IncrementalDetokenizer(lm.tokenizer, prompt_ids)
     return Straight(ids, detok.push(ids) + detok.flush())
 

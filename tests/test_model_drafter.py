@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from speed import AR, speed
 from test_context_shift import MEMORY, NARROW, NOTE, first_difference
 from test_exactness import PROMPT, SAMPLERS
 from tiny_models import hf_model, save_checkpoint
@@ -21,7 +22,7 @@ from tokenswift.decode.engine import Engine
 from tokenswift.decode.generate import Generator
 from tokenswift.decode.options import EngineOptions
 from tokenswift.draft.model_drafter import ModelDrafter, attach_draft_model
-from tokenswift.settings import Settings, SettingsError
+from tokenswift.settings import Settings, SettingsError, Speculation
 from tokenswift.text.context_window import pinned_ids
 from ui.model.model import check_spec
 from worker.holder import ModelHolder, ModelUnavailable
@@ -54,10 +55,10 @@ CASES = [("greedy", 20, (1, 1, 1, 1, 1), False), ("minp-penalty", 0, (1, 1, 1, 1
 @pytest.mark.parametrize(("sampler", "k", "tree", "adaptive"), CASES)
 def test_model_drafter_equals_ar(paired, ar_runs, stories64, sampler, k, tree, adaptive):
     prompt = paired.encode(PROMPT)
-    s = Settings(max_new_tokens=N, seed=3, ignore_eos=True, ngram_topk=k, drafter="model", tree=tree, gamma=4,
-                 **SAMPLERS[sampler])
+    s = Settings(max_new_tokens=N, seed=3, ignore_eos=True, **SAMPLERS[sampler])
     expected = ar_runs(stories64, s, prompt)
-    gen = Generator(paired, s, prompt, options=EngineOptions(adaptive=adaptive))
+    ts = Speculation(ngram_topk=k, drafter="model", tree=tree, gamma=4)
+    gen = Generator(paired, s, prompt, options=EngineOptions(adaptive=adaptive, speculation=ts))
     assert first_difference(gen.run(), expected) is None
     assert gen.metrics().steps < N  # candidates were accepted: this was speculative decoding
 
@@ -67,10 +68,10 @@ def test_the_target_drafting_for_itself_has_nearly_every_guess_accepted(itself):
     guesses are ranked with the noise their positions are sampled with; one slot off and few would be accepted."""
     prompt = itself.encode(PROMPT)
     for sampler in ("greedy", "minp-penalty"):
-        s = Settings(max_new_tokens=N, seed=4, ignore_eos=True, ngram_topk=0, tree=(1, 1, 1, 1, 1), gamma=4,
-                     **SAMPLERS[sampler])  # drafter auto: the draft model, where one is loaded
-        gen = Generator(itself, s, prompt)
-        assert first_difference(gen.run(), Generator(itself, s.replace(mode="ar"), prompt).run()) is None
+        s = Settings(max_new_tokens=N, seed=4, ignore_eos=True, **SAMPLERS[sampler])
+        # drafter auto: the draft model, where one is loaded
+        gen = Generator(itself, s, prompt, options=speed(ngram_topk=0, tree=(1, 1, 1, 1, 1), gamma=4))
+        assert first_difference(gen.run(), Generator(itself, s, prompt, options=AR).run()) is None
         per_step = gen.metrics().to_dict()["tokens_per_step"]
         assert per_step > 0.97 * 5, (sampler, per_step)  # the root and 4 guesses in every iteration
 
@@ -81,7 +82,7 @@ def test_auto_drafts_with_the_draft_model_where_one_is_loaded(paired, stories64)
     engine.start()
     assert type(engine.drafter) is ModelDrafter
     with pytest.raises(SettingsError, match="drafter: no draft model is loaded"):
-        Generator(stories64, Settings(drafter="model"), ids)
+        Generator(stories64, Settings(), ids, options=speed(drafter="model"))
 
 
 @pytest.mark.parametrize("draft", ["paired", "itself"])
@@ -91,14 +92,15 @@ def test_across_shifts_with_memory_and_a_resume(request, ar_runs, stories64, dra
     lm = request.getfixturevalue(draft)
     prompt, pinned = lm.encode(PROMPT), pinned_ids(lm, MEMORY, NOTE)
     s = Settings(max_new_tokens=360, seed=5, ignore_eos=True, context_window=NARROW, note_depth=100,
-                 drafter="model", ngram_topk=0 if draft == "itself" else 20, **SAMPLERS["minp-penalty"])
+                 **SAMPLERS["minp-penalty"])
+    ts = speed(drafter="model", ngram_topk=0 if draft == "itself" else 20)
     expected = ar_runs(stories64, s, prompt, pinned)
-    gen = Generator(lm, s, prompt, pinned=pinned)
+    gen = Generator(lm, s, prompt, options=ts, pinned=pinned)
     assert first_difference(gen.run(), expected) is None
     assert gen.metrics().shifts >= 5
     if draft == "itself":  # (the iteration before each shift drafts no further than its boundary)
-        assert gen.metrics().to_dict()["tokens_per_step"] > 0.9 * len(s.tree)
-    resumed = Generator(lm, s, prompt, generated_ids=expected[:210], pinned=pinned)
+        assert gen.metrics().to_dict()["tokens_per_step"] > 0.9 * len(ts.speculation.tree)
+    resumed = Generator(lm, s, prompt, generated_ids=expected[:210], options=ts, pinned=pinned)
     assert first_difference(resumed.run(), expected) is None
 
 
@@ -125,7 +127,7 @@ def test_a_draft_model_with_a_shorter_context_than_the_window_is_refused(paired,
     Generator(paired, Settings(max_new_tokens=400), ids)  # the tiny model's 512 positions hold this window
     with pytest.raises(SettingsError, match="draft_model: the draft model's context of 512 tokens is shorter"):
         Generator(paired, Settings(max_new_tokens=600), ids)
-    Generator(paired, Settings(max_new_tokens=600, drafter="fused"), ids)  # another drafter needs no such thing
+    Generator(paired, Settings(max_new_tokens=600), ids, options=speed(drafter="fused"))  # another needs no such thing
 
 
 def test_cli_generates_with_a_draft_model_and_refuses_another_vocabulary(stories_path, tiny_dir, tmp_path, capsys):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 import torch
+from speed import AR
 
 from tokenswift.decode.generate import Generator
 from tokenswift.model.default_model import default_model_path
@@ -18,11 +19,11 @@ def test_a_model_runs_on_its_own_threads_and_gives_them_back(stories32):
     model swapped in after another runs on its own count, not on its predecessor's."""
     assert stories32.threads == 1  # loading.cpu_threads: a small model runs on one thread
     before = torch.get_num_threads()
-    settings = Settings(mode="ar", max_new_tokens=6, seed=1, ignore_eos=True)
+    settings = Settings(max_new_tokens=6, seed=1, ignore_eos=True)
     seen = {}
     for threads in (2, 1, 3):
         lm = dataclasses.replace(stories32, threads=threads)
-        for _ in Generator(lm, settings, lm.encode("Once upon a time")).steps():
+        for _ in Generator(lm, settings, lm.encode("Once upon a time"), options=AR).steps():
             seen.setdefault(threads, set()).add(torch.get_num_threads())
         assert torch.get_num_threads() == before
     assert seen == {2: {2}, 1: {1}, 3: {3}}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from speed import AR
 from tiny_models import CASES, VOCAB, hf_model, save_checkpoint
 
 from tokenswift.model.config import ModelConfig
@@ -139,7 +140,7 @@ def test_greedy_ar_equals_transformers_generate(stories_path, stories32):
     hf.generation_config.pad_token_id = 0
     prompt = stories32.encode("Once upon a time, there was a little dog named Max.")
     reference = hf.generate(torch.tensor([prompt]), max_new_tokens=200, do_sample=False)[0, len(prompt):]
-    ours = Generator(stories32, Settings(mode="ar", temperature=0, max_new_tokens=200, ignore_eos=True), prompt)
+    ours = Generator(stories32, Settings(temperature=0, max_new_tokens=200, ignore_eos=True), prompt, options=AR)
     assert ours.run() == reference.tolist()
 
 

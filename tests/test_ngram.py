@@ -108,8 +108,8 @@ def test_rebuild_equals_incremental() -> None:
 def test_four_grams_wait_out_the_penalty_window_only_under_a_penalty():
     """With a penalty a 4-gram counts once it has left the window (inside it the penalty works against repeating
     it); without one it counts at once: a greedy model that loops repeats what it wrote a few tokens ago."""
-    from tokenswift.settings import Settings
+    from tokenswift.settings import Settings, Speculation
 
-    assert Settings(penalty=1.2, penalty_window=512).lag == 512
-    assert Settings(penalty=1.0, penalty_window=512).lag == 0
-    assert Settings(penalty=1.2, penalty_window=512, ngram_lag=7).lag == 7
+    assert Speculation().lag(Settings(penalty=1.2, penalty_window=512)) == 512
+    assert Speculation().lag(Settings(penalty=1.0, penalty_window=512)) == 0
+    assert Speculation(ngram_lag=7).lag(Settings(penalty=1.2, penalty_window=512)) == 7

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from speed import AR, speed
 from test_exactness import PROMPT, random_heads, with_heads
 
 from tokenswift.decode.generate import Generator
@@ -35,13 +36,13 @@ def runs(ids: list[int], n: int) -> int:
                                                                  penalty_window=64, dry_multiplier=0.8)])
 def test_no_run_is_written_twice_and_tokenswift_and_a_resume_write_plain_decodings_tokens(stories64, sampler):
     prompt = stories64.encode(PROMPT)
-    s = Settings(max_new_tokens=300, seed=3, ignore_eos=True, no_repeat_ngram=6, ngram_topk=20, **sampler)
-    ar = Generator(stories64, s.replace(mode="ar"), prompt).run()
+    s = Settings(max_new_tokens=300, seed=3, ignore_eos=True, no_repeat_ngram=6, **sampler)
+    ar = Generator(stories64, s, prompt, options=AR).run()
     assert runs(prompt + ar, 6) == 0
     if sampler["temperature"] == 0:  # without the rule the greedy model loops at once
-        assert runs(Generator(stories64, s.replace(mode="ar", no_repeat_ngram=0), prompt).run(), 6) > 50
+        assert runs(Generator(stories64, s.replace(no_repeat_ngram=0), prompt, options=AR).run(), 6) > 50
     lm = with_heads(stories64, random_heads(stories64, 3))
-    assert Generator(lm, s, prompt).run() == ar
+    assert Generator(lm, s, prompt, options=speed(ngram_topk=20)).run() == ar
     assert Generator(lm, s, prompt, generated_ids=ar[:150]).run() == ar
 
 

@@ -17,10 +17,11 @@ import pytest
 import uvicorn
 from conftest import need_shared
 from openai import AuthenticationError, BadRequestError, NotFoundError, OpenAI
+from speed import AR
 
 from storage import open_store
 from tokenswift.decode.generate import Generator
-from tokenswift.settings import WRITING_DEFAULTS, Settings
+from tokenswift.settings import WRITING_DEFAULTS, DraftSettings
 from tokenswift.text.detok import IncrementalDetokenizer
 from ui.api.api import create_app
 from ui.api.openai_api import BOOK_TITLE, StopCut
@@ -99,12 +100,13 @@ def test_a_completion_is_plain_decodings_text_whole_or_streamed_and_a_draft(open
     gen = openai_app.store.get_generation(openai_app.draft(whole))
     assert gen.prompt_text == PROMPT and gen.status == "done" and gen.text == text
     assert openai_app.store.get_session(gen.session_id).title == BOOK_TITLE
-    settings = Settings.from_json(gen.settings_json)
-    assert settings.mode == "tokenswift" and settings.seed == 11 and not settings.ban_eos  # the model may stop
+    asked = DraftSettings.from_json(gen.settings_json)
+    settings = asked.settings
+    assert asked.mode == "tokenswift" and settings.seed == 11 and not settings.ban_eos  # the model may stop
     assert {k: getattr(settings, k) for k in WRITING_DEFAULTS if k != "ban_eos"} == {
         k: v for k, v in WRITING_DEFAULTS.items() if k != "ban_eos"}
     ids = openai_app.store.get_tokens(gen.id)
-    plain = Generator(stories64, settings.replace(mode="ar"), ids.prompt_ids).run()
+    plain = Generator(stories64, settings, ids.prompt_ids, options=AR).run()
     assert ids.generated_ids == plain
     detok = IncrementalDetokenizer(stories64.tokenizer, ids.prompt_ids)
     assert detok.push(plain) + detok.flush() == text
@@ -180,7 +182,7 @@ def test_writers_fields_reach_the_draft_and_unknown_ones_are_ignored(openai_app)
              "xtc_threshold": 0.2, "xtc_probability": 0.3, "ban_eos_token": True, "mirostat_mode": 2}
     made = openai_app.client.completions.create(model="any", prompt=PROMPT, max_tokens=4, temperature=0.7, top_p=0.9,
                                             seed=1, extra_body=extra)
-    settings = Settings.from_json(openai_app.store.get_generation(openai_app.draft(made)).settings_json)
+    settings = DraftSettings.from_json(openai_app.store.get_generation(openai_app.draft(made)).settings_json).settings
     assert (settings.temperature, settings.top_p, settings.min_p, settings.top_k, settings.penalty,
             settings.penalty_window, settings.dry_multiplier, settings.dry_base, settings.dry_allowed_length,
             settings.dry_range, settings.dry_breakers, settings.xtc_threshold, settings.xtc_probability,

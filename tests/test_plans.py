@@ -14,7 +14,7 @@ from bookexport import export_book
 from storage import Conflict, NotFound, open_store
 from storage.plans import Character
 from storage.records import Owner, Progress
-from tokenswift.settings import Settings
+from tokenswift.settings import DraftSettings, Settings
 from tokenswift.text.world_info import WorldInfo
 from ui.drafts.plan_drafts import body, chapter_draft, closing, plan_book, words
 from ui.drafts.plan_input import PlanProblem, check_chapter, check_characters
@@ -68,34 +68,37 @@ def test_premise_and_characters_are_replaced_as_a_whole(store):
 def test_a_chapter_is_its_draft_and_follows_its_edits_and_continuations(store):
     book = store.create_session("The Lighthouse")
     chapter = store.add_chapter(book.id, "The Storm")
-    gen = store.enqueue_generation("Write chapter 1.", Settings(max_new_tokens=20), session_id=book.id,
+    gen = store.enqueue_generation("Write chapter 1.", DraftSettings(Settings(max_new_tokens=20)), session_id=book.id,
                                    chapter_id=chapter.id)
     assert gen.origin == "chapter"
     assert store.plan(book.id).chapters[0].status == "queued"
     with pytest.raises(Conflict, match="being written"):
-        store.enqueue_generation("again", Settings(max_new_tokens=20), session_id=book.id, chapter_id=chapter.id)
+        store.enqueue_generation("again", DraftSettings(Settings(max_new_tokens=20)), session_id=book.id,
+                                 chapter_id=chapter.id)
     written(store, gen.id, " The wind rose.")
     assert store.plan(book.id).chapters[0].story == "Write chapter 1. The wind rose."  # an opening's whole text
     edit = store.save_edit(gen.id, "Write chapter 1. The wind rose at dusk.")
     assert store.plan(book.id).chapters[0].draft_id == edit.id
-    more = store.continue_generation(edit.id, Settings(max_new_tokens=5))
+    more = store.continue_generation(edit.id, DraftSettings(Settings(max_new_tokens=5)))
     assert store.plan(book.id).chapters[0].draft_id == more.id
     assert [d.kind for d in store.overview(book.id)][-1] == "chapter"  # the Library tells it apart
     store.choose_chapter_draft(chapter.id, gen.id)  # back to the first draft
     assert store.plan(book.id).chapters[0].draft_id == gen.id
     other = store.create_session("Another book")
-    stranger = store.enqueue_generation("x", Settings(max_new_tokens=5), session_id=other.id)
+    stranger = store.enqueue_generation("x", DraftSettings(Settings(max_new_tokens=5)), session_id=other.id)
     with pytest.raises(NotFound):
         store.choose_chapter_draft(chapter.id, stranger.id)
     with pytest.raises(NotFound):  # a chapter is written in its own book
-        store.enqueue_generation("x", Settings(max_new_tokens=5), session_id=other.id, chapter_id=chapter.id)
+        store.enqueue_generation("x", DraftSettings(Settings(max_new_tokens=5)), session_id=other.id,
+                                 chapter_id=chapter.id)
 
 
 def test_deleting_a_draft_unwrites_its_chapter_and_deleting_the_book_its_plan(store):
     book = store.create_session("The Lighthouse")
     chapter = store.add_chapter(book.id, "The Storm")
     store.set_characters(book.id, [Character("Ann", "the keeper")])
-    gen = store.enqueue_generation("x", Settings(max_new_tokens=5), session_id=book.id, chapter_id=chapter.id)
+    gen = store.enqueue_generation("x", DraftSettings(Settings(max_new_tokens=5)), session_id=book.id,
+                                   chapter_id=chapter.id)
     store.request_cancel(gen.id)
     store.delete_generation(gen.id)
     assert store.plan(book.id).chapters[0].draft_id is None
@@ -113,8 +116,8 @@ def plan_of(store, previous_text: str = "") -> tuple:
     first = store.add_chapter(book.id, "Arrival", ["Ann takes the post"])
     second = store.add_chapter(book.id, "The Storm", ["Ann sees a ship", "the lamp fails"])
     if previous_text:
-        gen = store.enqueue_generation("Write chapter 1.", Settings(max_new_tokens=5, prompt_format="instruction"),
-                                       session_id=book.id, chapter_id=first.id)
+        instruct = DraftSettings(Settings(max_new_tokens=5, prompt_format="instruction"))
+        gen = store.enqueue_generation("Write chapter 1.", instruct, session_id=book.id, chapter_id=first.id)
         written(store, gen.id, previous_text)
     return store.plan(book.id), second.id
 
@@ -150,8 +153,8 @@ def test_a_model_without_a_chat_template_continues_the_chapters_heading(store):
 @pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
 def test_the_book_exports_its_chapters_under_their_titles(store):
     plan, second = plan_of(store, "**Chapter 1: Arrival**\nAnn came on the ferry.\nShe climbed the tower.")
-    gen = store.enqueue_generation("Chapter 2: The Storm\n\n", Settings(max_new_tokens=5), session_id=plan.book.id,
-                                   chapter_id=second)
+    gen = store.enqueue_generation("Chapter 2: The Storm\n\n", DraftSettings(Settings(max_new_tokens=5)),
+                                   session_id=plan.book.id, chapter_id=second)
     written(store, gen.id, "The wind rose. The lamp went out.")
     plan = store.plan(plan.book.id)
     assert [body(c) for c in plan.chapters] == ["Ann came on the ferry.\nShe climbed the tower.",

@@ -11,7 +11,7 @@ import pytest
 from studio_app import SHOTS, start_draft
 
 from storage import open_store
-from tokenswift.settings import Settings
+from tokenswift.settings import DraftSettings, Settings
 from tokenswift.settings.phrases import STARTER_BANS
 from tokenswift.text.writing_presets import built_in, preset_of
 
@@ -53,7 +53,7 @@ def start(page, db, prompt: str) -> Settings:
     gen_id = start_draft(page, db, prompt, 30, 4 * SLOW)
     store = open_store(f"sqlite:///{db}")
     try:
-        return Settings.from_json(store.get_generation(gen_id, with_text=False).settings_json)
+        return DraftSettings.from_json(store.get_generation(gen_id, with_text=False).settings_json).settings
     finally:
         store.close()
 

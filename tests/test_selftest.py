@@ -12,6 +12,7 @@ import time
 
 import pytest
 import torch
+from speed import AR
 
 from tokenswift.bench.counting import counting
 from tokenswift.bench.shapes import preset, random_heads, random_model
@@ -27,7 +28,7 @@ from tokenswift.model.kv_cache import KVCache
 from tokenswift.sampling.in_graph import pack_verify_inputs
 from tokenswift.sampling.sampler import Sampler
 from tokenswift.sampling.trie import build_trie
-from tokenswift.settings import Settings
+from tokenswift.settings import Settings, Speculation
 
 pytestmark = pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
 PROMPT = "The old lighthouse keeper climbed the stairs and"
@@ -105,11 +106,11 @@ def test_a_fast_path_failing_mid_run_resumes_on_the_next_path_with_the_same_text
     """The run stops with a FastPathError; fall_back picks the next path (stories260k's tiny heads leave SDPA only,
     so: the eager passes), and a run resumed from the tokens emitted so far writes the uninterrupted run's."""
     prompt = stories64.encode(PROMPT)
-    s = Settings(max_new_tokens=120, seed=2, ignore_eos=True, ngram_topk=5, budget=48, **MINP)
-    expected = Generator(stories64, s.replace(mode="ar"), prompt).run()
+    s = Settings(max_new_tokens=120, seed=2, ignore_eos=True, **MINP)
+    expected = Generator(stories64, s, prompt, options=AR).run()
     lm = dataclasses.replace(stories64, heads=random_heads(stories64.config, "cpu", torch.float64, seed=2))
     options = EngineOptions(fast=FastOptions(attention="sdpa", attention_factory=Faults(("sdpa",), raise_after=9)),
-                            choice=PathChoice("sdpa"))
+                            choice=PathChoice("sdpa"), speculation=Speculation(ngram_topk=5, budget=48))
     gen = Generator(lm, s, prompt, options=options)
     with pytest.raises(FastPathError, match="sdpa attention failed"):
         gen.run()
@@ -142,15 +143,16 @@ def test_capture_and_compilation_are_booked_apart_from_decoding(stories64):
             return self.inner(q, k, v)
 
     prompt = stories64.encode(PROMPT)
-    s = Settings(max_new_tokens=40, seed=2, ignore_eos=True, ngram_topk=5, drafter="fused", **MINP)
+    s = Settings(max_new_tokens=40, seed=2, ignore_eos=True, **MINP)
     fast = FastOptions(attention="sdpa", bucket=128, attention_factory=SlowFirstCall)  # one span: 128 slots
     for mode, passes in (("ar", 1), ("tokenswift", 2)):  # AR: one pass; TokenSwift: its AR probe and verify
         start = time.perf_counter()
-        gen = Generator(dataclasses.replace(stories64, heads=None), s.replace(mode=mode), prompt,
-                        options=EngineOptions(fast=fast))
+        gen = Generator(dataclasses.replace(stories64, heads=None), s, prompt,
+                        options=EngineOptions(fast=fast, speculation=Speculation(mode=mode, ngram_topk=5,
+                                                                                 drafter="fused")))
         ids = gen.run()
         wall = time.perf_counter() - start
-        assert ids == Generator(stories64, s.replace(mode="ar"), prompt).run()
+        assert ids == Generator(stories64, s, prompt, options=AR).run()
         m = gen.metrics()
         assert m.capture_s >= passes * slow
         assert m.elapsed_s + m.capture_s <= wall
@@ -175,7 +177,7 @@ def test_the_draft_graph_computes_the_eager_drafters_rows(next_token):
     s = Settings(seed=3, **MINP)
     sampler = Sampler(s, cfg.vocab_size, "cpu")
     ids = torch.randint(cfg.vocab_size, (300,), generator=torch.Generator().manual_seed(0))
-    eager = HeadsDrafter(lm, s, sampler, budget=64)
+    eager = HeadsDrafter(lm, Speculation(), sampler, budget=64)
     full = KVCache(cfg.n_layers, cfg.n_kv_heads, 300, cfg.head_dim, "cpu", lm.dtype)
     passes = FastPasses(lm, full, FastOptions(attention="flex"), sampler, ids)
     partial = eager.partial.cache
@@ -289,11 +291,11 @@ def test_host_syncs_per_iteration_on_the_fast_path(stories64, drafter):
     ranking; on CUDA one read for every depth (test_iteration_counts.py)."""
     lm = dataclasses.replace(stories64, heads=random_heads(stories64.config, "cpu", torch.float64, seed=2))
     prompt = lm.encode(PROMPT)
-    s = Settings(max_new_tokens=400, seed=2, ignore_eos=True, ngram_topk=5, tree=(1, 2, 2), budget=48,
-                 drafter=drafter, **MINP)
-    options = EngineOptions(fast=FastOptions(attention="sdpa", bucket=4096))
+    s = Settings(max_new_tokens=400, seed=2, ignore_eos=True, **MINP)
+    options = EngineOptions(fast=FastOptions(attention="sdpa", bucket=4096),
+                            speculation=Speculation(ngram_topk=5, tree=(1, 2, 2), budget=48, drafter=drafter))
     for mode, depth in (("ar", 0), ("tokenswift", 2 if drafter == "fused" else 3)):
-        engine = Engine(lm, s.replace(mode=mode), prompt, len(prompt), options)
+        engine = Engine(lm, s, prompt, len(prompt), options.speculating(mode=mode))
         step = engine.ts_step if mode == "tokenswift" else engine.ar_step
         engine.start()
         for _ in range(5):  # past the first AR probe

@@ -7,7 +7,15 @@ import dataclasses
 
 import pytest
 
-from tokenswift.settings import RENAMED, TEXT_FIELDS, WRITING_DEFAULTS, Settings, SettingsError, writing_settings
+from tokenswift.settings import (
+    RENAMED,
+    TEXT_FIELDS,
+    WRITING_DEFAULTS,
+    DraftSettings,
+    Settings,
+    SettingsError,
+    writing_settings,
+)
 from tokenswift.settings.table import Range
 
 # Settings.to_json() as the version before the table wrote it (commit bc1049c): the penalty's window was
@@ -29,17 +37,18 @@ SAVED_EARLY = ('{"mode": "ar", "seed": 3, "max_new_tokens": 300, "temperature": 
 
 
 def test_a_draft_saved_before_the_table_loads_with_its_settings():
-    settings = Settings.from_json(SAVED_BEFORE_THE_TABLE)
-    assert settings == writing_settings(max_new_tokens=5000, seed=7, penalty_window=512, top_n_sigma=1.5,
-                                        adaptive_target=0.5, dry_breakers=("\n", ":"), ban=("a testament to",),
-                                        stop=("THE END",))
-    assert Settings.from_json(settings.to_json()) == settings  # and is stored again under today's name
-    assert "penalty_length" not in settings.to_json()
+    asked = DraftSettings.from_json(SAVED_BEFORE_THE_TABLE)
+    assert asked == DraftSettings(writing_settings(max_new_tokens=5000, seed=7, penalty_window=512, top_n_sigma=1.5,
+                                                   adaptive_target=0.5, dry_breakers=("\n", ":"),
+                                                   ban=("a testament to",), stop=("THE END",)))
+    assert DraftSettings.from_json(asked.to_json()) == asked  # and is stored again under today's name
+    assert "penalty_length" not in asked.to_json()
 
 
 def test_an_early_draft_loads_with_the_later_samplers_off():
-    settings = Settings.from_json(SAVED_EARLY)
-    assert (settings.mode, settings.top_p, settings.penalty, settings.penalty_window) == ("ar", 0.9, 1.2, 1024)
+    asked = DraftSettings.from_json(SAVED_EARLY)
+    settings = asked.settings
+    assert (asked.mode, settings.top_p, settings.penalty, settings.penalty_window) == ("ar", 0.9, 1.2, 1024)
     assert (settings.dry_multiplier, settings.xtc_probability, settings.ban, settings.no_repeat_ngram,
             settings.top_n_sigma, settings.adaptive_target) == (0.0, 0.0, (), 0, 0.0, -1.0)
 
@@ -57,13 +66,13 @@ def test_the_store_and_the_api_show_an_old_draft_under_todays_names(sqlite_db_ur
     from ui.api.api import settings_view
 
     store = open_store(sqlite_db_url)
-    draft = store.enqueue_generation("Once", Settings(max_new_tokens=8))
+    draft = store.enqueue_generation("Once", DraftSettings(Settings(max_new_tokens=8)))
     with store.engine.begin() as connection:  # as an earlier version left the row
         connection.execute(text("UPDATE generations SET settings_json = :saved WHERE id = :id"),
                            {"saved": SAVED_BEFORE_THE_TABLE, "id": draft.id})
     stored = store.get_generation(draft.id).settings_json
     store.close()
-    assert Settings.from_json(stored).penalty_window == 512
+    assert DraftSettings.from_json(stored).settings.penalty_window == 512
     view = settings_view(stored)
     assert view["penalty_window"] == 512 and "penalty_length" not in view
 

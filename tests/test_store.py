@@ -20,7 +20,7 @@ from storage import Conflict, NotFound, StoreError, open_store
 from storage.db import make_engine
 from storage.migrate import alembic_config, upgrade
 from storage.records import MetricPoint, ModelSpec, Owner, Progress, TextChunk, utcnow
-from tokenswift.settings import Settings
+from tokenswift.settings import DraftSettings, Settings
 
 REPO = Path(__file__).resolve().parents[1]
 TABLES = {"sessions", "generations", "chunks", "metric_points", "workers", "desired_model", "alembic_version"}
@@ -47,7 +47,7 @@ HEAD = ScriptDirectory.from_config(alembic_config()).get_current_head()  # the n
 
 
 def queue(store, n: int = 1, tokens: int = 50) -> list[int]:
-    settings = [Settings(max_new_tokens=tokens, seed=i) for i in range(n)]
+    settings = [DraftSettings(Settings(max_new_tokens=tokens, seed=i)) for i in range(n)]
     return [store.enqueue_generation(f"prompt {i}", s).id for i, s in enumerate(settings)]
 
 
@@ -252,14 +252,14 @@ def test_control_requests(store):
 
 def test_continue_builds_on_the_parent(store):
     book = store.create_session("Dragons", "Ann")
-    parent = store.enqueue_generation("Once", Settings(max_new_tokens=3), session_id=book.id, model="m")
+    parent = store.enqueue_generation("Once", DraftSettings(Settings(max_new_tokens=3)), session_id=book.id, model="m")
     owner = Owner.here("w")
     store.claim_next(owner)
     with pytest.raises(Conflict):
-        store.continue_generation(parent.id, Settings(max_new_tokens=3))
+        store.continue_generation(parent.id, DraftSettings(Settings(max_new_tokens=3)))
     store.record_start(parent.id, owner, [1, 2], "m", "h")
     store.append_progress(parent.id, owner, Progress([3, 4, 5], " upon a", 0.1), finish="done")
-    child = store.continue_generation(parent.id, Settings(max_new_tokens=7))
+    child = store.continue_generation(parent.id, DraftSettings(Settings(max_new_tokens=7)))
     assert (child.parent_id, child.session_id, child.model, child.heads) == (parent.id, book.id, "m", "h")
     assert child.prompt_text == "Once upon a"
     assert store.get_tokens(child.id).prompt_ids == [1, 2, 3, 4, 5]
@@ -268,7 +268,7 @@ def test_continue_builds_on_the_parent(store):
 def test_books_and_worker_rows(store):
     book = store.create_session("Draft")
     assert store.rename_session(book.id, title="Final", author="Bo").title == "Final"
-    gen = store.enqueue_generation("x", Settings(max_new_tokens=2), session_id=book.id)
+    gen = store.enqueue_generation("x", DraftSettings(Settings(max_new_tokens=2)), session_id=book.id)
     owner = Owner.here("gpu0")
     store.register_worker(owner)
     store.set_desired_model(ModelSpec("m", None, "cuda", "bfloat16"))
@@ -293,7 +293,7 @@ def finished(store, gen_id: int, prompt_ids: list[int], pieces: list[tuple[list[
 
 def test_deleting_a_draft_keeps_its_book_and_its_continuations(db_url, store):
     book = store.create_session("Dragons")
-    parent = store.enqueue_generation("Once", Settings(max_new_tokens=3), session_id=book.id).id
+    parent = store.enqueue_generation("Once", DraftSettings(Settings(max_new_tokens=3)), session_id=book.id).id
     with pytest.raises(Conflict, match="queued.*cancel"):
         store.delete_generation(parent)
     owner = Owner.here("w")
@@ -303,8 +303,8 @@ def test_deleting_a_draft_keeps_its_book_and_its_continuations(db_url, store):
     store.record_start(parent, owner, [1, 2], "m", None)
     store.append_progress(parent, owner, Progress([3, 4], " upon", 0.1, MetricPoint(tokens=2, elapsed_s=0.1)),
                           finish="done")
-    child = store.continue_generation(parent, Settings(max_new_tokens=5)).id
-    other = store.enqueue_generation("Elsewhere", Settings(max_new_tokens=5), session_id=book.id).id
+    child = store.continue_generation(parent, DraftSettings(Settings(max_new_tokens=5))).id
+    other = store.enqueue_generation("Elsewhere", DraftSettings(Settings(max_new_tokens=5)), session_id=book.id).id
     store.request_cancel(child)
     store.delete_generation(parent)
 
@@ -323,7 +323,7 @@ def test_deleting_a_draft_keeps_its_book_and_its_continuations(db_url, store):
 def test_chunk_texts_and_draft_counts(store):
     first, second = store.create_session("One"), store.create_session("Two")
     store.create_session("Empty")
-    ids = [store.enqueue_generation(f"p{i}", Settings(max_new_tokens=9), session_id=b.id).id
+    ids = [store.enqueue_generation(f"p{i}", DraftSettings(Settings(max_new_tokens=9)), session_id=b.id).id
            for i, b in enumerate((first, first, second))]
     finished(store, ids[0], [1], [([5, 6], "Once"), ([7], " upon"), ([8], " a time")])
     chunks = [TextChunk(0, "Once"), TextChunk(1, " upon"), TextChunk(2, " a time")]
@@ -403,7 +403,7 @@ def test_ids_beyond_sqlites_integers_are_simply_not_found(store):
         with pytest.raises(NotFound):
             store.get_generation(ident)
         with pytest.raises(NotFound):
-            store.enqueue_generation("x", Settings(max_new_tokens=2), session_id=ident)
+            store.enqueue_generation("x", DraftSettings(Settings(max_new_tokens=2)), session_id=ident)
     with pytest.raises(NotFound):
         store.request_pause(2**70)
 
@@ -467,7 +467,8 @@ def test_progress_since_reads_only_what_is_new(store):
 
 
 def test_memory_and_authors_note_are_kept_per_draft_and_editable(store):
-    gen = store.enqueue_generation("Once", Settings(max_new_tokens=4), memory="Tom fishes.", authors_note="Rain.")
+    gen = store.enqueue_generation("Once", DraftSettings(Settings(max_new_tokens=4)), memory="Tom fishes.",
+                                   authors_note="Rain.")
     assert (gen.memory, gen.authors_note) == ("Tom fishes.", "Rain.")
     owner = Owner.here("w")
     job = store.claim_next(owner)
@@ -479,7 +480,7 @@ def test_memory_and_authors_note_are_kept_per_draft_and_editable(store):
     store.request_resume(gen.id)
     assert store.claim_next(owner).memory == "Tom and Lily fish."  # the resumed run sees the edit
     store.append_progress(gen.id, owner, Progress([7], " a", 0.2), finish="done", finish_reason="length")
-    child = store.continue_generation(gen.id, Settings(max_new_tokens=4))
+    child = store.continue_generation(gen.id, DraftSettings(Settings(max_new_tokens=4)))
     assert (child.memory, child.authors_note) == ("Tom and Lily fish.", "")  # it belongs to the story
 
 

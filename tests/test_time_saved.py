@@ -17,7 +17,7 @@ from tokenswift.decode.generate import Generator
 from tokenswift.decode.options import EngineOptions
 from tokenswift.settings import Settings
 
-SETTINGS = Settings(mode="tokenswift", seed=3, max_new_tokens=80, temperature=1.0, min_p=0.1)
+SETTINGS = Settings(seed=3, max_new_tokens=80, temperature=1.0, min_p=0.1)
 SLOW_S = 0.5  # what a probe costs while another process has the core
 
 

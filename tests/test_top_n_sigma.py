@@ -11,12 +11,12 @@ import statistics
 
 import pytest
 import torch
+from speed import AR, speed
 from test_context_shift import MEMORY, NARROW, NOTE, first_difference
 from test_exactness import PROMPT, random_heads
 
 from tokenswift.cli.main import main
 from tokenswift.decode.generate import Generator
-from tokenswift.decode.options import EngineOptions
 from tokenswift.sampling.sampler import Sampler, top_n_sigma_filter
 from tokenswift.settings import Settings, SettingsError
 from tokenswift.text.context_window import pinned_ids
@@ -63,35 +63,37 @@ CASES = [("fused", 20, False, 1, dict(temperature=1.0, top_n_sigma=1.0)),
 @pytest.mark.slow
 @pytest.mark.parametrize(("drafter", "k", "adaptive", "seed", "sampling"), CASES)
 def test_tokenswift_equals_ar_with_top_n_sigma(stories64, drafter, k, adaptive, seed, sampling):
-    lm, s, prompt, expected = check_exact_and_acting(stories64, drafter, k, adaptive, seed, sampling,
-                                                     {"top_n_sigma": 0.0})
-    resumed = Generator(lm, s, prompt, generated_ids=expected[:150])
+    lm, s, prompt, expected, ts = check_exact_and_acting(stories64, drafter, k, adaptive, seed, sampling,
+                                                         {"top_n_sigma": 0.0})
+    resumed = Generator(lm, s, prompt, generated_ids=expected[:150], options=ts)
     assert first_difference(resumed.run(), expected) is None
 
 
 def check_exact_and_acting(stories64, drafter, k, adaptive, seed, sampling: dict, off: dict):
     """TokenSwift writes plain decoding's 300 tokens with `sampling`, and turning the sampler `off` changes them.
-    Returns (the model with heads, the settings, the prompt, plain decoding's tokens)."""
+    Returns (the model with heads, the settings, the prompt, plain decoding's tokens, TokenSwift's options)."""
     lm = dataclasses.replace(stories64, heads=random_heads(stories64, 3))
     prompt = lm.encode(PROMPT)
-    s = Settings(max_new_tokens=300, seed=seed, ignore_eos=True, ngram_topk=k, budget=48, drafter=drafter,
-                 **sampling)
-    expected = Generator(lm, s.replace(mode="ar"), prompt).run()
-    assert expected != Generator(lm, s.replace(mode="ar", **off), prompt).run()  # it acts here
-    assert first_difference(Generator(lm, s, prompt, options=EngineOptions(adaptive=adaptive)).run(), expected) is None
-    return lm, s, prompt, expected
+    s = Settings(max_new_tokens=300, seed=seed, ignore_eos=True, **sampling)
+    ts = speed(ngram_topk=k, budget=48, drafter=drafter)
+    expected = Generator(lm, s, prompt, options=AR).run()
+    assert expected != Generator(lm, s.replace(**off), prompt, options=AR).run()  # it acts here
+    adapting = dataclasses.replace(ts, adaptive=adaptive)
+    assert first_difference(Generator(lm, s, prompt, options=adapting).run(), expected) is None
+    return lm, s, prompt, expected, ts
 
 
 @pytest.mark.slow
 def test_tokenswift_equals_ar_with_top_n_sigma_across_shifts(stories64):
     lm = dataclasses.replace(stories64, heads=random_heads(stories64, 3))
     prompt, pinned = lm.encode(PROMPT), pinned_ids(lm, MEMORY, NOTE)
-    s = Settings(max_new_tokens=300, seed=5, ignore_eos=True, context_window=NARROW, note_depth=100, tree=(1, 2, 2),
+    s = Settings(max_new_tokens=300, seed=5, ignore_eos=True, context_window=NARROW, note_depth=100,
                  temperature=1.3, top_n_sigma=1.5)
-    expected = Generator(lm, s.replace(mode="ar"), prompt, pinned=pinned).run()
-    gen = Generator(lm, s, prompt, pinned=pinned)
+    expected = Generator(lm, s, prompt, options=AR, pinned=pinned).run()
+    gen = Generator(lm, s, prompt, options=speed(tree=(1, 2, 2)), pinned=pinned)
     assert first_difference(gen.run(), expected) is None and gen.metrics().shifts >= 3
-    resumed = Generator(lm, s, prompt, generated_ids=expected[:170], pinned=pinned)  # past a shift
+    resumed = Generator(lm, s, prompt, generated_ids=expected[:170], options=speed(tree=(1, 2, 2)),
+                        pinned=pinned)  # past a shift
     assert first_difference(resumed.run(), expected) is None
 
 

@@ -265,7 +265,7 @@ def test_what_the_model_sees(ui):
 def test_what_the_model_sees_marks_the_text_shifted_out(tmp_path):
     from storage import open_store
     from storage.records import ModelSpec, Owner, Progress
-    from tokenswift.settings import Settings
+    from tokenswift.settings import DraftSettings, Settings
     from ui.drafts.tokens import PromptTokens
     from ui.write import seen
 
@@ -273,7 +273,8 @@ def test_what_the_model_sees_marks_the_text_shifted_out(tmp_path):
     store = open_store(f"sqlite:///{tmp_path / 'studio.db'}")
     store.set_desired_model(ModelSpec(model, None, "cpu", "float32"))
     settings = Settings(max_new_tokens=300, context_window=64, shift_step=16, note_depth=8)
-    gen = store.enqueue_generation("Once upon a time", settings, memory="Max is a dog.", authors_note="Rain.")
+    gen = store.enqueue_generation("Once upon a time", DraftSettings(settings), memory="Max is a dog.",
+                                   authors_note="Rain.")
     owner = Owner.here("w")
     store.claim_next(owner)
     store.record_start(gen.id, owner, [1, 400, 401], model, None)
@@ -442,16 +443,17 @@ def test_forms_charts_and_word_count_without_an_app():
     import plotly.graph_objects as go
 
     from storage.records import MetricPoint
-    from tokenswift.settings import Settings
+    from tokenswift.settings import DraftSettings
     from ui.display import charts
     from ui.display.live import Watch
     from ui.forms.forms import SettingsForm, ar_twin, form_from_settings
 
     ts = SettingsForm(sampler="min-p", sampler_value=0.05, k=4, budget=256).to_settings()
-    assert (ts.min_p, ts.top_p, ts.ngram_topk, ts.budget) == (0.05, 1.0, 4, 256)
-    assert form_from_settings(ts) == SettingsForm(sampler="min-p", sampler_value=0.05, k=4, budget=256)
+    assert (ts.settings.min_p, ts.settings.top_p, ts.speed.ngram_topk, ts.speed.budget) == (0.05, 1.0, 4, 256)
+    assert form_from_settings(ts.settings, ts.speed) == SettingsForm(sampler="min-p", sampler_value=0.05, k=4,
+                                                                     budget=256)
     assert ar_twin(ts) == ar_twin(ts.replace(ngram_topk=20, budget=None)) != ar_twin(ts.replace(penalty=1.0))
-    assert ar_twin(ts).mode == "ar" and isinstance(ar_twin(ts), Settings)
+    assert ar_twin(ts).mode == "ar" and isinstance(ar_twin(ts), DraftSettings)
 
     points = [MetricPoint(tokens=t, elapsed_s=t / 100, alpha=0.3, beta=0.1, ngram_hits=h, tokens_per_s=90.0,
                           time_saved_s=t / 1000) for t, h in ((256, 3), (512, 7), (768, 2))]
@@ -471,14 +473,15 @@ def test_context_shift_choice_and_the_context_line():
     from tokenswift.settings import SettingsError
     from ui.forms.forms import FormError, SettingsForm, form_from_settings
 
-    shifting = SettingsForm(target=50_000).to_settings()
+    shifting = SettingsForm(target=50_000).to_settings().settings
     shifting.check_fits(5, 32_768)  # context shifting on: any length fits
     assert shifting.context_shift is None
     refuse = SettingsForm(target=500, shift="Refuse")
-    assert form_from_settings(refuse.to_settings()) == refuse
+    asked = refuse.to_settings()
+    assert form_from_settings(asked.settings, asked.speed) == refuse
     with pytest.raises(SettingsError, match=r"prompt \(5 tokens\) \+ max_new_tokens \(50000\) = 50005 exceeds the "
                                             r"model's context of 32768 tokens \(context shifting is off\)"):
-        SettingsForm(target=50_000, shift="Refuse").to_settings().check_fits(5, 32_768)
+        SettingsForm(target=50_000, shift="Refuse").to_settings().settings.check_fits(5, 32_768)
     record = GenerationRecord(1, 1, None, "Once", None, None, "tokenswift", 0, "{}", 100, "running", None, 50,
                               None, None, None, 0.0, None, None, None, None)
     point = MetricPoint(tokens=50, elapsed_s=1.0, context_pinned=180, context_recent=7_800, shifts=3)

@@ -12,7 +12,7 @@ import pytest
 
 from storage import open_store
 from storage.records import MetricPoint, Owner, Progress, utcnow
-from tokenswift.settings import Settings
+from tokenswift.settings import DraftSettings, Settings
 from ui.display import views
 from ui.display.live import Watch
 from ui.drafts.exports import Exports
@@ -32,7 +32,7 @@ def running_since(seconds: float):
 
 
 def test_status_lines_for_a_recovering_job_and_a_store_fault(store):
-    gen = store.enqueue_generation("Once", Settings(max_new_tokens=50))
+    gen = store.enqueue_generation("Once", DraftSettings(Settings(max_new_tokens=50)))
     owner = Owner("w", "this-host", 4242, "gone")
     running = store.claim_next(owner)
     assert "**Writing**" in views.progress_line(store.get_generation(gen.id), 0, None)
@@ -55,7 +55,7 @@ def test_status_lines_for_a_recovering_job_and_a_store_fault(store):
 def test_exports_go_to_one_folder_that_is_pruned_and_removed(tmp_path, store):
     (tmp_path / "tmp").mkdir()
     exports = Exports(tmp_path / "tmp", keep_s=3600)
-    gen = store.enqueue_generation("Once upon a time", Settings(max_new_tokens=5))
+    gen = store.enqueue_generation("Once upon a time", DraftSettings(Settings(max_new_tokens=5)))
     paths = [export_file(store, exports, gen.id, fmt, "Title", "") for fmt in ("TXT", "EPUB", "TXT")]
     assert all(p.parent.parent == exports.folder for p in paths) and len(set(paths)) == 3
     assert paths[0].read_text(encoding="utf-8").count("Once upon a time") == 1
@@ -68,7 +68,7 @@ def test_exports_go_to_one_folder_that_is_pruned_and_removed(tmp_path, store):
 
 
 def test_the_live_view_and_whole_text_read_only_what_is_new(store):
-    gen = store.enqueue_generation("Once", Settings(max_new_tokens=50))
+    gen = store.enqueue_generation("Once", DraftSettings(Settings(max_new_tokens=50)))
     owner = Owner.here("w")
     store.claim_next(owner)
     watch = Watch.open(store, gen.id)
@@ -95,7 +95,7 @@ def test_each_worker_process_has_its_own_id(tmp_path, store):
 def test_polls_read_the_store_only_after_a_commit(store):
     from sqlalchemy import event
 
-    gen = store.enqueue_generation("Once", Settings(max_new_tokens=50))
+    gen = store.enqueue_generation("Once", DraftSettings(Settings(max_new_tokens=50)))
     owner = Owner.here("w")
     store.claim_next(owner)
     store.append_progress(gen.id, owner, Progress([1], " upon", 0.1, MetricPoint(tokens=1, elapsed_s=0.1)))
@@ -123,7 +123,7 @@ def test_the_live_views_ticks_read_the_store_only_after_a_commit(store):
 
     from storage.changes import Changes
 
-    gen = store.enqueue_generation("Once", Settings(max_new_tokens=50))
+    gen = store.enqueue_generation("Once", DraftSettings(Settings(max_new_tokens=50)))
     owner = Owner.here("w")
     store.claim_next(owner)
     watch, changes = Watch.open(store, gen.id), Changes(store)

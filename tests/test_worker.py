@@ -7,6 +7,7 @@ exactly those of one uninterrupted run, and nothing already committed is lost or
 
 from __future__ import annotations
 
+import dataclasses
 import multiprocessing
 import os
 import signal
@@ -26,15 +27,24 @@ from worker_gate import Gate, gated_command
 from storage import open_store
 from storage.db import make_engine
 from storage.records import ModelSpec, Owner
-from tokenswift.settings import Settings
+from tokenswift.settings import PLAIN, DraftSettings, Settings, Speculation
 from worker import WorkerConfig, run_worker
 
 REPO = Path(__file__).resolve().parents[1]
 PROMPT = "Once upon a time, there was a little dog named Max."
-SETTINGS = Settings(mode="tokenswift", seed=11, max_new_tokens=240, temperature=1.0, penalty=1.2,
-                    penalty_window=64, ngram_topk=8)
+SETTINGS = DraftSettings(Settings(seed=11, max_new_tokens=240, temperature=1.0, penalty=1.2, penalty_window=64),
+                         Speculation(ngram_topk=8))
 FLUSH_TOKENS = 16
-SHORT = Settings(mode="ar", seed=1, max_new_tokens=30)
+SHORT = DraftSettings(Settings(seed=1, max_new_tokens=30), PLAIN)
+
+
+def generator(lm, asked: DraftSettings, prompt_ids: list[int], options=None, **kwargs):
+    """The engine's run of a draft asked for with `asked` (options: the worker's, whose speculation it sets)."""
+    from tokenswift.decode.generate import Generator
+    from tokenswift.decode.options import EngineOptions
+
+    options = dataclasses.replace(options or EngineOptions(), speculation=asked.speed)
+    return Generator(lm, asked.settings, prompt_ids, options=options, **kwargs)
 
 
 @dataclass(frozen=True)
@@ -59,12 +69,11 @@ def one_torch_thread():
 @pytest.fixture(scope="module")
 def straight(stories64) -> Straight:
     """The uninterrupted run, computed in this process with the engine."""
-    from tokenswift.decode.generate import Generator
     from tokenswift.text.detok import IncrementalDetokenizer
 
     prompt_ids = stories64.encode(PROMPT)
     with one_torch_thread():
-        ids = Generator(stories64, SETTINGS, prompt_ids).run()
+        ids = generator(stories64, SETTINGS, prompt_ids).run()
     detok = IncrementalDetokenizer(stories64.tokenizer, prompt_ids)
     return Straight(ids, detok.push(ids) + detok.flush())
 
@@ -224,11 +233,10 @@ MEMORY, NOTE = "Max is a dog. Lily is a girl.", "They go to the park."
 def test_a_draft_past_the_window_survives_pause_and_kill_9_exactly(store, workers, stories64):
     """Memory + Author's Note, a 256-token window and 560 new tokens (shifts from the 198th, every 64): shifts
     happen before and after each interruption, and the stored ids are still those of one uninterrupted run."""
-    from tokenswift.decode.generate import Generator
     from tokenswift.text.context_window import pinned_ids
 
     with one_torch_thread():
-        straight = Generator(stories64, SHIFTING, stories64.encode(PROMPT),
+        straight = generator(stories64, SHIFTING, stories64.encode(PROMPT),
                              pinned=pinned_ids(stories64, MEMORY, NOTE)).run()
     gen_id = store.enqueue_generation(PROMPT, SHIFTING, memory=MEMORY, authors_note=NOTE).id
     gate = workers.gate
@@ -272,7 +280,7 @@ def test_the_default_model_in_q4_survives_pause_and_kill_9_exactly(store, worker
     with one_torch_thread():
         straight = Generator(smollm2_q4, s, prompt_ids(smollm2_q4, PROMPT, "continue"),
                              options=EngineOptions(adaptive=True, alternatives=True)).run()
-    gen_id = store.enqueue_generation(PROMPT, s).id
+    gen_id = store.enqueue_generation(PROMPT, DraftSettings(s)).id
     gate, model = workers.gate, str(gguf_path)
     gate.hold_at(32)
     proc = workers.start(gated=True, model=model, dtype="q4")
@@ -304,7 +312,7 @@ def committed_prefix_kept(workers: Workers, gen_id: int, kept: list[tuple]) -> l
 def test_fifo_cancel_and_failures_while_the_worker_serves_on(store, workers, stories_path):
     model = str(stories_path)
     # beyond stories260k's 32K context, with context shifting off: the old refusal
-    too_long = Settings(mode="ar", seed=1, max_new_tokens=40_000, context_shift=False)
+    too_long = DraftSettings(Settings(seed=1, max_new_tokens=40_000, context_shift=False), PLAIN)
     ids = [
         store.enqueue_generation(PROMPT, SHORT).id,  # no model of its own: the worker's, which is broken
         store.enqueue_generation(PROMPT, SHORT.replace(max_new_tokens=20_000), model=model).id,  # cancelled
@@ -403,11 +411,9 @@ def test_the_worker_runs_tokenswift_adaptive_unless_told_not_to(tmp_path, storie
     store.close()
 
 
-def reference_ids(model, settings: Settings) -> list[int]:
-    from tokenswift.decode.generate import Generator
-
+def reference_ids(model, settings: DraftSettings) -> list[int]:
     with one_torch_thread():
-        return Generator(model, settings, model.encode(PROMPT)).run()
+        return generator(model, settings, model.encode(PROMPT)).run()
 
 
 def test_a_full_database_pauses_the_job_with_the_reason_and_resume_loses_nothing(tmp_path, stories64, stories_path):

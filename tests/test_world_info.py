@@ -7,12 +7,14 @@ edit up at a shift, the "what the model sees" view, the CLI, the API and the Wri
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from datetime import datetime
 
 import pytest
 from conftest import need_shared
+from speed import AR, speed
 from sqlalchemy import DateTime, bindparam, text
 from test_context_shift import first_difference, lm_with, resumed
 from test_exactness import SAMPLERS
@@ -24,7 +26,7 @@ from storage.migrate import upgrade
 from storage.records import ModelSpec, Owner, Progress
 from tokenswift.decode.generate import Generator
 from tokenswift.decode.options import EngineOptions
-from tokenswift.settings import Settings, SettingsError
+from tokenswift.settings import DraftSettings, Settings, SettingsError
 from tokenswift.text.context_window import WindowPlan, pinned_ids
 from tokenswift.text.prompting import prompt_ids
 from tokenswift.text.world_info import CHECKPOINT, WorldInfo
@@ -172,8 +174,11 @@ def squeezed(text: str) -> str:
 
 
 def settings(sampler: str, **changes) -> Settings:
-    return Settings(max_new_tokens=N, seed=4, ignore_eos=True, note_depth=64, budget=48, tree=(1, 2, 2),
-                    **SAMPLERS[sampler]).replace(**changes)
+    return Settings(max_new_tokens=N, seed=4, ignore_eos=True, note_depth=64, **SAMPLERS[sampler]).replace(**changes)
+
+
+def drafting(**changes) -> EngineOptions:
+    return speed(budget=48, tree=(1, 2, 2), **changes)
 
 
 def entered_mid_run(plan: WindowPlan, ids: list[int], prompt_len: int) -> int:
@@ -210,12 +215,13 @@ CASES = [("minp-penalty", 20, 384, True, False), ("top-p", 0, None, False, True)
 def test_tokenswift_equals_ar_while_entries_come_and_go(stories64, sampler, k, window, with_pinned, adaptive):
     lm, prompt = lm_with(stories64, 4), stories64.encode(PROMPT)
     pinned = pinned_ids(lm, *((MEMORY, NOTE) if with_pinned else ("", "")), world=WorldInfo.from_dict(LORE))
-    s = settings(sampler, ngram_topk=k, context_window=window)
-    plain = Generator(lm, s.replace(mode="ar"), prompt, pinned=pinned)
+    s = settings(sampler, context_window=window)
+    plain = Generator(lm, s, prompt, options=AR, pinned=pinned)
     expected = plain.run()
     entered = entered_mid_run(plain.plan, prompt + expected, len(prompt))
     assert rebuilt_between_shifts(plain.plan, prompt + expected, len(prompt))
-    gen = Generator(lm, s, prompt, pinned=pinned, options=EngineOptions(adaptive=adaptive))
+    options = dataclasses.replace(drafting(ngram_topk=k), adaptive=adaptive)
+    gen = Generator(lm, s, prompt, pinned=pinned, options=options)
     assert first_difference(followed(gen), expected) is None
     assert gen.metrics().steps < N  # drafts were accepted between the checkpoints
     use = gen.context_use()
@@ -224,7 +230,7 @@ def test_tokenswift_equals_ar_while_entries_come_and_go(stories64, sampler, k, w
         assert gen.plan.b1 + gen.plan.step < len(prompt) + N  # regular shifts too, not only checkpoints
     else:  # no shift: World Info alone changed the text, from the checkpoint where "Lily" came in
         without = WorldInfo.from_dict({**LORE, "entries": LORE["entries"][1:]})
-        bare = Generator(lm, s.replace(mode="ar"), prompt, pinned=pinned_ids(lm, "", "", world=without)).run()
+        bare = Generator(lm, s, prompt, options=AR, pinned=pinned_ids(lm, "", "", world=without)).run()
         differ = first_difference(bare, expected)
         assert differ is not None and differ >= entered - len(prompt)
 
@@ -235,14 +241,14 @@ def test_resume_from_stored_ids_continues_the_same_stream(stories64):
     goes on past two more checkpoints (a shorter run writes a prefix of the longer one)."""
     lm, prompt = lm_with(stories64, 4), stories64.encode(PROMPT)
     pinned = pinned_ids(lm, MEMORY, NOTE, world=WorldInfo.from_dict(LORE))
-    s = settings("minp-penalty", ngram_topk=20, context_window=384)
-    straight = Generator(lm, s, prompt, pinned=pinned)
+    s, ts = settings("minp-penalty", context_window=384), drafting(ngram_topk=20)
+    straight = Generator(lm, s, prompt, options=ts, pinned=pinned)
     ids = straight.run()
     plan = straight.plan
     changed = rebuilt_between_shifts(plan, prompt + ids, len(prompt))[0]
     cuts = [("tokenswift", changed - 1), ("ar", changed), ("tokenswift", changed + 1), ("tokenswift", plan.b1)]
     for mode, cut in cuts:
-        got, want = resumed(lm, s.replace(mode=mode), prompt, ids, cut - len(prompt), 2 * CHECKPOINT, pinned)
+        got, want = resumed(lm, s, prompt, ids, cut - len(prompt), 2 * CHECKPOINT, pinned, ts.speculating(mode=mode))
         assert got == want, (mode, cut)
 
 
@@ -252,7 +258,8 @@ def test_resume_from_stored_ids_continues_the_same_stream(stories64):
 def test_the_store_keeps_world_info_per_draft_and_carries_it_on(tmp_path):
     store = open_store(f"sqlite:///{tmp_path / 'studio.db'}")
     lore = WorldInfo.from_dict(LORE).to_json()
-    gen = store.enqueue_generation("Once", Settings(max_new_tokens=4), memory="Tom fishes.", world_info=lore)
+    gen = store.enqueue_generation("Once", DraftSettings(Settings(max_new_tokens=4)), memory="Tom fishes.",
+                                   world_info=lore)
     assert gen.world_info == lore and store.get_generation(gen.id).world_info == lore
     owner = Owner.here("w")
     assert store.claim_next(owner).world_info == lore  # what the worker builds windows from
@@ -262,7 +269,7 @@ def test_the_store_keeps_world_info_per_draft_and_carries_it_on(tmp_path):
     other = WorldInfo.from_dict({"entries": [entry(["Tom"])]}).to_json()
     assert store.set_context_text(gen.id, "Tom fishes.", "Rain.", other).world_info == other
     assert store.context_text(gen.id) == ("Tom fishes.", "Rain.", other)
-    assert store.continue_generation(gen.id, Settings(max_new_tokens=4)).world_info == other
+    assert store.continue_generation(gen.id, DraftSettings(Settings(max_new_tokens=4))).world_info == other
     assert store.save_edit(gen.id, "Once upon a time").world_info == other  # a writer's revision keeps it
     store.close()
 
@@ -291,10 +298,10 @@ def test_the_worker_places_world_info_and_picks_an_edit_up_at_the_next_shift(tmp
     from worker.job import FlushPolicy, JobRun, draft_pinned
 
     store = open_store(f"sqlite:///{tmp_path / 'studio.db'}")
-    s = settings("minp-penalty", mode="ar", max_new_tokens=400, context_window=256)
+    s = settings("minp-penalty", max_new_tokens=400, context_window=256)
     lore, edited = WorldInfo.from_dict(LORE).to_json(), json.dumps({"entries": [entry([], "Tom is a giant.",
                                                                                       constant=True)]})
-    gen_id = store.enqueue_generation(PROMPT, s, world_info=lore).id
+    gen_id = store.enqueue_generation(PROMPT, DraftSettings(s, drafting(mode="ar").speculation), world_info=lore).id
     owner = Owner.here("w")
 
     def stopping() -> bool:  # the writer edits the World Info early on, before the first shift
@@ -306,10 +313,11 @@ def test_the_worker_places_world_info_and_picks_an_edit_up_at_the_next_shift(tmp
                                                                               "float64"), FlushPolicy(0.0, 8), stopping)
     assert run.run() == "done"
     prompt = stories64.encode(PROMPT)
-    expected = Generator(stories64, s, prompt, pinned=draft_pinned(stories64, "", "", lore, None),
+    expected = Generator(stories64, s, prompt, options=AR, pinned=draft_pinned(stories64, "", "", lore, None),
                          pinned_source=lambda: draft_pinned(stories64, "", "", edited, None)).run()
     assert store.get_tokens(gen_id).generated_ids == expected
-    assert expected != Generator(stories64, s, prompt, pinned=draft_pinned(stories64, "", "", lore, None)).run()
+    assert expected != Generator(stories64, s, prompt, options=AR,
+                                 pinned=draft_pinned(stories64, "", "", lore, None)).run()
     store.close()
 
 
@@ -321,7 +329,8 @@ def test_what_the_model_sees_labels_the_world_info(tmp_path):
     store = open_store(f"sqlite:///{tmp_path / 'studio.db'}")
     store.set_desired_model(ModelSpec(model, None, "cpu", "float32"))
     lore = doc(entry(["fox"], "Red is a fox who loves berries."), entry(["owl"], "The owl is wise.")).to_json()
-    gen = store.enqueue_generation("The fox ran into the woods.", Settings(max_new_tokens=20), world_info=lore)
+    gen = store.enqueue_generation("The fox ran into the woods.", DraftSettings(Settings(max_new_tokens=20)),
+                                   world_info=lore)
     view = seen.context_html(store, PromptTokens(store), gen.id)
     pieces = re.findall(r'<span class="ts-seen-world-info"[^>]*>([^<]*)</span>', view)
     assert [p.strip() for p in pieces] == ["Red is a fox who loves berries."]  # no owl in the story
@@ -344,9 +353,10 @@ def test_cli_generate_and_bench_take_a_world_info_file(stories_path, stories64, 
     assert cli.main(["generate", *common, "--mode", "ar", "--json", str(out)]) == 0
     written = json.loads(out.read_text())["tokens"]
     pinned = pinned_ids(stories64, "", "", world=WorldInfo.from_dict(LORE))
-    s = Settings.from_dict({**json.loads(out.read_text())["settings"]})
-    assert written == Generator(stories64, s, stories64.encode(PROMPT), pinned=pinned).run()
-    assert written != Generator(stories64, s, stories64.encode(PROMPT)).run()  # the constant entry is in view
+    asked = DraftSettings.from_dict(json.loads(out.read_text())["settings"])
+    s, options = asked.settings, EngineOptions(speculation=asked.speed)
+    assert written == Generator(stories64, s, stories64.encode(PROMPT), options=options, pinned=pinned).run()
+    assert written != Generator(stories64, s, stories64.encode(PROMPT), options=options).run()  # the entry is seen
     assert cli.main(["bench", *common, "--warmup-tokens", "0", "--json", str(out)]) == 0
     assert json.loads(out.read_text())["identical"] and "identical: yes" in capsys.readouterr().out
     bad = tmp_path / "bad.json"

@@ -10,13 +10,14 @@ import json
 
 import pytest
 from fastapi.testclient import TestClient
+from speed import AR, speed
 from test_context_shift import MEMORY, NOTE, first_difference
 from test_exactness import PROMPT, random_heads
 
 from storage import open_store
 from tokenswift.cli.main import main
 from tokenswift.decode.generate import Generator
-from tokenswift.settings import WRITING_DEFAULTS, Settings, SettingsError, writing_settings
+from tokenswift.settings import WRITING_DEFAULTS, DraftSettings, Settings, SettingsError, writing_settings
 from tokenswift.text.context_window import pinned_ids
 from tokenswift.text.writing_presets import (
     FIELDS,
@@ -100,7 +101,7 @@ def test_built_in_presets_are_complete_distinct_and_valid_api_settings():
         # every key but the banned phrases, which a built-in leaves as the writer has them
         assert set(preset) == set(FIELDS) - {"ban"} and parse_preset(preset_json(preset)) == preset
         request = GenerationIn.model_validate({"prompt": "x", "max_new_tokens": 5, "settings": preset})
-        assert api_settings(request).replace(max_new_tokens=1024) == to_settings(preset)  # the same settings
+        assert api_settings(request).settings.replace(max_new_tokens=1024) == to_settings(preset)  # the same
 
 
 # -- command line ------------------------------------------------------------------------------------------
@@ -185,8 +186,8 @@ def test_api_lists_the_built_in_presets(tmp_path):
         made = client.post("/api/generations", json={"prompt": "Once", "max_new_tokens": 30,
                                                      "settings": answer.json()[CREATIVE]})
         assert made.status_code == 201
-        stored = Settings.from_json(store.get_generation(made.json()["id"], with_text=False).settings_json)
-        assert stored == to_settings(built_in()[CREATIVE]).replace(max_new_tokens=30)
+        stored = DraftSettings.from_json(store.get_generation(made.json()["id"], with_text=False).settings_json)
+        assert stored.settings == to_settings(built_in()[CREATIVE]).replace(max_new_tokens=30)
     finally:
         store.close()
 
@@ -200,7 +201,7 @@ def test_the_panel_shows_a_preset_and_gives_it_back():
         assert preset_of(Settings.from_dict(form.text_settings())) == {**preset, "ban": []}  # the built-ins hold no ban
     form = panel_form({"top_p": 0.9, "min_p": 0.0, "dry_breakers": ["\n", "\\", "."]})
     assert (form.sampler, form.sampler_value, form.dry_breakers) == ("top-p", 0.9, ("\\n", "\\\\", "."))
-    assert form.to_settings().dry_breakers == ("\n", "\\", ".")
+    assert form.to_settings().settings.dry_breakers == ("\n", "\\", ".")
 
 
 def test_the_panel_refuses_what_it_cannot_show():
@@ -215,12 +216,13 @@ def test_the_panel_refuses_what_it_cannot_show():
 def test_dry_and_xtc_boxes_reach_the_settings_by_one_path():
     form = dataclasses.replace(SettingsForm(), dry_multiplier=1.2, dry_base=2.0, dry_allowed_length=3, dry_range=64,
                                dry_breakers=("\\n", "."), xtc_threshold=0.15, xtc_probability=0.4)
-    s = form.to_settings()
+    asked = form.to_settings()
+    s = asked.settings
     assert (s.dry_multiplier, s.dry_base, s.dry_allowed_length, s.dry_range, s.dry_breakers, s.xtc_threshold,
             s.xtc_probability) == (1.2, 2.0, 3, 64, ("\n", "."), 0.15, 0.4)
-    assert form_from_settings(s).panel() == form.panel()  # opening a stored draft shows them again
-    assert SettingsForm().to_settings() == writing_settings(max_new_tokens=1000)
-    assert dataclasses.replace(SettingsForm(), dry_breakers=[]).to_settings().dry_breakers == ()  # emptied: none
+    assert form_from_settings(s, asked.speed).panel() == form.panel()  # opening a stored draft shows them again
+    assert SettingsForm().to_settings() == DraftSettings(writing_settings(max_new_tokens=1000))
+    assert dataclasses.replace(SettingsForm(), dry_breakers=[]).to_settings().settings.dry_breakers == ()  # none
     for name, value, label in (("dry_base", 1.0, "DRY growth"), ("dry_range", None, "DRY look-back"),
                                ("xtc_probability", 2, "XTC probability"), ("dry_allowed_length", 2.5,
                                                                            "DRY free repeats")):
@@ -241,13 +243,13 @@ def test_every_built_in_preset_keeps_tokenswift_exact(stories64):
     for name, preset in built_in().items():
         # A 160-token window shifts every 40 tokens from the 79th: 240 tokens cross four shifts, and the resumed
         # run starts between two of them (it rebuilds the window of the last). Lag 0: n-grams from the freshest text.
-        s = to_settings(preset).replace(max_new_tokens=240, seed=5, ngram_topk=20, ngram_lag=0, context_window=160,
-                                        note_depth=100, tree=(1, 2, 2))
-        expected = Generator(lm, s.replace(mode="ar"), prompt, pinned=pinned).run()
-        gen = Generator(lm, s, prompt, pinned=pinned)
+        s = to_settings(preset).replace(max_new_tokens=240, seed=5, context_window=160, note_depth=100)
+        ts = speed(ngram_topk=20, ngram_lag=0, tree=(1, 2, 2))
+        expected = Generator(lm, s, prompt, options=AR, pinned=pinned).run()
+        gen = Generator(lm, s, prompt, options=ts, pinned=pinned)
         assert first_difference(gen.run(), expected) is None, name
         assert gen.metrics().shifts >= 3 and gen.metrics().ngram_accepted > 0, name  # shifted, n-grams accepted
-        resumed = Generator(lm, s, prompt, generated_ids=expected[:130], pinned=pinned)
+        resumed = Generator(lm, s, prompt, generated_ids=expected[:130], options=ts, pinned=pinned)
         assert first_difference(resumed.run(), expected) is None, name
         texts.append(expected)
     assert len({tuple(t) for t in texts}) == len(texts)  # each preset writes its own text

@@ -135,11 +135,12 @@ class JobRun:
         return "released"
 
     def _run(self) -> str:
-        from tokenswift.settings import Settings
+        from tokenswift.settings import DraftSettings
         from tokenswift.text.prompting import prompt_ids as make_prompt
         from worker.edits import kept_ids
 
-        settings = Settings.from_json(self.job.settings_json)
+        asked = DraftSettings.from_json(self.job.settings_json)
+        settings = asked.settings
         prompt_ids, resume_from = self.job.prompt_ids, self.job.resume_from
         if prompt_ids is None:  # the API has no tokenizer: the first run tokenizes and records the ids
             base = self.store.edit_base(self.job.id) if self.job.parent_id is not None else None
@@ -158,10 +159,10 @@ class JobRun:
         previous = self.store.latest_metric(self.job.id)
         self.saved_base = (previous.time_saved_s or 0.0) if previous else 0.0
         self.started = time.monotonic()
-        self.gen, detok = self._engine(settings, prompt_ids, done_ids, resume_from)
+        self.gen, detok = self._engine(settings, asked.speed, prompt_ids, done_ids, resume_from)
         return self._loop(detok)
 
-    def _engine(self, settings, prompt_ids: list[int], done_ids: list[int], resume_from: int | None):
+    def _engine(self, settings, spec, prompt_ids: list[int], done_ids: list[int], resume_from: int | None):
         from tokenswift.decode.generate import Generator
         from tokenswift.decode.options import EngineOptions
         from tokenswift.draft.choice import drafter_for
@@ -172,14 +173,14 @@ class JobRun:
         # An instruction draft keeps its chat turns in every window, the Memory inside the system turn.
         instruction = self.job.instruction
         pinned = draft_pinned(self.lm, self.job.memory, self.job.authors_note, self.job.world_info, instruction)
-        drafter = drafter_for(self.lm, settings, fallback=True)
-        if settings.drafter == "layer" and drafter == "fused":
+        drafter = drafter_for(self.lm, spec, fallback=True)
+        if spec.drafter == "layer" and drafter == "fused":
             # Drafts change speed only: the heads' drafts write the very same text (the model notice says why).
             log.warning("job %s: no usable draft layer (%s); drafting with the heads", self.job.id,
                         self.lm.draft_error or "none loaded")
-        settings = settings.replace(drafter=drafter)
         # The app records each token's alternatives (the Write tab's alternatives and branches; speed: README).
-        options = dataclasses.replace(self.options or EngineOptions(), alternatives=True)
+        options = dataclasses.replace(self.options or EngineOptions(), alternatives=True,
+                                      speculation=spec.replace(drafter=drafter))
         if settings.adaptive_target >= 0:  # its history is kept on the host: the eager passes (the same text)
             options = dataclasses.replace(options, fast=None, choice=None)
         # A continuation, a branch or an edit starts with ids its family wrote: the run that wrote them goes on

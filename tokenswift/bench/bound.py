@@ -34,7 +34,7 @@ from tokenswift.decode.engine import Engine
 from tokenswift.decode.options import EngineOptions
 from tokenswift.model.loading import LoadedModel
 from tokenswift.model.masks import causal_mask
-from tokenswift.settings import CAPACITY_SPARE, Settings
+from tokenswift.settings import CAPACITY_SPARE, Settings, Speculation
 
 
 class WidestShape(CandidatePolicy):
@@ -116,9 +116,11 @@ def bound(accepted: dict, costs: dict[int, dict[int, float]]) -> dict:
 
 
 def bench_bound(lm: LoadedModel, prompt_ids: list[int], settings: Settings, contexts: Sequence[int],
-                repeats: int = 15) -> dict:
-    settings = settings.replace(mode="tokenswift", ignore_eos=True, stop=())
-    engine = Engine(lm, settings, prompt_ids, len(prompt_ids), EngineOptions(adaptive=True))
+                repeats: int = 15, spec: Speculation | None = None) -> dict:
+    """spec: TokenSwift's options (None: the defaults)."""
+    settings = settings.replace(ignore_eos=True, stop=())
+    spec = (spec or Speculation()).replace(mode="tokenswift")
+    engine = Engine(lm, settings, prompt_ids, len(prompt_ids), EngineOptions(adaptive=True, speculation=spec))
     produced = len(engine.start())  # the ladder exists once the drafter does
     # The passes before the long acceptance run: a run started beside this one is then still in that phase.
     rows = sorted({1, *(s.slots for s in engine.policy.shapes)})

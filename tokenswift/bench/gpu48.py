@@ -145,8 +145,8 @@ def engine_runs(lm, p: dict) -> list[dict]:
                     options=options)
         counted = {}
         for mode in ("ar", "tokenswift"):
-            engine = Engine(lm, settings.replace(mode=mode, ignore_eos=True), ids, len(ids),
-                            EngineOptions(fast=options.fast, adaptive=False))
+            engine = Engine(lm, settings.replace(ignore_eos=True), ids, len(ids),
+                            EngineOptions(fast=options.fast, adaptive=False).speculating(mode=mode))
             engine.start()
             step = engine.ts_step if mode == "tokenswift" else engine.ar_step
             for _ in range(3):

@@ -6,7 +6,6 @@ same machine (design §7), never against a number from elsewhere. Prefill is exc
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import lzma
 import statistics
@@ -22,7 +21,7 @@ from tokenswift.decode.metrics import distinct
 from tokenswift.decode.options import EngineOptions
 from tokenswift.model.kv_q8 import Q8, row_width
 from tokenswift.model.loading import LoadedModel
-from tokenswift.settings import Settings
+from tokenswift.settings import PLAIN, DraftSettings, Settings
 from tokenswift.text.context_window import PinnedText
 
 # Filler for bench-ar contexts: real prose, so the cache holds ordinary token statistics, not one id.
@@ -119,9 +118,9 @@ def kv_bytes_per_token(lm: LoadedModel) -> int:
 def ar_at_context(lm: LoadedModel, context: int, steps: int, warmup: int = 4, temperature: float = 0.0) -> dict:
     """Plain AR decoding speed with `context` tokens already in the cache (timed after a warm-up); temperature 0:
     greedy, as the llama.cpp peer (scripts/bench_llamacpp.py) decodes."""
-    settings = Settings(mode="ar", max_new_tokens=warmup + steps + 1, ignore_eos=True, temperature=temperature)
+    settings = Settings(max_new_tokens=warmup + steps + 1, ignore_eos=True, temperature=temperature)
     ids = filler_ids(lm, context)
-    engine = Engine(lm, settings, ids, len(ids))
+    engine = Engine(lm, settings, ids, len(ids), EngineOptions(speculation=PLAIN))
     engine.start()
     for _ in range(warmup):
         engine.ar_step()
@@ -188,18 +187,17 @@ def _timed(engine: Engine, out: list[int], goal: int, step) -> float:
     return time.perf_counter() - t0
 
 
-def alternate(lm: LoadedModel, prompt_ids: list[int], ar_settings: Settings, ts_settings: Settings,
-              slice_tokens: int, options: EngineOptions,
+def alternate(lm: LoadedModel, prompt_ids: list[int], settings: Settings, slice_tokens: int, options: EngineOptions,
               pinned: PinnedText | None = None) -> tuple[list[int], list[int], list[dict], Engine]:
-    """Plain decoding and TokenSwift in turns of `slice_tokens`, each continuing its own state, so a machine
-    whose load drifts slows both alike and every slice gives a ratio measured under the same load. pinned: the
-    window's World Info (and Memory), as a draft's."""
-    plan = validate(lm, ar_settings, prompt_ids, [], pinned)  # the modes' windows are the same
+    """Plain decoding and TokenSwift (options.speculation's) in turns of `slice_tokens`, each continuing its own
+    state, so a machine whose load drifts slows both alike and every slice gives a ratio measured under the same
+    load. pinned: the window's World Info (and Memory), as a draft's."""
+    plan = validate(lm, settings, prompt_ids, [], pinned, PLAIN)  # the modes' windows are the same
     # Banned phrases hold back and rewind alike in both (generate.open_engine): the slices count final tokens.
-    ar = open_engine(lm, ar_settings, prompt_ids, len(prompt_ids), options, plan)
-    ts = open_engine(lm, ts_settings, prompt_ids, len(prompt_ids), options, plan)
+    ar = open_engine(lm, settings, prompt_ids, len(prompt_ids), options.speculating(mode="ar"), plan)
+    ts = open_engine(lm, settings, prompt_ids, len(prompt_ids), options.speculating(mode="tokenswift"), plan)
     ar_out, ts_out = ar.start(), ts.start()
-    n, slices = ar_settings.max_new_tokens, []
+    n, slices = settings.max_new_tokens, []
     while len(ar_out) < n or len(ts_out) < n:
         goal = min(n, (len(slices) + 1) * slice_tokens)
         a0, t0, m0 = len(ar_out), len(ts_out), _counts(ts)
@@ -263,9 +261,9 @@ def pass_costs(engine: Engine) -> dict:
 def compare(lm: LoadedModel, prompt_ids: list[int], settings: Settings, warmup_tokens: int = 16,
             slice_tokens: int = 128, options: EngineOptions | None = None, pinned: PinnedText | None = None,
             window_tokens: int = 2048) -> dict:
-    """AR and TokenSwift on the same prompt, seed and settings, in this process (fixed length: EOS ignored),
-    alternating in slices (see `alternate`). The speed-up is the median of the per-slice ratios; `windows` the run
-    per window_tokens new tokens (see `windows`).
+    """AR and TokenSwift (options.speculation's) on the same prompt, seed and settings, in this process (fixed
+    length: EOS ignored), alternating in slices (see `alternate`). The speed-up is the median of the per-slice ratios;
+    `windows` the run per window_tokens new tokens (see `windows`).
 
     A short run of each mode first, so one-off costs (kernel selection, allocator growth, lazy imports)
     do not land on whichever mode happens to run first."""
@@ -275,13 +273,11 @@ def compare(lm: LoadedModel, prompt_ids: list[int], settings: Settings, warmup_t
         raise BenchError(f"window tokens must be a multiple of the slice tokens ({slice_tokens}), got {window_tokens}")
     settings = settings.replace(ignore_eos=True, stop=())
     options = options or EngineOptions()
-    ar_settings, ts_settings = settings.replace(mode="ar"), settings.replace(mode="tokenswift")
     if warmup_tokens:
         n = min(warmup_tokens, settings.max_new_tokens)
-        _run(lm, ar_settings.replace(max_new_tokens=n), prompt_ids, options, pinned)
-        _run(lm, ts_settings.replace(max_new_tokens=n), prompt_ids, options, pinned)
-    ar_tokens, ts_tokens, slices, engine = alternate(lm, prompt_ids, ar_settings, ts_settings, slice_tokens,
-                                                     options, pinned)
+        for mode in ("ar", "tokenswift"):
+            _run(lm, settings.replace(max_new_tokens=n), prompt_ids, options.speculating(mode=mode), pinned)
+    ar_tokens, ts_tokens, slices, engine = alternate(lm, prompt_ids, settings, slice_tokens, options, pinned)
     ts = engine.metrics.to_dict()
     # Wall time of the slices (the TokenSwift side includes its periodic AR probes): what a writer waits.
     ar_s, ts_s = sum(x["ar_s"] for x in slices), sum(x["ts_s"] for x in slices)
@@ -310,5 +306,5 @@ def compare(lm: LoadedModel, prompt_ids: list[int], settings: Settings, warmup_t
         "ar_elapsed_s": ar_s, "ts_elapsed_s": ts_s, "ts_prefill_s": ts["prefill_s"],
         "draft_s": ts["draft_s"], "verify_s": ts["verify_s"], "overhead_s": ts["overhead_s"],
         "overhead_share": ts["overhead_s"] / ts_s if ts_s else 0.0,
-        "settings": dataclasses.asdict(settings),
+        "settings": DraftSettings(settings, options.speculation).values(),
     }

@@ -45,11 +45,11 @@ def bench_shift(lm: LoadedModel, prompt_ids: list[int], settings: Settings, pinn
     if warmup_tokens:
         for mode in ("ar", "tokenswift"):
             n = min(warmup_tokens, settings.max_new_tokens)
-            Generator(lm, settings.replace(mode=mode, max_new_tokens=n), prompt_ids, options=options,
+            Generator(lm, settings.replace(max_new_tokens=n), prompt_ids, options=options.speculating(mode=mode),
                       pinned=pinned).run()
-    ar_tokens, ar = run_mode(lm, settings.replace(mode="ar"), prompt_ids, pinned, options)
-    ts_tokens, ts = run_mode(lm, settings.replace(mode="tokenswift"), prompt_ids, pinned, options)
-    plan = Generator(lm, settings, prompt_ids, pinned=pinned).plan
+    ar_tokens, ar = run_mode(lm, settings, prompt_ids, pinned, options.speculating(mode="ar"))
+    ts_tokens, ts = run_mode(lm, settings, prompt_ids, pinned, options.speculating(mode="tokenswift"))
+    plan = Generator(lm, settings, prompt_ids, options=options, pinned=pinned).plan
     divergence = first_divergence(ar_tokens, ts_tokens)
     return {
         "model": lm.name, "device": str(lm.device), "dtype": lm.precision,

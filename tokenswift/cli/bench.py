@@ -19,6 +19,7 @@ from tokenswift.cli.common import (
     read_prompt,
     read_world_info,
     settings_from,
+    speculation_from,
     write_json,
 )
 from tokenswift.cli.flags import (
@@ -126,6 +127,7 @@ def bench_prompt_ids(args: argparse.Namespace, lm: LoadedModel, text: str) -> li
 
 def cmd_bench(args: argparse.Namespace) -> int:
     settings = settings_from(args, ignore_eos=True, ban=read_bans(args))
+    spec = speculation_from(args)
     text = bench_prompt_text(args)  # a bad prompt fails before the model loads
     world = read_world_info(args)
     if args.slice_tokens < 1:
@@ -137,11 +139,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from tokenswift.text.context_window import pinned_ids
 
     lm = open_model(args)
-    options = engine_options(args, lm)
+    options = engine_options(args, lm, spec)
     prompt_ids = bench_prompt_ids(args, lm, text)
     pinned = pinned_ids(lm, "", "", world=world) if world is not None else None
-    check_lengths(lm, settings, prompt_ids, pinned)
-    drafter = drafter_for(lm, settings)
+    check_lengths(lm, settings, prompt_ids, pinned, spec)
+    drafter = drafter_for(lm, spec)
     if lm.heads is None and drafter not in ("layer", "model"):
         note("note: no draft heads: TokenSwift drafts with the base head and n-grams only")
     result = compare(lm, prompt_ids, settings, warmup_tokens=args.warmup_tokens, slice_tokens=args.slice_tokens,
@@ -233,6 +235,7 @@ def print_bench_ar(r: dict) -> None:
 
 def cmd_bench_bound(args: argparse.Namespace) -> int:
     settings = settings_from(args, ignore_eos=True)
+    spec = speculation_from(args)
     text = bench_prompt_text(args)
     if args.repeats < 1:
         raise CliError("repeats: must be >= 1")
@@ -241,13 +244,13 @@ def cmd_bench_bound(args: argparse.Namespace) -> int:
 
     lm = open_model(args)
     prompt_ids = bench_prompt_ids(args, lm, text)
-    check_lengths(lm, settings, prompt_ids)
+    check_lengths(lm, settings, prompt_ids, spec=spec)
     contexts = args.contexts or [len(prompt_ids), len(prompt_ids) + settings.max_new_tokens]
-    rows = max_nodes(settings.tree, settings.ngram_topk)
+    rows = max_nodes(spec.tree, spec.ngram_topk)
     if any(c < 1 or c + rows > lm.max_context for c in contexts):
         raise CliError(f"contexts: each must be >= 1 and leave {rows} candidate rows within the model's context "
                        f"of {lm.max_context} tokens, got {contexts}")
-    result = bench_bound(lm, prompt_ids, settings, contexts, repeats=args.repeats)
+    result = bench_bound(lm, prompt_ids, settings, contexts, repeats=args.repeats, spec=spec)
     print_bench_bound(result)
     write_json(args.json_out, result)
     return 0
@@ -255,6 +258,7 @@ def cmd_bench_bound(args: argparse.Namespace) -> int:
 
 def cmd_bench_shift(args: argparse.Namespace) -> int:
     settings = settings_from(args, ignore_eos=True, context_shift=True, prompt_format=args.prompt_format)
+    spec = speculation_from(args)
     text = bench_prompt_text(args)
     for flag, value in (("--memory", args.memory), ("--authors-note", args.authors_note)):
         if (at := lone_surrogate(value)) is not None:
@@ -265,12 +269,12 @@ def cmd_bench_shift(args: argparse.Namespace) -> int:
     from tokenswift.text.context_window import pinned_ids
 
     lm = open_model(args)
-    options = engine_options(args, lm)
+    options = engine_options(args, lm, spec)
     if args.prompt_book:
         prompt_ids, pinned = bench_prompt_ids(args, lm, text), pinned_ids(lm, args.memory, args.authors_note)
     else:
         prompt_ids, pinned = cli_draft_context(lm, text, settings.prompt_format, args.memory, args.authors_note)
-    check_lengths(lm, settings, prompt_ids, pinned)
+    check_lengths(lm, settings, prompt_ids, pinned, spec)
     result = bench_shift(lm, prompt_ids, settings, pinned, warmup_tokens=args.warmup_tokens, options=options)
     print_bench_shift(result)
     write_json(args.json_out, result)

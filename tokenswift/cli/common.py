@@ -12,7 +12,15 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tokenswift.settings import TEXT_FIELDS, Settings, SettingsError, lone_surrogate, threads_problem, writing_settings
+from tokenswift.settings import (
+    TEXT_FIELDS,
+    Settings,
+    SettingsError,
+    Speculation,
+    lone_surrogate,
+    threads_problem,
+    writing_settings,
+)
 from tokenswift.text.world_info import WorldInfo
 
 if TYPE_CHECKING:
@@ -46,16 +54,23 @@ def write_json(path: str | None, data: dict) -> None:
 
 
 def settings_from(args: argparse.Namespace, **extra) -> Settings:
-    """The Settings of the flags: the table's (add_knob), the speed and context flags, then `extra`."""
+    """The Settings of the flags: the table's (add_knob), the context flags, then `extra`."""
     knobs = {row.name: getattr(args, row.name) for row in TEXT_FIELDS if row.knob.flag}
     try:
-        settings = Settings(seed=args.seed, max_new_tokens=args.max_new_tokens, ngram_topk=args.ngram_topk,
-                            tree=args.tree, budget=args.budget, sinks=args.sinks, drafter=args.drafter,
-                            context_window=args.context_window, shift_step=args.shift_step,
-                            **{**knobs, "context_shift": args.context_shift, **extra})
+        settings = Settings(seed=args.seed, max_new_tokens=args.max_new_tokens, context_window=args.context_window,
+                            shift_step=args.shift_step, **{**knobs, "context_shift": args.context_shift, **extra})
     except SettingsError as error:
         raise CliError(str(error)) from error
     return with_preset(settings, args) if args.preset else settings
+
+
+def speculation_from(args: argparse.Namespace, **extra) -> Speculation:
+    """The speed flags' Speculation (--drafter, --ngram-topk, --tree, --budget, --sinks), then `extra` (the mode)."""
+    try:
+        return Speculation(ngram_topk=args.ngram_topk, tree=args.tree, budget=args.budget, sinks=args.sinks,
+                           drafter=args.drafter, **extra)
+    except SettingsError as error:
+        raise CliError(str(error)) from error
 
 
 def with_preset(settings: Settings, args: argparse.Namespace) -> Settings:
@@ -173,8 +188,9 @@ def open_model(args: argparse.Namespace) -> LoadedModel:
     return lm
 
 
-def engine_options(args: argparse.Namespace, lm: LoadedModel):
-    """--fast / --adaptive as the EngineOptions every engine of this command runs with."""
+def engine_options(args: argparse.Namespace, lm: LoadedModel, spec: Speculation | None = None):
+    """--fast / --adaptive and the speed flags (`spec`; None: TokenSwift's defaults) as the EngineOptions every
+    engine of this command runs with."""
     from tokenswift.decode.options import EngineOptions
     from tokenswift.model.fastpath import FastOptions
 
@@ -190,8 +206,8 @@ def engine_options(args: argparse.Namespace, lm: LoadedModel):
         from tokenswift.decode.selftest import choose_path
 
         fast, choice = choose_path(lm, fast)
-        return EngineOptions(fast=fast, adaptive=args.adaptive, choice=choice)
-    return EngineOptions(fast=fast, adaptive=args.adaptive)
+        return EngineOptions(fast=fast, adaptive=args.adaptive, choice=choice, speculation=spec or Speculation())
+    return EngineOptions(fast=fast, adaptive=args.adaptive, speculation=spec or Speculation())
 
 
 def cli_draft_context(lm: LoadedModel, text: str, form: str, memory: str = "", note: str = "",
@@ -206,12 +222,12 @@ def cli_draft_context(lm: LoadedModel, text: str, form: str, memory: str = "", n
 
 
 def check_lengths(lm: LoadedModel, settings: Settings, prompt_ids: list[int],
-                  pinned: PinnedText | None = None) -> None:
+                  pinned: PinnedText | None = None, spec: Speculation | None = None) -> None:
     """The engine's own checks (prompt not empty, prompt + N within the context, ids in the vocabulary; pinned:
     the window's Memory, note and chat turns fit in it)."""
     from tokenswift.decode.generate import validate
 
     try:
-        validate(lm, settings, prompt_ids, [], pinned)
+        validate(lm, settings, prompt_ids, [], pinned, spec)
     except SettingsError as error:
         raise CliError(str(error)) from None

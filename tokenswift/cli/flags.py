@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from tokenswift.model.loading import KV_CACHES
-from tokenswift.settings import DRAFTERS, TEXT_FIELDS, writing_settings
+from tokenswift.settings import DRAFTERS, TEXT_FIELDS, Speculation, writing_settings
 from tokenswift.settings.table import Row
 
 
@@ -94,7 +94,7 @@ def add_knob(p: argparse.ArgumentParser | argparse._ArgumentGroup, row: Row) -> 
 
 
 def add_sampler_args(p: argparse.ArgumentParser) -> None:
-    d = writing_settings()
+    d, speed = writing_settings(), Speculation()
     p.add_argument("--max-new-tokens", type=int, required=True,
                    help="how many tokens to write (required; 1,000 tokens are about 750 words)")
     p.add_argument("--preset", default=None, metavar="FILE.json",
@@ -109,22 +109,22 @@ def add_sampler_args(p: argparse.ArgumentParser) -> None:
     for row in TEXT_FIELDS:
         if row.knob.flag:
             add_knob(g if row.knob.family in ("DRY", "XTC") else p, row)
-    p.add_argument("--drafter", choices=DRAFTERS, default=d.drafter,
+    p.add_argument("--drafter", choices=DRAFTERS, default=speed.drafter,
                    help="how TokenSwift drafts: fused (from the verify pass's own states, one pass per step), "
                         "paper (a draft pass over the partial cache, then verification), layer (a draft layer "
                         "guessing one token at a time), model (a draft model, --draft-model) or auto (the draft model "
                         "where one is given, else layer on a CPU where the model has a draft layer, else fused); "
                         "never changes the text (default: %(default)s)")
-    p.add_argument("--ngram-topk", type=int, default=d.ngram_topk,
+    p.add_argument("--ngram-topk", type=int, default=speed.ngram_topk,
                    help="k: how many phrases from the text so far are tried as guesses each step; speed "
                         "only, never the text (default: %(default)s)")
-    p.add_argument("--tree", type=tree_arg, default=d.tree,
+    p.add_argument("--tree", type=tree_arg, default=speed.tree,
                    help="how many guesses to try at each step ahead, e.g. 1,3,3,3; speed only "
                         "(default: %(default)s)")
-    p.add_argument("--budget", type=int, default=d.budget,
+    p.add_argument("--budget", type=int, default=speed.budget,
                    help="how many tokens of the story the guessing step reads (the partial cache); speed "
                         "only (default: the opening's length, at most 4,096 and at least 64)")
-    p.add_argument("--sinks", type=int, default=d.sinks,
+    p.add_argument("--sinks", type=int, default=speed.sinks,
                    help="how many tokens at the very start the guessing step always reads; speed only "
                         "(default: %(default)s)")
     p.add_argument("--context-window", type=int, default=None,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 from tokenswift.cli.common import (
@@ -16,6 +15,7 @@ from tokenswift.cli.common import (
     read_prompt,
     read_world_info,
     settings_from,
+    speculation_from,
     write_json,
 )
 from tokenswift.cli.flags import (
@@ -29,7 +29,7 @@ from tokenswift.cli.flags import (
     add_sampler_args,
     add_world_info_arg,
 )
-from tokenswift.settings import writing_settings
+from tokenswift.settings import DraftSettings, writing_settings
 
 
 def add_command(sub) -> None:
@@ -59,26 +59,27 @@ def add_command(sub) -> None:
 
 def cmd_generate(args: argparse.Namespace) -> int:
     # Check everything cheap before importing torch and loading a model that may take minutes.
-    settings = settings_from(args, mode=args.mode, ignore_eos=args.ignore_eos, ban_eos=args.ban_eos,
-                             stop=tuple(args.stop), prompt_format=args.prompt_format, ban=read_bans(args))
+    settings = settings_from(args, ignore_eos=args.ignore_eos, ban_eos=args.ban_eos, stop=tuple(args.stop),
+                             prompt_format=args.prompt_format, ban=read_bans(args))
+    spec = speculation_from(args, mode=args.mode)
     text = read_prompt(args)
     world = read_world_info(args)
     from tokenswift.decode.generate import Generator
 
     lm = open_model(args)
-    options = engine_options(args, lm)
+    options = engine_options(args, lm, spec)
     prompt_ids, pinned = cli_draft_context(lm, text, settings.prompt_format, world=world)
-    check_lengths(lm, settings, prompt_ids, pinned)
+    check_lengths(lm, settings, prompt_ids, pinned, spec)
     gen = Generator(lm, settings, prompt_ids, options=options, pinned=pinned)
     streamed, finish = stream(gen, lm.tokenizer, prompt_ids)
     metrics = gen.metrics().to_dict()
     write_json(args.json_out, {
         "prompt_tokens": len(prompt_ids), "tokens": gen.produced, "text": streamed, "metrics": metrics,
         "finish_reason": finish, "model": lm.name, "device": str(lm.device),
-        "dtype": lm.precision, "settings": json.loads(settings.to_json()),
+        "dtype": lm.precision, "settings": DraftSettings(settings, spec).values(),
     })
     summary = f"[{len(gen.produced)} tokens, {metrics['tokens_per_s']:.1f} tokens/s, {finish}"
-    if settings.mode == "tokenswift":
+    if spec.mode == "tokenswift":
         summary += f", alpha {metrics['alpha']:.2f}, {metrics['tokens_per_step']:.2f} tokens/step"
     note(summary + "]")
     return 0

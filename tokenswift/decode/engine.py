@@ -44,23 +44,23 @@ class Engine:
     def __init__(self, lm: LoadedModel, settings: Settings, ids: list[int], prompt_len: int,
                  options: EngineOptions | None = None, plan: WindowPlan | None = None,
                  pinned_source: Callable[[], PinnedText] | None = None, bans: dict[int, tuple[int, ...]] | None = None):
-        """ids: prompt + tokens generated so far (at least the prompt). options: the fast path, the adaptive
-        batch, padding (options.py); none of them changes the text.
+        """ids: prompt + tokens generated so far (at least the prompt). options: TokenSwift's speculation or plain
+        decoding, the fast path, the adaptive batch (options.py); none of them changes the text.
         plan: the context windows (context_window.py); None: the model's context, no Memory or note.
         pinned_source: the draft's current Memory and note, asked for at each shift (an edit applies there).
         bans: {story index: token ids} the sampler forbids there (banned.py)."""
-        settings = settings.replace(drafter=drafter_for(lm, settings))
-        self.lm, self.s, self.prompt_len = lm, settings, prompt_len
+        options = options or EngineOptions()
+        self.lm, self.s, self.spec, self.prompt_len = lm, settings, options.speculation, prompt_len
+        spec, self.chosen = self.spec, drafter_for(lm, self.spec)  # the drafter that drafts here ("auto" resolved)
         if plan is None:
             prompt = list(ids[:prompt_len])
             plan = window_plan(settings, prompt, leading_bos(lm, prompt), PinnedText(), lm.max_context)
         plan = plan.answered_from or plan
-        self.ts = settings.mode == "tokenswift"
-        options = options or EngineOptions()
-        self.depth = len(settings.tree)  # gamma + 1: alpha's denominator, as the paper's Eq. 4
+        self.ts = spec.mode == "tokenswift"
+        self.depth = len(spec.tree)  # gamma + 1: alpha's denominator, as the paper's Eq. 4
         # The most tokens one iteration can commit: the root plus the deepest tree or n-gram path.
-        self.max_commit = 1 + max(self.depth, NGRAM_LEN if settings.ngram_topk else 0)
-        self.verify_slots = max_nodes(settings.tree, settings.ngram_topk) if self.ts else 1
+        self.max_commit = 1 + max(self.depth, NGRAM_LEN if spec.ngram_topk else 0)
+        self.verify_slots = max_nodes(spec.tree, spec.ngram_topk) if self.ts else 1
         longest = min(plan.size, len(plan.window(ids, prompt_len)) + plan.reserve + settings.max_new_tokens)
         capacity = longest + self.verify_slots + CAPACITY_SPARE
         lm.check_positions(capacity)
@@ -76,13 +76,13 @@ class Engine:
         self._staged = torch.empty(2, self.max_commit, dtype=torch.int64, pin_memory=lm.device.type == "cuda")
         breakers = breaker_ids(lm.token_texts, settings.dry_breakers) if settings.dry_multiplier else None
         self.sampler = Sampler(settings, cfg.vocab_size, lm.device, lm.eos_ids, breakers, bans)
-        self.metrics = RunMetrics(settings.mode, depth=self.depth, path=options.path(cfg).describe())
+        self.metrics = RunMetrics(spec.mode, depth=self.depth, path=options.path(cfg).describe())
         self.drafter: Drafter | None = None
         self.ngrams: NgramTable | None = None
         self.length = 0
         self.clock = StepClock()
         # A fused-feature draft layer (draft_layer.py) reads these layers' outputs beside the last one's.
-        self.needs = draft_needs(lm, settings)
+        self.needs = draft_needs(lm, spec.mode, self.chosen)
         self.fast = None
         if fast is not None and self.needs.feature_layers:
             raise ValueError(f"drafter: this draft layer reads layers {list(self.needs.feature_layers)} besides the "
@@ -96,9 +96,8 @@ class Engine:
         # Graphs need fixed shapes; a GPU pads anyway (one kernel configuration per batch size).
         self.pad_verify = self.fast is not None or lm.device.type == "cuda"
         self.shared_head_rows = shared_head_rows(lm.model, lm.dtype)
-        self.adaptive = options.adaptive
+        self.adaptive, self.record = options.adaptive, options.alternatives
         self.policy: CandidatePolicy | None = None
-        self.record = options.alternatives
         self._tops: list[torch.Tensor] = []  # alternatives of the tokens sampled since take_alternatives
 
     def start(self) -> list[int]:
@@ -115,9 +114,10 @@ class Engine:
             self._append([token])
             emitted = [token]
         if self.ts:
-            self.drafter = build_drafter(self.lm, self.s, self.sampler, self.buf, self.prompt_len, self.fast)
+            self.drafter = build_drafter(self.lm, self.spec, self.chosen, self.sampler, self.buf, self.prompt_len,
+                                         self.fast)
             if self.adaptive:
-                self.policy = CandidatePolicy(ladder(self.drafter.widths, self.s.ngram_topk))
+                self.policy = CandidatePolicy(ladder(self.drafter.widths, self.spec.ngram_topk))
             self._restart_drafter(loaded)
             self.ngrams = NgramTable(NGRAM_LEN)
             self._advance_ngrams()
@@ -195,7 +195,7 @@ class Engine:
         return seconds - built
 
     def _advance_ngrams(self) -> None:
-        self.ngrams.advance(self.ids, max(self.prompt_len, len(self.ids) - self.s.lag))
+        self.ngrams.advance(self.ids, max(self.prompt_len, len(self.ids) - self.spec.lag(self.s)))
 
     # -- plain autoregressive decoding ---------------------------------------------------------------
 
@@ -257,7 +257,7 @@ class Engine:
         t1 = time.perf_counter()
         draft_s = self._less_builds(t1 - t0, b0)
         # 2. Candidates: the tree plus the k most frequent 4-gram continuations of the drafter's n-gram key.
-        k, slots = self.s.ngram_topk, self.verify_slots
+        k, slots = self.spec.ngram_topk, self.verify_slots
         if shape is not None:  # the adaptive policy's share of the proposals
             levels, k, slots = shape.cut(levels), shape.k, shape.slots
         prefix = self.drafter.ngram_prefix(root, levels)

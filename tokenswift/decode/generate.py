@@ -5,8 +5,8 @@
         store(event.tokens)
     gen.metrics().to_dict()
 
-Both modes emit the same tokens for the same seed and settings (design §3); TokenSwift only emits them
-in fewer, larger steps. Passing the ids generated so far resumes the very same token stream.
+Both modes (options.speculation.mode) emit the same tokens for the same seed and settings (design §3); TokenSwift
+only emits them in fewer, larger steps. Passing the ids generated so far resumes the very same token stream.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from tokenswift.draft.choice import drafter_for
 from tokenswift.draft.model_drafter import check_draft_model
 from tokenswift.model.loading import LoadedModel
 from tokenswift.sampling.alternatives import Alternatives
-from tokenswift.settings import Settings, SettingsError
+from tokenswift.settings import Settings, SettingsError, Speculation
 from tokenswift.text.context_window import ContextUse, PinnedText, WindowPlan, leading_bos, window_plan
 from tokenswift.text.detok import IncrementalDetokenizer
 
@@ -37,16 +37,18 @@ class StepEvent:
 
 
 def validate(lm: LoadedModel, settings: Settings, prompt_ids: Sequence[int], generated: Sequence[int],
-             pinned: PinnedText | None = None) -> WindowPlan:
-    """Check the request; returns its context windows."""
+             pinned: PinnedText | None = None, spec: Speculation | None = None) -> WindowPlan:
+    """Check the request (and that `spec`'s drafter is there; None: TokenSwift's defaults); returns its context
+    windows."""
+    spec = spec or Speculation()
     if not prompt_ids:
         raise SettingsError("prompt", "is empty")
     pinned = pinned or PinnedText()
     plan = window_plan(settings, prompt_ids, leading_bos(lm, prompt_ids), pinned, lm.max_context)
     total = len(prompt_ids) + settings.max_new_tokens
     settings.check_fits(len(prompt_ids), plan.size, pinned=plan.fixed - plan.lead)  # Memory, Author's Note, markers
-    drafter = drafter_for(lm, settings)  # the drafter asked for is there
-    if settings.mode == "tokenswift":  # the draft model's positions must reach the window's
+    drafter = drafter_for(lm, spec)  # the drafter asked for is there
+    if spec.mode == "tokenswift":  # the draft model's positions must reach the window's
         check_draft_model(lm, drafter, min(plan.size, plan.fixed + total))
     if len(generated) > settings.max_new_tokens:
         raise SettingsError("max_new_tokens", f"{len(generated)} tokens were already generated")
@@ -79,12 +81,13 @@ class Generator:
         """options: how the engine runs (options.py; speed only). pinned: the draft's Memory and Author's Note, as
         ids (context_window.pinned_ids); pinned_source: where to read them again at each context shift, so an
         edit made meanwhile applies from there."""
-        self.plan = validate(lm, settings, prompt_ids, generated_ids, pinned)
+        self.options = options or EngineOptions()
+        self.spec = self.options.speculation
+        self.plan = validate(lm, settings, prompt_ids, generated_ids, pinned, self.spec)
         self.lm, self.s = lm, settings
         self.prompt_ids = list(prompt_ids)
         self.produced: list[int] = list(generated_ids)
         self.eos = set(lm.eos_ids)
-        self.options = options or EngineOptions()
         self._pinned_source = pinned_source
         self._engine: Engine | BannedEngine | None = None
         self._stop_text = ""
@@ -102,7 +105,7 @@ class Generator:
                                             self.options, self.plan, self._pinned_source)
         detok = self._stop_detokenizer()
         emitted = engine.start()
-        step = engine.ts_step if self.s.mode == "tokenswift" else engine.ar_step
+        step = engine.ts_step if self.spec.mode == "tokenswift" else engine.ar_step
         while True:
             alternatives = engine.take_alternatives()
             tokens, reason = self._cut(emitted, detok)
@@ -151,7 +154,7 @@ class Generator:
 
     def metrics(self) -> RunMetrics:
         if self._engine is None:
-            return RunMetrics(self.s.mode, depth=len(self.s.tree))
+            return RunMetrics(self.spec.mode, depth=len(self.spec.tree))
         return self._engine.metrics
 
     def run(self, on_tokens: Callable[[list[int]], None] | None = None) -> list[int]:

@@ -1,14 +1,18 @@
 """How an engine runs, never what it writes: passed explicitly to Engine and Generator.
 
-Every option here changes speed only; the text is the same with any of them (design §3).
+Every option here changes speed only; the text is the same with any of them (design §3): TokenSwift's own
+(speculation: the mode, the drafter, the tree, the n-grams, the partial cache; tokenswift.settings.Speculation)
+and the passes' (the fast path, the adaptive batch).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from tokenswift.model.attention import effective_kind
 from tokenswift.model.fastpath import FastOptions
+from tokenswift.settings import Speculation
 
 
 @dataclass(frozen=True)
@@ -32,6 +36,11 @@ class EngineOptions:
     adaptive: bool = False  # pick the candidate batch per iteration from measured costs (adaptive.py)
     choice: PathChoice | None = None  # how `fast` was chosen (selftest.choose_path); None: as given, untested
     alternatives: bool = False  # record each emitted token's likeliest alternatives (alternatives.py; the app's)
+    speculation: Speculation = Speculation()  # how TokenSwift drafts, or plain decoding (mode "ar")
+
+    def speculating(self, **changes) -> EngineOptions:
+        """These options with `changes` to the speculation (mode="ar": the plain decoding they are checked against)."""
+        return dataclasses.replace(self, speculation=self.speculation.replace(**changes))
 
     def path(self, cfg) -> PathChoice:
         """The path these options run on: as self-tested, else as given."""

@@ -18,7 +18,7 @@ from tokenswift.model.fastpath import FastPasses
 from tokenswift.model.forward import ForwardOut
 from tokenswift.model.loading import LoadedModel
 from tokenswift.sampling.sampler import Sampler
-from tokenswift.settings import Settings
+from tokenswift.settings import Speculation
 
 
 @dataclass(frozen=True)
@@ -36,36 +36,36 @@ class DraftNeeds:
         return torch.cat([*out.layers, out.hidden], dim=-1) if self.feature_layers else out.hidden
 
 
-def draft_needs(lm: LoadedModel, settings: Settings) -> DraftNeeds:
-    """settings.drafter's needs (already resolved: drafter_for); plain decoding needs nothing."""
-    if settings.mode != "tokenswift":
+def draft_needs(lm: LoadedModel, mode: str, drafter: str) -> DraftNeeds:
+    """The needs of `drafter` (resolved: drafter_for); plain decoding (mode "ar") needs nothing."""
+    if mode != "tokenswift":
         return DraftNeeds()
-    if settings.drafter == "layer":  # the layer drafter starts from its window of states
+    if drafter == "layer":  # the layer drafter starts from its window of states
         return DraftNeeds(lm.draft_layer.feature_layers, lm.draft_layer.window)
-    return DraftNeeds(queries=settings.drafter == "paper")
+    return DraftNeeds(queries=drafter == "paper")
 
 
-def build_drafter(lm: LoadedModel, settings: Settings, sampler: Sampler, buf: torch.Tensor, prompt_len: int,
-                  fast: FastPasses | None) -> Drafter:
-    """settings.drafter's drafter (already resolved: drafter_for). buf: the engine's token buffer (slot = position),
-    whose length is the cache's capacity."""
+def build_drafter(lm: LoadedModel, spec: Speculation, drafter: str, sampler: Sampler, buf: torch.Tensor,
+                  prompt_len: int, fast: FastPasses | None) -> Drafter:
+    """The `drafter` (resolved from spec.drafter: drafter_for) of a run of `spec`. buf: the engine's token buffer
+    (slot = position), whose length is the cache's capacity."""
     capacity = buf.shape[0]
-    if settings.drafter == "fused":  # reads the states the passes already computed: no pass of its own
-        drafter = FusedDrafter(lm, settings, sampler)
+    if drafter == "fused":  # reads the states the passes already computed: no pass of its own
+        fused = FusedDrafter(lm, spec, sampler)
         # Where one host read per iteration beats drafting on the host (drafting.ONE_READ_DEVICES), the fast path's
         # sampling passes make its next proposals too (device_drafts.py).
-        if fast is not None and drafter.widths and lm.device.type in drafting.ONE_READ_DEVICES:
-            fast.drafts = DeviceDrafts(drafter, fast.draw)
-        return drafter
-    if settings.drafter == "layer":
-        return LayerDrafter(lm, settings, sampler, capacity)
-    if settings.drafter == "model":  # reads the committed tokens from the buffer, slot by slot
-        return ModelDrafter(lm, settings, sampler, buf, capacity)
-    return HeadsDrafter(lm, settings, sampler, default_budget(settings, prompt_len), fast)
+        if fast is not None and fused.widths and lm.device.type in drafting.ONE_READ_DEVICES:
+            fast.drafts = DeviceDrafts(fused, fast.draw)
+        return fused
+    if drafter == "layer":
+        return LayerDrafter(lm, spec, sampler, capacity)
+    if drafter == "model":  # reads the committed tokens from the buffer, slot by slot
+        return ModelDrafter(lm, spec, sampler, buf, capacity)
+    return HeadsDrafter(lm, spec, sampler, default_budget(spec, prompt_len), fast)
 
 
-def default_budget(settings: Settings, prompt_len: int) -> int:
+def default_budget(spec: Speculation, prompt_len: int) -> int:
     """The paper drafter's partial cache: the writer's budget, else the prompt's length within 256..4096."""
-    if settings.budget is not None:
-        return settings.budget
-    return max(256, min(prompt_len, 4096), settings.sinks + 8)
+    if spec.budget is not None:
+        return spec.budget
+    return max(256, min(prompt_len, 4096), spec.sinks + 8)

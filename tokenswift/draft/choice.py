@@ -1,11 +1,11 @@
 """Which drafter a run drafts with: the one place where the writer's choice meets the model, shared by the checks
 before a run (decode/generate.validate), the worker, the engine and the bench.
 
-The choices (settings.DRAFTERS): the one-pass drafter (fused_drafter.py), the paper's two passes (drafting.py), the
-draft layer (layer_drafter.py), a draft model (model_drafter.py), or auto. Which one drafts changes speed only,
-never the text, so a missing one is refused by name rather than replaced in silence, but where the worker's job
-was queued for a draft layer that no longer loads (fallback). Which of them a loaded model has, and where a draft
-layer trained for it would be found: drafters().
+The choices (Speculation.drafter, one of settings.DRAFTERS): the one-pass drafter (fused_drafter.py), the paper's two
+passes (drafting.py), the draft layer (layer_drafter.py), a draft model (model_drafter.py), or auto. Which one drafts
+changes speed only, never the text, so a missing one is refused by name rather than replaced in silence, but where
+the worker's job was queued for a draft layer that no longer loads (fallback). Which of them a loaded model has, and
+where a draft layer trained for it would be found: drafters().
 """
 
 from __future__ import annotations
@@ -19,24 +19,24 @@ from typing import TYPE_CHECKING
 from tokenswift.model.default_model import SHIPPED, shipped_draft
 from tokenswift.model.gguf_checkpoint import source_record
 from tokenswift.model.loading import DRAFT_SUBDIR
-from tokenswift.settings import Settings, SettingsError
+from tokenswift.settings import SettingsError, Speculation
 
 if TYPE_CHECKING:
     from tokenswift.model.loading import LoadedModel
 
 
-def drafter_for(lm: LoadedModel, settings: Settings, *, fallback: bool = False) -> str:
-    """The drafter a run of `settings` drafts with on `lm`. auto: the draft model where one was given (the writer
+def drafter_for(lm: LoadedModel, spec: Speculation, *, fallback: bool = False) -> str:
+    """The drafter a run of `spec` drafts with on `lm`. auto: the draft model where one was given (the writer
     chose it for this model); the draft layer on a CPU where the model has one (there, a verify pass costs nearly
     its rows in compute, so only drafts the model agrees with pay: the layer's are right about three times as often
     as the heads'); else the fused drafter (on a GPU a wide tree verifies nearly free).
     SettingsError naming `drafter` where TokenSwift is asked for a drafter the model lacks; fallback: the fused
     drafter instead of a missing draft layer. Plain decoding drafts nothing: its choice is only resolved."""
-    drafter = settings.drafter
+    drafter = spec.drafter
     if drafter == "auto":
         on_cpu_layer = lm.draft_layer is not None and lm.device.type == "cpu"
         drafter = "model" if lm.draft_model is not None else "layer" if on_cpu_layer else "fused"
-    if settings.mode != "tokenswift":
+    if spec.mode != "tokenswift":
         return drafter
     if drafter == "layer" and lm.draft_layer is None:
         if fallback:
@@ -80,4 +80,4 @@ def drafters(lm: LoadedModel) -> Drafters:
     return Drafters(lm.heads.gamma if lm.heads is not None else 0,
                     len(lm.draft_layer.vocab) if lm.draft_layer is not None else None, lm.draft_error,
                     lm.draft_model.path.name if lm.draft_model is not None else None,
-                    drafter_for(lm, Settings()), str(home))
+                    drafter_for(lm, Speculation()), str(home))

@@ -16,7 +16,7 @@ from tokenswift.model.kv_cache import KVCache
 from tokenswift.model.loading import LoadedModel
 from tokenswift.model.partial_cache import PartialCache
 from tokenswift.sampling.sampler import Sampler
-from tokenswift.settings import Settings
+from tokenswift.settings import Speculation
 
 # Devices whose drafts are ranked with one host read for every depth (_noisy_best_one_read); elsewhere one per depth.
 ONE_READ_DEVICES = frozenset({"cuda"})
@@ -116,11 +116,11 @@ class HeadsDrafter:
     uses_hidden = False
     switch_s = 0.0
 
-    def __init__(self, lm: LoadedModel, settings: Settings, sampler: Sampler, budget: int, passes=None):
+    def __init__(self, lm: LoadedModel, spec: Speculation, sampler: Sampler, budget: int, passes=None):
         self.lm, self.sampler, self.passes = lm, sampler, passes
-        gamma = min(settings.gamma, lm.heads.gamma) if lm.heads is not None else 0
-        self.widths = list(settings.tree[: gamma + 1])
-        self.partial = PartialCache(lm.config, budget, settings.sinks, lm.device, lm.cache_dtype)
+        gamma = min(spec.gamma, lm.heads.gamma) if lm.heads is not None else 0
+        self.widths = list(spec.tree[: gamma + 1])
+        self.partial = PartialCache(lm.config, budget, spec.sinks, lm.device, lm.cache_dtype)
 
     def start(self, full: KVCache, length: int, queries: list[torch.Tensor]) -> None:
         self.partial.reset()

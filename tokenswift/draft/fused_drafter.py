@@ -21,19 +21,19 @@ from tokenswift.draft.drafting import best_per_depth
 from tokenswift.model.kv_cache import KVCache
 from tokenswift.model.loading import LoadedModel
 from tokenswift.sampling.sampler import Sampler
-from tokenswift.settings import Settings
+from tokenswift.settings import Speculation
 
 
 class FusedDrafter:
     uses_hidden = True
     switch_s = 0.0
 
-    def __init__(self, lm: LoadedModel, settings: Settings, sampler: Sampler):
+    def __init__(self, lm: LoadedModel, spec: Speculation, sampler: Sampler):
         self.lm, self.sampler = lm, sampler
-        gamma = min(settings.gamma, lm.heads.gamma) if lm.heads is not None else 0
+        gamma = min(spec.gamma, lm.heads.gamma) if lm.heads is not None else 0
         # Depth d below the root is head d's guess: the tree loses the base head's level, which is the root.
         # Without heads nothing is drafted and the n-gram paths are the only candidates.
-        self.widths = list(settings.tree[1:gamma + 1])
+        self.widths = list(spec.tree[1:gamma + 1])
         self.hidden: torch.Tensor | None = None  # [1, dim]: the state whose base-head sample is the root
         # The next proposals, when the pass that sampled the root already made them (device_drafts.py).
         self.ready: list[list[int]] | None = None

@@ -30,7 +30,7 @@ from tokenswift.model.masks import causal_mask
 from tokenswift.model.native_rows import MAX_ROWS, NativeBlock
 from tokenswift.model.quant import QuantLinear
 from tokenswift.sampling.sampler import Sampler, node_windows
-from tokenswift.settings import Settings
+from tokenswift.settings import Speculation
 
 
 class CacheAttention:
@@ -58,12 +58,12 @@ class LayerDrafter:
     uses_hidden = True
     switch_s = 0.0
 
-    def __init__(self, lm: LoadedModel, settings: Settings, sampler: Sampler, capacity: int):
+    def __init__(self, lm: LoadedModel, spec: Speculation, sampler: Sampler, capacity: int):
         if lm.draft_layer is None:
             raise ValueError("drafter: this model has no draft layer (train one with `tokenswift train-draft`)")
         self.lm, self.layer, self.sampler, self.cfg = lm, lm.draft_layer, sampler, lm.config
         self.window = self.layer.window
-        self.widths = [1] * (len(settings.tree) - 1)  # a chain as deep as the tree
+        self.widths = [1] * (len(spec.tree) - 1)  # a chain as deep as the tree
         self.dtype = self.layer.norm.weight.dtype  # may be narrower than the model's (loading._pick_draft)
         self.head_rows = lm.model.head_weight[self.layer.vocab].to(self.dtype)
         # With the model's integer kernels (q4), the layer's products and its head rows run from Q8_0 copies, a

@@ -28,7 +28,7 @@ from tokenswift.model.loading import LoadedModel, ModelLoadError, load_model
 from tokenswift.model.masks import causal_mask
 from tokenswift.model.prefill import PREFILL_CHUNK
 from tokenswift.sampling.sampler import Sampler, node_windows
-from tokenswift.settings import Settings, SettingsError
+from tokenswift.settings import SettingsError, Speculation
 
 # Texts whose ids both tokenizers must agree on: words, spaces, digits, punctuation, accents, a newline run.
 PROBES = ("The old lighthouse keeper said: \"Well, 42 boats!\"\n\n  café — naïve", "<|im_start|>user\nHi")
@@ -38,10 +38,10 @@ class ModelDrafter:
     uses_hidden = False
     switch_s = 0.0
 
-    def __init__(self, lm: LoadedModel, settings: Settings, sampler: Sampler, tokens: torch.Tensor, capacity: int):
+    def __init__(self, lm: LoadedModel, spec: Speculation, sampler: Sampler, tokens: torch.Tensor, capacity: int):
         """tokens: the engine's buffer of token ids by slot (committed tokens, then the root)."""
         self.draft, self.sampler, self.tokens = lm.draft_model, sampler, tokens
-        self.widths = list(settings.tree[1:])  # the top widths[d] guesses at depth d: a chain where they are all 1
+        self.widths = list(spec.tree[1:])  # the top widths[d] guesses at depth d: a chain where they are all 1
         cfg = self.draft.config
         self.cache = KVCache(cfg.n_layers, cfg.n_kv_heads, capacity, cfg.head_dim, self.draft.device,
                              self.draft.dtype)

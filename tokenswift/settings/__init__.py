@@ -1,4 +1,5 @@
-"""Settings: what a draft is written with, and the limits and rules they are checked against.
+"""Settings: what a draft is written with (Settings: what the text is; Speculation: how fast, never what), and
+the limits and rules they are checked against.
 
 The lowest package of the engine: it imports no other tokenswift package, so that every one of them (text,
 sampling, model, draft, decode) and every front door (the command line, the worker, the app) may import it, and
@@ -29,7 +30,9 @@ from tokenswift.settings.settings import (
     Settings,
     writing_settings,
 )
+from tokenswift.settings.speculation import PLAIN, SPEED_FIELDS, DraftSettings, Speculation
 
-__all__ = ["CAPACITY_SPARE", "DRAFTERS", "INT64_MAX", "MAX_THREADS", "MAX_WINDOW", "MODES", "NGRAM_LEN",
-           "PROMPT_FORMATS", "RENAMED", "REPEAT_RANGE", "ROPE_SLACK", "TEXT_FIELDS", "WRITING_DEFAULTS", "Settings",
-           "SettingsError", "lone_surrogate", "max_nodes", "threads_problem", "writing_settings"]
+__all__ = ["CAPACITY_SPARE", "DRAFTERS", "INT64_MAX", "MAX_THREADS", "MAX_WINDOW", "MODES", "NGRAM_LEN", "PLAIN",
+           "PROMPT_FORMATS", "RENAMED", "REPEAT_RANGE", "ROPE_SLACK", "SPEED_FIELDS", "TEXT_FIELDS", "WRITING_DEFAULTS",
+           "DraftSettings", "Settings", "SettingsError", "Speculation", "lone_surrogate", "max_nodes",
+           "threads_problem", "writing_settings"]

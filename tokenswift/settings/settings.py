@@ -1,4 +1,5 @@
-"""Generation settings: one frozen dataclass shared by the CLI, the worker and the UI.
+"""Generation settings, what the text is: one frozen dataclass shared by the CLI, the worker and the UI. How fast
+it is written (the mode, the drafter, the tree, the n-gram count, the partial cache) is apart: speculation.py.
 
 Field names follow the paper's concepts, one name each, which the command line (--penalty-window), the API, the
 presets and the store also use. The fields that shape the text are declared with `knob` (table.py): Settings' class
@@ -10,21 +11,15 @@ row's range is checked from the table.
 from __future__ import annotations
 
 import dataclasses
-import json
 from dataclasses import dataclass
 
 from tokenswift.settings.limits import (
-    CAPACITY_SPARE,
-    DRAFTERS,
     INT64_MAX,
     MAX_WINDOW,
-    MODES,
     PROMPT_FORMATS,
     REPEAT_RANGE,
-    ROPE_SLACK,
     SettingsError,
     lone_surrogate,
-    max_nodes,
 )
 from tokenswift.settings.phrases import merged, phrase_problem
 from tokenswift.settings.table import Range, knob, rows_of
@@ -32,7 +27,6 @@ from tokenswift.settings.table import Range, knob, rows_of
 
 @dataclass(frozen=True)
 class Settings:
-    mode: str = "tokenswift"  # "tokenswift" or "ar" (plain autoregressive decoding)
     seed: int = 0  # keys the position-indexed sampling noise (design §3)
     max_new_tokens: int = 1024  # target length of the generated text, in tokens
     prompt_format: str = "continue"  # how the prompt text becomes ids (tokenswift.text.prompting)
@@ -114,15 +108,6 @@ class Settings:
                                       "ten")
 
     min_keep: int = 1  # filters never keep fewer tokens (the published code uses 20)
-    # How TokenSwift drafts: speed only, never the text.
-    gamma: int = 3  # number of chained draft heads used (depth of the tree beyond the base head)
-    tree: tuple[int, ...] = (1, 3, 3, 3)  # top-k taken from each of the gamma+1 draft distributions
-    ngram_topk: int = 20  # k: n-gram candidates per iteration
-    ngram_lag: int | None = None  # 4-grams enter the table this many tokens late; None: the penalty's window with
-    # a penalty, else 0
-    budget: int | None = None  # |B| of the partial cache; None = min(prompt length, 4096), at least 64
-    sinks: int = 16  # |S|: initial tokens always kept in the partial cache
-    drafter: str = "auto"  # how TokenSwift proposes candidates
     ignore_eos: bool = False  # keep decoding past EOS (fixed-length runs as in the paper)
     # Context shifting (tokenswift.text.context_window): what the model sees of a draft longer than its context.
     context_shift: bool | None = None  # None: on (it acts only when a draft outgrows the window); False: refuse
@@ -132,7 +117,6 @@ class Settings:
 
     def __post_init__(self) -> None:
         # Values may come from JSON (lists, ints for floats): normalise before checking.
-        object.__setattr__(self, "tree", tuple(int(x) for x in self.tree))
         object.__setattr__(self, "stop", tuple(str(s) for s in self.stop))
         object.__setattr__(self, "dry_breakers", tuple(str(s) for s in self.dry_breakers))
         # A string stays one so that _check refuses it (as a sequence it would be banned letter by letter).
@@ -145,27 +129,13 @@ class Settings:
             if not ok:
                 raise SettingsError(name, message)
 
-        need(self.mode in MODES, "mode", f"must be one of {', '.join(MODES)}, got {self.mode!r}")
         need(isinstance(self.seed, int) and 0 <= self.seed <= INT64_MAX, "seed", "must be an integer in 0..2**63-1")
         need(1 <= self.max_new_tokens <= INT64_MAX, "max_new_tokens", "must be in 1..2**63-1")
         for row in TEXT_FIELDS:
             if row.knob.range is not None:
                 need(row.knob.range.holds(getattr(self, row.name), row.kind), row.name, row.knob.range.problem())
         need(self.min_keep >= 1, "min_keep", "must be >= 1")
-        need(1 <= self.gamma <= 8, "gamma", "must be in 1..8")
-        need(len(self.tree) >= 1 and all(k >= 1 for k in self.tree), "tree", "needs positive widths")
-        need(len(self.tree) <= self.gamma + 1, "tree", f"has at most gamma+1 = {self.gamma + 1} levels")
-        need(self.tree[0] == 1, "tree", "the first level is the base head's top-1 (width 1)")
-        need(0 <= self.ngram_topk <= 256, "ngram_topk", "k must be in 0..256")
-        rows = max_nodes(self.tree, self.ngram_topk) + CAPACITY_SPARE
-        need(self.mode != "tokenswift" or rows <= ROPE_SLACK, "tree",
-             f"the tree and {self.ngram_topk} n-gram paths make up to {rows} candidate rows an iteration; at most "
-             f"{ROPE_SLACK} fit: use fewer or narrower levels, or a lower ngram_topk")
-        need(self.ngram_lag is None or self.ngram_lag >= 0, "ngram_lag", "must be >= 0")
-        need(self.sinks >= 0, "sinks", "must be >= 0")
-        need(self.budget is None or self.budget >= self.sinks + 8, "budget", "must be >= sinks + 8")
         need(all(self.stop), "stop", "stop strings must not be empty")
-        need(self.drafter in DRAFTERS, "drafter", f"must be one of {', '.join(DRAFTERS)}, got {self.drafter!r}")
         need(self.context_shift in (None, True, False), "context_shift", "must be true, false or null")
         need(self.context_window is None or self.context_window >= 16, "context_window", "must be >= 16 tokens")
         need(self.shift_step is None or self.shift_step >= 1, "shift_step", "must be >= 1")
@@ -179,15 +149,6 @@ class Settings:
         need((problem := phrase_problem(self.ban)) is None, "ban", problem or "")
         need(self.prompt_format in PROMPT_FORMATS, "prompt_format",
              f"must be one of {', '.join(PROMPT_FORMATS)}, got {self.prompt_format!r}")
-
-    @property
-    def lag(self) -> int:
-        """The published code adds a 4-gram only once it has left the penalty window, where the penalty no
-        longer works against repeating it. Without a penalty nothing works against it: every 4-gram counts
-        at once (a greedy tiny model that loops repeats the text of a few tokens ago)."""
-        if self.ngram_lag is not None:
-            return self.ngram_lag
-        return self.penalty_window if self.penalty != 1.0 else 0
 
     @property
     def history_length(self) -> int:
@@ -229,30 +190,12 @@ class Settings:
             raise SettingsError(sorted(unknown)[0], "unknown setting")
         return dataclasses.replace(self, **changes)
 
-    def to_json(self) -> str:
-        return json.dumps(dataclasses.asdict(self), sort_keys=True)
-
     @classmethod
     def from_dict(cls, values: dict) -> Settings:
         unknown = set(values) - {f.name for f in dataclasses.fields(cls)}
         if unknown:
             raise SettingsError(sorted(unknown)[0], "unknown setting")
         return cls(**values)
-
-    @classmethod
-    def from_json(cls, text: str) -> Settings:
-        """Settings as the store kept them, under today's names (RENAMED). A row written before a limit existed is
-        brought within it without changing its text: a window past the limit looks back over the same tokens in
-        any draft shorter than it, and the candidate batch (the n-gram count, then the tree) is speed only."""
-        values = {RENAMED.get(key, key): value for key, value in json.loads(text).items()}
-        if isinstance(window := values.get("penalty_window"), int):
-            values["penalty_window"] = min(window, MAX_WINDOW)
-        try:
-            return cls.from_dict(values)
-        except SettingsError as error:
-            if error.field != "tree":  # the candidate-row limit; other tree errors were refused before a row was kept
-                raise
-            return cls.from_dict({**values, "tree": cls.tree, "ngram_topk": cls.ngram_topk})
 
 
 TEXT_FIELDS = rows_of(Settings)  # the table, in Settings' order

@@ -17,17 +17,19 @@ def self_distill(lm: LoadedModel, dc: DistillConfig, prompts: list[list[int]], s
     prompt k mod len(prompts) and seed + k: sampling noise is keyed by seed and position, so one seed
     would repeat the same text."""
     from tokenswift.decode.generate import Generator
-    from tokenswift.settings import Settings
+    from tokenswift.decode.options import EngineOptions
+    from tokenswift.settings import PLAIN, Settings
 
     docs, made = [], 0
     with tqdm(total=dc.tokens, desc="self-distill", unit="tok", disable=not progress) as bar:
         while made < dc.tokens:
             k = len(docs)
-            settings = Settings(mode="ar", seed=seed + k, max_new_tokens=min(sample_tokens, dc.tokens - made),
+            settings = Settings(seed=seed + k, max_new_tokens=min(sample_tokens, dc.tokens - made),
                                 temperature=dc.temperature, top_p=dc.top_p, min_p=dc.min_p,
                                 penalty=dc.penalty, penalty_window=dc.penalty_length)
             prompt = prompts[k % len(prompts)]
-            ids = Generator(lm, settings, prompt).run(lambda new: bar.update(len(new)))
+            gen = Generator(lm, settings, prompt, options=EngineOptions(speculation=PLAIN))
+            ids = gen.run(lambda new: bar.update(len(new)))
             docs.append(prompt + ids)
             made += len(ids)
     return docs

@@ -33,7 +33,8 @@ on; false refuses them as before); a max_new_tokens above ui.drafts.limits.MAX_N
 
 Validation errors are 422 in FastAPI's shape, {"detail": [{"loc": [...], "msg", "type"}]}, and every
 msg starts with the field it is about ("settings.penalty_window: must be in 0..131072"). Settings go through
-tokenswift.settings.Settings, so the API, the CLI and the UI reject the same values with the same words.
+tokenswift.settings.DraftSettings (the text's Settings, the speed's Speculation), so the API, the CLI and the UI
+reject the same values with the same words.
 Integers are checked against the store's 64-bit range and text against Unicode (a lone surrogate) before
 anything else sees them: bad input is a 422, never a 500. Login, body and upload limits: ui/api/guard.py.
 This process never loads the model: it reads and writes the store, and loads only the model's tokenizer
@@ -58,7 +59,7 @@ from bookexport import FORMATS, export_book
 from storage import Conflict, NotFound, Store, StoreError
 from storage.health import store_problem
 from storage.records import SQL_INT_MAX, GenerationRecord
-from tokenswift.settings import RENAMED, Settings, SettingsError
+from tokenswift.settings import RENAMED, DraftSettings, SettingsError
 from tokenswift.text.writing_presets import built_in
 from ui.api.api_input import (
     ContextIn,
@@ -85,7 +86,7 @@ from ui.drafts.texts import DraftTexts
 from ui.drafts.tokens import PromptTokens
 
 
-def create(drafts: DraftService, request: GenerationIn, settings: Settings) -> GenerationRecord:
+def create(drafts: DraftService, request: GenerationIn, settings: DraftSettings) -> GenerationRecord:
     """POST /generations: a new draft, or one that continues continue_from; a refusal is a 422 naming its field."""
     try:
         if request.continue_from is not None:

@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from storage import NotFound
 from storage.records import SQL_INT_MAX
-from tokenswift.settings import TEXT_FIELDS, WRITING_DEFAULTS, Settings, SettingsError
+from tokenswift.settings import TEXT_FIELDS, WRITING_DEFAULTS, DraftSettings, SettingsError
 from tokenswift.text.world_info import WorldInfo
 from ui.api.follow import MAX_WAIT_S
 from ui.drafts.drafts import DraftProblem
@@ -27,7 +27,8 @@ KINDS = {"number": float, "integer": Int, "boolean": bool, "strings": list[str]}
 
 
 class DraftingIn(BaseModel):
-    """The settings of a draft that are not the table's: how TokenSwift drafts (speed only) and its context window."""
+    """The settings of a draft that are not the table's: how TokenSwift drafts (speed only, to_settings routes them
+    to the draft's Speculation) and its context window."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
     ngram_topk: Int | None = None  # k
@@ -109,7 +110,7 @@ async def json_object(request: Request) -> dict[str, Any]:
     return payload
 
 
-def parse_request(payload: dict[str, Any]) -> tuple[GenerationIn, Settings]:
+def parse_request(payload: dict[str, Any]) -> tuple[GenerationIn, DraftSettings]:
     try:
         request = GenerationIn.model_validate(payload)
     except ValidationError as error:
@@ -138,13 +139,14 @@ def parse_request(payload: dict[str, Any]) -> tuple[GenerationIn, Settings]:
     return request, to_settings(request)
 
 
-def to_settings(request: GenerationIn) -> Settings:
+def to_settings(request: GenerationIn) -> DraftSettings:
+    """The request's settings: the text's (Settings) and, by the same flat names, the speed's (Speculation)."""
     chosen = request.settings.model_dump(exclude_unset=True)
     values = {**WRITING_DEFAULTS, **{k: v for k, v in chosen.items() if v is not None or k == "budget"}}
     values.update(max_new_tokens=request.max_new_tokens, mode=request.mode, seed=request.seed,
                   prompt_format=request.prompt_format)
     try:
-        return Settings.from_dict(values)
+        return DraftSettings.from_dict(values)
     except SettingsError as error:
         raise settings_invalid(error) from None
 

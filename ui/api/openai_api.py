@@ -39,7 +39,7 @@ from starlette.concurrency import run_in_threadpool
 
 from storage import Conflict, NotFound, StoreError
 from storage.records import GenerationRecord
-from tokenswift.settings import Settings, SettingsError
+from tokenswift.settings import DraftSettings, Settings, SettingsError
 from ui.api.follow import Commits
 from ui.api.openai_input import (
     OPENAI_PREFIX,
@@ -121,7 +121,8 @@ class Drafts:
             book = next((b.id for b in self.store.list_sessions() if b.title == BOOK_TITLE), None)
             book = book or self.store.create_session(BOOK_TITLE).id
             try:
-                return self.drafts.start(prompt, settings, book=book, prompt_ids=prompt_ids)
+                # OpenAI's names shape the text only: TokenSwift drafts with its default options.
+                return self.drafts.start(prompt, DraftSettings(settings), book=book, prompt_ids=prompt_ids)
             except SettingsError as error:
                 raise bad(REQUEST_NAMES.get(error.field, error.field), error.reason) from None
 

@@ -16,7 +16,7 @@ from storage.changes import Changes
 from storage.models import COMPARISON
 from storage.records import GenerationRecord
 from tokenswift.decode.metrics import distinct
-from tokenswift.settings import DRAFTERS, Settings, SettingsError
+from tokenswift.settings import DRAFTERS, DraftSettings, Settings, SettingsError, Speculation
 from ui.compare.store_ops import CompareStore
 from ui.display import charts, views
 from ui.display.live import Watch
@@ -33,10 +33,10 @@ TEXT_CHARS = 4_000
 # layer that auto picks on a CPU: same text, other speed); C turns the penalty off; D is top-p 0.9 (what the app
 # used to start with).
 _A = {"penalty": DEFAULTS["penalty"], "penalty_window": DEFAULTS["penalty_window"], "k": DEFAULTS["k"],
-      "sampler": DEFAULTS["sampler"], "value": SAMPLERS[DEFAULTS["sampler"]][1], "drafter": Settings.drafter}
+      "sampler": DEFAULTS["sampler"], "value": SAMPLERS[DEFAULTS["sampler"]][1], "drafter": Speculation.drafter}
 PRESETS = [_A, {**_A, "drafter": "fused"}, {**_A, "penalty": 1.0},
            {"penalty": 1.2, "penalty_window": 1024, "k": 20, "sampler": "top-p", "value": 0.9,
-            "drafter": Settings.drafter}]
+            "drafter": Speculation.drafter}]
 DRAFTER_HELP = ("auto: the draft layer on a CPU where the model has one, else fused; fused: drafts from the "
                 "verification pass's own states (one pass per step); paper: a draft pass over the partial cache "
                 "first; layer: a small draft layer guesses one token at a time, each knowing the one before. Speed "
@@ -184,13 +184,14 @@ def build(remembered: gr.BrowserState, timer: gr.Timer) -> CompareParts:
                         texts, table, alpha, speed, timer)
 
 
-def describe(s: Settings) -> str:
+def describe(asked: DraftSettings) -> str:
+    s, speed = asked.settings, asked.speed
     sampler = next((f"{name} {getattr(s, f):g}" for name, (f, _, _) in SAMPLERS.items()
                     if getattr(s, f) != getattr(Settings, f)), "no filter")
-    drafter = f" · {s.drafter} drafter" if s.mode == "tokenswift" else ""
+    drafter = f" · {speed.drafter} drafter" if speed.mode == "tokenswift" else ""
     dry = f" · DRY {s.dry_multiplier:g}" if s.dry_multiplier else ""
     xtc = f" · XTC {s.xtc_probability:g} above {s.xtc_threshold:g}" if s.xtc_probability else ""
-    return (f"penalty {s.penalty:g} · window {s.penalty_window} · {s.ngram_topk} phrase guesses · {sampler} · "
+    return (f"penalty {s.penalty:g} · window {s.penalty_window} · {speed.ngram_topk} phrase guesses · {sampler} · "
             f"temperature {s.temperature:g}{dry}{xtc}{drafter}")
 
 
@@ -214,7 +215,7 @@ def queue_runs(drafts: DraftService, prompt: str, seed, target, temperature, cou
             raise FormError(f"Column {LETTERS[i]} — {message}") from None
     book = drafts.store.create_session(f"Compare: {' '.join(prompt.split()[:6])}…", "", kind=COMPARISON).id
     ts_ids = [drafts.start(prompt, s, book=book, budget=budget).id for s in settings]
-    twins: dict[Settings, int] = {}
+    twins: dict[DraftSettings, int] = {}
     for s in settings:
         twin = ar_twin(s)
         if twin not in twins:
@@ -240,7 +241,7 @@ def results(store: CompareStore, runs: Runs) -> list[list]:
         rows.append([f"Plain decoding of {of}", "–", _status(w.record), w.record.produced_tokens, "–", "–",
                      _f(w.latest and w.latest.tokens_per_step), _f(ar_speed[gid], 1),
                      "1.00×" if ar_speed[gid] else "…", *_distinct(store, runs, gid),
-                     describe(Settings.from_json(w.record.settings_json))])
+                     describe(DraftSettings.from_json(w.record.settings_json))])
     return rows
 
 
@@ -361,7 +362,7 @@ def wire(p: CompareParts, store: CompareStore, page: gr.Blocks, tokens: PromptTo
         except (NotFound, TypeError):
             return {p.remembered: None}
         first = runs.watches[runs.ts_ids[0]].record  # what every run was asked with: prompt, seed, length, temperature
-        asked = Settings.from_json(first.settings_json)
+        asked = DraftSettings.from_json(first.settings_json).settings
         return {**render(p, store, runs), **set_count(len(runs.ts_ids), dict_form=True), p.prompt: first.prompt_text,
                 p.seed: asked.seed, p.target: asked.max_new_tokens, p.temperature: asked.temperature}
 

@@ -1,7 +1,7 @@
 """The drafts service: what every front door does to a draft, done once. The Write, Library, Plan and Compare tabs,
 the REST API (ui/api/api.py, ui/api/branch_api.py, ui/api/plan_api.py) and the OpenAI-compatible endpoint
-(ui/api/openai_api.py) each parse their own input into Settings and text, then start, continue, edit, branch or set
-the context of a draft here, where it is checked and queued.
+(ui/api/openai_api.py) each parse their own input into DraftSettings (the text's Settings and the speed options) and
+text, then start, continue, edit, branch or set the context of a draft here, where it is checked and queued.
 
 One module, one class: the verbs share the store, the tokenizer cache and the check that the draft fits the model's
 context, and nothing else. A refusal is a SettingsError naming the field by the API's name ("max_new_tokens",
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from storage import Conflict
 from storage.records import GenerationRecord
-from tokenswift.settings import Settings, SettingsError
+from tokenswift.settings import DraftSettings, SettingsError
 from ui.drafts.branches import decoded, text_after
 from ui.drafts.limits import context_text_problem, target_problem, unicode_problem
 from ui.drafts.store_ops import DraftsStore
@@ -68,11 +68,13 @@ class DraftService:
             return Budget(reported, None)
         return Budget(measured.context or reported, measured.tokens)
 
-    def check(self, settings: Settings, *, prompt: str | None = None, parent: int | None = None,
+    def check(self, asked: DraftSettings, *, prompt: str | None = None, parent: int | None = None,
               budget: Budget | None = None) -> None:
         """The target's size, the context window the settings ask for, and, with context shifting off, the text the
         draft builds on (`prompt`, `parent`'s, or `budget` counted already) + its target within the model's context
-        (Settings.check_fits, the engine's rule). Nothing is counted while shifting is on: any length fits."""
+        (Settings.check_fits, the engine's rule). Nothing is counted while shifting is on: any length fits. (The
+        speed options were checked when `asked` was made; the worker resolves the drafter.)"""
+        settings = asked.settings
         if problem := target_problem(settings.max_new_tokens):
             raise DraftProblem("max_new_tokens", problem)
         windowed = settings.context_window is not None or settings.shift_step is not None
@@ -96,7 +98,7 @@ class DraftService:
 
     # --- the verbs --------------------------------------------------------------------------------------
 
-    def start(self, prompt: str, settings: Settings, *, book: int | Callable[[], int] | None = None,
+    def start(self, prompt: str, settings: DraftSettings, *, book: int | Callable[[], int] | None = None,
               context: Context = Context(), prompt_ids: list[int] | None = None, chapter_id: int | None = None,
               budget: Budget | None = None) -> GenerationRecord:
         """A new draft on `prompt` in `book`: its id, or a function that gives it once the draft passed its checks
@@ -113,7 +115,7 @@ class DraftService:
             authors_note=context.authors_note, world_info=context.world_info or "", prompt_ids=prompt_ids,
             chapter_id=chapter_id)
 
-    def continue_from(self, gen_id: int, settings: Settings, *, book: int | None = None,
+    def continue_from(self, gen_id: int, settings: DraftSettings, *, book: int | None = None,
                       context: Context | None = None) -> GenerationRecord:
         """A draft that writes on from `gen_id`'s text, in its book (or `book`), with its Memory, Author's Note and
         World Info, or `context` given."""

@@ -31,7 +31,7 @@ from bookexport import Book
 from bookexport.chapters import heading_of
 from storage.plans import Chapter, Character, Plan
 from storage.records import GenerationRecord
-from tokenswift.settings import Settings
+from tokenswift.settings import DraftSettings
 from tokenswift.text.world_info import Entry, WorldInfo
 from ui.drafts.drafts import Context, DraftService
 from ui.drafts.exports import book_identifier
@@ -128,7 +128,7 @@ def can_follow_instructions(tokens: PromptTokens) -> bool:
     return True if has is None else has
 
 
-def write_chapter(drafts: DraftService, chapter_id: int, settings: Settings) -> GenerationRecord:
+def write_chapter(drafts: DraftService, chapter_id: int, settings: DraftSettings) -> GenerationRecord:
     """Queue the draft that writes the chapter (its prompt format is the chapter's: settings' is replaced); from
     now on it is the chapter's text. NotFound, Conflict (the chapter is being written), SettingsError or StoreError."""
     book_id, _ = drafts.store.chapter(chapter_id)

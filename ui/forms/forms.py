@@ -1,4 +1,5 @@
-"""Form values -> tokenswift Settings, with messages a writer can read (no stack traces, UI labels).
+"""Form values -> tokenswift's DraftSettings (Settings and the speed options), with messages a writer can read (no
+stack traces, UI labels).
 
 The UI names the settings in words a writer knows ("Repetition penalty", the paper's θ in its help text): the
 settings table's labels (tokenswift/settings/table.py), on the boxes built from its rows (ui/forms/boxes.py). A bad
@@ -13,7 +14,17 @@ from dataclasses import dataclass, field, fields, make_dataclass
 from typing import Any
 
 from tokenswift.cli.flags import escaped_arg
-from tokenswift.settings import DRAFTERS, TEXT_FIELDS, WRITING_DEFAULTS, Settings, SettingsError, writing_settings
+from tokenswift.settings import (
+    DRAFTERS,
+    PLAIN,
+    TEXT_FIELDS,
+    WRITING_DEFAULTS,
+    DraftSettings,
+    Settings,
+    SettingsError,
+    Speculation,
+    writing_settings,
+)
 from tokenswift.settings.phrases import read_phrases
 from tokenswift.settings.table import Row
 from ui.drafts.limits import target_problem
@@ -114,9 +125,9 @@ class DraftBoxes:
             "ban": tuple(read_phrases(self.ban or "")),
         }
 
-    def to_settings(self) -> Settings:
-        """The boxes' Settings (whether the target fits the model's context: the drafts service,
-        ui/drafts/drafts.py)."""
+    def to_settings(self) -> DraftSettings:
+        """The boxes' settings, the text's and the speed's (whether the target fits the model's context: the drafts
+        service, ui/drafts/drafts.py)."""
         if self.mode not in MODES:
             raise FormError(f"Mode: choose one of {', '.join(MODES)}")
         values = {
@@ -145,15 +156,16 @@ class DraftBoxes:
 SettingsForm = make_dataclass("SettingsForm", [
     *[(row.name, Any, field(default=shown(row, row.writing))) for row in PANEL],
     ("ban", str | None, field(default="\n".join(writing_settings().ban))),
-    ("drafter", str, field(default=Settings.drafter)),
+    ("drafter", str, field(default=Speculation.drafter)),
 ], bases=(DraftBoxes,), frozen=True)
 
 
-def settings_from(values: dict) -> Settings:
+def settings_from(values: dict) -> DraftSettings:
+    """One flat set of values, the text's and the speed's (a stored draft's JSON), or FormError naming the box."""
     if problem := target_problem(values.get("max_new_tokens", 0)):
         raise FormError(f"Target length: {problem}")
     try:
-        return Settings.from_dict(values)
+        return DraftSettings.from_dict(values)
     except SettingsError as error:
         raise FormError(labelled(error)) from None
 
@@ -163,21 +175,23 @@ def labelled(error: SettingsError) -> str:
     return f"{LABELS.get(error.field, error.field)}: {error.reason}"
 
 
-def ar_twin(settings: Settings) -> Settings:
-    """The AR run whose text a lossless TokenSwift run must equal: same seed, sampler, penalty and window; the
-    drafting-only knobs (k, budget, drafter) are reset so runs that differ only there share one twin."""
-    return settings.replace(mode="ar", ngram_topk=Settings.ngram_topk, budget=None, drafter=Settings.drafter)
+def ar_twin(asked: DraftSettings) -> DraftSettings:
+    """The AR run whose text a lossless TokenSwift run must equal: the same Settings (seed, sampler, penalty and
+    window), plain decoding for speed, so runs that differ only in how they draft (k, budget, drafter) share one
+    twin."""
+    return DraftSettings(asked.settings, PLAIN)
 
 
-def form_from_settings(settings: Settings) -> SettingsForm:
-    """The panel values that reproduce `settings` (opening a stored generation)."""
+def form_from_settings(settings: Settings, speed: Speculation | None = None) -> SettingsForm:
+    """The panel values that reproduce `settings` and `speed` (None: the defaults; a preset's, which has none)."""
+    speed = speed or Speculation()
     sampler = next((name for name, (f, _, _) in SAMPLERS.items() if getattr(settings, f) != getattr(Settings, f)),
                    "top-p")
-    mode = next(label for label, value in MODES.items() if value == settings.mode)
+    mode = next(label for label, value in MODES.items() if value == speed.mode)
     return SettingsForm(
         mode=mode, target=settings.max_new_tokens, penalty=settings.penalty, penalty_window=settings.penalty_window,
-        k=settings.ngram_topk, sampler=sampler, sampler_value=getattr(settings, SAMPLERS[sampler][0]),
-        temperature=settings.temperature, seed=settings.seed, budget=settings.budget or 0, drafter=settings.drafter,
+        k=speed.ngram_topk, sampler=sampler, sampler_value=getattr(settings, SAMPLERS[sampler][0]),
+        temperature=settings.temperature, seed=settings.seed, budget=speed.budget or 0, drafter=speed.drafter,
         prompt_format=next(label for label, value in PROMPT_FORMATS.items() if value == settings.prompt_format),
         past_eos=next(label for label, ban in PAST_EOS.items() if ban == settings.ban_eos),
         shift="Refuse" if settings.context_shift is False else "Shift", ban="\n".join(settings.ban),

@@ -14,7 +14,7 @@ from bookexport import export_book
 from storage import Conflict, NotFound, StoreError
 from storage.overview import DraftSummary
 from storage.records import GenerationRecord
-from tokenswift.settings import Settings, SettingsError
+from tokenswift.settings import DraftSettings, SettingsError
 from ui.display import views
 from ui.drafts.drafts import DraftService
 from ui.drafts.exports import Exports, draft_book
@@ -133,7 +133,7 @@ def hidden(p: LibraryParts) -> dict:
 
 def _prompt_kind(settings_json: str) -> str:
     """How the draft began, as the Write tab names it: an opening continued, or an instruction followed."""
-    form = Settings.from_json(settings_json).prompt_format
+    form = DraftSettings.from_json(settings_json).settings.prompt_format
     return next(label for label, value in PROMPT_FORMATS.items() if value == form)
 
 

@@ -74,7 +74,7 @@ def wire(p: WriteParts, exports: Exports) -> None:
 
     def save(*form):
         try:
-            settings = settings_from(SettingsForm(*form).text_settings())
+            settings = settings_from(SettingsForm(*form).text_settings()).settings
         except FormError as error:
             return problem(p, f"Save preset: {error}")
         path = exports.write(FILENAME, preset_json(preset_of(settings)).encode())

@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 
 from storage.drafts import prompt_parts
-from tokenswift.settings import Settings, SettingsError
+from tokenswift.settings import DraftSettings, SettingsError
 from tokenswift.text.context_window import leading_bos, pinned_ids, window_plan
 from tokenswift.text.prompting import prompt_ids
 from tokenswift.text.world_info import WorldInfo
@@ -68,7 +68,7 @@ def context_html(store: WriteStore, tokens: PromptTokens, gen_id: int) -> str:
 
 def _pieces(store: WriteStore, record, vocab: _Vocab, context: int | None) -> list[tuple[str, str, int]]:
     """(kind, text, tokens) of what the model sees for the draft's next token, as context_window lays it out."""
-    settings = Settings.from_json(record.settings_json)
+    settings = DraftSettings.from_json(record.settings_json).settings
     instruction = store.instruction(record.id)
     stored = store.get_tokens(record.id)
     if not (prompt := stored.prompt_ids):  # a writer's edit that never ran: its text as the worker tokenizes it

@@ -7,7 +7,7 @@ from __future__ import annotations
 import gradio as gr
 
 from storage.records import GenerationRecord
-from tokenswift.settings import Settings
+from tokenswift.settings import DraftSettings
 from ui.display import charts, views
 from ui.display.live import ACTIVE, Watch
 from ui.forms.forms import SAMPLERS, form_from_settings
@@ -75,7 +75,8 @@ def show_generation(p: WriteParts, store: WriteStore, gen_id: int, *, fill_form:
         out[p.title] = store.get_session(record.session_id).title
         if record.parent_id is None:  # a continuation's prompt is the whole earlier book: leave the box alone
             out[p.prompt] = record.prompt_text
-        form = form_from_settings(Settings.from_json(record.settings_json))
+        asked = DraftSettings.from_json(record.settings_json)
+        form = form_from_settings(asked.settings, asked.speed)
         out.update(dict(zip(p.form, form.panel(), strict=True)))
         out.update(p.samplers.show(form))
         out.update({p.memory: record.memory, p.note: record.authors_note, p.world.editor: shown(record.world_info)})
