@@ -10,11 +10,14 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 MAX_FUNCTION = 80
 MAX_MODULE = 400
-SKIPPED = {".venv", "migrations", "node_modules", ".git"}
+SKIPPED = {"migrations", "node_modules"}
 
 
 def sources(root: Path = REPO) -> list[Path]:
-    return sorted(p for p in root.rglob("*.py") if not SKIPPED & set(p.relative_to(root).parts))
+    """The project's Python files: not the migrations, nor hidden folders (.venv, .git, a device run's .carry)."""
+    return sorted(p for p in root.rglob("*.py")
+                  if not SKIPPED & set(p.relative_to(root).parts)
+                  and not any(part.startswith(".") for part in p.relative_to(root).parts))
 
 
 def long_functions(paths: list[Path], limit: int = MAX_FUNCTION) -> list[str]:
