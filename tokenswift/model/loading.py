@@ -378,8 +378,8 @@ def compact_cache(lm: LoadedModel, kind: str) -> LoadedModel:
     its products by VNNI (attention_q8_fast) and bf16 elsewhere, else full precision.
     Chosen by measurement (scripts/bench_kv_cache.py: the default model in q4, 1,000 held-out tokens after a
     6,000-token opening of two eval books, each row computed as a plain step computes it): the likeliest next token
-    is the float32 cache's at 95.0% / 97.1% of positions for q8 (mean KL 0.0037 / 0.0031) and 96.8% / 97.9% for
-    bf16 (0.0023 / 0.0020), and the book's own next token at 37.2% / 41.6% for q8, 37.5% / 41.2% for bf16 and
+    is the float32 cache's at 95.3% / 97.5% of positions for q8 (mean KL 0.0038 / 0.0032) and 96.8% / 97.9% for
+    bf16 (0.0023 / 0.0020), and the book's own next token at 37.5% / 41.5% for q8, 37.5% / 41.2% for bf16 and
     37.6% / 41.2% for float32: no loss a reader would see, while a plain step at a 7.7K context takes 12.7 ms over
     q8 against 17.7 over bf16. Raises ValueError where it does not apply."""
     if kind == "auto":
