@@ -105,19 +105,21 @@ def test_a_verify_batch_over_a_bf16_cache_computes_each_row_as_the_plain_steps(s
         assert torch.equal(plain.hidden, verify[node:node + 1])
 
 
+@pytest.mark.parametrize(("kind", "dtype"), [("bf16", torch.bfloat16), ("q8", Q8)])
 @pytest.mark.parametrize(("drafter", "sampling"), [("paper", dict(temperature=0.0)),
                                                    ("fused", dict(temperature=1.0, min_p=0.1, penalty=1.2))])
-def test_tokenswift_equals_plain_decoding_with_a_bf16_cache(stories32, drafter, sampling):
+def test_tokenswift_equals_plain_decoding_with_a_compact_cache(stories32, drafter, sampling, kind, dtype):
+    """bf16, and q8 (kv_q8.py; at stories260k's head_dim of 8, its portable loops)."""
     from test_exactness import random_heads, with_heads
 
-    lm = compact_cache(with_heads(stories32, random_heads(stories32, 1)), "bf16")
+    lm = compact_cache(with_heads(stories32, random_heads(stories32, 1)), kind)
     prompt = lm.encode(PROMPT)
     settings = Settings(max_new_tokens=300, seed=2, ignore_eos=True, **sampling)
     plain = Generator(lm, settings, prompt, options=AR).run()
     gen = Generator(lm, settings, prompt, options=speed(ngram_topk=20, budget=48, sinks=16, drafter=drafter))
     assert gen.run() == plain
     assert gen.metrics().steps < 300  # drafts were accepted
-    assert gen._engine.cache.k.dtype == torch.bfloat16
+    assert gen._engine.cache.k.dtype == dtype
 
 
 def test_float64_and_gpu_models_keep_a_full_precision_cache(stories64):

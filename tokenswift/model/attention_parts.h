@@ -92,8 +92,8 @@ static inline struct part exponentiate(real *row, int64_t n) {
 
 #ifdef AT_AVX2
 /* Row r's softmax numerators over its padded scores (the slots past n are -inf: exp 0), in place, in whole
-   vectors; returns (max, sum). */
-static inline struct part exponentiate_vector(float *row, int64_t padded) {
+   vectors, by exp8 (an always-inlined constant: no call); returns (max, sum). */
+INLINE struct part numerators8(float *row, int64_t padded, __m256 (*exp8)(__m256)) {
     __m256 top = _mm256_set1_ps(-INFINITY);
     for (int64_t j = 0; j < padded; j += 8) top = _mm256_max_ps(top, _mm256_loadu_ps(row + j));
     float lanes[8], max = -INFINITY, sum = 0.0f;
@@ -102,13 +102,17 @@ static inline struct part exponentiate_vector(float *row, int64_t padded) {
     __m256 total = _mm256_setzero_ps();
     const __m256 maxv = _mm256_set1_ps(max);
     for (int64_t j = 0; j < padded; j += 8) {
-        const __m256 e = exp_nonpositive(_mm256_sub_ps(_mm256_loadu_ps(row + j), maxv));
+        const __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(row + j), maxv));
         _mm256_storeu_ps(row + j, e);
         total = _mm256_add_ps(total, e);
     }
     _mm256_storeu_ps(lanes, total);
     for (int u = 0; u < 8; ++u) sum += lanes[u];
     return (struct part){max, sum};
+}
+
+static inline struct part exponentiate_vector(float *row, int64_t padded) {
+    return numerators8(row, padded, exp_nonpositive);
 }
 #endif
 #ifndef TS_DOUBLE

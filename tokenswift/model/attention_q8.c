@@ -164,24 +164,6 @@ INLINE __m256 q8_exp8(__m256 x) {
     return _mm256_scalef_ps(p, n);
 }
 
-/* numerators_portable over a row's padded scores (-inf past n), eight at a time. */
-INLINE struct part numerators_vector(float *row, int64_t padded) {
-    __m256 top = _mm256_set1_ps(-INFINITY);
-    for (int64_t j = 0; j < padded; j += 8) top = _mm256_max_ps(top, _mm256_loadu_ps(row + j));
-    float lanes[8], max = -INFINITY, sum = 0.0f;
-    _mm256_storeu_ps(lanes, top);
-    for (int u = 0; u < 8; ++u) max = lanes[u] > max ? lanes[u] : max;
-    __m256 total = _mm256_setzero_ps();
-    const __m256 maxv = _mm256_set1_ps(max);
-    for (int64_t j = 0; j < padded; j += 8) {
-        const __m256 e = q8_exp8(_mm256_sub_ps(_mm256_loadu_ps(row + j), maxv));
-        _mm256_storeu_ps(row + j, e);
-        total = _mm256_add_ps(total, e);
-    }
-    _mm256_storeu_ps(lanes, total);
-    for (int u = 0; u < 8; ++u) sum += lanes[u];
-    return (struct part){max, sum};
-}
 
 /* Row r's 8-bit weights of its numerators p (the header's rule), four slots to a 32-bit word; its c = top / 255.
    sv: the slots' scales, 0 past n (where p is 0 too). */
@@ -260,7 +242,7 @@ static void chunk_vector(const int8_t *const *qi, const float *a, const int32_t 
         for (int i = 0; i < b; ++i) {
             float *row = scores + (r + i) * CHUNK;
             for (int64_t j = n; j < padded; ++j) row[j] = -INFINITY;
-            parts[r + i] = numerators_vector(row, padded);
+            parts[r + i] = numerators8(row, padded, q8_exp8);  /* numerators_portable's order */
             weights(row, sv, padded, u4[i], c + i);
         }
         const int64_t next = r == 0 ? ahead : 0;
