@@ -145,8 +145,16 @@ def gguf_path() -> Path:
 @pytest.fixture(scope="session")
 def home(tmp_path_factory) -> Path:
     """The engine's cache for the default model's tests ($TOKENSWIFT_CACHE): a CLI run in a subprocess finds the
-    converted GGUF file that the smollm2 fixture left there."""
-    return tmp_path_factory.mktemp("home")
+    converted GGUF file that the smollm2 fixture left there, and the C kernels this session built (a build keyed by
+    its sources, as in any cache: compiling them again took a subprocess 10 s of the suite)."""
+    from tokenswift.model import native
+
+    home = tmp_path_factory.mktemp("home")
+    lib = native.available()
+    if lib is not None:
+        (home / "kernels").mkdir()
+        shutil.copy2(lib._name, home / "kernels" / Path(lib._name).name)
+    return home
 
 
 @pytest.fixture(scope="session")
