@@ -11,7 +11,7 @@
      Cephes exp of attention_parts.h takes twenty; the numerators summed in eight lanes, as the vector loops do;
    - the values are summed with 8-bit weights: w = p * sv (the value's scale), top = max w over the chunk,
      u = nearbyint(w * (255 / top)), and out[i] = (float)(sum_j u[j] * v[j][i]) * (top / 255). A slot whose weight
-     is under 1/510 of the chunk's largest adds nothing; the chunk's sum of p, which divides at the end, is exact.
+     is under 1/510 of the chunk's largest adds nothing; the sum that divides at the end is of the float numerators.
    So a row's result depends on its query and the rows it sees, in order, as attention_kernel.c requires. */
 #ifndef TS_DOUBLE
 #include <math.h>
