@@ -23,27 +23,17 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from tokenswift.bench.gpu import random_cache  # noqa: E402
 from tokenswift.bench.runs import book_text, leading_tokens  # noqa: E402
 from tokenswift.cli.bench import BOOKS_DIR  # noqa: E402
 from tokenswift.model.default_model import default_model_path  # noqa: E402
 from tokenswift.model.kv_cache import KVCache  # noqa: E402
-from tokenswift.model.kv_q8 import Q8, quantize  # noqa: E402
-from tokenswift.model.loading import load_model  # noqa: E402
+from tokenswift.model.kv_q8 import Q8  # noqa: E402
+from tokenswift.model.loading import compact_cache, load_model  # noqa: E402
 from tokenswift.model.masks import causal_mask  # noqa: E402
 from tokenswift.model.prefill import prefill  # noqa: E402
 
 CACHES = {"float32": torch.float32, "bf16": torch.bfloat16, "q8": Q8}
-
-
-def filled_cache(lm, capacity: int, dtype: torch.dtype) -> KVCache:
-    """Random keys and values of a trained cache's scale: the cost of a pass does not depend on them."""
-    cfg = lm.config
-    cache = KVCache(cfg.n_layers, cfg.n_kv_heads, capacity, cfg.head_dim, "cpu", dtype)
-    gen = torch.Generator().manual_seed(0)
-    for buf, key in ((cache.k, True), (cache.v, False)):
-        values = torch.randn(*buf.shape[:-1], cfg.head_dim, generator=gen)
-        buf.copy_(quantize(values, key) if dtype == Q8 else values)
-    return cache
 
 
 def pass_ms(lm, caches: dict[str, KVCache], context: int, rows: int, repeats: int) -> dict[str, float]:
@@ -100,7 +90,8 @@ def main() -> int:
     lm = load_model(str(default_model_path()), device="cpu", dtype="q4", heads="none", draft="none")
     result = {"threads": args.threads, "passes": [], "agreement": []}
     contexts, row_counts = [int(c) for c in args.contexts.split(",")], [int(r) for r in args.rows.split(",")]
-    caches = {name: filled_cache(lm, max(contexts) + 8, dtype) for name, dtype in CACHES.items()}
+    # Random keys and values: the cost of a pass does not depend on them.
+    caches = {name: random_cache(compact_cache(lm, name), max(contexts) + 8, slot_major=False) for name in CACHES}
     print("| context | rows | float32 cache ms | bf16 cache ms | q8 cache ms |\n|---|---|---|---|---|")
     for context in contexts:
         for rows in row_counts:

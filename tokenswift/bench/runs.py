@@ -19,7 +19,7 @@ from tokenswift.decode.engine import Engine
 from tokenswift.decode.generate import Generator, open_engine, validate
 from tokenswift.decode.metrics import distinct
 from tokenswift.decode.options import EngineOptions
-from tokenswift.model.kv_q8 import Q8, row_width
+from tokenswift.model.kv_cache import row_bytes
 from tokenswift.model.loading import LoadedModel
 from tokenswift.settings import PLAIN, DraftSettings, Settings
 from tokenswift.text.context_window import PinnedText
@@ -110,9 +110,7 @@ def weight_bytes(lm: LoadedModel) -> int:
 
 def kv_bytes_per_token(lm: LoadedModel) -> int:
     cfg = lm.config
-    if lm.cache_dtype == Q8:
-        return 2 * cfg.n_layers * cfg.n_kv_heads * row_width(cfg.head_dim)
-    return 2 * cfg.n_layers * cfg.n_kv_heads * cfg.head_dim * torch.finfo(lm.cache_dtype).bits // 8
+    return 2 * cfg.n_layers * cfg.n_kv_heads * row_bytes(cfg.head_dim, lm.cache_dtype)
 
 
 def ar_at_context(lm: LoadedModel, context: int, steps: int, warmup: int = 4, temperature: float = 0.0) -> dict:

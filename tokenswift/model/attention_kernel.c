@@ -318,15 +318,6 @@ static int64_t element_bytes(int kind) {
     return kind == KV_BF16 ? 2 : (kind == KV_Q8 ? 1 : (int64_t)sizeof(real));
 }
 
-/* 1 where a q8 cache's products take vpdpbusd (attention_q8.c), else 0. */
-int attention_q8_fast(void) {
-#ifdef TS_DOUBLE
-    return 0;
-#else
-    return attention_q8_vnni();
-#endif
-}
-
 /* Where attend_rows keeps the result of row r's c-th chunk (KV head `head`): its whole chunks first, task by
    task, all rows each; then each token's own chunks, (head, token, chunk) by (head, token, chunk), g rows each. */
 static int64_t result_at(int64_t c, int64_t head, int64_t r, int64_t whole, int64_t rows, int64_t common, int64_t t,

@@ -125,6 +125,5 @@ void q8_queries_free(struct q8_queries *queries);
 void q8_chunk(const struct q8_queries *queries, int64_t h, int64_t g, int64_t r0, int64_t rows, int64_t d,
               const char *k, const char *v, int64_t slot_stride, const int64_t *slots, int64_t s0, int64_t n,
               int64_t head, int64_t ahead, float *scores, struct part *parts, float *o);
-int attention_q8_vnni(void);
 #endif
 #endif

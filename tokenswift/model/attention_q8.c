@@ -29,15 +29,6 @@
 #include "attention_parts.h"
 #include "kv_q8.h"
 
-/* 1 where this build's q8 products take vpdpbusd, else 0 (the portable loops: correct, not fast). */
-int attention_q8_vnni(void) {
-#ifdef AT_Q8_VNNI
-    return 1;
-#else
-    return 0;
-#endif
-}
-
 #define Q8_EXP_FLOOR -110.0f  /* exp(-110) is 0 in float32: -inf (a padded slot) takes it too */
 #define LOG2E 1.44269504088896341f
 /* 2^f for |f| <= 1/2: ln 2^k / k!, k = 6..0, by Horner's rule. */
@@ -287,3 +278,13 @@ void q8_chunk(const struct q8_queries *queries, int64_t h, int64_t g, int64_t r0
         row_portable(qi[r], a[r], bias[r], d, keys, values, n, scores + r * CHUNK, parts + r, o + r * d);
 }
 #endif
+
+/* 1 where this build's q8 products take vpdpbusd, else 0 (the portable loops: correct, not fast; float64 builds
+   have no q8 cache). */
+int attention_q8_fast(void) {
+#ifdef AT_Q8_VNNI
+    return 1;
+#else
+    return 0;
+#endif
+}

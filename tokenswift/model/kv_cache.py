@@ -13,6 +13,11 @@ import torch
 from tokenswift.model.kv_q8 import Q8, row_width
 
 
+def row_bytes(head_dim: int, dtype: torch.dtype) -> int:
+    """The bytes of one head's key (or value) at one slot of a cache of `dtype`."""
+    return row_width(head_dim) if dtype == Q8 else head_dim * torch.empty((), dtype=dtype).element_size()
+
+
 class KVCache:
     def __init__(self, n_layers: int, n_kv_heads: int, capacity: int, head_dim: int, device, dtype,
                  slot_major: bool = False):
