@@ -120,7 +120,8 @@ def bench_bound(lm: LoadedModel, prompt_ids: list[int], settings: Settings, cont
     """spec: TokenSwift's options (None: the defaults)."""
     settings = settings.replace(ignore_eos=True, stop=())
     spec = (spec or Speculation()).replace(mode="tokenswift")
-    engine = Engine(lm, settings, prompt_ids, len(prompt_ids), EngineOptions(adaptive=True, speculation=spec))
+    engine = Engine(lm, settings, prompt_ids, len(prompt_ids),
+                    EngineOptions(adaptive=True, speculation=spec, lookahead=False))  # the passes alone
     produced = len(engine.start())  # the ladder exists once the drafter does
     # The passes before the long acceptance run: a run started beside this one is then still in that phase.
     rows = sorted({1, *(s.slots for s in engine.policy.shapes)})

@@ -115,10 +115,11 @@ def kv_bytes_per_token(lm: LoadedModel) -> int:
 
 def ar_at_context(lm: LoadedModel, context: int, steps: int, warmup: int = 4, temperature: float = 0.0) -> dict:
     """Plain AR decoding speed with `context` tokens already in the cache (timed after a warm-up); temperature 0:
-    greedy, as the llama.cpp peer (scripts/bench_llamacpp.py) decodes."""
+    greedy, as the llama.cpp peer (scripts/bench_llamacpp.py) decodes. The step alone, as llama-bench times its own:
+    no window filled ahead on the other core."""
     settings = Settings(max_new_tokens=warmup + steps + 1, ignore_eos=True, temperature=temperature)
     ids = filler_ids(lm, context)
-    engine = Engine(lm, settings, ids, len(ids), EngineOptions(speculation=PLAIN))
+    engine = Engine(lm, settings, ids, len(ids), EngineOptions(speculation=PLAIN, lookahead=False))
     engine.start()
     for _ in range(warmup):
         engine.ar_step()

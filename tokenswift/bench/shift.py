@@ -30,6 +30,7 @@ def run_mode(lm: LoadedModel, settings: Settings, prompt_ids: list[int], pinned:
     return tokens, {
         "tokens": len(tokens), "elapsed_s": elapsed, "wall_s": wall, "tokens_per_s": m["tokens_per_s"],
         "shifts": m["shifts"], "shift_s": m["shift_s"], "shift_share": m["shift_s"] / elapsed if elapsed else 0.0,
+        "shift_ready": m["shift_ready"] / m["shift_rows"] if m["shift_rows"] else 0.0,
         "prefill_s": m["prefill_s"], "steps": m["steps"], "plain_steps": m["plain_steps"],
         "tokens_per_step": m["tokens_per_step"], "alpha": m["alpha"],
         "context_pinned": use.memory if use else None, "context_recent": use.recent if use else None,
@@ -64,10 +65,10 @@ def bench_shift(lm: LoadedModel, prompt_ids: list[int], settings: Settings, pinn
 def print_bench_shift(r: dict) -> None:
     print(f"{r['model']} on {r['device']} ({r['dtype']}), prompt {r['prompt_tokens']} tokens, {r['new_tokens']:,} "
           f"new tokens, window {r['window']:,} (shift step {r['shift_step']:,}, pinned {r['pinned_tokens']})")
-    print(f"{'mode':<12}{'tokens/s':>10}{'elapsed s':>11}{'shifts':>8}{'shift s':>9}{'shift %':>9}")
+    print(f"{'mode':<12}{'tokens/s':>10}{'elapsed s':>11}{'shifts':>8}{'shift s':>9}{'shift %':>9}{'ahead %':>9}")
     for name in ("ar", "tokenswift"):
         m = r[name]
         print(f"{name:<12}{m['tokens_per_s']:>10.1f}{m['elapsed_s']:>11.2f}{m['shifts']:>8}{m['shift_s']:>9.2f}"
-              f"{100 * m['shift_share']:>8.1f}%")
+              f"{100 * m['shift_share']:>8.1f}%{100 * m['shift_ready']:>8.1f}%")
     same = "yes" if r["identical"] else f"no (first divergence at {r['first_divergence']})"
     print(f"speed-up {r['speedup']:.2f}x | identical: {same}")

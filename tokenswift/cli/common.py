@@ -194,7 +194,7 @@ def engine_options(args: argparse.Namespace, lm: LoadedModel, spec: Speculation 
     from tokenswift.decode.options import EngineOptions
     from tokenswift.model.fastpath import FastOptions
 
-    fast = None
+    fast, lookahead = None, {"auto": None, "on": True, "off": False}[args.lookahead]
     if args.fast:
         if lm.config.sliding_window is not None:
             raise CliError("fast: sliding-window models are not supported by the fast path")
@@ -206,8 +206,9 @@ def engine_options(args: argparse.Namespace, lm: LoadedModel, spec: Speculation 
         from tokenswift.decode.selftest import choose_path
 
         fast, choice = choose_path(lm, fast)
-        return EngineOptions(fast=fast, adaptive=args.adaptive, choice=choice, speculation=spec or Speculation())
-    return EngineOptions(fast=fast, adaptive=args.adaptive, speculation=spec or Speculation())
+        return EngineOptions(fast=fast, adaptive=args.adaptive, choice=choice, speculation=spec or Speculation(),
+                             lookahead=lookahead)
+    return EngineOptions(fast=fast, adaptive=args.adaptive, speculation=spec or Speculation(), lookahead=lookahead)
 
 
 def cli_draft_context(lm: LoadedModel, text: str, form: str, memory: str = "", note: str = "",

@@ -158,6 +158,10 @@ def add_fast_args(p: argparse.ArgumentParser) -> None:
                    help="adapt the candidate batch to the context length and measured pass costs, down to "
                         "plain steps where those are faster, as the app does; --no-adaptive verifies the fixed "
                         "--tree every step, as the paper does (same text either way; default: on)")
+    p.add_argument("--lookahead", choices=("auto", "on", "off"), default="auto",
+                   help="fill the next context window ahead of its shift on a thread of its own: auto where the "
+                        "decoding leaves as many cores idle as it takes, on, or off (same text either way; "
+                        "default: %(default)s)")
 
 
 def add_prompt_args(p: argparse.ArgumentParser, books: bool = False) -> None:

@@ -61,6 +61,9 @@ class BannedEngine:
     def context_use(self):
         return self.engine.context_use()
 
+    def close(self) -> None:
+        self.engine.close()
+
     @property
     def policy(self):
         return self.engine.policy
@@ -122,6 +125,7 @@ class BannedEngine:
         del self._held_alts[k - self.shown:]
         self.watch.cut(k - self.shown, self.story)
         prefill_s = self.metrics.prefill_s
+        self.engine.close()
         self.engine = self.open(self.story, {k: self.bans[k]}, self.engine.window.plan)
         self.engine.metrics = self.metrics
         tokens = self.engine.start()

@@ -92,7 +92,7 @@ class Engine:
                                    alternatives=options.alternatives)
         # Past an instruction draft's answer, the story's own plan (context_window.AfterAnswer).
         self.window = Window(lm, self.cache, self.buf, self.sampler, self.needs, self.fast, plan.after_answer(ids),
-                             prompt_len, settings.ban_eos, settings.history_length, pinned_source)
+                             prompt_len, settings.ban_eos, settings.history_length, pinned_source, options.lookahead)
         # Graphs need fixed shapes; a GPU pads anyway (one kernel configuration per batch size).
         self.pad_verify = self.fast is not None or lm.device.type == "cuda"
         self.shared_head_rows = shared_head_rows(lm.model, lm.dtype)
@@ -142,6 +142,7 @@ class Engine:
         """Rebuild the window where one is due before the next token (Window.due), and restart the drafter on it."""
         due = self.window.due(self.ids)
         if due is None:
+            self.window.ahead(self.ids)
             return
         self._sync()
         t0 = time.perf_counter()
@@ -150,14 +151,16 @@ class Engine:
         if self.drafter is not None:
             self._restart_drafter(loaded)
         self._sync()
-        self.metrics.add_shift(time.perf_counter() - t0)
+        self.metrics.add_shift(time.perf_counter() - t0, loaded.length, loaded.ready)
 
     def context_use(self) -> ContextUse:
         return self.window.context_use(self.length)
 
-    @property
-    def root(self) -> int:
-        return self.ids[-1]
+    def close(self) -> None:
+        """The run is over: stop filling its next window ahead."""
+        self.window.close()
+
+    root = property(lambda self: self.ids[-1])
 
     def _append(self, tokens: list[int]) -> None:
         n = len(self.ids) - self.window.offset
@@ -165,9 +168,8 @@ class Engine:
         self.ids.extend(tokens)
 
     def _to_device(self, values: list[int], row: int) -> torch.Tensor:
-        """Host ints on the device without a stream sync (a copy from pageable memory waits for all queued work):
-        through row `row` of a pinned buffer, copied asynchronously. Each row is rewritten once per iteration,
-        and every iteration ends in a host read that waits for the copies queued before it."""
+        """Host ints on the device without a stream sync (a pageable copy waits for all queued work): through row
+        `row` of a pinned buffer, rewritten once per iteration, whose closing host read waits for the copy."""
         staged = self._staged[row, :len(values)]
         staged.copy_(torch.tensor(values, dtype=torch.int64))
         return staged.to(self.lm.device, non_blocking=True, copy=True)
@@ -177,10 +179,8 @@ class Engine:
         return history_row(self.buf, end, self.s.history_length, path)
 
     def _sync(self) -> None:
-        """Wait for the device before reading the clock (eager CUDA). On the fast path every phase already ends
-        in the one host read it needs (the drafts' top-k, the targets, a sampled token), which waits for the
-        work before it; a synchronize more would only stall the launches queued behind it. There the commit's
-        few kernels are timed with the next iteration's draft."""
+        """Wait for the device before reading the clock (eager CUDA). On the fast path every phase ends in the host
+        read it needs, which waits for the work before it (a synchronize more would stall the launches behind it)."""
         if self.lm.device.type == "cuda" and self.fast is None:
             torch.cuda.synchronize(self.lm.device)
 

@@ -103,19 +103,22 @@ class Generator:
     def _decode(self) -> Iterator[StepEvent]:
         engine = self._engine = open_engine(self.lm, self.s, self.prompt_ids + self.produced, len(self.prompt_ids),
                                             self.options, self.plan, self._pinned_source)
-        detok = self._stop_detokenizer()
-        emitted = engine.start()
-        step = engine.ts_step if self.spec.mode == "tokenswift" else engine.ar_step
-        while True:
-            alternatives = engine.take_alternatives()
-            tokens, reason = self._cut(emitted, detok)
-            self.produced.extend(tokens)
-            if reason or tokens:
-                yield StepEvent(tokens, reason is not None, reason,
-                                alternatives[:len(tokens)] if alternatives is not None else None)
-            if reason:
-                return
-            emitted = step().tokens
+        try:
+            detok = self._stop_detokenizer()
+            emitted = engine.start()
+            step = engine.ts_step if self.spec.mode == "tokenswift" else engine.ar_step
+            while True:
+                alternatives = engine.take_alternatives()
+                tokens, reason = self._cut(emitted, detok)
+                self.produced.extend(tokens)
+                if reason or tokens:
+                    yield StepEvent(tokens, reason is not None, reason,
+                                    alternatives[:len(tokens)] if alternatives is not None else None)
+                if reason:
+                    return
+                emitted = step().tokens
+        finally:  # ended, paused or dropped: no next window to fill
+            engine.close()
 
     def _cut(self, tokens: list[int], detok: IncrementalDetokenizer | None) -> tuple[list[int], str | None]:
         """Tokens up to the first that ends the run, and why it ends."""

@@ -33,6 +33,8 @@ class RunMetrics:
     verify_batches: dict[str, int] = field(default_factory=dict)  # iterations per verify batch size
     shifts: int = 0  # context shifts (context_window.py): windows rebuilt past the model's context
     shift_s: float = 0.0  # seconds spent rebuilding them (part of the elapsed time; AR pays them too)
+    shift_rows: int = 0  # the rebuilt windows' slots
+    shift_ready: int = 0  # of which filled ahead of the shift (lookahead.py)
     rewinds: int = 0  # banned phrases rewound (banned.py); the tokens rewound count in `tokens`
     rewind_s: float = 0.0  # seconds spent restarting there (part of the elapsed time; AR pays them too)
     # First calls of the fast path's passes (CUDA-graph capture, kernel compilation, warm-up): one-off costs, kept
@@ -58,10 +60,13 @@ class RunMetrics:
         if self.ar_latency_s:
             self.time_saved_s += emitted * self.ar_latency_s - (draft_s + verify_s + overhead_s)
 
-    def add_shift(self, seconds: float) -> None:
-        """A context shift: not counted against time saved, since plain decoding shifts at the same tokens."""
+    def add_shift(self, seconds: float, rows: int, ready: int) -> None:
+        """A context shift of `rows` slots, `ready` of them filled ahead: not counted against time saved, since plain
+        decoding shifts at the same tokens."""
         self.shifts += 1
         self.shift_s += seconds
+        self.shift_rows += rows
+        self.shift_ready += ready
 
     def add_rewind(self, seconds: float) -> None:
         """A banned phrase's rewind: the engine started again where it began (not against time saved either)."""

@@ -37,6 +37,9 @@ class EngineOptions:
     choice: PathChoice | None = None  # how `fast` was chosen (selftest.choose_path); None: as given, untested
     alternatives: bool = False  # record each emitted token's likeliest alternatives (alternatives.py; the app's)
     speculation: Speculation = Speculation()  # how TokenSwift drafts, or plain decoding (mode "ar")
+    # Fill the next window ahead of its shift (lookahead.py): None where cores are spare, True wherever the model
+    # prefills by rows (the tests' way to have it on a core they share), False never.
+    lookahead: bool | None = None
 
     def speculating(self, **changes) -> EngineOptions:
         """These options with `changes` to the speculation (mode="ar": the plain decoding they are checked against)."""

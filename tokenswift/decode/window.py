@@ -1,6 +1,7 @@
 """The context window an engine's cache holds (the plan: text/context_window.py): its chunked prefill, and the
-window rebuilt at a context shift's boundary or at a World Info checkpoint whose entries changed. The engine
-(engine.py) owns the story and the drafter; a Window owns where the story sits in the cache and when that moves."""
+window rebuilt at a context shift's boundary or at a World Info checkpoint whose entries changed, from the slots
+filled ahead where a lookahead runs (lookahead.py). The engine (engine.py) owns the story and the drafter; a Window
+owns where the story sits in the cache and when that moves."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from dataclasses import dataclass
 
 import torch
 
+from tokenswift.decode.lookahead import Lookahead, fills_ahead
 from tokenswift.draft.build import DraftNeeds
 from tokenswift.model.fastpath import FastPasses
 from tokenswift.model.kv_cache import KVCache
@@ -16,6 +18,8 @@ from tokenswift.model.loading import LoadedModel
 from tokenswift.model.prefill import prefill
 from tokenswift.sampling.sampler import Sampler, history_row
 from tokenswift.text.context_window import ContextUse, PinnedText, WindowPlan
+
+POST_EVERY = 16  # story tokens between two updates of what the lookahead may fill
 
 
 @dataclass
@@ -26,6 +30,7 @@ class Loaded:
     logits: torch.Tensor
     queries: list[torch.Tensor]
     hidden: torch.Tensor
+    ready: int = 0  # the leading slots filled ahead (lookahead.py)
 
 
 @dataclass(frozen=True)
@@ -37,9 +42,10 @@ class Rebuild:
 class Window:
     def __init__(self, lm: LoadedModel, cache: KVCache, buf: torch.Tensor, sampler: Sampler, needs: DraftNeeds,
                  fast: FastPasses | None, plan: WindowPlan, prompt_len: int, ban_eos: bool, history_length: int,
-                 pinned_source: Callable[[], PinnedText] | None = None):
+                 pinned_source: Callable[[], PinnedText] | None = None, lookahead: bool | None = False):
         """buf: the engine's token buffer (slot = position), which a load rewrites. pinned_source: the draft's current
-        Memory and note, asked for at each shift (an edit applies there)."""
+        Memory and note, asked for at each shift (an edit applies there). lookahead: fill the next window ahead of
+        its shift (EngineOptions.lookahead; lookahead.fills_ahead)."""
         self.lm, self.cache, self.buf, self.sampler, self.needs, self.fast = lm, cache, buf, sampler, needs, fast
         self.prompt_len, self.ban_eos, self.history_length = prompt_len, ban_eos, history_length
         self.pinned_source = pinned_source
@@ -48,6 +54,10 @@ class Window:
         self.plan, self.offset, self.next_boundary, self.shifts = plan, 0, 0, 0
         # World Info: the next checkpoint (world_info.py) and the entries in the window now.
         self.next_check, self.entries = 0, ()
+        self.next_post = 0
+        threads = lm.threads or torch.get_num_threads()
+        ahead = fills_ahead(lm.model, threads, fast is not None, lookahead)
+        self.lookahead = Lookahead(lm.model, cache, needs) if ahead else None
 
     def load(self, ids: Sequence[int], fresh: bool, at: int | None = None) -> Loaded:
         """Fill the cache with window(b) + story[b:t] for the next token t and its boundary b (built at `at`, a
@@ -73,11 +83,16 @@ class Window:
         # sampled from it; else all but its last token, the root then): a resume prefills that much again and
         # replays the tokens since as the steps computed them (prefill.py).
         prefilled = len(built) if at == self.prompt_len else len(built) - 1
-        if self.sampler.adaptive is None:
-            return self._prefill(ids, length, prefilled)
-        # Adaptive-P's history starts where the window was built: a resume recomputes it from the rows since.
-        self.sampler.adaptive.restart(at)
-        return self._prefill(ids, length, prefilled, chosen=t - at)
+        chosen = 0
+        if self.sampler.adaptive is not None:
+            # Adaptive-P's history starts where the window was built: a resume recomputes it from the rows since.
+            self.sampler.adaptive.restart(at)
+            chosen = t - at
+        ready, early = 0, None
+        if self.lookahead is not None:  # the last row (its logits) and Adaptive-P's are computed here
+            ready, early = self.lookahead.take(tokens, self.cache, length - max(chosen, 1), self.needs.states)
+            self.next_post = 0
+        return self._prefill(ids, length, prefilled, chosen, ready, early)
 
     def due(self, ids: Sequence[int]) -> Rebuild | None:
         """Before predicting the token after ids: a rebuild at a boundary (the same rebuild a resume does); at a World
@@ -95,6 +110,19 @@ class Window:
         self.next_check = self.plan.next_checkpoint(t)
         return Rebuild(t) if self.plan.active(ids, t) != self.entries else None
 
+    def ahead(self, ids: Sequence[int]) -> None:
+        """Tell the lookahead how much of the next window the story settles now (every POST_EVERY tokens: working
+        it out walks the window)."""
+        if self.lookahead is None or len(ids) < self.next_post or self.plan.dynamic:
+            return
+        self.next_post = len(ids) + POST_EVERY
+        self.lookahead.want(self.plan.ahead(ids, self.next_boundary))
+
+    def close(self) -> None:
+        """Stop filling ahead: the run is over."""
+        if self.lookahead is not None:
+            self.lookahead.stop()
+
     def rebuild(self, ids: Sequence[int], due: Rebuild) -> Loaded:
         """The window `due` asks for, with the Memory and note as they are now where it moves to a new boundary."""
         base = self.plan.answered_from or self.plan
@@ -109,15 +137,18 @@ class Window:
         return ContextUse(pinned - frame, length + 1 - pinned, self.shifts, frame)
 
     @torch.inference_mode()
-    def _prefill(self, ids: Sequence[int], upto: int, replay_from: int, chosen: int = 0) -> Loaded:
-        """Slots [0, upto), those from replay_from on as exact rows (prefill.py). chosen: the last rows whose next
-        tokens Adaptive-P's history holds."""
+    def _prefill(self, ids: Sequence[int], upto: int, replay_from: int, chosen: int, ready: int = 0,
+                 early: torch.Tensor | None = None) -> Loaded:
+        """Slots [ready, upto) (those before are filled, `early` the drafter's states of their last ones), those from
+        replay_from on as exact rows (prefill.py). chosen: the last rows whose next tokens Adaptive-P's history
+        holds."""
         keep = self.needs.states
-        out = prefill(self.lm.model, self.buf[:upto], self.cache, max(keep, chosen), last=True,
-                      keep_layers=self.needs.feature_layers, replay_from=min(replay_from, upto))
+        out = prefill(self.lm.model, self.buf[ready:upto], self.cache, max(keep, chosen), last=True,
+                      keep_layers=self.needs.feature_layers, replay_from=min(replay_from, upto) - ready, start=ready)
         if chosen:
             self._recall(ids, out.hidden[-chosen:], upto - chosen)
-        return Loaded(upto, out.logits, out.queries, self.needs.rows(out)[-keep:])
+        rows = self.needs.rows(out) if early is None else torch.cat((early, self.needs.rows(out)))
+        return Loaded(upto, out.logits, out.queries, rows[-keep:], ready)
 
     def _recall(self, ids: Sequence[int], hidden: torch.Tensor, first: int) -> None:
         """Adaptive-P's history from the states of slots first.. : each row's logits as a step takes them (one row

@@ -9,7 +9,8 @@ per step, ~420 with ~10 ms of Python around them; torch's flash-attention kernel
 GEMMs per KV block, took 0.66 ms a layer at a 2K-token context. The forward (forward.py) is the same with or
 without these: Block.forward hands its layer to a NativeBlock where the forward has one. Loading sets them on a
 float32 CPU model (Transformer.native), q4 included, and on a float64 one (native.DOUBLE), where a C compiler builds
-them; prefill chunks (more than MAX_ROWS rows) keep torch's operators, whose GEMMs pay off there. A verify batch
+them; a float model's prefill chunks (more than MAX_ROWS rows) keep torch's operators, whose GEMMs pay off there
+(a quantized model's prefill runs the kernels: Transformer.prefills_by_rows). A verify batch
 runs on the kernels whatever its rows (the forward's exact_rows), attention included, so each row is bit for bit
 what a plain step computes: torch's GEMMs order their sums otherwise (in q4, from quant.DENSE_ROWS rows, they
 dequantize the weight).

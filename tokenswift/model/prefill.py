@@ -10,6 +10,10 @@ uninterrupted run prefilled its window once, when the window was built, and comp
 row at a time (plain steps, verify rows). So `replay_from` cuts the text there: the window is prefilled as it was,
 in the same chunks, and the tokens since are replayed as exact rows (forward's exact_rows), each computed as the
 plain step at its position computed it. A GEMM's sums, unlike a row's, depend on the chunk they are computed in.
+
+A model whose rows beat its GEMMs (Transformer.prefills_by_rows: GGUF-quantized weights on the C kernels) prefills
+every token as an exact row: then a window's slots are the same whichever chunks computed them, so a window may
+be filled ahead of its shift, a piece at a time (decode/lookahead.py).
 """
 
 from __future__ import annotations
@@ -25,25 +29,30 @@ REPLAY_CHUNK = 64  # exact rows per forward when replaying: any count gives the 
 
 
 def prefill(model: Transformer, tokens: torch.Tensor, cache: KVCache, keep: int, last: bool = False,
-            keep_layers: tuple[int, ...] = (), replay_from: int | None = None) -> ForwardOut:
-    """tokens [n] at slots and positions 0..n-1 of `cache`; from index `replay_from` on (when given), as exact rows.
-    Returns the last-layer states of the last `keep` tokens (and theirs of the layers in keep_layers) and, when
-    `last`, the last token's logits [1, V] and its queries per layer ([heads, head_dim] each)."""
+            keep_layers: tuple[int, ...] = (), replay_from: int | None = None, start: int = 0) -> ForwardOut:
+    """tokens [n] at slots and positions start..start+n-1 of `cache`; from index `replay_from` on (when given), as
+    exact rows. start > 0 (a model that prefills by rows only): the slots before hold the window's first tokens
+    already. Returns the last-layer states of the last `keep` tokens (and theirs of the layers in keep_layers) and,
+    when `last`, the last token's logits [1, V] and its queries per layer ([heads, head_dim] each)."""
     n = tokens.shape[0]
-    cut = n if replay_from is None else replay_from
-    chunks = [(start, min(start + PREFILL_CHUNK, cut), False) for start in range(0, cut, PREFILL_CHUNK)]
-    chunks += [(start, min(start + REPLAY_CHUNK, n), True) for start in range(cut, n, REPLAY_CHUNK)]
+    by_rows = model.prefills_by_rows
+    if start and not by_rows:
+        raise ValueError("prefill: only a model that prefills by rows starts past slot 0")
+    cut = 0 if by_rows else n if replay_from is None else replay_from
+    chunks = [(i, min(i + PREFILL_CHUNK, cut), False) for i in range(0, cut, PREFILL_CHUNK)]
+    chunks += [(i, min(i + REPLAY_CHUNK, n), True) for i in range(cut, n, REPLAY_CHUNK)]
     window, dev = model.cfg.sliding_window, tokens.device
     out, states, layers = None, [], [[] for _ in keep_layers]
-    for start, end, exact in chunks:
-        pos = torch.arange(start, end, device=dev)
-        mask = causal_mask(start, end - start, pos, window, dev)
-        out = model(tokens[start:end], pos, cache, start, mask, logits="last" if last and end == n else "none",
+    for i, end, exact in chunks:
+        pos = torch.arange(start + i, start + end, device=dev)
+        mask = causal_mask(start + i, end - i, pos, window, dev)
+        out = model(tokens[i:end], pos, cache, start + i, mask, logits="last" if last and end == n else "none",
                     capture_queries=last and end == n, exact_rows=exact, keep_layers=keep_layers)
-        if end > n - keep:
-            first = max(0, n - keep - start)
+        if keep and end > n - keep:
+            first = max(0, n - keep - i)
             states.append(out.hidden[first:])
             for rows, layer in zip(layers, out.layers or (), strict=True):
                 rows.append(layer[first:])
-    return ForwardOut(out.logits, torch.cat(states), [q[-1] for q in out.queries] if last else None,
+    return ForwardOut(out.logits, torch.cat(states) if states else out.hidden[:0],
+                      [q[-1] for q in out.queries] if last else None,
                       [torch.cat(rows) for rows in layers] if keep_layers else None)

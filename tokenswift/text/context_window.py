@@ -233,6 +233,27 @@ class WindowPlan:
             pieces += [("frame", opener), ("story", kept[:cut]), ("frame", close)]
         return [*pieces, ("note", list(self.pinned.note)), ("frame", opener), ("story", kept[cut:])]
 
+    def ahead(self, ids: Sequence[int], b: int) -> list[int]:
+        """The leading tokens of window(b) that the story so far (ids, shorter than b) already settles: the pinned
+        ones and the kept story written so far, up to where the note may yet go (word_cut moves its place back up to
+        WORD_REACH tokens, once the token at b - note_depth is written). A guess where World Info comes and goes
+        (its entries are read near b): decode/lookahead.py takes only the slots whose tokens match."""
+        settled = len(ids)
+        if self.pinned.note and settled <= b - self.note_depth:
+            settled = min(settled, b - self.note_depth - WORD_REACH + 1)
+        padded = [*ids[:b], *[-1] * (b - len(ids))]
+        out, story = [], self.kept_start(b)
+        for name, piece in self.layout(padded, b):
+            if name != "story":
+                out += piece
+                continue
+            take = max(0, min(len(piece), settled - story))
+            out += piece[:take]
+            story += len(piece)
+            if take < len(piece):
+                break
+        return out
+
     def seen(self, ids: Sequence[int]) -> list[tuple[str, list[int]]]:
         """What predicts the token after ids, labelled as layout, after the story no longer in view
         ("shifted") and with the story written since the window was built."""
