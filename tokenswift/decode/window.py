@@ -19,7 +19,7 @@ from tokenswift.model.prefill import prefill
 from tokenswift.sampling.sampler import Sampler, history_row
 from tokenswift.text.context_window import ContextUse, PinnedText, WindowPlan
 
-POST_EVERY = 16  # story tokens between two updates of what the lookahead may fill
+POSTS = 16  # updates of what the lookahead may fill per shift step: every 128 tokens by default (lookahead.CHUNK)
 
 
 @dataclass
@@ -111,11 +111,11 @@ class Window:
         return Rebuild(t) if self.plan.active(ids, t) != self.entries else None
 
     def ahead(self, ids: Sequence[int]) -> None:
-        """Tell the lookahead how much of the next window the story settles now (every POST_EVERY tokens: working
-        it out walks the window)."""
+        """Tell the lookahead how much of the next window the story settles now (POSTS times a shift step: working it
+        out walks the window)."""
         if self.lookahead is None or len(ids) < self.next_post or self.plan.dynamic:
             return
-        self.next_post = len(ids) + POST_EVERY
+        self.next_post = len(ids) + max(1, self.plan.step // POSTS)
         self.lookahead.want(self.plan.ahead(ids, self.next_boundary))
 
     def close(self) -> None:
