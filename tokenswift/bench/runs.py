@@ -17,6 +17,7 @@ import torch
 
 from tokenswift.decode.engine import Engine
 from tokenswift.decode.generate import Generator, open_engine, validate
+from tokenswift.decode.lookahead import matching
 from tokenswift.decode.metrics import distinct
 from tokenswift.decode.options import EngineOptions
 from tokenswift.model.kv_cache import row_bytes
@@ -170,10 +171,8 @@ def _run(lm: LoadedModel, settings: Settings, prompt_ids: list[int], options: En
 
 
 def first_divergence(a: Sequence[int], b: Sequence[int]) -> int | None:
-    for i, (x, y) in enumerate(zip(a, b, strict=False)):
-        if x != y:
-            return i
-    return None if len(a) == len(b) else min(len(a), len(b))
+    n = matching(a, b)
+    return None if n == len(a) == len(b) else n
 
 
 def _timed(engine: Engine, out: list[int], goal: int, step) -> float:

@@ -101,9 +101,9 @@ class Lookahead:
         try:
             while True:
                 with self._lock:
-                    wanted = self._wanted
-                    done = matching(self.tokens, wanted) if wanted is not None else 0
-                    end = min(len(wanted), done + CHUNK) if wanted is not None else 0
+                    wanted = self._wanted or []
+                    done = matching(self.tokens, wanted)
+                    end = min(len(wanted), done + CHUNK)
                     if end <= done:  # stopped, or caught up with the story: the next want() starts another
                         self._thread = None
                         return
