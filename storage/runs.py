@@ -55,16 +55,22 @@ class RunVerbs:
 
     def record_start(
         self, gen_id: int, owner: Owner, prompt_ids: list[int], model: str, heads: str | None,
-        resume_from: int | None = None,
-    ) -> bool:
-        """Fix what the job runs with: the tokenized prompt (and where its family's written text starts in it) and
-        the model, so a resume uses the same."""
+        resume_from: int | None = None, kv_cache: str = "float32",
+    ) -> str | None:
+        """Fix what the job runs with: the tokenized prompt (and where its family's written text starts in it), the
+        model and its KV cache, so a resume uses the same. Returns the KV cache the run keeps: the draft's own once
+        fixed, else its parent's where it goes on from the text its family wrote (resume_from), else `kv_cache` (the
+        worker's); None where the job is no longer ours."""
         with self._write() as s:
             row = _owned(s, gen_id, owner)
-            if row is not None:
-                row.prompt_ids, row.model, row.heads = pack_ids(prompt_ids), model, heads
-                row.resume_from = resume_from
-            return row is not None
+            if row is None:
+                return None
+            row.prompt_ids, row.model, row.heads = pack_ids(prompt_ids), model, heads
+            row.resume_from = resume_from
+            if row.kv_cache is None:
+                parent = s.get(GenerationRow, row.parent_id) if row.parent_id and resume_from is not None else None
+                row.kv_cache = (parent.kv_cache if parent is not None else None) or kv_cache
+            return row.kv_cache
 
     def append_progress(
         self, gen_id: int, owner: Owner, progress: Progress, *, finish: str | None = None,

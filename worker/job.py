@@ -59,6 +59,21 @@ def disk_fault(error: StoreError) -> bool:
     return any(words in str(error).lower() for words in DISK_FAULTS)
 
 
+def kept_cache(lm, kind: str, job_id: int):
+    """lm with the KV cache the draft's runs keep (Store.record_start), so that a resume writes what its first run
+    would have, whatever this worker defaults to; the worker's own where its model cannot keep that one."""
+    from tokenswift.model.loading import compact_cache
+
+    if kind == lm.kv_cache:
+        return lm
+    try:
+        return compact_cache(lm, kind)
+    except ValueError as error:
+        log.warning("job %s: its runs kept a %s KV cache, which this worker's model cannot (%s); it goes on with %s, "
+                    "so its text from here may differ", job_id, kind, error, lm.kv_cache)
+        return lm
+
+
 class JobRun:
     def __init__(self, store: Store, owner: Owner, job: Job, lm, spec: ModelSpec, policy: FlushPolicy,
                  stopping: Callable[[], bool], wait: Callable[[float], object] = time.sleep,
@@ -150,9 +165,11 @@ class JobRun:
             else:  # An instruction draft's story so far (a writer's edit) goes on inside the assistant's turn.
                 text, story = prompt_parts(self.job.prompt_text, self.job.instruction)
                 prompt_ids = make_prompt(self.lm, text, settings.prompt_format, story)
-        if not self.store.record_start(self.job.id, self.owner, prompt_ids, self.spec.model, self.spec.heads,
-                                       resume_from):
+        kv_cache = self.store.record_start(self.job.id, self.owner, prompt_ids, self.spec.model, self.spec.heads,
+                                           resume_from, self.lm.kv_cache)
+        if kv_cache is None:
             return "lost"
+        self.lm = kept_cache(self.lm, kv_cache, self.job.id)
         done_ids = self.store.get_tokens(self.job.id).generated_ids
         if len(done_ids) >= settings.max_new_tokens:  # finished before a crash could mark it
             return self._flush("done", "length")
