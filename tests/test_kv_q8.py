@@ -4,6 +4,8 @@ bit the portable ones; a verify batch's rows still a plain step's rows; and Toke
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 from speed import AR
@@ -22,8 +24,16 @@ PROMPT = ("Once upon a time, a little girl named Lily found a shiny red ball in 
           "her friend Tom, so she")  # longer than a C forward's rows: the prompt's prefill runs torch's operators
 
 
-def q8_layer(seed: int) -> tuple[torch.Tensor, torch.Tensor]:
-    keys, values = cache_layer(seed=seed)
+# The default model's heads (64 wide) and those of most 7-12B models (Llama 3.1 8B, Mistral 7B, Qwen2.5 7B: 128).
+WIDE = dataclasses.replace(CFG, head_dim=128)
+
+
+def q8_layer(seed: int, cfg=CFG) -> tuple[torch.Tensor, torch.Tensor]:
+    if cfg.head_dim == CFG.head_dim:
+        keys, values = cache_layer(seed=seed)
+    else:
+        gen = torch.Generator().manual_seed(seed)
+        keys, values = (torch.randn(cfg.n_kv_heads, 4096, cfg.head_dim, generator=gen) for _ in range(2))
     return quantize(keys * 3, key=True), quantize(values, key=False)  # keys of a trained model's spread
 
 
@@ -51,35 +61,38 @@ def test_a_layer_stores_q8_rows_as_torch_quantizes_them():
     assert torch.equal(caches[1].v[:, :, slots], quantize(caches[0].v[:, :, slots], key=False))
 
 
-@pytest.mark.parametrize(("t", "span"), [(1, 1), (1, 1000), (3, 700), (4, 257), (16, 2048)])
-def test_the_vector_loops_are_the_portable_ones_and_near_attention_over_the_rows(tmp_path, monkeypatch, t, span):
+@pytest.mark.parametrize(("t", "span", "cfg"), [(1, 1, CFG), (1, 1000, CFG), (3, 700, CFG), (4, 257, CFG),
+                                                (16, 2048, CFG), (1, 1000, WIDE), (4, 257, WIDE)])
+def test_the_vector_loops_are_the_portable_ones_and_near_attention_over_the_rows(tmp_path, monkeypatch, t, span,
+                                                                                 cfg):
     vector = NativeRows(native.kernels())
     monkeypatch.setenv("TOKENSWIFT_CACHE", str(tmp_path))
     portable = NativeRows(native.kernels(("-mno-avx512f",)))  # test_compact_cache's build too: one compile
     assert not portable.lib.attention_q8_fast()
-    keys, values = q8_layer(seed=t)
-    q = torch.randn(t, CFG.n_heads, CFG.head_dim, generator=torch.Generator().manual_seed(span))
+    keys, values = q8_layer(t, cfg)
+    q = torch.randn(t, cfg.n_heads, cfg.head_dim, generator=torch.Generator().manual_seed(span))
     mask = torch.rand(t, span, generator=torch.Generator().manual_seed(t)) > 0.3
     mask[:, 0] = True
-    out = vector.attend(CFG, q, keys[:, :span], values[:, :span], mask)
-    assert torch.equal(out, portable.attend(CFG, q, keys[:, :span], values[:, :span], mask))
+    out = vector.attend(cfg, q, keys[:, :span], values[:, :span], mask)
+    assert torch.equal(out, portable.attend(cfg, q, keys[:, :span], values[:, :span], mask))
     # Over the rows' own values, the error is the query's and the weights' 8 bits: ~1% of the outputs' size.
-    wide = NativeRows(native.kernels()).attend(CFG, q, dequantize(keys[:, :span], True).contiguous(),
+    wide = NativeRows(native.kernels()).attend(cfg, q, dequantize(keys[:, :span], True).contiguous(),
                                                dequantize(values[:, :span], False).contiguous(), mask)
     assert torch.allclose(out, wide, atol=0.02 * wide.abs().max().item(), rtol=0)
 
 
-def test_a_rows_attention_over_a_q8_cache_does_not_depend_on_the_rows_beside_it():
+@pytest.mark.parametrize("cfg", [CFG, WIDE])
+def test_a_rows_attention_over_a_q8_cache_does_not_depend_on_the_rows_beside_it(cfg):
     rows = NativeRows(native.kernels())
-    keys, values = q8_layer(seed=3)
-    q = torch.randn(5, CFG.n_heads, CFG.head_dim, generator=torch.Generator().manual_seed(4))
+    keys, values = q8_layer(3, cfg)
+    q = torch.randn(5, cfg.n_heads, cfg.head_dim, generator=torch.Generator().manual_seed(4))
     span = 1000
     mask = torch.ones(5, span, dtype=torch.bool)
     mask[:, 995:] = tree_block([-1, 0, 1, 2, 2])
-    together = rows.attend(CFG, q, keys[:, :span], values[:, :span], mask)
+    together = rows.attend(cfg, q, keys[:, :span], values[:, :span], mask)
     for row in range(5):
         seen = mask[row].nonzero().flatten()
-        alone = rows.attend(CFG, q[row:row + 1], keys[:, seen], values[:, seen], None)
+        alone = rows.attend(cfg, q[row:row + 1], keys[:, seen], values[:, seen], None)
         assert torch.equal(alone, together[row:row + 1])
 
 

@@ -31,6 +31,7 @@
 
 #define Q8_EXP_FLOOR -110.0f  /* exp(-110) is 0 in float32: -inf (a padded slot) takes it too */
 #define LOG2E 1.44269504088896341f
+#define MAX_PIECES 4  /* a query row's 32-byte pieces at the widest head the vector loops take (d = 128) */
 /* 2^f for |f| <= 1/2: ln 2^k / k!, k = 6..0, by Horner's rule. */
 static const float EXP2_TAYLOR[7] = {1.5403530e-4f, 1.3333558e-3f, 9.6181291e-3f, 5.5504109e-2f, 2.4022651e-1f,
                                      6.9314718e-1f, 1.0f};
@@ -118,24 +119,27 @@ INLINE __m256i hsum8_epi32(const __m256i *v) {
                             _mm256_permute2x128_si256(s0123, s4567, 0x31));
 }
 
-/* scores[r * CHUNK + j] for R rows and the chunk's keys at d = 64, eight keys at a time: qb[r] row r's integers
-   (two vectors of 32), bias[r] = Q8_KEY_BIAS * their sum (the keys' bytes carry the bias), a[r] = sq * scale. */
-INLINE void block_scores(const __m256i (*qb)[2], const int32_t *bias, const float *a, const char *const *keys,
-                         int64_t padded, const int R, int64_t ahead, float *scores) {
+/* scores[r * CHUNK + j] for R rows and the chunk's keys at d = 32 NB (64 or 128), eight keys at a time: qb[r] row
+   r's integers (NB vectors of 32), bias[r] = Q8_KEY_BIAS * their sum (the keys' bytes carry the bias),
+   a[r] = sq * scale. */
+INLINE void block_scores(const __m256i (*qb)[MAX_PIECES], const int32_t *bias, const float *a,
+                         const char *const *keys, int64_t padded, const int R, const int NB, int64_t ahead,
+                         float *scores) {
+    const int64_t d = 32 * NB;
     for (int64_t j = 0; j < padded; j += 8) {
         if (ahead)
-            for (int u = 0; u < 8; ++u) prefetch_row(keys[j + u] + ahead, 68);
+            for (int u = 0; u < 8; ++u) prefetch_row(keys[j + u] + ahead, d + 4);
         __m256i acc[MAX_GROUP][8];
         for (int r = 0; r < R; ++r)
             for (int u = 0; u < 8; ++u) acc[r][u] = _mm256_setzero_si256();
-        for (int b = 0; b < 2; ++b)
+        for (int b = 0; b < NB; ++b)
             for (int u = 0; u < 8; ++u) {
                 const __m256i kv = _mm256_loadu_si256((const __m256i *)(keys[j + u] + 32 * b));
                 for (int r = 0; r < R; ++r) acc[r][u] = _mm256_dpbusd_epi32(acc[r][u], kv, qb[r][b]);
             }
         __m256 sk = _mm256_setzero_ps();
         float lanes[8];
-        for (int u = 0; u < 8; ++u) lanes[u] = q8_scale(keys[j + u], 64);
+        for (int u = 0; u < 8; ++u) lanes[u] = q8_scale(keys[j + u], d);
         sk = _mm256_loadu_ps(lanes);
         for (int r = 0; r < R; ++r) {
             const __m256i s = _mm256_sub_epi32(hsum8_epi32(acc[r]), _mm256_set1_epi32(bias[r]));
@@ -173,19 +177,20 @@ INLINE void weights(const float *p, const float *sv, int64_t padded, uint32_t *u
     *c = top / 255.0f;
 }
 
-/* o[r * 64 + i] for R rows at d = 64, four slots a step: their rows' bytes interleaved so that a 32-bit lane holds
-   one element of the four (unpacks within 128-bit lanes: 128-bit lane L of x[k] holds elements 16 L + 4 k .. + 3),
-   each dotted with the row's four weights. Slots past n carry weight 0. */
+/* o[r * d + i] for R rows and the 64 elements i from `at` (a section of a row of d), four slots a step: their
+   rows' bytes interleaved so that a 32-bit lane holds one element of the four (unpacks within 128-bit lanes:
+   128-bit lane L of x[k] holds elements 16 L + 4 k .. + 3), each dotted with the row's four weights. Slots past n
+   carry weight 0. */
 INLINE void block_values(const uint32_t (*u4)[CHUNK / 4], const float *c, const char *const *values, int64_t n,
-                         const int R, int64_t ahead, float *o) {
+                         const int R, int64_t d, int64_t at, int64_t ahead, float *o) {
     __m512i acc[MAX_GROUP][4];
     for (int r = 0; r < R; ++r)
         for (int k = 0; k < 4; ++k) acc[r][k] = _mm512_setzero_si512();
     for (int64_t j = 0; j < n; j += 4) {
         if (ahead)
-            for (int u = 0; u < 4; ++u) prefetch_row(values[j + u] + ahead, 68);
-        const __m512i A = _mm512_loadu_si512(values[j]), B = _mm512_loadu_si512(values[j + 1]);
-        const __m512i C = _mm512_loadu_si512(values[j + 2]), D = _mm512_loadu_si512(values[j + 3]);
+            for (int u = 0; u < 4; ++u) prefetch_row(values[j + u] + ahead, d + 4);
+        const __m512i A = _mm512_loadu_si512(values[j] + at), B = _mm512_loadu_si512(values[j + 1] + at);
+        const __m512i C = _mm512_loadu_si512(values[j + 2] + at), D = _mm512_loadu_si512(values[j + 3] + at);
         const __m512i ab_lo = _mm512_unpacklo_epi8(A, B), ab_hi = _mm512_unpackhi_epi8(A, B);
         const __m512i cd_lo = _mm512_unpacklo_epi8(C, D), cd_hi = _mm512_unpackhi_epi8(C, D);
         const __m512i x[4] = {_mm512_unpacklo_epi16(ab_lo, cd_lo), _mm512_unpackhi_epi16(ab_lo, cd_lo),
@@ -198,34 +203,46 @@ INLINE void block_values(const uint32_t (*u4)[CHUNK / 4], const float *c, const 
     for (int r = 0; r < R; ++r)
         for (int k = 0; k < 4; ++k) {
             const __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(acc[r][k]), _mm512_set1_ps(c[r]));
-            _mm_storeu_ps(o + r * 64 + 4 * k, _mm512_extractf32x4_ps(f, 0));
-            _mm_storeu_ps(o + r * 64 + 16 + 4 * k, _mm512_extractf32x4_ps(f, 1));
-            _mm_storeu_ps(o + r * 64 + 32 + 4 * k, _mm512_extractf32x4_ps(f, 2));
-            _mm_storeu_ps(o + r * 64 + 48 + 4 * k, _mm512_extractf32x4_ps(f, 3));
+            float *to = o + r * d + at;
+            _mm_storeu_ps(to + 4 * k, _mm512_extractf32x4_ps(f, 0));
+            _mm_storeu_ps(to + 16 + 4 * k, _mm512_extractf32x4_ps(f, 1));
+            _mm_storeu_ps(to + 32 + 4 * k, _mm512_extractf32x4_ps(f, 2));
+            _mm_storeu_ps(to + 48 + 4 * k, _mm512_extractf32x4_ps(f, 3));
         }
 }
 
-/* q8_chunk's rows at d = 64, in blocks of ROW_BLOCK rows (keys and values addressed once for all): row r's
+/* A block's scores at d = 32 NB: block_scores with R and NB constants, each pair its own unrolled loops. */
+static void scores_of(const __m256i (*qb)[MAX_PIECES], const int32_t *bias, const float *a, const char *const *keys,
+                      int64_t padded, int R, int NB, int64_t ahead, float *sc) {
+    if (NB == 2) {
+        if (R == 3) block_scores(qb, bias, a, keys, padded, 3, 2, ahead, sc);
+        else if (R == 2) block_scores(qb, bias, a, keys, padded, 2, 2, ahead, sc);
+        else block_scores(qb, bias, a, keys, padded, 1, 2, ahead, sc);
+    } else {
+        if (R == 3) block_scores(qb, bias, a, keys, padded, 3, 4, ahead, sc);
+        else if (R == 2) block_scores(qb, bias, a, keys, padded, 2, 4, ahead, sc);
+        else block_scores(qb, bias, a, keys, padded, 1, 4, ahead, sc);
+    }
+}
+
+/* q8_chunk's rows at d = 64 or 128, in blocks of ROW_BLOCK rows (keys and values addressed once for all): row r's
    integers at qi[r], its a and bias at a[r], bias[r]. */
-static void chunk_vector(const int8_t *const *qi, const float *a, const int32_t *bias, int64_t rows,
+static void chunk_vector(const int8_t *const *qi, const float *a, const int32_t *bias, int64_t rows, int64_t d,
                          const char *const *keys, const char *const *values, int64_t n, int64_t ahead, float *scores,
                          struct part *parts, float *o) {
     const int64_t padded = (n + 7) / 8 * 8;
+    const int nb = (int)(d / 32);
     for (int64_t r = 0; r < rows; r += ROW_BLOCK) {
         const int b = rows - r < ROW_BLOCK ? (int)(rows - r) : ROW_BLOCK;
-        __m256i qb[MAX_GROUP][2];
-        for (int i = 0; i < b; ++i) {
-            qb[i][0] = _mm256_loadu_si256((const __m256i *)qi[r + i]);
-            qb[i][1] = _mm256_loadu_si256((const __m256i *)(qi[r + i] + 32));
-        }
+        __m256i qb[MAX_GROUP][MAX_PIECES];
+        for (int i = 0; i < b; ++i)
+            for (int piece = 0; piece < nb; ++piece)
+                qb[i][piece] = _mm256_loadu_si256((const __m256i *)(qi[r + i] + 32 * piece));
         const int64_t next = r == 0 ? ahead : 0;  /* the first block reads the chunk from memory */
-        float *sc = scores + r * CHUNK;
-        if (b == 3) block_scores(qb, bias + r, a + r, keys, padded, 3, next, sc);
-        else if (b == 2) block_scores(qb, bias + r, a + r, keys, padded, 2, next, sc);
-        else block_scores(qb, bias + r, a + r, keys, padded, 1, next, sc);
+        scores_of(qb, bias + r, a + r, keys, padded, b, nb, next, scores + r * CHUNK);
     }
     float sv[CHUNK];
-    for (int64_t j = 0; j < padded; ++j) sv[j] = j < n ? q8_scale(values[j], 64) : 0.0f;
+    for (int64_t j = 0; j < padded; ++j) sv[j] = j < n ? q8_scale(values[j], d) : 0.0f;
     uint32_t u4[MAX_GROUP][CHUNK / 4];
     float c[MAX_GROUP];
     for (int64_t r = 0; r < rows; r += ROW_BLOCK) {
@@ -236,10 +253,12 @@ static void chunk_vector(const int8_t *const *qi, const float *a, const int32_t 
             parts[r + i] = numerators8(row, padded, q8_exp8);  /* numerators_portable's order */
             weights(row, sv, padded, u4[i], c + i);
         }
-        const int64_t next = r == 0 ? ahead : 0;
-        if (b == 3) block_values(u4, c, values, n, 3, next, o + r * 64);
-        else if (b == 2) block_values(u4, c, values, n, 2, next, o + r * 64);
-        else block_values(u4, c, values, n, 1, next, o + r * 64);
+        for (int64_t at = 0; at < d; at += 64) {  /* the row's sections of 64 elements, each over every slot */
+            const int64_t next = r == 0 && at == 0 ? ahead : 0;
+            if (b == 3) block_values(u4, c, values, n, 3, d, at, next, o + r * d);
+            else if (b == 2) block_values(u4, c, values, n, 2, d, at, next, o + r * d);
+            else block_values(u4, c, values, n, 1, d, at, next, o + r * d);
+        }
     }
 }
 #endif
@@ -268,8 +287,8 @@ void q8_chunk(const struct q8_queries *queries, int64_t h, int64_t g, int64_t r0
         bias[r] = queries->bias[at];
     }
 #ifdef AT_Q8_VNNI
-    if (d == 64) {
-        chunk_vector(qi, a, bias, rows, keys, values, n, ahead, scores, parts, o);
+    if (d == 64 || d == 128) {
+        chunk_vector(qi, a, bias, rows, d, keys, values, n, ahead, scores, parts, o);
         return;
     }
 #endif
