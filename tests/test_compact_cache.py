@@ -132,7 +132,7 @@ def test_q4_runs_a_compact_cache_by_default_and_other_precisions_keep_theirs(smo
     """auto (load_model's and the CLI's default): for q4, the app's CPU configuration, q8 where the kernels have its
     integer products and bf16 elsewhere (loading.compact_cache's measurements); full precision elsewhere (float64
     for the exactness proofs)."""
-    fast = smollm2_q4.model.native.lib.attention_q8_fast()
+    fast = smollm2_q4.model.native.lib.attention_q8_fast(smollm2_q4.config.head_dim)
     assert (smollm2_q4.kv_cache, smollm2_q4.cache_dtype) == (("q8", Q8) if fast else ("bf16", torch.bfloat16))
     assert (stories32.kv_cache, stories32.cache_dtype) == ("float32", torch.float32)
     assert stories64.cache_dtype == torch.float64 and compact_cache(stories64, "auto").cache_dtype == torch.float64

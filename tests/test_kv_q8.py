@@ -68,7 +68,7 @@ def test_the_vector_loops_are_the_portable_ones_and_near_attention_over_the_rows
     vector = NativeRows(native.kernels())
     monkeypatch.setenv("TOKENSWIFT_CACHE", str(tmp_path))
     portable = NativeRows(native.kernels(("-mno-avx512f",)))  # test_compact_cache's build too: one compile
-    assert not portable.lib.attention_q8_fast()
+    assert not portable.lib.attention_q8_fast(cfg.head_dim)
     keys, values = q8_layer(t, cfg)
     q = torch.randn(t, cfg.n_heads, cfg.head_dim, generator=torch.Generator().manual_seed(span))
     mask = torch.rand(t, span, generator=torch.Generator().manual_seed(t)) > 0.3

@@ -13,9 +13,9 @@
      u = nearbyint(w * (255 / top)), and out[i] = (float)(sum_j u[j] * v[j][i]) * (top / 255). A slot whose weight
      is under 1/510 of the chunk's largest adds nothing; the sum that divides at the end is of the float numerators.
    So a row's result depends on its query and the rows it sees, in order, as attention_kernel.c requires. */
+#include <stdint.h>
 #ifndef TS_DOUBLE
 #include <math.h>
-#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include "real.h"
@@ -298,12 +298,13 @@ void q8_chunk(const struct q8_queries *queries, int64_t h, int64_t g, int64_t r0
 }
 #endif
 
-/* 1 where this build's q8 products take vpdpbusd, else 0 (the portable loops: correct, not fast; float64 builds
-   have no q8 cache). */
-int attention_q8_fast(void) {
+/* 1 where this build's q8 products take vpdpbusd for heads d wide, else 0 (the portable loops: correct, not fast;
+   float64 builds have no q8 cache). */
+int attention_q8_fast(int64_t d) {
 #ifdef AT_Q8_VNNI
-    return 1;
+    return d == 64 || d == 128;
 #else
+    (void)d;
     return 0;
 #endif
 }

@@ -375,7 +375,8 @@ def compact_cache(lm: LoadedModel, kind: str) -> LoadedModel:
     bytes for every step to read, or "q8" (kv_q8.py: 8-bit integers and a scale per head and slot, 68 bytes where
     bf16 takes 128), for a float32 or q4 model on the CPU (the C kernels read them; float64, where exactness is
     proven, keeps a full-precision cache); "auto": for q4, the app's CPU configuration, q8 where the kernels take
-    its products by VNNI (attention_q8_fast) and bf16 elsewhere, else full precision.
+    its products by VNNI for the model's heads (attention_q8_fast: 64 or 128 wide) and bf16 elsewhere, else
+    full precision.
     Chosen by measurement (scripts/bench_kv_cache.py: the default model in q4, 1,000 held-out tokens after a
     6,000-token opening of two eval books, each row computed as a plain step computes it): the likeliest next token
     is the float32 cache's at 95.3% / 97.5% of positions for q8 (mean KL 0.0038 / 0.0032) and 96.8% / 97.9% for
@@ -385,7 +386,8 @@ def compact_cache(lm: LoadedModel, kind: str) -> LoadedModel:
     if kind == "auto":
         kind = "float32"
         if lm.weights == "q4":
-            kind = "q8" if lm.model.native is not None and lm.model.native.lib.attention_q8_fast() else "bf16"
+            native = lm.model.native
+            kind = "q8" if native is not None and native.lib.attention_q8_fast(lm.config.head_dim) else "bf16"
     if kind not in KV_CACHES:
         raise ValueError(f"kv-cache: expected one of {', '.join(KV_CACHES)}, got {kind!r}")
     if kind in ("bf16", "q8") and (lm.device.type != "cpu" or lm.dtype != torch.float32):

@@ -48,7 +48,7 @@ def signatures(real) -> dict[str, tuple[list, object]]:
         "block_out": ([PTR, PTR, PTR, I64, ctypes.c_int], ctypes.c_int),
         "dense_matmul": ([PTR, I64, I64, PTR, I64, PTR, ctypes.c_int], None),
         "attention_dot_bf16": ([], ctypes.c_int),
-        "attention_q8_fast": ([], ctypes.c_int),
+        "attention_q8_fast": ([I64], ctypes.c_int),
     }
     if real is ctypes.c_double:
         return rows
