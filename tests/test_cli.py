@@ -220,6 +220,21 @@ def test_bench(capsys, stories_path, tmp_path):
 
 
 
+def test_bench_times_the_two_sides_first_in_turns(monkeypatch, stories64):
+    """Each slice times one side first and the next slice the other: a cost of coming second in a slice (the CPU's
+    caches after the other side's run) falls on both alike."""
+    from tokenswift.bench import runs
+    from tokenswift.decode.options import EngineOptions
+    from tokenswift.settings import Settings
+
+    order, real = [], runs._timed
+    monkeypatch.setattr(runs, "_timed", lambda engine, out, goal, step: order.append(step.__name__) or
+                        real(engine, out, goal, step))
+    settings = Settings(max_new_tokens=12, seed=5, ignore_eos=True, temperature=1.0)
+    ar, ts, slices, _ = runs.alternate(stories64, stories64.encode("Once upon a time"), settings, 3, EngineOptions())
+    assert order == ["ar_step", "ts_step", "ts_step", "ar_step"] * 2 and len(slices) == 4 and ar == ts
+
+
 def test_bench_windows_cover_the_run_end_to_end():
     """Windows of whole slices, each starting where the last ended; a short tail joins the window before it; a
     window's numbers are its slices' sums."""
