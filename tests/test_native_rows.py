@@ -297,3 +297,43 @@ def test_a_verify_batch_computes_each_row_as_the_plain_steps_along_its_path(requ
         # The engine takes each visited row's logits from its own state (Engine._verify), one row as a step does.
         assert torch.equal(plain.hidden, verify[node:node + 1])
         assert torch.equal(plain.logits, model.logits_of(verify[node:node + 1]))
+
+
+@pytest.mark.parametrize("fixture", ["stories32", "stories64"])
+def test_the_layers_in_one_call_are_the_layers_one_by_one(request, fixture):
+    """Transformer.run's single C call (run_layers) computes, writes to the cache, captures and keeps what each layer's
+    NativeBlock and attention compute called one by one, bit for bit: a tree batch behind a prefix, with every
+    layer's queries captured and two layers' outputs kept."""
+    model = request.getfixturevalue(fixture).model
+    cfg, dtype = model.cfg, model.model.embed_tokens.weight.dtype
+    prefix = torch.randint(2, 500, (70,), generator=torch.Generator().manual_seed(11))
+    tokens = torch.randint(2, 500, (5,), generator=torch.Generator().manual_seed(12))
+    block = tree_block([-1, 0, 0, 1, 2])
+    positions = block.sum(1) - 1 + 70
+    mask = with_prefix(block, 70, positions, None)
+    keep = (1, cfg.n_layers - 1)
+
+    def fresh() -> KVCache:
+        cache = KVCache(cfg.n_layers, cfg.n_kv_heads, 96, cfg.head_dim, "cpu", dtype)
+        model(prefix, torch.arange(70), cache, 0, torch.ones(70, 70, dtype=torch.bool).tril())
+        return cache
+
+    cache = fresh()
+    out = model(tokens, positions, cache, 70, mask, logits="none", capture_queries=True, exact_rows=True,
+                keep_layers=keep)
+    by_layer, x, queries, kept = fresh(), model.model.embed_tokens(tokens), [], []
+    attend = SpanAttention(cfg, 75, mask, dtype, model.native)
+    cos, sin = model.rope_cos[positions], model.rope_sin[positions]
+    for number, (layer, native_block, (keys, values)) in enumerate(
+            zip(model.model.layers, model.native.blocks, by_layer.layers, strict=True), start=1):
+        def one_layer(q, k, v):
+            return model.native.attend(cfg, q, k[:, :75], v[:, :75], attend.seen_slots(5))
+
+        x, q = layer(x, cos, sin, keys, values, torch.arange(70, 75), one_layer, native_block)
+        queries.append(q)
+        if number in keep:
+            kept.append(x.clone())
+    assert torch.equal(out.hidden, x)
+    assert all(torch.equal(a, b) for a, b in zip(out.queries, queries, strict=True))
+    assert len(out.layers) == 2 and all(torch.equal(a, b) for a, b in zip(out.layers, kept, strict=True))
+    assert torch.equal(cache.k, by_layer.k) and torch.equal(cache.v, by_layer.v)

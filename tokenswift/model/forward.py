@@ -141,8 +141,8 @@ def sdpa_folded(cfg: ModelConfig, q: torch.Tensor, keys: torch.Tensor, values: t
 
 class SpanAttention:
     """The eager attention: the slots [0, span) under a mask ([T, span] bool, True = may attend) or, for one token
-    that sees the whole filled cache, none; by the model's C kernel where the forward hands one over (native: up to
-    MAX_ROWS tokens, any number in a verify pass), else SDPA.
+    that sees the whole filled cache, none. By SDPA; where the forward runs on the model's C kernels (native: up to
+    MAX_ROWS tokens, any number in a verify pass) they attend, over the mask's slot lists (seen_slots).
     The fast path's kernels (attention.py) take the same call."""
 
     def __init__(self, cfg: ModelConfig, span: int, mask: torch.Tensor | None, dtype: torch.dtype,
@@ -151,12 +151,14 @@ class SpanAttention:
         self.mask = mask if self.native is not None or mask is None else attention_bias(mask, cfg.group, dtype)
         self.seen: SeenSlots | None = None  # the C kernel's form of the mask, built once for every layer
 
+    def seen_slots(self, t: int) -> SeenSlots:
+        """The mask as the C kernel takes it, for the forward's t tokens."""
+        if self.seen is None:
+            self.seen = SeenSlots.of(self.mask, t, self.span)
+        return self.seen
+
     def __call__(self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
         keys, values = keys[:, :self.span], values[:, :self.span]
-        if self.native is not None:
-            if self.seen is None:
-                self.seen = SeenSlots.of(self.mask, q.shape[0], self.span)
-            return self.native.attend(self.cfg, q, keys, values, self.seen)
         if keys.dtype != q.dtype:  # a compact cache: its stored values, widened exactly, as the C kernel reads them
             keys, values = read(keys, q.dtype, key=True), read(values, q.dtype, key=False)
         return sdpa_folded(self.cfg, q, keys, values, self.mask)
@@ -298,14 +300,15 @@ class Transformer(nn.Module):
         layers numbered in `keep` (from 1) to `kept`."""
         cos, sin = self.rope_cos[positions], self.rope_sin[positions]
         x = self.model.embed_tokens(tokens)
-        blocks = native.blocks if native is not None else [None] * len(self.model.layers)
-        for number, (layer, block, (keys, values)) in enumerate(
-                zip(self.model.layers, blocks, cache.layers, strict=True), start=1):
-            x, q = layer(x, cos, sin, keys, values, slots, attend, block)
+        if native is not None:  # attend is the forward's SpanAttention over this cache
+            return native.run_layers(self.cfg, x, cos, sin, slots, cache, attend.seen_slots(x.shape[0]), queries,
+                                     keep, kept)
+        for number, (layer, (keys, values)) in enumerate(zip(self.model.layers, cache.layers, strict=True), start=1):
+            x, q = layer(x, cos, sin, keys, values, slots, attend)
             if queries is not None:
                 queries.append(q)
-            if number in keep:  # the C kernels go on to update x in place: keep a copy of theirs
-                kept.append(x.clone() if block is not None else x)
+            if number in keep:
+                kept.append(x)
         return x
 
 

@@ -25,7 +25,10 @@ static void quantize_row_k(const float *x, int64_t k, int8_t *q, float *d, int16
     for (int64_t b = 0; b < k / QK_K; ++b) {
         const float *xb = x + b * QK_K;
         float amax = 0.0f;
-        for (int i = 0; i < QK_K; ++i) amax = fmaxf(amax, fabsf(xb[i]));
+        for (int i = 0; i < QK_K; ++i) {  /* fmaxf would be a libm call per element */
+            const float a = fabsf(xb[i]);
+            amax = a > amax ? a : amax;
+        }
         const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
         for (int g = 0; g < QK_K / 16; ++g) {
             int sum = 0;

@@ -46,6 +46,8 @@ def signatures(real) -> dict[str, tuple[list, object]]:
                          ctypes.c_int], ctypes.c_int),
         "block_in": ([PTR, PTR, I64, PTR, PTR, PTR, PTR, PTR, ctypes.c_int, I64, I64, PTR, ctypes.c_int], ctypes.c_int),
         "block_out": ([PTR, PTR, PTR, I64, ctypes.c_int], ctypes.c_int),
+        "run_layers": ([PTR, I64, PTR, I64, PTR, PTR, PTR, PTR, PTR, I64, ctypes.c_int, I64, I64, I64, PTR, PTR, I64,
+                        real, PTR, PTR, PTR, ctypes.c_int], ctypes.c_int),
         "dense_matmul": ([PTR, I64, I64, PTR, I64, PTR, ctypes.c_int], None),
         "attention_dot_bf16": ([], ctypes.c_int),
         "attention_q8_fast": ([I64], ctypes.c_int),

@@ -6,8 +6,10 @@ the cache write, SwiGLU, the residual adds), attention over the KV cache, and th
 A decoding step, a draft pass and a verify batch run 1 to a few rows, where torch's cost is dispatch: the
 default model's step ran ~1,240 operators (about 11 of its 29 ms in q4 on this 2-core machine), then, one C call
 per step, ~420 with ~10 ms of Python around them; torch's flash-attention kernel, which runs a few rows as small
-GEMMs per KV block, took 0.66 ms a layer at a 2K-token context. The forward (forward.py) is the same with or
-without these: Block.forward hands its layer to a NativeBlock where the forward has one. Loading sets them on a
+GEMMs per KV block, took 0.66 ms a layer at a 2K-token context. The forward (forward.py) runs all its layers in
+one call where it has them (run_layers: each layer's two block calls and its attention, in C; the Python around
+three calls a layer was a fifth of a q4 step of the default model); the draft layer hands its one layer to a
+NativeBlock (Block.forward). Loading sets them on a
 float32 CPU model (Transformer.native), q4 included, and on a float64 one (native.DOUBLE), where a C compiler builds
 them; a float model's prefill chunks (more than MAX_ROWS rows) keep torch's operators, whose GEMMs pay off there
 (a quantized model's prefill runs the kernels: Transformer.prefills_by_rows). A verify batch
@@ -27,6 +29,7 @@ from torch import nn
 
 from tokenswift.model import native
 from tokenswift.model.config import ModelConfig
+from tokenswift.model.kv_cache import KVCache
 from tokenswift.model.kv_q8 import Q8, row_width
 from tokenswift.model.quant import BlockProduct
 
@@ -112,6 +115,7 @@ class NativeRows:
     def __init__(self, lib: ctypes.CDLL, dtype: torch.dtype = torch.float32):
         self.lib, self.dtype = lib, dtype
         self.blocks: list[NativeBlock] = []  # a model's layers (for_model)
+        self.layouts = None  # their Layouts' addresses, a C array (run_layers)
 
     @classmethod
     def for_model(cls, model: nn.Module) -> NativeRows | None:
@@ -125,7 +129,40 @@ class NativeRows:
             return None
         rows = cls(lib, weight.dtype)
         rows.blocks = [NativeBlock(rows, model.cfg, block) for block in model.model.layers]
+        rows.layouts = (ctypes.c_void_p * len(rows.blocks))(*(ctypes.addressof(b.layout) for b in rows.blocks))
         return rows
+
+    def run_layers(self, cfg: ModelConfig, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                   slots: torch.Tensor, cache: KVCache, seen: SeenSlots, queries: list | None,
+                   keep: tuple[int, ...], kept: list | None) -> torch.Tensor:
+        """Every layer of the model (its blocks) on x [T, dim], in one C call (layer_kernels.c's run_layers: each
+        layer's block_in, attention and block_out, as NativeBlock and attend run them one by one): writes the K/V
+        of the T tokens to `slots` of every layer, returns the last layer's output. Appends each layer's rotated
+        queries [T, heads, head_dim] to `queries` when given, and the outputs of the layers numbered in `keep`
+        (from 1) to `kept`."""
+        keys, values = cache.layers[0]
+        kind = self.cache_element(keys, values)
+        t = x.shape[0]
+        x = x.contiguous()
+        cos, sin, slots = cos.contiguous(), sin.contiguous(), slots.contiguous()
+        n = len(self.blocks)
+        captured = torch.empty(n, t, cfg.n_heads, cfg.head_dim, dtype=self.dtype) if queries is not None else None
+        flags = torch.tensor([number in keep for number in range(1, n + 1)], dtype=torch.int64) if keep else None
+        saved = torch.empty(len(keep), t, cfg.dim, dtype=self.dtype) if keep else None
+        layer_bytes = cache.k.stride(0) * cache.k.element_size()
+        if self.lib.run_layers(self.layouts, n, x.data_ptr(), t, cos.data_ptr(), sin.data_ptr(), slots.data_ptr(),
+                               keys.data_ptr(), values.data_ptr(), layer_bytes, kind, keys.stride(0),
+                               keys.stride(1), seen.shared, seen.tail.data_ptr(), seen.count.data_ptr(),
+                               seen.tail.shape[1], 1.0 / math.sqrt(cfg.head_dim),
+                               captured.data_ptr() if captured is not None else None,
+                               flags.data_ptr() if flags is not None else None,
+                               saved.data_ptr() if saved is not None else None, torch.get_num_threads()):
+            raise MemoryError("native layers: out of memory for a layer's activations")
+        if queries is not None:
+            queries.extend(captured.unbind(0))
+        if keep:
+            kept.extend(saved.unbind(0))
+        return x
 
     def linear(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         """x [rows, in] @ weight [out, in].T for a weight of the kernels' dtype (forward.project: up to PRODUCT_ROWS

@@ -24,7 +24,10 @@ void qk_quantize_row(const float *x, int64_t k, int8_t *q, float *d, float *s) {
     for (int64_t b = 0; b < k / QK; ++b) {
         const float *xb = x + b * QK;
         float amax = 0.0f;
-        for (int i = 0; i < QK; ++i) amax = fmaxf(amax, fabsf(xb[i]));
+        for (int i = 0; i < QK; ++i) {  /* fmaxf would be a libm call per element */
+            const float a = fabsf(xb[i]);
+            amax = a > amax ? a : amax;
+        }
         const float scale = amax / 127.0f, inv = amax > 0.0f ? 127.0f / amax : 0.0f;
         int sum = 0;
         for (int i = 0; i < QK; ++i) {
