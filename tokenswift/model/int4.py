@@ -116,5 +116,9 @@ def _stacked(parts: list[QuantLinear]) -> QuantLinear:
 
 
 def _close(linear: QuantLinear, reference: torch.Tensor) -> bool:
-    # The float weight was dequantized from the same blocks (float16 scales): equal to rounding.
-    return torch.allclose(linear.dequantized(), reference, rtol=1e-3, atol=1e-5)
+    """Whether the blocks hold the float weight (dequantized from the same blocks, float16 scales: equal to rounding),
+    on the first and last 64 rows: a layout the kernels do not read (llama.cpp's Q and K row order, a transposed or
+    shifted weight) moves the rows of every head, and the whole weights took 2 of a 5 s load."""
+    rows = torch.arange(linear.out_features)
+    rows = rows if len(rows) <= 128 else torch.cat((rows[:64], rows[-64:]))
+    return torch.allclose(linear.dequantized(rows), reference[rows], rtol=1e-3, atol=1e-5)

@@ -108,11 +108,11 @@ class QuantLinear(BlockProduct):
         blocks = quantize(weight.detach().float().cpu().numpy(), GGMLQuantizationType.Q8_0)
         return cls("Q8_0", torch.from_numpy(blocks), *weight.shape)
 
-    def dequantized(self) -> torch.Tensor:
-        """The float32 weight these blocks hold (for checks against the model's own weights)."""
-        out = torch.empty(self.out_features, self.in_features)
-        self._lib.qk_rows(KINDS[self.kind], self.blocks.data_ptr(), self.in_features, self.out_features,
-                          out.data_ptr())
+    def dequantized(self, rows: torch.Tensor | None = None) -> torch.Tensor:
+        """The float32 weight these blocks hold (for checks against the model's own weights), or its `rows` only."""
+        blocks = self.blocks if rows is None else self.blocks[rows].contiguous()
+        out = torch.empty(blocks.shape[0], self.in_features)
+        self._lib.qk_rows(KINDS[self.kind], blocks.data_ptr(), self.in_features, blocks.shape[0], out.data_ptr())
         return out
 
 
