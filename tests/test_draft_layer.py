@@ -6,6 +6,7 @@ to the very weights of an uninterrupted run; bad files are refused with the file
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import os
@@ -28,7 +29,7 @@ from tokenswift.decode.generate import Generator
 from tokenswift.decode.options import EngineOptions
 from tokenswift.draft.choice import drafter_for
 from tokenswift.draft.fused_drafter import FusedDrafter
-from tokenswift.draft.layer_drafter import LayerDrafter
+from tokenswift.draft.layer_drafter import DRAFT_WINDOW, LayerDrafter, draft_window
 from tokenswift.model.draft_layer import (
     CONFIG_NAME,
     WEIGHTS_NAME,
@@ -203,10 +204,15 @@ def test_layer_drafter_across_shifts_with_memory_and_resume(drafting):
 def test_a_window_of_states_then_plain_steps_drafts_from_the_last_window(lm64):
     """After a prefill (a context shift), the adaptive policy's plain steps add rows to the window of states the
     drafter was given; its next draft runs the last `window` of them only (it used to attend over more rows
-    than the window and fail)."""
+    than the window and fail). However long the window the layer was trained with, a draft reads DRAFT_WINDOW
+    states: the catch-up after plain steps is that many rows at most."""
     s = Settings(max_new_tokens=8, ignore_eos=True)
-    w, dim = lm64.draft_layer.window, lm64.config.dim
-    drafter = LayerDrafter(lm64, Speculation(drafter="layer"), Sampler(s, lm64.config.vocab_size, "cpu"), 4 * w)
+    layer = copy.copy(lm64.draft_layer)
+    layer.window = 3 * DRAFT_WINDOW  # trained on longer sequences than a draft reads
+    lm = dataclasses.replace(lm64, draft_layer=layer)
+    w, dim = draft_window(layer), lm.config.dim
+    assert w == DRAFT_WINDOW
+    drafter = LayerDrafter(lm, Speculation(drafter="layer"), Sampler(s, lm.config.vocab_size, "cpu"), 4 * w)
     drafter.start(None, 0, [])
     drafter.observe(torch.randn(w, dim, dtype=torch.float64), [1 + i % 100 for i in range(w)], 0)
     for i in range(5):

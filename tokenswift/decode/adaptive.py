@@ -28,6 +28,11 @@ iteration the policy picks one of a few nested shapes (tree widths, n-gram k), m
   never pays, while the two-row shape crossed over unnoticed as the context grew. On a
   CPU, where a verify pass costs nearly its rows in compute, this keeps TokenSwift from running slower than
   plain decoding; on a GPU the verify batch is nearly free and the plain gear stays unused.
+  The other way round too: while a shape is faster, one plain step is taken once drafting since the last one took
+  1 / `plain_explore_share` times a plain step, so the plain time it is compared with stays as current as the
+  shape's. Timed only by the engine's probe (every 8 s), the plain time was one noisy burst's for the whole run:
+  19.6 ms where plain steps took 14, and the 2-row shape, at 20 ms for 1.4 tokens, drafted at 0.96× plain
+  decoding's speed (`bench`, 2K, q4). A plain step emits its token, so checking costs only the margin.
   An exploration after plain steps first has the drafter catch up on their rows (the draft layer runs them
   lazily): that switch is timed apart and not charged to the shape, whose time is then what it costs among
   drafting iterations. Charged to it, the 2-row shape took 20 ms where it takes 13 at 2K, lost to a 9 ms plain
@@ -148,6 +153,7 @@ class CandidatePolicy:
         self.plain_times: deque[float] = deque(maxlen=time_samples)  # the latest plain steps' times
         self.plain_seconds: float | None = None  # their median
         self.plain_run_s = 0.0  # seconds of plain steps since the last TokenSwift iteration
+        self.plain_clock = 0.0  # the clock when a plain step was last timed
         self.switch_s = 0.0  # the latest cost of switching from plain steps to drafts (observe's switch_s)
         n = len(self.shapes)
         self.tokens: list[float | None] = [None] * n  # moving average of tokens per iteration
@@ -190,6 +196,8 @@ class CandidatePolicy:
                 return None
             self.explorations += 1
             return explore
+        if self._plain_is_stale():
+            return None
         if self.iteration - self.last_explored >= self.explore_every:
             # Re-time the shape timed longest ago among those its share of the time affords: on a CPU the
             # largest shape costs seven plain steps and never pays, and timing it every ~100 iterations cost
@@ -207,6 +215,12 @@ class CandidatePolicy:
         if self.plain_explore_share is None or not self.plain_seconds or not self.seconds[best]:
             return False
         return 1.0 / self.plain_seconds > self.tokens[best] / self.seconds[best]
+
+    def _plain_is_stale(self) -> bool:
+        """Whether drafting since the last plain timing took its 1 / plain_explore_share plain steps."""
+        if self.plain_explore_share is None or not self.plain_seconds:
+            return False
+        return self.clock - self.plain_clock >= self.plain_seconds / self.plain_explore_share
 
     def _least_recent(self) -> int:
         return min((i for i in range(len(self.shapes)) if i not in self.ruled_out), key=lambda i: self.clock_used[i])
@@ -233,6 +247,7 @@ class CandidatePolicy:
         self.plain_times.append(seconds)
         self.plain_seconds = statistics.median(self.plain_times)
         self.plain_run_s += seconds
+        self.plain_clock = self.clock
 
     def observe(self, levels: Sequence[Sequence[int]], paths: Sequence[Sequence[int]], accepted: Sequence[int],
                 seconds: float | None, switch_s: float = 0.0) -> None:

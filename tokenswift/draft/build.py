@@ -12,7 +12,7 @@ from tokenswift.draft import drafting
 from tokenswift.draft.device_drafts import DeviceDrafts
 from tokenswift.draft.drafting import Drafter, HeadsDrafter
 from tokenswift.draft.fused_drafter import FusedDrafter
-from tokenswift.draft.layer_drafter import LayerDrafter
+from tokenswift.draft.layer_drafter import LayerDrafter, draft_window
 from tokenswift.draft.model_drafter import ModelDrafter
 from tokenswift.model.fastpath import FastPasses
 from tokenswift.model.forward import ForwardOut
@@ -41,7 +41,7 @@ def draft_needs(lm: LoadedModel, mode: str, drafter: str) -> DraftNeeds:
     if mode != "tokenswift":
         return DraftNeeds()
     if drafter == "layer":  # the layer drafter starts from its window of states
-        return DraftNeeds(lm.draft_layer.feature_layers, lm.draft_layer.window)
+        return DraftNeeds(lm.draft_layer.feature_layers, draft_window(lm.draft_layer))
     return DraftNeeds(queries=drafter == "paper")
 
 

@@ -32,6 +32,18 @@ from tokenswift.model.quant import QuantLinear
 from tokenswift.sampling.sampler import Sampler, node_windows
 from tokenswift.settings import Speculation
 
+# The states a draft attends to, however long the window the layer was trained with: after a string of plain steps
+# (the adaptive policy's plain gear) the drafter runs this many of their rows before drafting again, and at 512 that
+# catch-up (20-40 ms at 2K, q4) cost more than the exploring iteration itself, and every exploration lost ~1.5 plain
+# steps. Tokens per iteration did not depend on it: 1.69-1.75 and 1.81-1.87 over two held-out openings (1.5K
+# tokens, 400 drafted, chain of 3) for windows of 16, 32, 64, 128 and 512 states, in no order.
+DRAFT_WINDOW = 64
+
+
+def draft_window(layer) -> int:
+    """The states a draft of this draft layer attends to (DRAFT_WINDOW)."""
+    return min(layer.window, DRAFT_WINDOW)
+
 
 class CacheAttention:
     """attend() over the drafter's cache, whose slots first.. the n new rows' K/V were just written to: each row
@@ -62,7 +74,7 @@ class LayerDrafter:
         if lm.draft_layer is None:
             raise ValueError("drafter: this model has no draft layer (train one with `tokenswift train-draft`)")
         self.lm, self.layer, self.sampler, self.cfg = lm, lm.draft_layer, sampler, lm.config
-        self.window = self.layer.window
+        self.window = draft_window(self.layer)
         self.widths = [1] * (len(spec.tree) - 1)  # a chain as deep as the tree
         self.dtype = self.layer.norm.weight.dtype  # may be narrower than the model's (loading._pick_draft)
         self.head_rows = lm.model.head_weight[self.layer.vocab].to(self.dtype)
