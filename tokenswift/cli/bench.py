@@ -169,7 +169,7 @@ def print_bench(r: dict) -> None:
     print(f"draft {r['draft_s']:.3f} s | verify {r['verify_s']:.3f} s | overhead {r['overhead_s']:.3f} s "
           f"({100 * r['overhead_share']:.1f}%)")
     if r["plain_steps"]:
-        print(f"plain steps (adaptive: AR was faster here) {r['plain_steps']} of "
+        print(f"plain steps (adaptive: where AR was faster, and to time it while drafting) {r['plain_steps']} of "
               f"{r['steps'] + r['plain_steps']} iterations ({100 * r['plain_share']:.1f}%)")
     _print_pass_costs(r["pass_costs"])
     if len(r["windows"]) > 1:
