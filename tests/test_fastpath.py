@@ -507,36 +507,36 @@ def test_policy_takes_plain_steps_only_while_they_are_faster():
 
 
 def test_while_drafting_a_plain_step_now_and_then_keeps_the_plain_time_current():
-    """A plain time measured once, in a slow moment, must not hold the policy to drafting: while a shape is faster,
-    one plain step is taken each time drafting took 1 / plain_explore_share plain steps, and a faster plain time
-    then sends the policy to plain steps."""
+    """A plain time measured once, in a slow moment, must not hold the policy to drafting: while a shape is faster but
+    within PLAIN_CHECK_MARGIN, one plain step is taken each time drafting took 1 / plain_explore_share plain steps,
+    and a faster plain time then sends the policy to plain steps. Far ahead of plain steps (a GPU), or with plain
+    steps off, it never checks."""
     shapes = ladder((1, 3, 3, 3), 20)[:4]
     levels, paths = [[5], [1, 2, 3], [1, 2, 3], [1, 2, 3]], []
-    policy = CandidatePolicy(shapes, explore_every=8, plain_explore_share=0.5)
-    for _ in range(8):
-        shape = policy.choose()
-        policy.observe(shape.cut(levels), paths, [5], 0.25)  # 2 tokens a pass: 8 tokens/s
-    policy.observe_plain(0.5)  # a burst: 2 tokens/s
-    picks = []
-    for _ in range(5):
-        shape = policy.choose()
-        picks.append(shape)
-        if shape is not None:
+
+    def drafting(plain_s: float, **kw) -> tuple[CandidatePolicy, list[bool]]:
+        policy = CandidatePolicy(shapes, explore_every=8, **kw)
+        for _ in range(8):
+            shape = policy.choose()
+            policy.observe(shape.cut(levels), paths, [5], 0.25)  # 2 tokens a pass: 8 tokens/s
+        policy.observe_plain(plain_s)
+        picks = []
+        for _ in range(12):
+            shape = policy.choose()
+            picks.append(shape is None)
+            if shape is None:
+                break
             policy.observe(shape.cut(levels), paths, [5], 0.25)
-    # after 1 s of drafting (0.5 s of plain step / 0.5), a plain step; it runs at its usual 16 tokens/s
-    assert [p is None for p in picks] == [False] * 4 + [True]
+        return policy, picks
+
+    # a burst: 0.15 s, 6.7 tokens/s; after 0.3 s of drafting (0.15 s / 0.5), a plain step
+    policy, picks = drafting(0.15, plain_explore_share=0.5)
+    assert picks == [False, False, True]
     policy.observe_plain(0.0625)
     policy.observe_plain(0.0625)
     assert policy.choose() is None  # the median of the latest three: plain steps are faster now
-    never = CandidatePolicy(shapes, explore_every=8, plain_explore_share=None)  # plain steps off: never checked
-    for _ in range(8):
-        shape = never.choose()
-        never.observe(shape.cut(levels), paths, [5], 0.25)
-    never.observe_plain(0.5)
-    for _ in range(20):
-        shape = never.choose()
-        never.observe(shape.cut(levels), paths, [5], 0.25)
-        assert shape is not None
+    assert drafting(0.5, plain_explore_share=0.5)[1] == [False] * 12  # drafting 4x as fast: nothing to check
+    assert drafting(0.15, plain_explore_share=None)[1] == [False] * 12
 
 
 def test_the_switch_from_plain_steps_counts_against_exploring():

@@ -28,11 +28,12 @@ iteration the policy picks one of a few nested shapes (tree widths, n-gram k), m
   never pays, while the two-row shape crossed over unnoticed as the context grew. On a
   CPU, where a verify pass costs nearly its rows in compute, this keeps TokenSwift from running slower than
   plain decoding; on a GPU the verify batch is nearly free and the plain gear stays unused.
-  The other way round too: while a shape is faster, one plain step is taken once drafting since the last one took
-  1 / `plain_explore_share` times a plain step, so the plain time it is compared with stays as current as the
-  shape's. Timed only by the engine's probe (every 8 s), the plain time was one noisy burst's for the whole run:
-  19.6 ms where plain steps took 14, and the 2-row shape, at 20 ms for 1.4 tokens, drafted at 0.96× plain
-  decoding's speed (`bench`, 2K, q4). A plain step emits its token, so checking costs only the margin.
+  The other way round too: while a shape is faster, by less than PLAIN_CHECK_MARGIN, one plain step is taken once
+  drafting since the last one took 1 / `plain_explore_share` times a plain step, so the plain time it is compared
+  with stays as current as the shape's. Timed only by the engine's probe (every 8 s), the plain time was one
+  noisy burst's for the whole run: 19.6 ms where plain steps took 14, and the 2-row shape, at 20 ms for 1.4
+  tokens, drafted at 0.96× plain decoding's speed (`bench`, 2K, q4). A plain step emits its token, so checking
+  costs only the margin.
   An exploration after plain steps first has the drafter catch up on their rows (the draft layer runs them
   lazily): that switch is timed apart and not charged to the shape, whose time is then what it costs among
   drafting iterations. Charged to it, the 2-row shape took 20 ms where it takes 13 at 2K, lost to a 9 ms plain
@@ -52,6 +53,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from tokenswift.settings import NGRAM_LEN, max_nodes
+
+# While drafting, plain steps are re-timed only where the best shape is less than this many times as fast: a plain
+# time caught in one slow moment ran 40% high on this CPU (19.6 ms where plain steps took 14).
+PLAIN_CHECK_MARGIN = 1.5
 
 
 @dataclass(frozen=True)
@@ -196,7 +201,7 @@ class CandidatePolicy:
                 return None
             self.explorations += 1
             return explore
-        if self._plain_is_stale():
+        if self._plain_is_stale(best):
             return None
         if self.iteration - self.last_explored >= self.explore_every:
             # Re-time the shape timed longest ago among those its share of the time affords: on a CPU the
@@ -216,9 +221,13 @@ class CandidatePolicy:
             return False
         return 1.0 / self.plain_seconds > self.tokens[best] / self.seconds[best]
 
-    def _plain_is_stale(self) -> bool:
-        """Whether drafting since the last plain timing took its 1 / plain_explore_share plain steps."""
-        if self.plain_explore_share is None or not self.plain_seconds:
+    def _plain_is_stale(self, best: int) -> bool:
+        """Whether drafting since the last plain timing took its 1 / plain_explore_share plain steps, while the best
+        shape is within PLAIN_CHECK_MARGIN of plain steps: further ahead (a GPU, 2-3× plain decoding) no stale time
+        could reverse the choice, and a plain step every 33 would only cost 1-2%."""
+        if self.plain_explore_share is None or not self.plain_seconds or not self.seconds[best]:
+            return False
+        if self.tokens[best] / self.seconds[best] >= PLAIN_CHECK_MARGIN / self.plain_seconds:
             return False
         return self.clock - self.plain_clock >= self.plain_seconds / self.plain_explore_share
 
