@@ -69,6 +69,18 @@ def test_min_p_and_eta_against_direct_formulas():
         assert keep == set(torch.nonzero(probs >= eta).flatten().tolist())
 
 
+def test_min_p_keeping_one_token_is_the_general_rule_on_odd_rows():
+    """min_p_filter skips _keep_best for min_keep = 1 (the best token is never below min_p of itself): the same scores
+    as the general rule on ties, -inf, +inf and NaN rows, bit for bit."""
+    inf, nan = math.inf, math.nan
+    rows = torch.tensor([[1.0, 3.0, 3.0, -inf, 0.5], [-inf] * 5, [2.0, inf, 1.0, inf, -inf],
+                         [1.0, nan, 2.0, -inf, 2.0], [nan] * 5, [0.0, -1e30, 1e30, 5.0, 5.0]])
+    for min_p in (0.05, 0.5, 1.0):
+        general = _keep_best(rows, rows - rows.amax(dim=-1, keepdim=True) < math.log(min_p), 1)
+        assert torch.equal(min_p_filter(rows, min_p, 1).isnan(), general.isnan())
+        assert torch.equal(min_p_filter(rows, min_p, 1).nan_to_num(), general.nan_to_num())
+
+
 def test_min_keep_is_honoured():
     z = logits(1)
     z[0, 0] = 100.0  # one dominant token: min-p alone would keep just it
