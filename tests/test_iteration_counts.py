@@ -28,7 +28,7 @@ SAMPLING = dict(temperature=1.0, min_p=0.1, penalty=1.2, penalty_window=64)
 # Per plain step: the token's read, one replay, the host's torch calls around it (the pass's three input writes and
 # the token's pinned upload; views included), and the torch calls inside the pass (this 2-layer model; views and
 # attribute reads included): an upper bound on the kernels its CUDA graph replays, so a launch added fails here.
-AR = {"syncs": 1, "replays": 1, "outside": 11, "inside": 283}
+AR = {"syncs": 1, "replays": 1, "outside": 11, "inside": 281}
 # Per TokenSwift iteration on CUDA's branch. Fused: one read, of the targets and every row's next drafts together,
 # one replay (the verify graph drafts too). Paper: its draft pass runs over the partial cache from the root, which
 # the host learns from the verify pass's read, and the trie is built on the host from its drafts: two reads, two

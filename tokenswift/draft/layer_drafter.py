@@ -23,6 +23,7 @@ import torch
 from torch import nn
 
 from tokenswift.draft.drafting import best_per_depth
+from tokenswift.model.draft_layer import DraftLayer
 from tokenswift.model.forward import attention_bias, sdpa_folded
 from tokenswift.model.kv_cache import KVCache
 from tokenswift.model.loading import LoadedModel
@@ -40,7 +41,7 @@ from tokenswift.settings import Speculation
 DRAFT_WINDOW = 64
 
 
-def draft_window(layer) -> int:
+def draft_window(layer: DraftLayer) -> int:
     """The states a draft of this draft layer attends to (DRAFT_WINDOW)."""
     return min(layer.window, DRAFT_WINDOW)
 
