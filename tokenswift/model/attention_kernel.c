@@ -34,6 +34,7 @@
 #include <omp.h>
 #endif
 #include "real.h"
+#include "attend_rows.h"
 #ifdef TS_AVX2
 #include <immintrin.h>
 #define AT_AVX2 1

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 
 #include "real.h"
+#include "attend_rows.h"
 #include "kv_q8.h"
 
 /* out[r] = w * (x[r] * 1 / sqrt(mean(x[r]^2) + eps)) for rows x [rows, d]. */
@@ -219,10 +220,6 @@ int block_out(const struct block *b, real *x, const real *attn, int64_t t, int t
     free(y); free(h); free(gate_up); free(act);
     return status;
 }
-
-int attend_rows(const real *q, int64_t t, int64_t h, int64_t kv_heads, int64_t d, const void *k, const void *v,
-                int kind, int64_t head_stride, int64_t slot_stride, int64_t shared, const int64_t *tail,
-                const int64_t *tail_count, int64_t tail_width, real scale, real *out, int threads);
 
 /* A forward's n layers in one call, each as block_in, attend_rows and block_out run it (so its rows are theirs bit
    for bit): the Python around three calls a layer took a fifth of a q4 step of the default model. x [t, dim] is

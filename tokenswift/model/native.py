@@ -33,7 +33,7 @@ SOURCES = tuple(Path(__file__).with_name(name) for name in (
 )) + ROW_SOURCES
 # Part of what a build depends on:
 HEADERS = tuple(Path(__file__).with_name(name) for name in ("simd.h", "real.h", "gguf_blocks.h", "kquant.h",
-                                                                "attention_parts.h", "kv_q8.h"))
+                                                                "attention_parts.h", "kv_q8.h", "attend_rows.h"))
 DOUBLE = ("-DTS_DOUBLE",)  # the flag that builds the row kernels for float64 (real.h)
 I64, PTR = ctypes.c_int64, ctypes.c_void_p
 
