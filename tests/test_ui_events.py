@@ -384,6 +384,21 @@ def test_library(ui):
     assert "choose a book first" in ui("/library_ask_delete", None)["Library status"]
 
 
+def test_the_plan_tabs_late_opening_keeps_the_book_made_since(ui):
+    """The tab's opening, sent while the page showed another book but run after "New book" (a CI run saw a new book's
+    plan saved to another book that way), shows the new book, not the one the page showed when it sent the opening."""
+    def made(title: str) -> int:
+        out = ui("/plan_new_book", title)
+        assert f"Made “{title}”" in out["Plan status"]
+        return value(out["Book"])
+
+    other, new = made("Another Book"), made("The Late Opening")
+    assert other != new
+    assert value(ui("/plan_open", other)["Book"]) == new  # sent as the page showed `other`
+    assert value(ui("/plan_select_book", other)["Book"]) == other
+    assert value(ui("/plan_open", other)["Book"]) == other
+
+
 def test_model_tab(ui, tmp_path):
     filled = ui("/model_refresh")
     assert filled["Model directory or hub id"].endswith("stories260k") and filled["Device"] == "cpu"

@@ -36,7 +36,7 @@ def view(p: PlanParts, store: PlanStore, book_id: int | None, chapter_id: int | 
         return {p.book: gr.Dropdown(choices, value=None), p.premise: "", p.characters: character_table(()),
                 p.chapters: chapter_table(()),
                 p.chapter: gr.Dropdown([], value=None), p.title: "", p.beats: "", p.write: "Write chapter",
-                p.timer: gr.Timer(active=False), p.status: NO_BOOK}
+                p.timer: gr.Timer(active=False), p.drawn: None, p.status: NO_BOOK}
     plan = store.plan(book_id)
     chosen = next((c for c in plan.chapters if c.id == chapter_id), None)
     return {p.book: gr.Dropdown(choices, value=book_id), p.premise: plan.premise,
@@ -45,7 +45,7 @@ def view(p: PlanParts, store: PlanStore, book_id: int | None, chapter_id: int | 
                                    value=chosen.id if chosen else None),
             p.title: chosen.title if chosen else "", p.beats: "\n".join(chosen.beats) if chosen else "",
             p.write: f"Write chapter {chosen.position}" if chosen else "Write chapter",
-            p.timer: gr.Timer(active=any(state(c) == "writing" for c in plan.chapters))}
+            p.timer: gr.Timer(active=any(state(c) == "writing" for c in plan.chapters)), p.drawn: book_id}
 
 
 def chapter_table(chapters) -> str:
@@ -88,8 +88,13 @@ class PlanEvents:
             return self.failed(book_id, chapter_id, error)
         return {**view(self.p, self.store, book_id, chosen_id), **self.say(message)}
 
-    def opened(self, book_id, write_book) -> dict:
-        return view(self.p, self.store, book_id if book_id is not None else write_book)
+    def opened(self, book_id, write_book, drawn) -> dict:
+        """The page's book, else the Write tab's; but a book drawn since the page sent this (New book pressed as the
+        tab opened: its event can reach the plan's queue first) stays."""
+        for choice in (drawn, book_id, write_book):
+            if choice is not None:
+                return view(self.p, self.store, choice)
+        return view(self.p, self.store, None)
 
     def select_book(self, book_id) -> dict:
         return view(self.p, self.store, book_id)
@@ -225,7 +230,7 @@ def wire(p: PlanParts, store: PlanStore, w: WriteParts, tabs: gr.Tabs, tab: gr.T
     on = PlanEvents(p, store, w, tabs, exports, tokens)
     character_outputs = [p.characters, p.name, p.description, p.keys, p.status]
     chapter = [p.book, p.chapter]
-    tab.select(on.opened, [p.book, w.book], shown, api_name="plan_open", **fast)
+    tab.select(on.opened, [p.book, w.book, p.drawn], shown, api_name="plan_open", **fast)
     p.book.input(on.select_book, p.book, shown, api_name="plan_select_book", **fast)
     p.new_book.click(on.new_book, p.new_title, [*shown, p.new_title], api_name="plan_new_book", **fast)
     p.premise.blur(on.save_premise, [p.book, p.premise], p.status, api_name="plan_save_premise", **fast)

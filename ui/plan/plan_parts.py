@@ -45,12 +45,15 @@ class PlanParts:
     export: gr.Button
     file: gr.File
     timer: gr.Timer
+    # The book the server last drew, kept server-side (a State is read when its event runs, not when it is sent): the
+    # tab's opening, sent before "New book" but run after it, shows the new book rather than the page's stale one.
+    drawn: gr.State
 
     @property
     def shown(self) -> list:
         """What a change of book (or of its plan) redraws."""
         return [self.book, self.premise, self.characters, self.chapters, self.chapter, self.title, self.beats,
-                self.write, self.timer]
+                self.write, self.timer, self.drawn]
 
 
 def build() -> PlanParts:
@@ -102,7 +105,7 @@ def build() -> PlanParts:
     file = gr.File(label="Exported book", interactive=False, elem_id="plan-file")
     return PlanParts(status, book, new_title, new_book, premise, characters, name, description, keys, save_character,
                      remove_character, chapters, chapter, title, beats, add, save, up, down, remove, target, write,
-                     open_, fmt, export, file, gr.Timer(TICK_S, active=False))
+                     open_, fmt, export, file, gr.Timer(TICK_S, active=False), gr.State(None))
 
 
 def table(headers: list[str], rows: list[list]) -> str:
