@@ -27,6 +27,7 @@ from tokenswift.model.forward import shared_head_rows
 from tokenswift.model.kv_cache import KVCache
 from tokenswift.model.loading import LoadedModel
 from tokenswift.model.masks import causal_mask, with_prefix
+from tokenswift.model.native import sampler_rows
 from tokenswift.sampling.alternatives import Alternatives, from_rows, top_rows
 from tokenswift.sampling.dry_xtc import breaker_ids
 from tokenswift.sampling.sampler import Sampler, history_row
@@ -75,7 +76,8 @@ class Engine:
         # Rows for _to_device: the tokens an iteration emits, the slots its commit moves.
         self._staged = torch.empty(2, self.max_commit, dtype=torch.int64, pin_memory=lm.device.type == "cuda")
         breakers = breaker_ids(lm.token_texts, settings.dry_breakers) if settings.dry_multiplier else None
-        self.sampler = Sampler(settings, cfg.vocab_size, lm.device, lm.eos_ids, breakers, bans)
+        self.sampler = Sampler(settings, cfg.vocab_size, lm.device, lm.eos_ids, breakers, bans,
+                               sampler_rows(lm.device, lm.dtype, cfg.vocab_size))
         self.metrics = RunMetrics(spec.mode, depth=self.depth, path=options.path(cfg).describe())
         self.drafter: Drafter | None = None
         self.ngrams: NgramTable | None = None
@@ -101,8 +103,7 @@ class Engine:
         self._tops: list[torch.Tensor] = []  # alternatives of the tokens sampled since take_alternatives
 
     def start(self) -> list[int]:
-        """Prefill and return the tokens emitted by it: the first sampled token on a fresh run, or
-        nothing when resuming (the last stored token becomes the root)."""
+        """Prefill; the tokens it emits: the first sampled token when fresh, none on a resume (its last is the root)."""
         t0 = time.perf_counter()
         fresh = len(self.ids) == self.prompt_len
         loaded = self.window.load(self.ids, fresh)
@@ -132,8 +133,7 @@ class Engine:
             self.drafter.observe(hidden, following, first)
 
     def _restart_drafter(self, loaded: Loaded) -> None:
-        """On a window just prefilled: the partial cache selected afresh, and the states of the window's last rows up
-        to the root observed (the fused and layer drafters read them)."""
+        """A window just prefilled: the partial cache chosen afresh, its last rows' states observed (fused, layer)."""
         self.drafter.start(self.cache, self.length, loaded.queries)
         n = loaded.hidden.shape[0]
         self._observe(loaded.hidden, self.buf[self.length - n + 1:self.length + 1].tolist(), self.length - n)

@@ -3,7 +3,7 @@
 blocks, with kquant_avx2.c, and kquant_packed.c and q6k_packed.c on VNNI) and a decoder layer's other steps for a
 few float32 rows (attention_kernel.c, layer_kernels.c; native_rows.py), the latter two also built for float64
 (real.h), the dtype of the exactness proofs, whose steps on a small model were otherwise two thirds operator
-dispatch.
+dispatch; and the sampler's float32 rows (tokenswift/sampling/sample_rows.c, row_kernel.py).
 
 They are compiled with the system's C compiler (`cc`, or $CC) for the CPU they run on, into the engine's cache
 directory (gguf_checkpoint.default_cache_dir()/kernels), and reused from there; threads are OpenMP's, as many as
@@ -23,14 +23,17 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+import torch
+
 from tokenswift.model.errors import ModelLoadError
 from tokenswift.model.gguf_checkpoint import default_cache_dir
+from tokenswift.sampling.row_kernel import RowKernel
 
 ROW_SOURCES = tuple(Path(__file__).with_name(name) for name in ("attention_kernel.c", "attention_q8.c",
                                                                   "layer_kernels.c"))
 SOURCES = tuple(Path(__file__).with_name(name) for name in (
     "quant_kernels.c", "quant_packed.c", "kquant_kernels.c", "kquant_avx2.c", "kquant_packed.c", "q6k_packed.c",
-)) + ROW_SOURCES
+)) + ROW_SOURCES + (Path(__file__).parent.parent / "sampling" / "sample_rows.c",)  # the sampler's rows (float32)
 # Part of what a build depends on:
 HEADERS = tuple(Path(__file__).with_name(name) for name in ("simd.h", "real.h", "gguf_blocks.h", "kquant.h",
                                                                 "attention_parts.h", "kv_q8.h", "attend_rows.h"))
@@ -58,7 +61,11 @@ def signatures(real) -> dict[str, tuple[list, object]]:
                    "qk_rows": ([ctypes.c_int, PTR, I64, I64, PTR], None),
                    "qk_take": ([ctypes.c_int, PTR, I64, PTR, I64, PTR], None),
                    "qk_packed_bytes": ([ctypes.c_int, I64, I64], I64),
-                   "qk_pack": ([ctypes.c_int, PTR, I64, I64, PTR], None)}
+                   "qk_pack": ([ctypes.c_int, PTR, I64, I64, PTR], None),
+                   "sample_row": ([PTR, I64, PTR, PTR, PTR, PTR], ctypes.c_int),
+                   "finite_columns": ([PTR, I64, PTR], I64),
+                   "dry_lengths": ([PTR, I64, PTR, I64, I64, PTR], None),
+                   "repeat_followers_row": ([PTR, I64, I64, PTR], None)}
 
 
 def _cpu_key() -> str:
@@ -117,3 +124,11 @@ def _compile(lib: Path, sources: tuple[Path, ...], flags: tuple[str, ...] = ()) 
                 return
     raise ModelLoadError(f"--dtype q4: compiling the C kernels ({', '.join(p.name for p in sources)}) with "
                          f"{compiler} failed: {run.stderr.strip()[:400]}")
+
+
+def sampler_rows(device: torch.device, dtype: torch.dtype, vocab_size: int) -> RowKernel | None:
+    """The sampler's C rows for a model whose logits are float32 on a CPU, where the kernels build; else None."""
+    if device.type != "cpu" or dtype == torch.float64:
+        return None
+    lib = available()
+    return RowKernel(lib, vocab_size) if lib is not None else None

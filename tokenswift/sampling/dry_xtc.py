@@ -31,10 +31,31 @@ def breaker_ids(token_texts: tuple[str, ...], breakers: tuple[str, ...]) -> torc
     return torch.tensor([any(b in text for b in breakers) for text in token_texts], dtype=torch.bool)
 
 
+def match_limit(n: int, allowed: int) -> int:
+    """How many tokens of a window's end a match compares: one longer than allowed + MAX_EXPONENT gets the same
+    (capped) penalty, so the cost grows with the range, not with its square."""
+    return min(n, allowed + MAX_EXPONENT + 1)
+
+
+def match_lengths(rev: torch.Tensor, breakers: torch.Tensor, allowed: int) -> torch.Tensor:
+    """[R, n-1]: for each shift s = 1..n-1 of the reversed windows rev [R, n], the number of leading k with
+    rev[k] == rev[k + s] (no breaker, no padding). row_kernel.py's dry_lengths is this for one row on a CPU."""
+    n = rev.shape[1]
+    ok = (rev >= 0) & ~breakers[rev.clamp_min(0)]
+    k = torch.arange(match_limit(n, allowed), device=rev.device)
+    s = torch.arange(1, n, device=rev.device)
+    idx = k[None, :] + s[:, None]  # [n-1, K]
+    inside = idx < n
+    shifted = rev[:, idx.clamp(max=n - 1)]  # [R, n-1, K]
+    match = (rev[:, None, :len(k)] == shifted) & inside[None] & ok[:, None, :len(k)]
+    return match.to(torch.int64).cumprod(-1).sum(-1)
+
+
 def dry_amounts(windows: torch.Tensor, breakers: torch.Tensor, multiplier: float, base: float,
-                allowed: int) -> tuple[torch.Tensor, torch.Tensor]:
+                allowed: int, lengths: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """(followers [R, n-1] token ids, -1 = none; amounts [R, n-1] float64): each follower's logit is lowered by the
-    largest amount it has (the sampler subtracts it). windows: [R, n] token ids, oldest first, -1 = no token.
+    largest amount it has (the sampler subtracts it). windows: [R, n] token ids, oldest first, -1 = no token;
+    lengths: their match_lengths where already known.
 
     Reversed, row r reads rev[0] = the last token. For each shift s, the match length is the number of leading
     k with rev[k] == rev[k + s] (no breaker, no padding): the tokens before position n-s repeat the text's
@@ -43,17 +64,8 @@ def dry_amounts(windows: torch.Tensor, breakers: torch.Tensor, multiplier: float
     if n < 2:
         return windows[:, :0], torch.zeros(rows, 0, dtype=torch.float64, device=windows.device)
     rev = windows.flip(1)
-    ok = (rev >= 0) & ~breakers[rev.clamp_min(0)]
-    # A match longer than allowed + MAX_EXPONENT gets the same (capped) penalty: only that many of its tokens need
-    # comparing, so the cost grows with the range, not with its square.
-    k = torch.arange(min(n, allowed + MAX_EXPONENT + 1), device=windows.device)
-    s = torch.arange(1, n, device=windows.device)
-    idx = k[None, :] + s[:, None]  # [n-1, K]
-    inside = idx < n
-    shifted = rev[:, idx.clamp(max=n - 1)]  # [R, n-1, K]
-    match = (rev[:, None, :len(k)] == shifted) & inside[None] & ok[:, None, :len(k)]
-    length = match.to(torch.int64).cumprod(-1).sum(-1)  # [R, n-1]
-    follower = rev[:, s - 1]
+    length = match_lengths(rev, breakers, allowed) if lengths is None else lengths  # [R, n-1]
+    follower = rev[:, torch.arange(n - 1, device=windows.device)]
     exponent = (length - allowed).clamp(max=MAX_EXPONENT).to(torch.float64)
     amount = torch.where((length >= allowed) & (follower >= 0), multiplier * base ** exponent, 0.0)
     return torch.where(amount > 0, follower, -1), amount

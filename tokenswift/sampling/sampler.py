@@ -24,9 +24,10 @@ from typing import Any
 import torch
 
 from tokenswift.sampling.adaptive_p import AdaptiveP, steered
-from tokenswift.sampling.dry_xtc import dry_amounts, xtc_draws, xtc_filter
+from tokenswift.sampling.dry_xtc import dry_amounts, match_limit, xtc_draws, xtc_filter
 from tokenswift.sampling.keys import M32, mix32, position_keys, uniform
 from tokenswift.sampling.no_repeat import repeat_followers
+from tokenswift.sampling.row_kernel import RowKernel, covers
 from tokenswift.settings import REPEAT_RANGE, Settings
 
 REMEMBERED = 8  # windows whose DRY repeats and no-repeat followers a sampler keeps (_remembered)
@@ -157,10 +158,13 @@ class Sampler:
     """Turns raw logits into tokens under one Settings, with the noise of each row's position."""
 
     def __init__(self, settings: Settings, vocab_size: int, device, eos_ids: tuple[int, ...] = (),
-                 breakers: torch.Tensor | None = None, bans: Mapping[int, Collection[int]] | None = None):
+                 breakers: torch.Tensor | None = None, bans: Mapping[int, Collection[int]] | None = None,
+                 kernel: RowKernel | None = None):
         """breakers: [vocab] bool, DRY's sequence breakers (dry_xtc.breaker_ids); needed when DRY is on.
-        bans: {story index: token ids} forbidden at that position only (banned.py's rewinds)."""
+        bans: {story index: token ids} forbidden at that position only (banned.py's rewinds).
+        kernel: the C rows of a CPU (row_kernel.py), used wherever they cover the settings and the row."""
         self.s = settings
+        self.kernel = kernel if kernel is not None and covers(settings) else None
         self.breakers = breakers.to(device) if breakers is not None else None
         if settings.dry_multiplier > 0 and self.breakers is None:
             raise ValueError("DRY is on: the sampler needs the sequence breakers' token ids")
@@ -178,10 +182,11 @@ class Sampler:
         self.answer_end: int | None = None
         # A banned phrase's bans are part of the rule too, keyed by position like the noise: every row sampled at
         # that position, plain or a trie node, eager or captured (a device comparison, no host sync), obeys them.
-        self.bans = {}
+        self.bans, self.ban_ids = {}, {}
         for position, tokens in (bans or {}).items():
             self.bans[position] = torch.zeros(vocab_size, dtype=torch.bool, device=device)
             self.bans[position][list(tokens)] = True
+            self.ban_ids[position] = self.bans[position].nonzero().squeeze(1)
 
     def penalize(self, logits: torch.Tensor, windows: torch.Tensor | None,
                  vocab: torch.Tensor | None = None) -> torch.Tensor:
@@ -206,16 +211,33 @@ class Sampler:
             cols = self._cols(windows[:, -s.penalty_window:], vocab, width)
             out.scatter_(1, cols, penalised(out.gather(1, cols), s.penalty))
         if windows is not None and s.no_repeat_ngram:
-            followers = self._remembered("no-repeat", windows[:, -REPEAT_RANGE:],
-                                         lambda w: repeat_followers(w, s.no_repeat_ngram))
-            out.scatter_(1, self._cols(followers, vocab, width), -math.inf)
+            out.scatter_(1, self._cols(self._refused(windows), vocab, width), -math.inf)
         if windows is not None and s.dry_multiplier > 0:
-            followers, amounts = self._remembered("dry", windows[:, -s.dry_range:], lambda w: dry_amounts(
-                w, self.breakers, s.dry_multiplier, s.dry_base, s.dry_allowed_length))
+            followers, amounts = self._dry(windows)
             cols = self._cols(followers, vocab, width)
             # A token that extends several repeats loses its largest amount: z - a falls as a grows.
             out.scatter_reduce_(1, cols, out.gather(1, cols) - amounts.to(out.dtype), "amin")
         return out[:, :width]
+
+    def _refused(self, windows: torch.Tensor) -> torch.Tensor:
+        """The no-repeat rule's followers of the rows' windows (no_repeat.py)."""
+        n = self.s.no_repeat_ngram
+        return self._remembered("no-repeat", windows[:, -REPEAT_RANGE:], lambda w: self.kernel.repeat_followers(w, n)
+                                if self._one_row(w) and w.shape[1] >= n else repeat_followers(w, n))
+
+    def _dry(self, windows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """DRY's followers and amounts of the rows' windows (dry_xtc.py)."""
+        s = self.s
+
+        def amounts(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            lengths = None
+            if self._one_row(w) and w.shape[1] >= 2:
+                lengths = self.kernel.dry_lengths(w, self.breakers, match_limit(w.shape[1], s.dry_allowed_length))
+            return dry_amounts(w, self.breakers, s.dry_multiplier, s.dry_base, s.dry_allowed_length, lengths)
+        return self._remembered("dry", windows[:, -s.dry_range:], amounts)
+
+    def _one_row(self, window: torch.Tensor) -> bool:
+        return self.kernel is not None and window.shape[0] == 1 and window.device.type == "cpu"
 
     def _remembered(self, kind: str, window: torch.Tensor, compute: Callable[[torch.Tensor], Any]) -> Any:
         """compute(window), kept for the last few one-row windows seen on a CPU. A drafter ranks each guess with the
@@ -248,6 +270,10 @@ class Sampler:
         """Penalty, DRY, temperature, filters and XTC: [R, V] scores, -inf where a token may not be chosen.
         positions: each row's absolute position (XTC's draw is keyed by it)."""
         s = self.s
+        if self.kernel is not None and RowKernel.runs(logits) and not torch.is_tensor(positions):
+            scores = self._kernel_rows(logits, windows, positions, vocab)
+            if scores is not None:
+                return scores
         z = self.penalize(logits, windows, vocab)
         if self.bans and positions is not None:
             z = self.ban(z, positions, vocab)
@@ -267,6 +293,42 @@ class Sampler:
         if s.xtc_probability > 0 and positions is not None:
             z = xtc_filter(z, s.xtc_threshold, xtc_draws(s.seed, positions, z.device) < s.xtc_probability)
         return z
+
+    def _kernel_rows(self, logits: torch.Tensor, windows: torch.Tensor | None, positions: list[int] | None,
+                     vocab: torch.Tensor | None) -> torch.Tensor | None:
+        """process() by the C rows (row_kernel.py), row by row: None where a row holds a NaN or the end of text's
+        probability moves to an answer's break (then the torch path runs)."""
+        if self.eos is not None and self.answer_end is not None:
+            return None
+        out = torch.empty(logits.shape, dtype=torch.float32)
+        eos = self._columns_of(self.eos[0], vocab, logits.shape[1]) if self.eos is not None else None
+        for r in range(logits.shape[0]):
+            window = windows[r:r + 1] if windows is not None else None
+            rules = self._row_rules(window, positions[r] if positions is not None else None, vocab, logits.shape[1])
+            if not self.kernel.row(logits[r], self.s, eos, *rules, out[r]):
+                return None
+        return out
+
+    def _row_rules(self, window: torch.Tensor | None, position: int | None, vocab: torch.Tensor | None,
+                   width: int) -> tuple:
+        """(the penalty's columns, the refused ones, DRY's columns and amounts) of one row, as penalize reads them;
+        columns of `vocab` (the spare column `width` for tokens outside it), or token ids without one."""
+        s, cols = self.s, lambda ids: self._columns_of(ids, vocab, width)
+        refused = [self._refused(window)[0]] if window is not None and s.no_repeat_ngram else []
+        if position in self.ban_ids:
+            refused.append(self.ban_ids[position])
+        penalty, dry = None, None
+        if window is not None and s.penalty != 1.0 and s.penalty_window > 0:
+            penalty = cols(window[0, -s.penalty_window:])
+        if window is not None and s.dry_multiplier > 0:
+            followers, amounts = self._dry(window)
+            dry = cols(followers[0]), amounts[0]
+        return penalty, cols(torch.cat(refused)) if refused else None, dry
+
+    def _columns_of(self, ids: torch.Tensor, vocab: torch.Tensor | None, width: int) -> torch.Tensor:
+        """_cols for the C rows, which skip -1 and columns past the row themselves: the ids as they are without a
+        draft vocabulary."""
+        return ids if vocab is None else self._cols(ids, vocab, width)
 
     def ban(self, z: torch.Tensor, positions: list[int] | torch.Tensor,
             vocab: torch.Tensor | None = None) -> torch.Tensor:
@@ -298,8 +360,10 @@ class Sampler:
 
         A filtered row leaves a few finite scores: noise is drawn for those tokens only. Candidates keep their
         vocabulary order, so the first of equal maxima wins as in the full row. vocab: the columns' token ids."""
-        # Two comparisons are isfinite (NaN fails both), cheaper on a CPU: 97-149 against 115-172 µs a 49K row.
-        columns = ((row > -math.inf) & (row < math.inf)).nonzero().squeeze(1)
+        if self.kernel is not None and RowKernel.runs(row):
+            columns = self.kernel.finite(row)
+        else:  # two comparisons are isfinite (NaN fails both), cheaper on a CPU: 97-149 against 115-172 µs a 49K row
+            columns = ((row > -math.inf) & (row < math.inf)).nonzero().squeeze(1)
         ids = columns if vocab is None else vocab[columns]
         return ids, row[columns].double() + self.noise.gumbel([position], ids)[0]
 
