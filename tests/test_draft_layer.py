@@ -41,7 +41,8 @@ from tokenswift.model.draft_layer import (
 from tokenswift.model.fastpath import FastOptions
 from tokenswift.model.kv_cache import KVCache
 from tokenswift.model.masks import causal_mask
-from tokenswift.sampling.sampler import Sampler, last_ids, penalty_mask
+from tokenswift.sampling.sampler import Sampler, penalty_mask
+from tokenswift.sampling.windows import last_ids
 from tokenswift.settings import Settings, SettingsError, Speculation
 from tokenswift.text.context_window import pinned_ids
 from tokenswift.train.draft_data import TeacherStore, feature_layers

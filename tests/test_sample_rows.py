@@ -77,6 +77,9 @@ def test_rows_are_torchs_bit_for_bit(kernel, name):
         assert torch.equal(got.isnan(), expected.isnan()), seed
         assert torch.equal(got.nan_to_num(), expected.nan_to_num()), seed
         assert torch.equal(fast.choose(got, [position]), reference.choose(expected, [position])), seed
+        if reference.noise is not None and not expected.isnan().any():  # the candidates and their noisy scores
+            for a, b in zip(fast.noisy(got[0], position), reference.noisy(expected[0], position), strict=True):
+                assert torch.equal(a, b), seed
         assert torch.equal(fast.draw(z, w, position)[0], reference.draw(z, w, position)[0]), seed
 
 
@@ -148,3 +151,17 @@ def test_a_run_writes_the_same_text_with_and_without_the_kernel(stories32, monke
     monkeypatch.setattr("tokenswift.decode.engine.sampler_rows", lambda *args: None)
     assert Generator(stories32, s, prompt, options=EngineOptions().speculating(mode="ar")).run() == texts["ar"]
     assert texts["tokenswift"] == texts["ar"]
+
+
+def test_alternatives_from_the_finite_scores_are_the_whole_rows(kernel):
+    from tokenswift.sampling.alternatives import top_rows
+
+    reference, fast = samplers(writing_settings(), kernel)
+    for seed in range(30):
+        z = torch.randn(1, V, generator=torch.Generator().manual_seed(seed)) * (1 + seed % 4)  # no ties
+        scores = fast.process(z, window(seed), positions=[7])
+        token = fast.choose(scores, [7])
+        got, expected = fast.alternatives(scores, token), top_rows(scores, token)
+        assert torch.equal(got[:, 1:6], expected[:, 1:6]), seed  # the ids; -1 for the empty slots
+        assert torch.allclose(got, expected, rtol=1e-12, atol=0), seed
+    assert torch.equal(reference.alternatives(scores, token), top_rows(scores, token))  # no kernel: top_rows itself

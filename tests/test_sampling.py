@@ -181,3 +181,16 @@ def test_the_penalties_read_and_write_only_their_tokens_as_the_whole_row_rules_d
     assert refused.any() and torch.equal(sampler.penalize(z, windows), dense)
     vocab = torch.arange(0, V, 2)
     assert torch.equal(sampler.penalize(z[:, vocab], windows, vocab), dense[:, vocab])
+
+
+def test_a_history_row_is_the_last_tokens_of_the_text_and_path_padded_on_the_left():
+    from tokenswift.sampling.windows import history_row
+
+    ids = torch.arange(100, 130)
+    for end in (0, 1, 5, 20, 30):
+        for length in (1, 4, 12, 40):
+            for path in ([], [7], [7, 8, 9], list(range(200, 215))):
+                text = ids[:end].tolist() + path
+                expected = ([-1] * length + text)[-length:]
+                assert history_row(ids, end, length, path).tolist() == [expected], (end, length, path)
+    assert history_row(ids, 10, 0, [1]) is None

@@ -28,10 +28,11 @@ from tokenswift.model.kv_cache import KVCache
 from tokenswift.model.loading import LoadedModel
 from tokenswift.model.masks import causal_mask, with_prefix
 from tokenswift.model.native import sampler_rows
-from tokenswift.sampling.alternatives import Alternatives, from_rows, top_rows
+from tokenswift.sampling.alternatives import Alternatives, from_rows
 from tokenswift.sampling.dry_xtc import breaker_ids
-from tokenswift.sampling.sampler import Sampler, history_row
+from tokenswift.sampling.sampler import Sampler
 from tokenswift.sampling.trie import build_trie, verify_inputs, walk
+from tokenswift.sampling.windows import history_row
 from tokenswift.settings import CAPACITY_SPARE, NGRAM_LEN, Settings, max_nodes
 from tokenswift.text.context_window import ContextUse, PinnedText, WindowPlan, leading_bos, window_plan
 
@@ -175,7 +176,7 @@ class Engine:
         return staged.to(self.lm.device, non_blocking=True, copy=True)
 
     def _history(self, end: int, path: list[int]) -> torch.Tensor | None:
-        """The sampling history of ids[:end] + path (sampler.history_row)."""
+        """The sampling history of ids[:end] + path (windows.history_row)."""
         return history_row(self.buf, end, self.s.history_length, path)
 
     def _sync(self) -> None:
@@ -368,9 +369,7 @@ class Engine:
 
     def _maybe_probe_ar(self, warm: bool) -> None:
         """Measure one plain AR step at the current context, so time saved is against this very run; only on a
-        warm step where one is due (clock.py).
-
-        It writes the root's K/V at slot `length`, exactly what the verify pass writes there next."""
+        warm step where one is due (clock.py). It writes the root's K/V at slot `length`, as the verify pass next."""
         if not self.clock.probe_due(warm):
             return
         self._sync()
@@ -388,7 +387,7 @@ class Engine:
         its alternatives, from the scores it is drawn from (alternatives.py)."""
         token, scores = self.sampler.draw(logits, window, position)
         if self.record:
-            self._tops.append(top_rows(scores, token))
+            self._tops.append(self.sampler.alternatives(scores, token))
         return int(token[0])
 
     def take_alternatives(self) -> list[Alternatives] | None:

@@ -16,7 +16,8 @@ from tokenswift.model.fastpath import FastPasses
 from tokenswift.model.kv_cache import KVCache
 from tokenswift.model.loading import LoadedModel
 from tokenswift.model.prefill import prefill
-from tokenswift.sampling.sampler import Sampler, history_row
+from tokenswift.sampling.sampler import Sampler
+from tokenswift.sampling.windows import history_row
 from tokenswift.text.context_window import ContextUse, PinnedText, WindowPlan
 
 POSTS = 16  # updates of what the lookahead may fill per shift step: every 128 tokens by default (lookahead.CHUNK)

@@ -21,7 +21,7 @@ import torch
 from tokenswift.draft.drafting import rank_on_device
 from tokenswift.draft.fused_drafter import FusedDrafter
 from tokenswift.sampling.in_graph import MAX_DEPTH, DeviceSampler
-from tokenswift.sampling.sampler import last_ids, node_windows
+from tokenswift.sampling.windows import last_ids, node_windows
 
 
 class DeviceDrafts:

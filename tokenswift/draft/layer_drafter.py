@@ -30,7 +30,8 @@ from tokenswift.model.loading import LoadedModel
 from tokenswift.model.masks import causal_mask
 from tokenswift.model.native_rows import MAX_ROWS, NativeBlock
 from tokenswift.model.quant import QuantLinear
-from tokenswift.sampling.sampler import Sampler, node_windows
+from tokenswift.sampling.sampler import Sampler
+from tokenswift.sampling.windows import node_windows
 from tokenswift.settings import Speculation
 
 # The states a draft attends to, however long the window the layer was trained with: after a string of plain steps

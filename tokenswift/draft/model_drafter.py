@@ -27,7 +27,8 @@ from tokenswift.model.kv_cache import KVCache
 from tokenswift.model.loading import LoadedModel, ModelLoadError, load_model
 from tokenswift.model.masks import causal_mask
 from tokenswift.model.prefill import PREFILL_CHUNK
-from tokenswift.sampling.sampler import Sampler, node_windows
+from tokenswift.sampling.sampler import Sampler
+from tokenswift.sampling.windows import node_windows
 from tokenswift.settings import SettingsError, Speculation
 
 # Texts whose ids both tokenizers must agree on: words, spaces, digits, punctuation, accents, a newline run.

@@ -65,7 +65,8 @@ def signatures(real) -> dict[str, tuple[list, object]]:
                    "sample_row": ([PTR, I64, PTR, PTR, PTR, PTR], ctypes.c_int),
                    "finite_columns": ([PTR, I64, PTR], I64),
                    "dry_lengths": ([PTR, I64, PTR, I64, I64, PTR], None),
-                   "repeat_followers_row": ([PTR, I64, I64, PTR], None)}
+                   "repeat_followers_row": ([PTR, I64, I64, PTR], None),
+                   "noise_uniforms": ([PTR, PTR, I64, I64, PTR], None)}
 
 
 def _cpu_key() -> str:

@@ -10,8 +10,9 @@ from __future__ import annotations
 import torch
 
 from tokenswift.sampling.alternatives import top_rows
-from tokenswift.sampling.sampler import Sampler, last_ids, node_windows
+from tokenswift.sampling.sampler import Sampler
 from tokenswift.sampling.trie import Trie, verify_inputs
+from tokenswift.sampling.windows import last_ids, node_windows
 from tokenswift.settings import SettingsError
 
 MAX_DEPTH = 16  # deepest trie path a verify batch may hold (gamma + 1 <= 9 levels; n-grams 4)

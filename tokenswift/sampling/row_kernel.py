@@ -77,6 +77,13 @@ class RowKernel:
         n = self.lib.finite_columns(row.data_ptr(), row.shape[0], self.columns.data_ptr())
         return self.columns[:n].clone()
 
+    def uniforms(self, token_mix: torch.Tensor, ids: torch.Tensor, key: int) -> torch.Tensor:
+        """sampler.Noise's uniform draws [len(ids)] (float64) of the token ids `ids` at the position keyed `key`."""
+        ids = ids.contiguous()
+        u = torch.empty(ids.shape[0], dtype=torch.float64)
+        self.lib.noise_uniforms(token_mix.data_ptr(), ids.data_ptr(), ids.shape[0], key, u.data_ptr())
+        return u
+
     def dry_lengths(self, window: torch.Tensor, breakers: torch.Tensor, limit: int) -> torch.Tensor:
         """dry_xtc.match_lengths of one window [1, n]: [1, n - 1]."""
         window = window.contiguous()

@@ -157,3 +157,22 @@ void repeat_followers_row(const int64_t *window, int64_t w, int64_t n, int64_t *
         out[j] = whole && k == n - 1 ? window[j + n - 1] : -1;
     }
 }
+
+/* keys.mix32 on 32-bit words (its int64 products keep the low 32 bits exact, as these wrap). */
+static uint32_t mix32(uint32_t x) {
+    x ^= x >> 16;
+    x *= 0x7FEB352DU;
+    x ^= x >> 15;
+    x *= 0x846CA68BU;
+    return x ^ (x >> 16);
+}
+
+/* Noise.gumbel's uniform draws of the tokens `ids` at the position whose key is `key` (keys.position_key):
+   u[i] = uniform(mix32(mix32(token_mix[ids[i]] ^ key) + key)), integers and a double exact in any build; the
+   logs stay torch's (sampler.Noise), whose rounding the text depends on. */
+void noise_uniforms(const int64_t *token_mix, const int64_t *ids, int64_t n, int64_t key, double *u) {
+    for (int64_t i = 0; i < n; ++i) {
+        const uint32_t h = mix32((uint32_t)token_mix[ids[i]] ^ (uint32_t)key);
+        u[i] = ((double)mix32(h + (uint32_t)key) + 0.5) * 0x1p-32;
+    }
+}

@@ -24,8 +24,9 @@ from typing import Any
 import torch
 
 from tokenswift.sampling.adaptive_p import AdaptiveP, steered
+from tokenswift.sampling.alternatives import top_row_of, top_rows
 from tokenswift.sampling.dry_xtc import dry_amounts, match_limit, xtc_draws, xtc_filter
-from tokenswift.sampling.keys import M32, mix32, position_keys, uniform
+from tokenswift.sampling.keys import M32, mix32, position_key, position_keys, uniform
 from tokenswift.sampling.no_repeat import repeat_followers
 from tokenswift.sampling.row_kernel import RowKernel, covers
 from tokenswift.settings import REPEAT_RANGE, Settings
@@ -49,7 +50,12 @@ class Noise:
         keys = position_keys(self.seed, positions, self.token_mix.device)[:, None]
         mix = self.token_mix if ids is None else self.token_mix[ids]
         h = mix32(mix[None, :] ^ keys)
-        return -torch.log(-torch.log(uniform(mix32((h + keys) & M32))))
+        return self.of(uniform(mix32((h + keys) & M32)))
+
+    @staticmethod
+    def of(u: torch.Tensor) -> torch.Tensor:
+        """Gumbel noise of uniform draws: the one place its logs are taken (their rounding is the text's)."""
+        return -torch.log(-torch.log(u))
 
 
 def penalty_mask(windows: torch.Tensor, vocab_size: int) -> torch.Tensor:
@@ -124,34 +130,6 @@ def _keep_best(scores: torch.Tensor, remove: torch.Tensor, min_keep: int) -> tor
     ranked = remove.gather(-1, order)
     ranked[..., :min_keep] = False
     return scores.masked_fill(ranked.scatter(-1, order, ranked), -math.inf)
-
-
-def last_ids(ids: torch.Tensor, end: int | torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
-    """The sampling history before slot `end` (a host int, or a device scalar in a captured graph): the last W ids,
-    -1 where the text is shorter. offsets: arange(W) on the ids' device."""
-    idx = end - offsets.shape[0] + offsets
-    return torch.where(idx >= 0, ids[idx.clamp(min=0)], -1)
-
-
-def node_windows(history: torch.Tensor, paths: torch.Tensor, depths: torch.Tensor) -> torch.Tensor:
-    """[rows, W] sampling windows (the penalty's, DRY's) of trie nodes: row i is the last W tokens of history + path_i,
-    i.e. cat(history, path_i)[d_i : d_i + W] with d_i its depth; paths [rows, >= d_i] left-aligned, -1 = no token.
-    The engine's host walk and the captured verify pass both window their nodes here."""
-    rows, w = paths.shape[0], history.shape[0]
-    both = torch.cat((history.expand(rows, w), paths), dim=1)
-    return both.gather(1, depths[:, None] + torch.arange(w, device=history.device)[None, :])
-
-
-def history_row(ids: torch.Tensor, end: int, length: int, path: list[int]) -> torch.Tensor | None:
-    """The sampling history (the penalty's last W = `length` tokens, DRY's range) of ids[:end] + path, as a [1, W]
-    row; None where no sampler reads one (length 0)."""
-    if length == 0:
-        return None
-    dev = ids.device
-    history = last_ids(ids, end, torch.arange(length, device=dev))
-    if not path:
-        return history[None]
-    return node_windows(history, torch.tensor([path], device=dev), torch.tensor([len(path)], device=dev))
 
 
 class Sampler:
@@ -362,8 +340,11 @@ class Sampler:
         vocabulary order, so the first of equal maxima wins as in the full row. vocab: the columns' token ids."""
         if self.kernel is not None and RowKernel.runs(row):
             columns = self.kernel.finite(row)
-        else:  # two comparisons are isfinite (NaN fails both), cheaper on a CPU: 97-149 against 115-172 µs a 49K row
-            columns = ((row > -math.inf) & (row < math.inf)).nonzero().squeeze(1)
+            ids = columns if vocab is None else vocab[columns]
+            u = self.kernel.uniforms(self.noise.token_mix, ids, position_key(self.noise.seed, position))
+            return ids, row[columns].double() + Noise.of(u)
+        # Two comparisons are isfinite (NaN fails both), cheaper on a CPU: 97-149 against 115-172 µs a 49K row.
+        columns = ((row > -math.inf) & (row < math.inf)).nonzero().squeeze(1)
         ids = columns if vocab is None else vocab[columns]
         return ids, row[columns].double() + self.noise.gumbel([position], ids)[0]
 
@@ -382,6 +363,14 @@ class Sampler:
         token = self.choose(scores, [position])
         self.adaptive.chose(position, float(probs[0, token[0]]))
         return token, scores
+
+    def alternatives(self, scores: torch.Tensor, token: torch.Tensor) -> torch.Tensor:
+        """alternatives.top_rows of a row drawn from `scores` [1, V] (draw's), over its finite scores on a CPU."""
+        if self.kernel is not None and RowKernel.runs(scores):
+            columns = self.kernel.finite(scores[0])
+            if len(columns):
+                return top_row_of(scores[0, columns], columns, int(token[0]))
+        return top_rows(scores, token)
 
     def recall(self, logits: torch.Tensor, window: torch.Tensor | None, position: int, token: int) -> None:
         """Adaptive-P's history after `token` was chosen at `position` from these logits (a resume's replayed rows)."""
