@@ -30,9 +30,13 @@ def history_row(ids: torch.Tensor, end: int, length: int, path: list[int]) -> to
         return None
     dev = ids.device
     start = end + len(path) - length  # the window's first token, as an index into ids[:end] + path
-    if 0 <= start <= end:  # no padding: a slice (last_ids and node_windows' four to six operators cost ~0.1 ms)
-        tail = ids[start:end].clone()
-        return (torch.cat((tail, torch.tensor(path, dtype=tail.dtype, device=dev))) if path else tail)[None]
+    if start <= end:  # a slice of the text, padded and followed by the path (last_ids and node_windows: ~0.1 ms)
+        parts = [ids[max(start, 0):end]]
+        if start < 0:
+            parts.insert(0, torch.full((-start,), -1, dtype=ids.dtype, device=dev))
+        if path:
+            parts.append(torch.tensor(path, dtype=ids.dtype, device=dev))
+        return torch.cat(parts)[None]
     history = last_ids(ids, end, torch.arange(length, device=dev))
     if not path:
         return history[None]
