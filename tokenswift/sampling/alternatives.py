@@ -47,7 +47,7 @@ def top_row_of(scores: torch.Tensor, columns: torch.Tensor, token: int) -> torch
     top = probs.topk(min(TOP, probs.shape[0]))
     row = torch.zeros(ROW, dtype=torch.float64)
     row[1:1 + TOP] = -1.0
-    row[1:1 + len(top.indices)] = columns[top.indices].double()
+    row[1:1 + len(top.indices)] = torch.where(top.values > 0, columns[top.indices], -1).double()
     row[1 + TOP:1 + TOP + len(top.values)] = top.values
     row[0] = probs[columns == token].sum()
     return row[None]

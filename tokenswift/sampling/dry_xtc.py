@@ -65,7 +65,7 @@ def dry_amounts(windows: torch.Tensor, breakers: torch.Tensor, multiplier: float
         return windows[:, :0], torch.zeros(rows, 0, dtype=torch.float64, device=windows.device)
     rev = windows.flip(1)
     length = match_lengths(rev, breakers, allowed) if lengths is None else lengths  # [R, n-1]
-    follower = rev[:, torch.arange(n - 1, device=windows.device)]
+    follower = rev[:, :n - 1]  # rev[s - 1], s = 1..n-1
     exponent = (length - allowed).clamp(max=MAX_EXPONENT).to(torch.float64)
     amount = torch.where((length >= allowed) & (follower >= 0), multiplier * base ** exponent, 0.0)
     return torch.where(amount > 0, follower, -1), amount

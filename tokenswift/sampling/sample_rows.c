@@ -1,4 +1,4 @@
-/* One float32 row of the sampler on a CPU (native_rows.py calls these; sampler.py is the rule and the reference).
+/* One float32 row of the sampler on a CPU (row_kernel.py calls these; sampler.py is the rule and the reference).
 
    A row sampled with the writing defaults ran about forty small torch operators: the end-of-text ban, the penalty,
    the no-repeat rule and DRY as gathers and scatters over a copy of the row, then temperature and min-p as passes
@@ -6,6 +6,8 @@
    same float32 operation on the same values in the same order (a division, a product, a subtraction, a comparison:
    IEEE operations round the same in any build; no fast-math), so the scores and the token are bit for bit torch's,
    which tests/test_sample_rows.py checks on rows with ties, padding, infinities and duplicates. */
+/* No a * b + c may become one fused (differently rounded) operation in this file: torch rounds each. */
+#pragma GCC optimize("fp-contract=off")
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -45,7 +47,7 @@ static void dry(float *z, int64_t vocab, const struct row_rules *r, float *befor
         const int64_t t = r->dry[i];
         if (t < 0 || t >= vocab) continue;
         const float v = before[i] - (float)r->amounts[i];
-        z[t] = v < z[t] ? v : z[t];
+        z[t] = isnan(v) || v < z[t] ? v : z[t];  /* amin keeps a NaN (inf - inf): the NaN check then hands over */
     }
 }
 

@@ -200,8 +200,12 @@ class Sampler:
     def _refused(self, windows: torch.Tensor) -> torch.Tensor:
         """The no-repeat rule's followers of the rows' windows (no_repeat.py)."""
         n = self.s.no_repeat_ngram
-        return self._remembered("no-repeat", windows[:, -REPEAT_RANGE:], lambda w: self.kernel.repeat_followers(w, n)
-                                if self._one_row(w) and w.shape[1] >= n else repeat_followers(w, n))
+
+        def followers(w: torch.Tensor) -> torch.Tensor:
+            if self._one_row(w) and w.shape[1] >= n:
+                return self.kernel.repeat_followers(w, n)
+            return repeat_followers(w, n)
+        return self._remembered("no-repeat", windows[:, -REPEAT_RANGE:], followers)
 
     def _dry(self, windows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """DRY's followers and amounts of the rows' windows (dry_xtc.py)."""

@@ -29,6 +29,8 @@ def history_row(ids: torch.Tensor, end: int, length: int, path: list[int]) -> to
     if length == 0:
         return None
     dev = ids.device
+    if end > ids.shape[0]:
+        raise IndexError(f"history_row: the text ends at {end}, past its {ids.shape[0]} slots")
     start = end + len(path) - length  # the window's first token, as an index into ids[:end] + path
     if start <= end:  # a slice of the text, padded and followed by the path (last_ids and node_windows: ~0.1 ms)
         parts = [ids[max(start, 0):end]]
