@@ -86,6 +86,7 @@ def test_rows_are_torchs_bit_for_bit(kernel, name):
         expected = reference.process(z, w, positions=[position])
         got = fast.process(z, w, positions=[position])
         assert same_bits(got, expected), seed
+        assert same_bits(fast.penalize(z, w), reference.penalize(z, w)), seed  # what a greedy draft is ranked by
         assert torch.equal(fast.choose(got, [position]), reference.choose(expected, [position])), seed
         if reference.noise is not None and not expected.isnan().any():  # the candidates and their noisy scores
             for a, b in zip(fast.noisy(got[0], position), reference.noisy(expected[0], position), strict=True):
@@ -113,6 +114,7 @@ def test_rows_over_a_draft_vocabulary(kernel, name):
         expected = reference.process(z, w, vocab, positions=[49, 50])
         got = fast.process(z, w, vocab, positions=[49, 50])
         assert torch.equal(got.nan_to_num(), expected.nan_to_num()), seed
+        assert same_bits(fast.penalize(z, w, vocab), reference.penalize(z, w, vocab)), seed
         if reference.noise is not None and not expected.isnan().any():
             for a, b in zip(fast.noisy(got[1], 50, vocab), reference.noisy(expected[1], 50, vocab), strict=True):
                 assert torch.equal(a, b), seed

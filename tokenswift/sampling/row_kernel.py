@@ -59,8 +59,9 @@ class RowKernel:
 
     def row(self, logits: torch.Tensor, s: Settings, eos: torch.Tensor | None, window: torch.Tensor | None,
             refused: torch.Tensor | None, dry: tuple[torch.Tensor, torch.Tensor] | None,
-            out: torch.Tensor) -> bool:
-        """out [V] = Sampler.process of one row [V]; False (out undefined) where the row holds a NaN."""
+            out: torch.Tensor, penalized: bool = False) -> bool:
+        """out [V] = Sampler.process of one row [V] (penalized: Sampler.penalize's, the rules without temperature and
+        filters); False (out undefined) where the row holds a NaN."""
         self._fits(logits, out)
         logits = logits.contiguous()
         followers, amounts = (dry[0].contiguous(), dry[1].contiguous()) if dry is not None else (None, None)
@@ -71,8 +72,8 @@ class RowKernel:
         rules = RowRules(*_ids(eos), *_ids(window), s.penalty if window is not None else 1.0, *_ids(refused),
                          followers.data_ptr() if followers is not None else 0,
                          amounts.data_ptr() if amounts is not None else 0,
-                         followers.numel() if followers is not None else 0, s.temperature,
-                         math.log(s.min_p) if s.min_p > 0 and s.temperature > 0 else -math.inf)
+                         followers.numel() if followers is not None else 0, 0.0 if penalized else s.temperature,
+                         math.log(s.min_p) if s.min_p > 0 and s.temperature > 0 and not penalized else -math.inf)
         before = torch.empty(max(1, rules.n_dry), dtype=torch.float32)
         return self.lib.sample_row(logits.data_ptr(), logits.shape[-1], ctypes.addressof(rules),
                                    self.seen.data_ptr(), before.data_ptr(), out.data_ptr()) == 0

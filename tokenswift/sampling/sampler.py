@@ -176,6 +176,10 @@ class Sampler:
         (3.9 of 4.7 ms with the writing defaults). Static shapes, so a captured graph runs it too.
         vocab: the token ids of the columns when `logits` covers part of the vocabulary (a drafter's draft
         vocabulary: proposals only, where filtering within it is close enough and much cheaper)."""
+        if self.kernel is not None and RowKernel.runs(logits):
+            scores = self._kernel_rows(logits, windows, None, vocab, penalized=True)
+            if scores is not None:
+                return scores
         s = self.s
         z = logits.float() if logits.dtype in (torch.bfloat16, torch.float16) else logits
         width = z.shape[1]
@@ -277,9 +281,9 @@ class Sampler:
         return z
 
     def _kernel_rows(self, logits: torch.Tensor, windows: torch.Tensor | None, positions: list[int] | None,
-                     vocab: torch.Tensor | None) -> torch.Tensor | None:
-        """process() by the C rows (row_kernel.py), row by row: None where a row holds a NaN or the end of text's
-        probability moves to an answer's break (then the torch path runs)."""
+                     vocab: torch.Tensor | None, penalized: bool = False) -> torch.Tensor | None:
+        """process() (penalized: penalize()) by the C rows (row_kernel.py), row by row: None where a row holds a NaN
+        or the end of text's probability moves to an answer's break (then the torch path runs)."""
         if self.eos is not None and self.answer_end is not None:
             return None
         out = torch.empty(logits.shape, dtype=torch.float32)
@@ -287,7 +291,7 @@ class Sampler:
         for r in range(logits.shape[0]):
             window = windows[r:r + 1] if windows is not None else None
             rules = self._row_rules(window, positions[r] if positions is not None else None, vocab, logits.shape[1])
-            if not self.kernel.row(logits[r], self.s, eos, *rules, out[r]):
+            if not self.kernel.row(logits[r], self.s, eos, *rules, out[r], penalized):
                 return None
         return out
 
