@@ -35,11 +35,12 @@ from tokenswift.sampling.windows import node_windows
 from tokenswift.settings import Speculation
 
 # The states a draft attends to, however long the window the layer was trained with: after a string of plain steps
-# (the adaptive policy's plain gear) the drafter runs this many of their rows before drafting again, and at 512 that
-# catch-up (20-40 ms at 2K, q4) cost more than the exploring iteration itself, and every exploration lost ~1.5 plain
-# steps. Tokens per iteration did not depend on it: 1.69-1.75 and 1.81-1.87 over two held-out openings (1.5K
-# tokens, 400 drafted, chain of 3) for windows of 16, 32, 64, 128 and 512 states, in no order.
-DRAFT_WINDOW = 64
+# (the adaptive policy's plain gear) the drafter runs this many of their rows before drafting again. At 512 that
+# catch-up (20-40 ms at 2K, q4) cost more than the exploring iteration itself; at 64, 9-12 ms at 7K, half a switching
+# iteration's 27-34 ms; at 16, one call of the C block (native_rows.MAX_ROWS rows), 1.9 ms. Tokens per iteration
+# hardly depend on it: over five held-out openings (1.5K tokens, 400 drafted, chain of 3) a mean of 1.613 for 64
+# states, 1.628 for 32, 1.611 for 16.
+DRAFT_WINDOW = 16
 
 
 def draft_window(layer: DraftLayer) -> int:
