@@ -17,8 +17,6 @@ import torch
 
 from tokenswift.settings import Settings
 
-I64P = ctypes.POINTER(ctypes.c_int64)
-
 
 class RowRules(ctypes.Structure):
     """sample_rows.c's struct row_rules, field for field."""

@@ -37,8 +37,9 @@ REMEMBERED = 8  # windows whose DRY repeats and no-repeat followers a sampler ke
 class Noise:
     """Gumbel noise g[r, i] for rows at given absolute positions."""
 
-    def __init__(self, seed: int, vocab_size: int, device):
-        self.seed = seed
+    def __init__(self, seed: int, vocab_size: int, device, kernel: RowKernel | None = None):
+        """kernel: the C rows of a CPU, which draw one position's uniforms for a few tokens (~17 torch operators)."""
+        self.seed, self.kernel = seed, kernel
         ids = torch.arange(vocab_size, dtype=torch.int64, device=device)
         self.token_mix = mix32((ids * 0x9E3779B1 + 0x7F4A7C15) & M32)
 
@@ -47,6 +48,9 @@ class Noise:
 
         positions: host ints, or an int64 device tensor (inside a captured graph): position_key and mix32 give
         the same integers for both."""
+        if self.kernel is not None and ids is not None and isinstance(positions, list) and len(positions) == 1 \
+                and ids.device.type == "cpu":
+            return self.of(self.kernel.uniforms(self.token_mix, ids, position_key(self.seed, positions[0])))[None]
         keys = position_keys(self.seed, positions, self.token_mix.device)[:, None]
         mix = self.token_mix if ids is None else self.token_mix[ids]
         h = mix32(mix[None, :] ^ keys)
@@ -147,7 +151,7 @@ class Sampler:
         if settings.dry_multiplier > 0 and self.breakers is None:
             raise ValueError("DRY is on: the sampler needs the sequence breakers' token ids")
         self.vocab_size = vocab_size
-        self.noise = Noise(settings.seed, vocab_size, device) if settings.temperature > 0 else None
+        self.noise = Noise(settings.seed, vocab_size, device, self.kernel) if settings.temperature > 0 else None
         # Adaptive-P's history (adaptive_p.py): only the target's own draws (draw, recall) read and move it.
         self.adaptive = AdaptiveP(settings.adaptive_target, settings.adaptive_decay) \
             if settings.adaptive_target >= 0 else None
@@ -348,11 +352,8 @@ class Sampler:
         vocabulary order, so the first of equal maxima wins as in the full row. vocab: the columns' token ids."""
         if self.kernel is not None and RowKernel.runs(row):
             columns = self.kernel.finite(row)
-            ids = columns if vocab is None else vocab[columns]
-            u = self.kernel.uniforms(self.noise.token_mix, ids, position_key(self.noise.seed, position))
-            return ids, row[columns].double() + Noise.of(u)
-        # Two comparisons are isfinite (NaN fails both), cheaper on a CPU: 97-149 against 115-172 µs a 49K row.
-        columns = ((row > -math.inf) & (row < math.inf)).nonzero().squeeze(1)
+        else:  # two comparisons are isfinite (NaN fails both), cheaper on a CPU: 97-149 against 115-172 µs a 49K row
+            columns = ((row > -math.inf) & (row < math.inf)).nonzero().squeeze(1)
         ids = columns if vocab is None else vocab[columns]
         return ids, row[columns].double() + self.noise.gumbel([position], ids)[0]
 
