@@ -41,6 +41,7 @@ SLOW_FIXTURES = {"studio_app", "chromium", "pg_cluster", "workers", "smollm2", "
 SHARED_GROUPS = {"studio_app": "studio-app", "chromium": "studio-app", "smollm2": "default-model",
                  "smollm2_q4": "default-model"}
 GROUPS_ENV = "TOKENSWIFT_TEST_GROUPS"  # the folder where xdist workers leave {node id: group} for the scheduler
+KERNELS_ENV = "TOKENSWIFT_TEST_KERNELS"  # the run's engine cache for kernel builds (kernel_builds), workers' too
 
 
 def pytest_collection_modifyitems(config, items):
@@ -92,6 +93,8 @@ def pytest_configure(config):
     controller = config.pluginmanager.hasplugin("xdist") and not hasattr(config, "workerinput")
     if controller and config.getoption("numprocesses"):  # its workers inherit the variable: they start after this
         os.environ[GROUPS_ENV] = tempfile.mkdtemp(prefix="tokenswift-test-groups-")
+    if not hasattr(config, "workerinput"):
+        os.environ[KERNELS_ENV] = tempfile.mkdtemp(prefix="tokenswift-test-kernels-")
     # SIGTERM (timeout(1), CI, a stopped xdist worker) ends the run as Ctrl+C does: fixtures tear down, atexit
     # runs (tests/children.py), and no app, worker or PostgreSQL server is left behind.
     if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
@@ -99,8 +102,11 @@ def pytest_configure(config):
 
 
 def pytest_unconfigure(config):
-    if not hasattr(config, "workerinput") and os.environ.get(GROUPS_ENV):
-        shutil.rmtree(os.environ.pop(GROUPS_ENV), ignore_errors=True)
+    if hasattr(config, "workerinput"):
+        return
+    for name in (GROUPS_ENV, KERNELS_ENV):
+        if os.environ.get(name):
+            shutil.rmtree(os.environ.pop(name), ignore_errors=True)
 
 
 def _interrupted(signum, frame):
@@ -149,6 +155,16 @@ def gguf_path() -> Path:
         return default_model_path()
     except ModelLoadError:
         pytest.skip(f"the default model's package is not installed ({INSTALL})")
+
+
+@pytest.fixture()
+def kernel_builds(monkeypatch) -> Path:
+    """$TOKENSWIFT_CACHE for a test that builds the kernels with other flags (the portable or the AVX2 loops): one
+    folder for the run, shared by its xdist workers, so that each build compiles once a run (3-8 s), not once a
+    worker, and none lands in the user's cache."""
+    folder = Path(os.environ[KERNELS_ENV])
+    monkeypatch.setenv("TOKENSWIFT_CACHE", str(folder))
+    return folder
 
 
 @pytest.fixture(scope="session")
@@ -206,9 +222,24 @@ def pg_cluster():
 BACKENDS = ["sqlite", "postgresql"]
 
 
+@pytest.fixture(scope="session")
+def sqlite_template(tmp_path_factory) -> Path:
+    """A SQLite file the migrations brought to head, once per process: a test's migrated file is a copy of it, as a
+    PostgreSQL test's database is of the server's template (migrating a new file took 50-90 ms, ~400 times a run)."""
+    from storage import open_store
+
+    path = tmp_path_factory.mktemp("sqlite-template") / "studio.db"
+    open_store(f"sqlite:///{path}").close()
+    assert not path.with_name("studio.db-wal").exists()  # closed: the file holds everything
+    return path
+
+
 def backend_url(request, tmp_path: Path, *, migrated: bool):
-    """A SQLite file, or a fresh database on the test server (a copy of the migrated template, or empty)."""
+    """A SQLite file (a copy of the migrated template, or none yet), or a fresh database on the test server (a copy
+    of the migrated template, or empty)."""
     if request.param == "sqlite":
+        if migrated:
+            shutil.copyfile(request.getfixturevalue("sqlite_template"), tmp_path / "studio.db")
         yield f"sqlite:///{tmp_path / 'studio.db'}"
         return
     cluster = request.getfixturevalue("pg_cluster")
@@ -219,7 +250,7 @@ def backend_url(request, tmp_path: Path, *, migrated: bool):
 
 @pytest.fixture(params=BACKENDS)
 def db_url(request, tmp_path):
-    """The store's URL on each backend, already migrated (for SQLite: open_store migrates the new file)."""
+    """The store's URL on each backend, already migrated."""
     yield from backend_url(request, tmp_path, migrated=True)
 
 

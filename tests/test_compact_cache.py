@@ -33,9 +33,9 @@ def rounded_layer(seed: int) -> tuple[tuple[torch.Tensor, torch.Tensor], tuple[t
 
 @pytest.mark.parametrize("flags", [(), ("-mno-avx512f",), ("-mno-avx2",)])
 @pytest.mark.parametrize(("t", "span"), [(1, 1), (1, 1000), (3, 700), (4, 257), (16, 2048)])
-def test_attention_over_a_bf16_cache_is_float32_attention_over_its_values(tmp_path, monkeypatch, flags, t, span):
+def test_attention_over_a_bf16_cache_is_float32_attention_over_its_values(request, flags, t, span):
     if flags:
-        monkeypatch.setenv("TOKENSWIFT_CACHE", str(tmp_path))
+        request.getfixturevalue("kernel_builds")
     rows = NativeRows(native.kernels(flags))
     (keys, values), (keys32, values32) = rounded_layer(seed=t)
     q = torch.randn(t, CFG.n_heads, CFG.head_dim, generator=torch.Generator().manual_seed(span))

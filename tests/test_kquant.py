@@ -57,11 +57,10 @@ def test_products_are_the_blocks_times_activations_rounded_to_8_bits(kind):
 
 
 @pytest.mark.parametrize("kind", NEW)
-def test_every_build_computes_the_same_floats(kind, tmp_path, monkeypatch):
+def test_every_build_computes_the_same_floats(kind, kernel_builds):
     """The portable loops, the AVX2 kernels and this CPU's (packed where it packs) give the same floats, bit for bit:
     a block's integer sums are exact, and each is scaled in one order (kquant.h). 37 weight rows: two groups of 16
     and a part one; Q5_x rows of nine blocks (the AVX2 kernel takes them two at a time)."""
-    monkeypatch.setenv("TOKENSWIFT_CACHE", str(tmp_path))
     cols = 288 if kind in ("Q5_0", "Q5_1") else IN
     linear, dense = linear_of(kind, rows=37, seed=2, cols=cols)
     x = torch.randn(7, cols, generator=torch.Generator().manual_seed(3))

@@ -63,10 +63,9 @@ def test_a_layer_stores_q8_rows_as_torch_quantizes_them():
 
 @pytest.mark.parametrize(("t", "span", "cfg"), [(1, 1, CFG), (1, 1000, CFG), (3, 700, CFG), (4, 257, CFG),
                                                 (16, 2048, CFG), (1, 1000, WIDE), (4, 257, WIDE)])
-def test_the_vector_loops_are_the_portable_ones_and_near_attention_over_the_rows(tmp_path, monkeypatch, t, span,
-                                                                                 cfg):
+def test_the_vector_loops_are_the_portable_ones_and_near_attention_over_the_rows(request, t, span, cfg):
     vector = NativeRows(native.kernels())
-    monkeypatch.setenv("TOKENSWIFT_CACHE", str(tmp_path))
+    request.getfixturevalue("kernel_builds")
     portable = NativeRows(native.kernels(("-mno-avx512f",)))  # test_compact_cache's build too: one compile
     assert not portable.lib.attention_q8_fast(cfg.head_dim)
     keys, values = q8_layer(t, cfg)

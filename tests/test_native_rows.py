@@ -187,8 +187,7 @@ def test_a_rows_layer_does_not_depend_on_the_rows_beside_it(rows):
             assert torch.equal(alone, beside)
 
 
-def test_the_portable_path_computes_what_the_avx2_path_does(rows, tmp_path, monkeypatch):
-    monkeypatch.setenv("TOKENSWIFT_CACHE", str(tmp_path))
+def test_the_portable_path_computes_what_the_avx2_path_does(rows, kernel_builds):
     portable = NativeRows(native.kernels(("-mno-avx2",)))
     keys, values = cache_layer(seed=5)
     q = torch.randn(3, CFG.n_heads, CFG.head_dim, generator=torch.Generator().manual_seed(6))
@@ -205,10 +204,9 @@ def test_the_portable_path_computes_what_the_avx2_path_does(rows, tmp_path, monk
     assert torch.allclose(portable.linear(x, weight), rows.linear(x, weight), rtol=1e-5, atol=1e-5)
 
 
-def test_attention_in_blocks_of_rows_is_attention_a_row_at_a_time(rows, tmp_path, monkeypatch):
+def test_attention_in_blocks_of_rows_is_attention_a_row_at_a_time(rows, kernel_builds):
     """With AVX-512's 32 registers the kernel takes a KV head's query rows three at a time, each key and value
     loaded once for them; AVX2 takes them one by one. Every sum is the same, bit for bit."""
-    monkeypatch.setenv("TOKENSWIFT_CACHE", str(tmp_path))
     one_by_one = NativeRows(native.kernels(("-mno-avx512f",)))
     keys, values = cache_layer(seed=9)
     q = torch.randn(5, CFG.n_heads, CFG.head_dim, generator=torch.Generator().manual_seed(10))

@@ -42,8 +42,7 @@ def test_products_are_the_files_weights_times_activations_rounded_per_block(kind
 
 
 @pytest.mark.parametrize("kind", LEGACY)
-def test_the_portable_path_computes_what_the_avx2_path_does(kind, tmp_path, monkeypatch):
-    monkeypatch.setenv("TOKENSWIFT_CACHE", str(tmp_path))
+def test_the_portable_path_computes_what_the_avx2_path_does(kind, kernel_builds):
     portable = native.kernels(("-mno-avx2",))
     assert portable is not native.kernels()
     linear, _ = quantized(kind, seed=2)
@@ -55,11 +54,10 @@ def test_the_portable_path_computes_what_the_avx2_path_does(kind, tmp_path, monk
 
 
 @pytest.mark.parametrize(("kind", "out"), [("Q4_0", 96), ("Q4_1", 40), ("Q8_0", 37), ("Q5_0", 40), ("Q5_1", 37)])
-def test_packed_products_compute_what_the_blocks_ones_do(kind, out, tmp_path, monkeypatch):
+def test_packed_products_compute_what_the_blocks_ones_do(kind, out, kernel_builds):
     """Where the CPU has AVX-512 VNNI the products read weights repacked for it, sixteen rows a group (the last one
     part empty here); a build without VNNI multiplies the file's blocks: the same to float rounding, and in both a
     row's product is the same alone as in a batch."""
-    monkeypatch.setenv("TOKENSWIFT_CACHE", str(tmp_path))
     weight = np.random.default_rng(5).standard_normal((out, IN)).astype(np.float32)
     data = quants.quantize(weight, GGMLQuantizationType[kind])
     linear = QuantLinear(kind, torch.from_numpy(data.view(np.uint8).reshape(out, -1).copy()), out, IN)
