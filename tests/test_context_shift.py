@@ -248,11 +248,17 @@ def test_bench_shift_prints_a_table_and_writes_json(stories_path, tmp_path, caps
     code = cli.main(["bench-shift", "--model", str(stories_path), "--device", "cpu", "--dtype", "float64",
                      "--threads", "1", "--prompt", PROMPT, "--max-new-tokens", "360", "--context-window", "160",
                      "--memory", MEMORY, "--authors-note", NOTE, "--temperature", "0", "--warmup-tokens", "4",
-                     "--json", str(out)])
+                     "--slice-tokens", "100", "--json", str(out)])
     table = capsys.readouterr().out
     assert code == 0 and "shift %" in table and "identical: yes" in table
     result = json.loads(out.read_text())
     assert result["identical"] and result["window"] == 160 and result["pinned_tokens"] > 1
+    # The modes took turns: each slice's tokens were timed on both sides, the last one cut at the draft's end.
+    assert [s["end"] for s in result["slices"]] == [100, 200, 300, 360]
+    assert all(s["ar_tokens"] > 0 and s["ts_tokens"] > 0 for s in result["slices"])
+    code = cli.main(["bench-shift", "--model", str(stories_path), "--prompt", PROMPT, "--max-new-tokens", "8",
+                     "--slice-tokens", "0"])
+    assert code == 2 and "slice-tokens: must be >= 1" in capsys.readouterr().err
     for mode in ("ar", "tokenswift"):
         m = result[mode]
         assert m["tokens"] == 360 and m["shifts"] >= 5 and 0 < m["shift_share"] < 1

@@ -186,7 +186,7 @@ def _timed(engine: Engine, out: list[int], goal: int, step) -> float:
 
 
 def alternate(lm: LoadedModel, prompt_ids: list[int], settings: Settings, slice_tokens: int, options: EngineOptions,
-              pinned: PinnedText | None = None) -> tuple[list[int], list[int], list[dict], Engine]:
+              pinned: PinnedText | None = None) -> tuple[list[int], list[int], list[dict], tuple[Engine, Engine]]:
     """Plain decoding and TokenSwift (options.speculation's) in turns of `slice_tokens`, each continuing its own
     state, so a machine whose load drifts slows both alike and every slice gives a ratio measured under the same
     load. The side timed first changes every slice: on this CPU the side timed second ran 5-15% slower in two runs
@@ -210,7 +210,7 @@ def alternate(lm: LoadedModel, prompt_ids: list[int], settings: Settings, slice_
         slices.append({"end": goal, "ar_tokens": len(ar_out) - a0, "ar_s": ar_s, "ts_tokens": len(ts_out) - t0,
                        "ts_s": ts_s, "ratio": ts_rate / ar_rate if ar_rate else 0.0,
                        **{k: v - m0[k] for k, v in _counts(ts).items()}})
-    return ar_out[:n], ts_out[:n], slices, ts
+    return ar_out[:n], ts_out[:n], slices, (ar, ts)
 
 
 SLICE_COUNTS = ("steps", "plain_steps", "accepted", "ngram_accepted")  # TokenSwift's counters, per slice
@@ -279,7 +279,7 @@ def compare(lm: LoadedModel, prompt_ids: list[int], settings: Settings, warmup_t
         n = min(warmup_tokens, settings.max_new_tokens)
         for mode in ("ar", "tokenswift"):
             _run(lm, settings.replace(max_new_tokens=n), prompt_ids, options.speculating(mode=mode), pinned)
-    ar_tokens, ts_tokens, slices, engine = alternate(lm, prompt_ids, settings, slice_tokens, options, pinned)
+    ar_tokens, ts_tokens, slices, (_, engine) = alternate(lm, prompt_ids, settings, slice_tokens, options, pinned)
     ts = engine.metrics.to_dict()
     # Wall time of the slices (the TokenSwift side includes its periodic AR probes): what a writer waits.
     ar_s, ts_s = sum(x["ar_s"] for x in slices), sum(x["ts_s"] for x in slices)

@@ -93,6 +93,9 @@ def add_commands(sub) -> None:
     add_instruction_arg(shift)
     shift.add_argument("--warmup-tokens", type=int, default=16,
                        help="short run of each mode before timing (default: %(default)s)")
+    shift.add_argument("--slice-tokens", type=int, default=256,
+                       help="the modes take turns of this many tokens, so that a machine whose speed drifts over "
+                            "a long draft slows both alike (default: %(default)s)")
     add_fast_args(shift)
     shift.set_defaults(func=cmd_bench_shift)
 
@@ -265,6 +268,8 @@ def cmd_bench_shift(args: argparse.Namespace) -> int:
             raise CliError(f"{flag}: is not valid UTF-8 (an undecodable byte at character {at})")
     if args.prompt_format == "instruction" and args.prompt_book:
         raise CliError("instruction: give the instruction with --prompt or --prompt-file, not a book")
+    if args.slice_tokens < 1:
+        raise CliError("slice-tokens: must be >= 1")
     from tokenswift.bench.shift import bench_shift, print_bench_shift
     from tokenswift.text.context_window import pinned_ids
 
@@ -275,7 +280,8 @@ def cmd_bench_shift(args: argparse.Namespace) -> int:
     else:
         prompt_ids, pinned = cli_draft_context(lm, text, settings.prompt_format, args.memory, args.authors_note)
     check_lengths(lm, settings, prompt_ids, pinned, spec)
-    result = bench_shift(lm, prompt_ids, settings, pinned, warmup_tokens=args.warmup_tokens, options=options)
+    result = bench_shift(lm, prompt_ids, settings, pinned, warmup_tokens=args.warmup_tokens, options=options,
+                         slice_tokens=args.slice_tokens)
     print_bench_shift(result)
     write_json(args.json_out, result)
     return 0
