@@ -160,8 +160,8 @@ def gguf_path() -> Path:
 @pytest.fixture()
 def kernel_builds(monkeypatch) -> Path:
     """$TOKENSWIFT_CACHE for a test that builds the kernels with other flags (the portable or the AVX2 loops): one
-    folder for the run, shared by its xdist workers, so that each build compiles once a run (3-8 s), not once a
-    worker, and none lands in the user's cache."""
+    folder for the run, shared by its xdist workers, so that each build compiles once a run (3-8 s; twice where two
+    workers ask at the same moment: the second file replaces the first whole), and none lands in the user's cache."""
     folder = Path(os.environ[KERNELS_ENV])
     monkeypatch.setenv("TOKENSWIFT_CACHE", str(folder))
     return folder

@@ -214,6 +214,9 @@ def test_bench(capsys, stories_path, tmp_path):
     code, err = run_main(capsys, "bench", "--model", str(stories_path), "--prompt", "Once", "--max-new-tokens", "8",
                          "--slice-tokens", "0")
     assert_usage_error(code, err, "slice-tokens")
+    code, err = run_main(capsys, "bench-shift", "--model", str(stories_path), "--prompt", "Once",
+                         "--max-new-tokens", "8", "--slice-tokens", "0")
+    assert_usage_error(code, err, "slice-tokens")
     code, err = run_main(capsys, "bench", "--model", str(stories_path), "--prompt", "Once", "--max-new-tokens", "8",
                          "--window-tokens", "16")
     assert_usage_error(code, err, "window-tokens")

@@ -256,9 +256,6 @@ def test_bench_shift_prints_a_table_and_writes_json(stories_path, tmp_path, caps
     # The modes took turns: each slice's tokens were timed on both sides, the last one cut at the draft's end.
     assert [s["end"] for s in result["slices"]] == [100, 200, 300, 360]
     assert all(s["ar_tokens"] > 0 and s["ts_tokens"] > 0 for s in result["slices"])
-    code = cli.main(["bench-shift", "--model", str(stories_path), "--prompt", PROMPT, "--max-new-tokens", "8",
-                     "--slice-tokens", "0"])
-    assert code == 2 and "slice-tokens: must be >= 1" in capsys.readouterr().err
     for mode in ("ar", "tokenswift"):
         m = result[mode]
         assert m["tokens"] == 360 and m["shifts"] >= 5 and 0 < m["shift_share"] < 1

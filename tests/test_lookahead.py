@@ -90,3 +90,36 @@ def test_a_run_filled_ahead_writes_what_a_run_that_is_not_writes(smollm2_q4, mod
     (plain, _), (filled, metrics) = runs[False], runs[True]
     assert filled == plain
     assert metrics.shifts >= 3 and metrics.shift_ready > metrics.shift_rows / 2  # most of each window came ahead
+
+
+def test_the_side_waiting_its_turn_in_bench_fills_nothing_ahead(smollm2_q4, monkeypatch):
+    """bench and bench-shift alternate the modes (bench/runs.alternate): while one side is timed the other's
+    lookahead waits (left running, it had twice a run's time to fill, and shifts looked cheaper than they are), and
+    it goes on at its own next turn; the two texts are plain decoding's."""
+    from tokenswift.bench import runs
+
+    lm = smollm2_q4
+    settings = writing_settings(max_new_tokens=200, seed=11, context_window=160, note_depth=40, ignore_eos=True)
+    prompt = lm.encode("The harbour froze the winter my father left. We did not speak of it, and the ice")
+    opened, filled_meanwhile = [], []
+    open_engine, timed = runs.open_engine, runs._timed
+
+    def opening(*args, **kwargs):
+        opened.append(open_engine(*args, **kwargs))
+        return opened[-1]
+
+    def watched(engine, out, goal, step):
+        others = [e.window.lookahead for e in opened if e is not engine]
+        before = [len(ahead.tokens) for ahead in others]
+        seconds = timed(engine, out, goal, step)
+        filled_meanwhile.extend(len(ahead.tokens) - n for ahead, n in zip(others, before, strict=True))
+        return seconds
+
+    monkeypatch.setattr(runs, "open_engine", opening)
+    monkeypatch.setattr(runs, "_timed", watched)
+    options = EngineOptions(adaptive=True, lookahead=True)
+    ar_out, ts_out, _, (ar, ts) = runs.alternate(lm, prompt, settings, 16, options)
+    assert ar_out == ts_out == Generator(lm, settings, prompt, options=options.speculating(mode="ar")).run()
+    assert len(filled_meanwhile) > 20 and not any(filled_meanwhile)
+    for engine in (ar, ts):
+        assert engine.metrics.shifts >= 2 and engine.metrics.shift_ready > engine.metrics.shift_rows / 2

@@ -191,26 +191,41 @@ def alternate(lm: LoadedModel, prompt_ids: list[int], settings: Settings, slice_
     state, so a machine whose load drifts slows both alike and every slice gives a ratio measured under the same
     load. The side timed first changes every slice: on this CPU the side timed second ran 5-15% slower in two runs
     of three (two plain-decoding sides at 7K, whichever was opened first), and TokenSwift was always timed second.
-    pinned: the window's World Info (and Memory), as a draft's."""
+    pinned: the window's World Info (and Memory), as a draft's. Each side's lookahead (the next window filled on a
+    spare core) pauses while the other side is timed: left running, it had twice a run's time to fill, and shifts
+    looked cheaper than they are."""
+    if slice_tokens < 1:
+        raise BenchError(f"slice tokens must be >= 1, got {slice_tokens}")
     plan = validate(lm, settings, prompt_ids, [], pinned, PLAIN)  # the modes' windows are the same
     # Banned phrases hold back and rewind alike in both (generate.open_engine): the slices count final tokens.
     ar = open_engine(lm, settings, prompt_ids, len(prompt_ids), options.speculating(mode="ar"), plan)
     ts = open_engine(lm, settings, prompt_ids, len(prompt_ids), options.speculating(mode="tokenswift"), plan)
-    ar_out, ts_out = ar.start(), ts.start()
-    n, slices = settings.max_new_tokens, []
-    while len(ar_out) < n or len(ts_out) < n:
-        goal = min(n, (len(slices) + 1) * slice_tokens)
-        a0, t0, m0 = len(ar_out), len(ts_out), _counts(ts)
-        if len(slices) % 2:
-            ts_s, ar_s = _timed(ts, ts_out, goal, ts.ts_step), _timed(ar, ar_out, goal, ar.ar_step)
-        else:
-            ar_s, ts_s = _timed(ar, ar_out, goal, ar.ar_step), _timed(ts, ts_out, goal, ts.ts_step)
-        ar_rate = (len(ar_out) - a0) / ar_s if ar_s else 0.0
-        ts_rate = (len(ts_out) - t0) / ts_s if ts_s else 0.0
-        slices.append({"end": goal, "ar_tokens": len(ar_out) - a0, "ar_s": ar_s, "ts_tokens": len(ts_out) - t0,
-                       "ts_s": ts_s, "ratio": ts_rate / ar_rate if ar_rate else 0.0,
-                       **{k: v - m0[k] for k, v in _counts(ts).items()}})
+    try:
+        ar_out, ts_out = ar.start(), ts.start()
+        n, slices = settings.max_new_tokens, []
+        while len(ar_out) < n or len(ts_out) < n:
+            goal = min(n, (len(slices) + 1) * slice_tokens)
+            a0, t0, m0 = len(ar_out), len(ts_out), _counts(ts)
+            if len(slices) % 2:
+                ts_s, ar_s = _turn(ts, ts_out, goal, ts.ts_step), _turn(ar, ar_out, goal, ar.ar_step)
+            else:
+                ar_s, ts_s = _turn(ar, ar_out, goal, ar.ar_step), _turn(ts, ts_out, goal, ts.ts_step)
+            ar_rate = (len(ar_out) - a0) / ar_s if ar_s else 0.0
+            ts_rate = (len(ts_out) - t0) / ts_s if ts_s else 0.0
+            slices.append({"end": goal, "ar_tokens": len(ar_out) - a0, "ar_s": ar_s, "ts_tokens": len(ts_out) - t0,
+                           "ts_s": ts_s, "ratio": ts_rate / ar_rate if ar_rate else 0.0,
+                           **{k: v - m0[k] for k, v in _counts(ts).items()}})
+    finally:
+        ar.close()
+        ts.close()
     return ar_out[:n], ts_out[:n], slices, (ar, ts)
+
+
+def _turn(engine: Engine, out: list[int], goal: int, step) -> float:
+    """One side's timed turn (_timed), then its lookahead paused until its next turn (untimed)."""
+    seconds = _timed(engine, out, goal, step)
+    engine.close()
+    return seconds
 
 
 SLICE_COUNTS = ("steps", "plain_steps", "accepted", "ngram_accepted")  # TokenSwift's counters, per slice
@@ -269,8 +284,6 @@ def compare(lm: LoadedModel, prompt_ids: list[int], settings: Settings, warmup_t
 
     A short run of each mode first, so one-off costs (kernel selection, allocator growth, lazy imports)
     do not land on whichever mode happens to run first."""
-    if slice_tokens < 1:
-        raise BenchError(f"slice tokens must be >= 1, got {slice_tokens}")
     if window_tokens < slice_tokens or window_tokens % slice_tokens:
         raise BenchError(f"window tokens must be a multiple of the slice tokens ({slice_tokens}), got {window_tokens}")
     settings = settings.replace(ignore_eos=True, stop=())

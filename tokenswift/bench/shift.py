@@ -47,10 +47,10 @@ def bench_shift(lm: LoadedModel, prompt_ids: list[int], settings: Settings, pinn
             n = min(warmup_tokens, settings.max_new_tokens)
             Generator(lm, settings.replace(max_new_tokens=n), prompt_ids, options=options.speculating(mode=mode),
                       pinned=pinned).run()
+    plan = Generator(lm, settings, prompt_ids, options=options, pinned=pinned).plan  # checks the lengths first
     ar_tokens, ts_tokens, slices, (ar_engine, ts_engine) = alternate(lm, prompt_ids, settings, slice_tokens, options,
                                                                      pinned)
     ar, ts = mode_result(ar_engine, len(ar_tokens)), mode_result(ts_engine, len(ts_tokens))
-    plan = Generator(lm, settings, prompt_ids, options=options, pinned=pinned).plan
     divergence = first_divergence(ar_tokens, ts_tokens)
     return {
         "model": lm.name, "device": str(lm.device), "dtype": lm.precision,

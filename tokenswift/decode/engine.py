@@ -158,7 +158,8 @@ class Engine:
         return self.window.context_use(self.length)
 
     def close(self) -> None:
-        """The run is over: stop filling its next window ahead."""
+        """The run is over, or pauses for another engine's turn: stop filling its next window ahead (a step after
+        this starts again)."""
         self.window.close()
 
     root = property(lambda self: self.ids[-1])

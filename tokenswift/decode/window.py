@@ -120,9 +120,11 @@ class Window:
         self.lookahead.want(self.plan.ahead(ids, self.next_boundary))
 
     def close(self) -> None:
-        """Stop filling ahead: the run is over."""
+        """Stop filling ahead: the run is over, or pauses while another engine takes its turn (bench's slices,
+        bench/runs.alternate); a step after this asks again."""
         if self.lookahead is not None:
             self.lookahead.stop()
+            self.next_post = 0
 
     def rebuild(self, ids: Sequence[int], due: Rebuild) -> Loaded:
         """The window `due` asks for, with the Memory and note as they are now where it moves to a new boundary."""
