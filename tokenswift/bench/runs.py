@@ -114,43 +114,77 @@ def kv_bytes_per_token(lm: LoadedModel) -> int:
     return 2 * cfg.n_layers * cfg.n_kv_heads * row_bytes(cfg.head_dim, lm.cache_dtype)
 
 
-def ar_at_context(lm: LoadedModel, context: int, steps: int, warmup: int = 4, temperature: float = 0.0) -> dict:
-    """Plain AR decoding speed with `context` tokens already in the cache (timed after a warm-up); temperature 0:
-    greedy, as the llama.cpp peer (scripts/bench_llamacpp.py) decodes. The step alone, as llama-bench times its own:
-    no window filled ahead on the other core."""
+# bench-ar's contexts take turns (every context `steps / AR_ROUNDS` steps a round): on this shared CPU the speed moved
+# by 10-30% from one minute to the next, and contexts timed one after the other compared minutes, not contexts.
+AR_ROUNDS = 8
+
+
+def ar_engine(lm: LoadedModel, context: int, steps: int, warmup: int = 4, temperature: float = 0.0) -> Engine:
+    """A plain-decoding engine with `context` tokens already in the cache and `warmup` steps taken, room for `steps`
+    more; temperature 0: greedy, as the llama.cpp peer (scripts/bench_llamacpp.py) decodes. Its steps alone are
+    timed, as llama-bench times its own: no window filled ahead on the other core."""
     settings = Settings(max_new_tokens=warmup + steps + 1, ignore_eos=True, temperature=temperature)
     ids = filler_ids(lm, context)
     engine = Engine(lm, settings, ids, len(ids), EngineOptions(speculation=PLAIN, lookahead=False))
     engine.start()
     for _ in range(warmup):
         engine.ar_step()
-    sync_device(lm.device)
+    return engine
+
+
+def _timed_steps(engine: Engine, steps: int) -> float:
+    sync_device(engine.lm.device)
     t0 = time.perf_counter()
     for _ in range(steps):
         engine.ar_step()
-    sync_device(lm.device)
-    elapsed = time.perf_counter() - t0
-    return {"context": context, "steps": steps, "elapsed_s": elapsed, "tokens_per_s": steps / elapsed,
-            "step_ms": 1e3 * elapsed / steps, "prefill_s": engine.metrics.prefill_s,
-            # mean filled cache length while timing: what each step's attention read
-            "mean_kv_tokens": context + warmup + (steps + 1) / 2}
+    sync_device(engine.lm.device)
+    return time.perf_counter() - t0
+
+
+def ar_rounds(lm: LoadedModel, contexts: Sequence[int], steps: int, warmup: int = 4,
+              temperature: float = 0.0) -> list[dict]:
+    """Plain AR decoding speed at each context, the contexts timed in turns (AR_ROUNDS rounds, the first context
+    first in every round): tokens/s over all of a context's steps, and `vs_first`, the median over rounds of its
+    speed over the first context's in the same round (so a machine whose speed drifts moves both alike)."""
+    engines = [ar_engine(lm, c, steps, warmup, temperature) for c in contexts]
+    rounds = min(AR_ROUNDS, steps)
+    seconds = [[0.0] * rounds for _ in contexts]
+    for r in range(rounds):
+        share = steps // rounds + (r < steps % rounds)
+        for i, engine in enumerate(engines):
+            seconds[i][r] = _timed_steps(engine, share) / share
+    rows = []
+    for i, (context, engine) in enumerate(zip(contexts, engines, strict=True)):
+        elapsed = sum(s * (steps // rounds + (r < steps % rounds)) for r, s in enumerate(seconds[i]))
+        rows.append({"context": context, "steps": steps, "elapsed_s": elapsed, "tokens_per_s": steps / elapsed,
+                     "step_ms": 1e3 * elapsed / steps, "prefill_s": engine.metrics.prefill_s,
+                     "vs_first": statistics.median(a / b for a, b in zip(seconds[0], seconds[i], strict=True)),
+                     # mean filled cache length while timing: what each step's attention read
+                     "mean_kv_tokens": context + warmup + (steps + 1) / 2})
+    return rows
 
 
 def bench_ar(lm: LoadedModel, contexts: Sequence[int], steps: int = 64, warmup: int = 4,
              temperature: float = 0.0) -> dict:
-    """AR tokens/s per context length; on CUDA also the bandwidth achieved versus a measured copy."""
+    """AR tokens/s per context length (ar_rounds); on CUDA also the bandwidth achieved versus a measured copy."""
     cuda = lm.device.type == "cuda"
     copy_bw = copy_bandwidth(lm.device) if cuda else None
     weights, kv_token = weight_bytes(lm), kv_bytes_per_token(lm)
-    rows = []
+    skipped, timed = {}, []
     for context in contexts:
         need = context + warmup + steps + 1
         if need > lm.max_context:
-            reason = (f"context + {warmup + steps + 1} decoded tokens = {need} exceeds the model's limit "
-                      f"of {lm.max_context}")
-            rows.append({"context": context, "skipped": reason})
+            skipped[context] = (f"context + {warmup + steps + 1} decoded tokens = {need} exceeds the model's limit "
+                                f"of {lm.max_context}")
+        else:
+            timed.append(context)
+    measured = {row["context"]: row for row in ar_rounds(lm, timed, steps, warmup, temperature)} if timed else {}
+    rows = []
+    for context in contexts:
+        if context in skipped:
+            rows.append({"context": context, "skipped": skipped[context]})
             continue
-        row = ar_at_context(lm, context, steps, warmup, temperature)
+        row = measured[context]
         if cuda:
             moved = weights + kv_token * row["mean_kv_tokens"]
             row["bandwidth_gb_s"] = moved / (row["step_ms"] / 1e3) / 1e9

@@ -64,7 +64,8 @@ def add_commands(sub) -> None:
     add_model_args(ar, heads=False)
     ar.add_argument("--contexts", type=int_list_arg, default=[256, 1024, 4096],
                     help="context lengths to time, comma-separated (default: 256,1024,4096)")
-    ar.add_argument("--steps", type=int, default=64, help="timed steps per context (default: %(default)s)")
+    ar.add_argument("--steps", type=int, default=64,
+                    help="timed steps per context, the contexts taking turns in 8 rounds (default: %(default)s)")
     ar.add_argument("--warmup", type=int, default=4, help="untimed steps first (default: %(default)s)")
     ar.add_argument("--temperature", type=float, default=0.0,
                     help="sampling temperature; 0 = greedy, as scripts/bench_llamacpp.py (default: %(default)s)")
@@ -222,16 +223,18 @@ def print_bench_ar(r: dict) -> None:
     sampling = "greedy" if r["temperature"] == 0 else f"temperature {r['temperature']:g}"
     print(f"{r['model']} on {r['device']} ({r['dtype']}), {sampling}, {r['steps']} timed steps per context")
     cuda = r["copy_bandwidth_gb_s"] is not None
-    header = f"{'context':>8}{'tokens/s':>12}{'ms/token':>12}"
+    first = next((row["context"] for row in r["rows"] if "skipped" not in row), None)
+    header = f"{'context':>8}{'tokens/s':>12}{'ms/token':>12}{f'x {first}':>10}"
     print(header + (f"{'GB/s':>10}{'of copy':>10}" if cuda else ""))
     for row in r["rows"]:
         if "skipped" in row:
             print(f"{row['context']:>8}  skipped: {row['skipped']}")
             continue
-        line = f"{row['context']:>8}{row['tokens_per_s']:>12.1f}{row['step_ms']:>12.3f}"
+        line = f"{row['context']:>8}{row['tokens_per_s']:>12.1f}{row['step_ms']:>12.3f}{row['vs_first']:>9.3f}x"
         if cuda:
             line += f"{row['bandwidth_gb_s']:>10.1f}{100 * row['bandwidth_fraction']:>9.1f}%"
         print(line)
+    print(f"(contexts timed in turns; x {first}: the median over rounds of a context's speed over {first}'s)")
     if cuda:
         print(f"measured device copy bandwidth: {r['copy_bandwidth_gb_s']:.1f} GB/s")
 

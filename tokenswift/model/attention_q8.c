@@ -110,13 +110,17 @@ static void row_portable(const int8_t *qi, float a, int32_t bias, int64_t d, con
 }
 
 #ifdef AT_Q8_VNNI
-/* The eight sums of eight vectors' int32 lanes (hsum8's order; integer sums are exact in any). */
+/* The eight sums of eight vectors' int32 lanes (integer sums are exact in any order): unpacks and adds in pairs,
+   which ran a 7K step's attention ~2% faster than six vphaddd. */
 INLINE __m256i hsum8_epi32(const __m256i *v) {
-    const __m256i s01 = _mm256_hadd_epi32(v[0], v[1]), s23 = _mm256_hadd_epi32(v[2], v[3]);
-    const __m256i s45 = _mm256_hadd_epi32(v[4], v[5]), s67 = _mm256_hadd_epi32(v[6], v[7]);
-    const __m256i s0123 = _mm256_hadd_epi32(s01, s23), s4567 = _mm256_hadd_epi32(s45, s67);
-    return _mm256_add_epi32(_mm256_permute2x128_si256(s0123, s4567, 0x20),
-                            _mm256_permute2x128_si256(s0123, s4567, 0x31));
+    __m256i s[4], t[2];
+    for (int i = 0; i < 4; ++i)
+        s[i] = _mm256_add_epi32(_mm256_unpacklo_epi32(v[2 * i], v[2 * i + 1]),
+                                _mm256_unpackhi_epi32(v[2 * i], v[2 * i + 1]));
+    for (int i = 0; i < 2; ++i)
+        t[i] = _mm256_add_epi32(_mm256_unpacklo_epi64(s[2 * i], s[2 * i + 1]),
+                                _mm256_unpackhi_epi64(s[2 * i], s[2 * i + 1]));
+    return _mm256_add_epi32(_mm256_permute2x128_si256(t[0], t[1], 0x20), _mm256_permute2x128_si256(t[0], t[1], 0x31));
 }
 
 /* scores[r * CHUNK + j] for R rows and the chunk's keys at d = 32 NB (64 or 128), eight keys at a time: qb[r] row
@@ -160,21 +164,57 @@ INLINE __m256 q8_exp8(__m256 x) {
 }
 
 
-/* Row r's 8-bit weights of its numerators p (the header's rule), four slots to a 32-bit word; its c = top / 255.
-   sv: the slots' scales, 0 past n (where p is 0 too). */
-INLINE void weights(const float *p, const float *sv, int64_t padded, uint32_t *u4, float *c) {
-    __m256 topv = _mm256_setzero_ps();
+/* R rows' numerators in place, each row's (max, sum) in parts (numerators_portable's order), and its 8-bit weights
+   (the header's rule; sv: the slots' scales, 0 past n, where p is 0 too): u4, four slots to a 32-bit word, and
+   c = top / 255. The rows go side by side in every loop, each row's sums and maxima in the order of one row alone
+   (so the same values), while one row's reductions wait on their latency the others' work goes on; the largest
+   weight is found as the numerators are made. Row by row in three passes this took 36% of a 7K plain step's
+   attention cycles (rdtsc), 29% so. */
+INLINE void block_weights(float *scores, const float *sv, int64_t padded, const int R, struct part *parts,
+                          uint32_t (*u4)[CHUNK / 4], float *c) {
+    __m256 top[MAX_GROUP], total[MAX_GROUP], wtop[MAX_GROUP], maxv[MAX_GROUP];
+    float lanes[8];
+    for (int r = 0; r < R; ++r) top[r] = _mm256_set1_ps(-INFINITY);
     for (int64_t j = 0; j < padded; j += 8)
-        topv = _mm256_max_ps(topv, _mm256_mul_ps(_mm256_loadu_ps(p + j), _mm256_loadu_ps(sv + j)));
-    float lanes[8], top = 0.0f;
-    _mm256_storeu_ps(lanes, topv);
-    for (int u = 0; u < 8; ++u) top = lanes[u] > top ? lanes[u] : top;
-    const __m256 inv = _mm256_set1_ps(top > 0.0f ? 255.0f / top : 0.0f);
-    for (int64_t j = 0; j < padded; j += 8) {
-        const __m256 w = _mm256_mul_ps(_mm256_loadu_ps(p + j), _mm256_loadu_ps(sv + j));
-        _mm_storel_epi64((__m128i *)(u4 + j / 4), _mm256_cvtepi32_epi8(_mm256_cvtps_epi32(_mm256_mul_ps(w, inv))));
+        for (int r = 0; r < R; ++r) top[r] = _mm256_max_ps(top[r], _mm256_loadu_ps(scores + r * CHUNK + j));
+    for (int r = 0; r < R; ++r) {
+        float max = -INFINITY;
+        _mm256_storeu_ps(lanes, top[r]);
+        for (int u = 0; u < 8; ++u) max = lanes[u] > max ? lanes[u] : max;
+        parts[r].max = max;
+        maxv[r] = _mm256_set1_ps(max);
+        total[r] = _mm256_setzero_ps();
+        wtop[r] = _mm256_setzero_ps();
     }
-    *c = top / 255.0f;
+    for (int64_t j = 0; j < padded; j += 8) {
+        const __m256 s = _mm256_loadu_ps(sv + j);
+        for (int r = 0; r < R; ++r) {
+            float *row = scores + r * CHUNK;
+            const __m256 e = q8_exp8(_mm256_sub_ps(_mm256_loadu_ps(row + j), maxv[r]));
+            _mm256_storeu_ps(row + j, e);
+            total[r] = _mm256_add_ps(total[r], e);
+            wtop[r] = _mm256_max_ps(wtop[r], _mm256_mul_ps(e, s));
+        }
+    }
+    __m256 inv[MAX_GROUP];
+    for (int r = 0; r < R; ++r) {
+        float sum = 0.0f, t = 0.0f;
+        _mm256_storeu_ps(lanes, total[r]);
+        for (int u = 0; u < 8; ++u) sum += lanes[u];
+        parts[r].sum = sum;
+        _mm256_storeu_ps(lanes, wtop[r]);
+        for (int u = 0; u < 8; ++u) t = lanes[u] > t ? lanes[u] : t;
+        inv[r] = _mm256_set1_ps(t > 0.0f ? 255.0f / t : 0.0f);
+        c[r] = t / 255.0f;
+    }
+    for (int64_t j = 0; j < padded; j += 8) {
+        const __m256 s = _mm256_loadu_ps(sv + j);
+        for (int r = 0; r < R; ++r) {
+            const __m256 w = _mm256_mul_ps(_mm256_loadu_ps(scores + r * CHUNK + j), s);
+            const __m256i u = _mm256_cvtps_epi32(_mm256_mul_ps(w, inv[r]));
+            _mm_storel_epi64((__m128i *)(u4[r] + j / 4), _mm256_cvtepi32_epi8(u));
+        }
+    }
 }
 
 /* o[r * d + i] for R rows and the 64 elements i from `at` (a section of a row of d), four slots a step: their
@@ -247,12 +287,11 @@ static void chunk_vector(const int8_t *const *qi, const float *a, const int32_t 
     float c[MAX_GROUP];
     for (int64_t r = 0; r < rows; r += ROW_BLOCK) {
         const int b = rows - r < ROW_BLOCK ? (int)(rows - r) : ROW_BLOCK;
-        for (int i = 0; i < b; ++i) {
-            float *row = scores + (r + i) * CHUNK;
-            for (int64_t j = n; j < padded; ++j) row[j] = -INFINITY;
-            parts[r + i] = numerators8(row, padded, q8_exp8);  /* numerators_portable's order */
-            weights(row, sv, padded, u4[i], c + i);
-        }
+        for (int i = 0; i < b; ++i)
+            for (int64_t j = n; j < padded; ++j) scores[(r + i) * CHUNK + j] = -INFINITY;
+        if (b == 3) block_weights(scores + r * CHUNK, sv, padded, 3, parts + r, u4, c);
+        else if (b == 2) block_weights(scores + r * CHUNK, sv, padded, 2, parts + r, u4, c);
+        else block_weights(scores + r * CHUNK, sv, padded, 1, parts + r, u4, c);
         for (int64_t at = 0; at < d; at += 64) {  /* the row's sections of 64 elements, each over every slot */
             const int64_t next = r == 0 && at == 0 ? ahead : 0;
             if (b == 3) block_values(u4, c, values, n, 3, d, at, next, o + r * d);

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import torch
 
+from tokenswift.model import pages
 from tokenswift.model.kv_q8 import Q8, row_width
 
 
@@ -26,8 +27,11 @@ class KVCache:
         kernels specialise on strides: with this layout one compilation serves caches of every capacity."""
         width = row_width(head_dim) if dtype == Q8 else head_dim
         shape = (n_layers, capacity, n_kv_heads, width) if slot_major else (n_layers, n_kv_heads, capacity, width)
-        self.k = torch.zeros(shape, device=device, dtype=dtype)
-        self.v = torch.zeros(shape, device=device, dtype=dtype)
+        if torch.device(device).type == "cpu":  # a step streams the cache: on huge pages (pages.py)
+            self.k, self.v = pages.zeros(shape, dtype), pages.zeros(shape, dtype)
+        else:
+            self.k = torch.zeros(shape, device=device, dtype=dtype)
+            self.v = torch.zeros(shape, device=device, dtype=dtype)
         if slot_major:
             self.k, self.v = self.k.transpose(1, 2), self.v.transpose(1, 2)
         self.capacity = capacity

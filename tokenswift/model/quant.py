@@ -11,7 +11,6 @@ integer dot products (two AVX2 instructions per 32 products), reading each weigh
 from __future__ import annotations
 
 import functools
-import mmap
 
 import torch
 import torch.nn.functional as F
@@ -21,6 +20,7 @@ from torch import nn
 
 from tokenswift.model.errors import ModelLoadError
 from tokenswift.model.native import kernels
+from tokenswift.model.pages import huge_pages
 
 KINDS = {"Q4_0": 0, "Q4_1": 1, "Q8_0": 2, "Q5_0": 3, "Q5_1": 4, "Q4_K": 5, "Q5_K": 6, "Q6_K": 7}
 LEGACY = ("Q4_0", "Q4_1", "Q8_0")  # the kinds of the files that load through a float conversion (int4.py)
@@ -33,16 +33,6 @@ STACKED = 16  # quant_kernels.c: a product whose rows are several weights' (Stac
 # GEMM: MKL's blocked kernel then beats the integer dot products, whose per-block scaling costs per row (measured
 # on a 1536x576 Q4_1 weight, 1 thread: 8 rows 0.45 ms vs 1.0; 32 rows 1.5 vs 1.1; 1024 rows 65 vs 23).
 DENSE_ROWS = 32
-
-
-def huge_pages(size: int) -> torch.Tensor:
-    """size bytes of anonymous memory asked to be backed by 2 MiB pages where the kernel has transparent huge pages
-    (Linux's "madvise" mode, the default): a step streams every packed weight once, and on 4 KiB pages (torch.empty's)
-    the Q4_K products of the 1B shape ran at half the speed (measured: 0.89 ms vs 0.42 for an 8192x2048 weight)."""
-    pages = mmap.mmap(-1, max(size, 1), flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-    if hasattr(mmap, "MADV_HUGEPAGE"):
-        pages.madvise(mmap.MADV_HUGEPAGE)
-    return torch.frombuffer(pages, dtype=torch.uint8, count=size)
 
 
 class BlockProduct(nn.Module):
