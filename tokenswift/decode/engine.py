@@ -286,12 +286,12 @@ class Engine:
         else:
             accepted, emitted = walk(trie, lambda node: self._target_token(rows(node), trie, node, L))
         end = self.sampler.answer_end
-        if end is not None and end in emitted:  # the answer ended: what follows
-            # is predicted from the window that asks for more (context_window.AfterAnswer)
+        if end is not None and end in emitted:  # answer over: the rest reads the window asking for more (AfterAnswer)
             cut = emitted.index(end) + 1
             accepted, emitted = accepted[:cut], emitted[:cut]
         # 5. Commit: compact the accepted path's K/V behind the prefix, extend the partial cache and n-grams.
-        self.cache.commit(self._to_device([L + i for i in accepted], 1), L)
+        if accepted != list(range(len(accepted))):  # else the path already sits right behind the prefix (a chain)
+            self.cache.commit(self._to_device([L + i for i in accepted], 1), L)
         self.length = L + len(accepted)
         queries = [q[accepted[-1]] for q in all_queries] if capture else None
         self.drafter.commit(self.cache, L, self.length, queries)

@@ -11,7 +11,6 @@ import mmap
 
 import torch
 
-
 HUGE_PAGE = 2 << 20
 
 
