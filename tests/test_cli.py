@@ -290,17 +290,20 @@ def test_bench_bound(capsys, stories_path, tmp_path):
 
 def test_bench_ar(capsys, stories_path, tmp_path):
     out = tmp_path / "ar.json"
-    code = cli.main(["bench-ar", "--model", str(stories_path), "--device", "cpu", "--contexts", "16,64,40000",
+    code = cli.main(["bench-ar", "--model", str(stories_path), "--device", "cpu", "--contexts", "40000,16,64",
                      "--steps", "4", "--warmup", "1", "--json", str(out)])
     assert code == 0, capsys.readouterr().err
     data = json.loads(out.read_text())
     rows = {row["context"]: row for row in data["rows"]}
-    assert set(rows) == {16, 64, 40000}
+    assert [row["context"] for row in data["rows"]] == [40000, 16, 64]
     for context in (16, 64):
         assert rows[context]["tokens_per_s"] > 0 and rows[context]["steps"] == 4
+        assert rows[context]["elapsed_s"] == pytest.approx(4 / rows[context]["tokens_per_s"])
+    # the first context timed is the reference of the speed ratios (the skipped one is not)
+    assert rows[16]["vs_first"] == 1.0 and rows[64]["vs_first"] > 0
     assert "skipped" in rows[40000] and "32768" in rows[40000]["skipped"]
     printed = capsys.readouterr().out
-    assert "skipped" in printed and "greedy" in printed and data["temperature"] == 0
+    assert "skipped" in printed and "greedy" in printed and "x 16" in printed and data["temperature"] == 0
     code = cli.main(["bench-ar", "--model", str(stories_path), "--device", "cpu", "--contexts", "16", "--steps", "2",
                      "--temperature", "0.8"])
     assert code == 0 and "temperature 0.8" in capsys.readouterr().out

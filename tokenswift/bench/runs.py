@@ -143,22 +143,24 @@ def _timed_steps(engine: Engine, steps: int) -> float:
 
 def ar_rounds(lm: LoadedModel, contexts: Sequence[int], steps: int, warmup: int = 4,
               temperature: float = 0.0) -> list[dict]:
-    """Plain AR decoding speed at each context, the contexts timed in turns (AR_ROUNDS rounds, the first context
-    first in every round): tokens/s over all of a context's steps, and `vs_first`, the median over rounds of its
-    speed over the first context's in the same round (so a machine whose speed drifts moves both alike)."""
+    """Plain AR decoding speed at each context, the contexts timed in turns (AR_ROUNDS rounds, in reverse order every
+    other round: the side timed second ran 5-15% slower in `alternate`'s runs): tokens/s over all of a context's
+    steps, and `vs_first`, the median over rounds of its speed over the first context's in the same round (so a
+    machine whose speed drifts moves both alike). Every context's engine, and so its cache, lives until the end."""
     engines = [ar_engine(lm, c, steps, warmup, temperature) for c in contexts]
     rounds = min(AR_ROUNDS, steps)
-    seconds = [[0.0] * rounds for _ in contexts]
+    seconds = [[] for _ in contexts]  # per context, per round: every context takes the same steps in a round
     for r in range(rounds):
         share = steps // rounds + (r < steps % rounds)
-        for i, engine in enumerate(engines):
-            seconds[i][r] = _timed_steps(engine, share) / share
+        order = range(len(engines)) if r % 2 == 0 else reversed(range(len(engines)))
+        for i in order:
+            seconds[i].append(_timed_steps(engines[i], share))
     rows = []
-    for i, (context, engine) in enumerate(zip(contexts, engines, strict=True)):
-        elapsed = sum(s * (steps // rounds + (r < steps % rounds)) for r, s in enumerate(seconds[i]))
+    for context, engine, times in zip(contexts, engines, seconds, strict=True):
+        elapsed = sum(times)
         rows.append({"context": context, "steps": steps, "elapsed_s": elapsed, "tokens_per_s": steps / elapsed,
                      "step_ms": 1e3 * elapsed / steps, "prefill_s": engine.metrics.prefill_s,
-                     "vs_first": statistics.median(a / b for a, b in zip(seconds[0], seconds[i], strict=True)),
+                     "vs_first": statistics.median(a / b for a, b in zip(seconds[0], times, strict=True)),
                      # mean filled cache length while timing: what each step's attention read
                      "mean_kv_tokens": context + warmup + (steps + 1) / 2})
     return rows
@@ -170,21 +172,20 @@ def bench_ar(lm: LoadedModel, contexts: Sequence[int], steps: int = 64, warmup: 
     cuda = lm.device.type == "cuda"
     copy_bw = copy_bandwidth(lm.device) if cuda else None
     weights, kv_token = weight_bytes(lm), kv_bytes_per_token(lm)
-    skipped, timed = {}, []
+    skipped = {}
     for context in contexts:
         need = context + warmup + steps + 1
         if need > lm.max_context:
             skipped[context] = (f"context + {warmup + steps + 1} decoded tokens = {need} exceeds the model's limit "
                                 f"of {lm.max_context}")
-        else:
-            timed.append(context)
-    measured = {row["context"]: row for row in ar_rounds(lm, timed, steps, warmup, temperature)} if timed else {}
+    timed = [c for c in contexts if c not in skipped]
+    measured = iter(ar_rounds(lm, timed, steps, warmup, temperature) if timed else [])
     rows = []
     for context in contexts:
         if context in skipped:
             rows.append({"context": context, "skipped": skipped[context]})
             continue
-        row = measured[context]
+        row = next(measured)  # in the order timed, each context's own row
         if cuda:
             moved = weights + kv_token * row["mean_kv_tokens"]
             row["bandwidth_gb_s"] = moved / (row["step_ms"] / 1e3) / 1e9

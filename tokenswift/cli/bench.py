@@ -224,7 +224,7 @@ def print_bench_ar(r: dict) -> None:
     print(f"{r['model']} on {r['device']} ({r['dtype']}), {sampling}, {r['steps']} timed steps per context")
     cuda = r["copy_bandwidth_gb_s"] is not None
     first = next((row["context"] for row in r["rows"] if "skipped" not in row), None)
-    header = f"{'context':>8}{'tokens/s':>12}{'ms/token':>12}{f'x {first}':>10}"
+    header = f"{'context':>8}{'tokens/s':>12}{'ms/token':>12}" + (f"{f'x {first}':>10}" if first is not None else "")
     print(header + (f"{'GB/s':>10}{'of copy':>10}" if cuda else ""))
     for row in r["rows"]:
         if "skipped" in row:
@@ -234,7 +234,8 @@ def print_bench_ar(r: dict) -> None:
         if cuda:
             line += f"{row['bandwidth_gb_s']:>10.1f}{100 * row['bandwidth_fraction']:>9.1f}%"
         print(line)
-    print(f"(contexts timed in turns; x {first}: the median over rounds of a context's speed over {first}'s)")
+    if first is not None:
+        print(f"(contexts timed in turns; x {first}: the median over rounds of a context's speed over {first}'s)")
     if cuda:
         print(f"measured device copy bandwidth: {r['copy_bandwidth_gb_s']:.1f} GB/s")
 

@@ -1,5 +1,6 @@
 /* The parts of a chunk's attention that attention_kernel.c (float32 and bf16 caches) and attention_q8.c (q8 rows)
-   share: the chunk, the vector sums and exp, the prefetch, and a row's softmax numerators with their (max, sum).
+   share: the chunk, the row blocks, the vector sums, the prefetch and (max, sum); and the float caches' exp and a
+   row's softmax numerators.
    Included after real.h and, where TS_AVX2, immintrin.h with AT_AVX2 defined. */
 #ifndef TOKENSWIFT_ATTENTION_PARTS_H
 #define TOKENSWIFT_ATTENTION_PARTS_H
@@ -91,9 +92,10 @@ static inline struct part exponentiate(real *row, int64_t n) {
 }
 
 #ifdef AT_AVX2
-/* Row r's softmax numerators over its padded scores (the slots past n are -inf: exp 0), in place, in whole
-   vectors, by exp8 (an always-inlined constant: no call); returns (max, sum). */
-INLINE struct part numerators8(float *row, int64_t padded, __m256 (*exp8)(__m256)) {
+/* A row's softmax numerators over its padded scores (the slots past n are -inf: exp 0), in place, in whole vectors
+   (the sum in eight lanes of every eighth slot, then the lanes in order); returns (max, sum). attention_q8.c's
+   block_weights runs the same loops for a block's rows side by side, with its own exp. */
+static inline struct part exponentiate_vector(float *row, int64_t padded) {
     __m256 top = _mm256_set1_ps(-INFINITY);
     for (int64_t j = 0; j < padded; j += 8) top = _mm256_max_ps(top, _mm256_loadu_ps(row + j));
     float lanes[8], max = -INFINITY, sum = 0.0f;
@@ -102,17 +104,13 @@ INLINE struct part numerators8(float *row, int64_t padded, __m256 (*exp8)(__m256
     __m256 total = _mm256_setzero_ps();
     const __m256 maxv = _mm256_set1_ps(max);
     for (int64_t j = 0; j < padded; j += 8) {
-        const __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(row + j), maxv));
+        const __m256 e = exp_nonpositive(_mm256_sub_ps(_mm256_loadu_ps(row + j), maxv));
         _mm256_storeu_ps(row + j, e);
         total = _mm256_add_ps(total, e);
     }
     _mm256_storeu_ps(lanes, total);
     for (int u = 0; u < 8; ++u) sum += lanes[u];
     return (struct part){max, sum};
-}
-
-static inline struct part exponentiate_vector(float *row, int64_t padded) {
-    return numerators8(row, padded, exp_nonpositive);
 }
 #endif
 #ifndef TS_DOUBLE

@@ -172,14 +172,14 @@ INLINE __m256 q8_exp8(__m256 x) {
    attention cycles (rdtsc), 29% so. */
 INLINE void block_weights(float *scores, const float *sv, int64_t padded, const int R, struct part *parts,
                           uint32_t (*u4)[CHUNK / 4], float *c) {
-    __m256 top[MAX_GROUP], total[MAX_GROUP], wtop[MAX_GROUP], maxv[MAX_GROUP];
+    __m256 peak[MAX_GROUP], total[MAX_GROUP], wtop[MAX_GROUP], maxv[MAX_GROUP];
     float lanes[8];
-    for (int r = 0; r < R; ++r) top[r] = _mm256_set1_ps(-INFINITY);
+    for (int r = 0; r < R; ++r) peak[r] = _mm256_set1_ps(-INFINITY);
     for (int64_t j = 0; j < padded; j += 8)
-        for (int r = 0; r < R; ++r) top[r] = _mm256_max_ps(top[r], _mm256_loadu_ps(scores + r * CHUNK + j));
+        for (int r = 0; r < R; ++r) peak[r] = _mm256_max_ps(peak[r], _mm256_loadu_ps(scores + r * CHUNK + j));
     for (int r = 0; r < R; ++r) {
         float max = -INFINITY;
-        _mm256_storeu_ps(lanes, top[r]);
+        _mm256_storeu_ps(lanes, peak[r]);
         for (int u = 0; u < 8; ++u) max = lanes[u] > max ? lanes[u] : max;
         parts[r].max = max;
         maxv[r] = _mm256_set1_ps(max);

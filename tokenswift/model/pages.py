@@ -7,6 +7,7 @@ page. Linux's transparent huge pages (its "madvise" mode, the default) back memo
 
 from __future__ import annotations
 
+import math
 import mmap
 
 import torch
@@ -33,8 +34,4 @@ def huge_pages(size: int) -> torch.Tensor:
 
 def zeros(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
     """A zeroed CPU tensor of `shape` on huge pages (huge_pages)."""
-    count = 1
-    for n in shape:
-        count *= n
-    size = count * torch.empty((), dtype=dtype).element_size()
-    return huge_pages(size).view(dtype).view(shape)
+    return huge_pages(math.prod(shape) * dtype.itemsize).view(dtype).view(shape)
