@@ -289,9 +289,9 @@ class Engine:
         if end is not None and end in emitted:  # answer over: the rest reads the window asking for more (AfterAnswer)
             cut = emitted.index(end) + 1
             accepted, emitted = accepted[:cut], emitted[:cut]
-        # 5. Commit: compact the accepted path's K/V behind the prefix, extend the partial cache and n-grams.
-        if accepted != list(range(len(accepted))):  # else the path already sits right behind the prefix (a chain)
-            self.cache.commit(self._to_device([L + i for i in accepted], 1), L)
+        # 5. Commit: the accepted path's K/V behind the prefix (nodes 0..j stay: slots L..L+j), partial cache, n-grams.
+        if (moved := next((i for i, node in enumerate(accepted) if node != i), len(accepted))) < len(accepted):
+            self.cache.commit(self._to_device([L + i for i in accepted[moved:]], 1), L + moved)
         self.length = L + len(accepted)
         queries = [q[accepted[-1]] for q in all_queries] if capture else None
         self.drafter.commit(self.cache, L, self.length, queries)
