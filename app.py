@@ -72,7 +72,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error(problem)
     if args.model is None:
         args.model = default_model()
-    from ui.server import parse_credentials
+    from ui.api.credentials import parse_credentials
 
     try:
         args.credentials = parse_credentials(args.auth, args.auth_file)
@@ -111,17 +111,12 @@ def spawn_worker(args: argparse.Namespace, fast: bool = True) -> multiprocessing
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    import uvicorn
-
     from storage import open_store
-    from ui.drafts.exports import Exports
-    from ui.drafts.limits import Limits
-    from ui.server import create_app, share_link
     from worker.supervisor import Supervisor
 
     store = open_store(args.db)
-    exports = Exports()
-    # A worker that dies (kill -9, a sticky CUDA error) is replaced; the new one resumes its job.
+    # A worker that dies (kill -9, a sticky CUDA error) is replaced; the new one resumes its job. Started before
+    # the page's imports (gradio, torch: seconds): the model loads while the page is built.
     worker = None if args.no_worker else Supervisor(functools.partial(spawn_worker, args))
     if worker is not None:
         # The writer first: on a machine with few cores, pages and pollers must not take the worker's CPU. The
@@ -130,7 +125,15 @@ def main(argv: list[str] | None = None) -> None:
     # uvicorn re-raises the signal that stopped it: make it an exception, so the worker is stopped below.
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, _stop)
+    exports = None
     try:
+        import uvicorn
+
+        from ui.drafts.exports import Exports
+        from ui.drafts.limits import Limits
+        from ui.server import create_app, share_link
+
+        exports = Exports()
         limits = Limits.from_flags(args.max_body_mb, args.max_upload_mb, args.status_reads_per_s)
         app = create_app(store, args.credentials, own_worker=worker is not None, limits=limits, exports=exports)
         host = "0.0.0.0" if args.listen else args.host
@@ -147,7 +150,8 @@ def main(argv: list[str] | None = None) -> None:
         if worker is not None:
             worker.stop()
         store.close()
-        exports.remove()
+        if exports is not None:
+            exports.remove()
 
 
 class Stopped(Exception):

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import logging
 import secrets
-from pathlib import Path
 
 import gradio as gr
 from fastapi import FastAPI
@@ -13,6 +12,7 @@ from starlette.routing import Mount
 
 from storage import Store
 from ui.api.api import create_router
+from ui.api.credentials import Credentials
 from ui.api.guard import Guard, gradio_sessions
 from ui.api.openai_api import add_openai_routes
 from ui.drafts.exports import Exports
@@ -22,32 +22,6 @@ from ui.drafts.tokens import PromptTokens
 from ui.page import CSS, HEAD, THEME, build_page
 
 log = logging.getLogger(__name__)
-
-Credentials = list[tuple[str, str]]
-
-
-def parse_credentials(auth: str | None, auth_file: str | None) -> Credentials:
-    """`user:pass[,user2:pass2]` from --auth and/or one or more per line (or comma-separated) in --auth-file.
-    ValueError with a readable message on a malformed entry."""
-    entries: list[str] = []
-    if auth:
-        entries += auth.split(",")
-    if auth_file:
-        try:
-            text = Path(auth_file).expanduser().read_text(encoding="utf-8")
-        except OSError as error:
-            raise ValueError(f"--auth-file: cannot read {auth_file}: {error.strerror}") from None
-        entries += [part for line in text.splitlines() for part in line.split(",")]
-    pairs = []
-    for entry in (e.strip() for e in entries):
-        if not entry or entry.startswith("#"):
-            continue
-        user, sep, password = entry.partition(":")
-        if not sep or not user or not password:
-            raise ValueError(f"auth entry {entry.split(':')[0]!r}…: expected user:password")
-        pairs.append((user, password))
-    return pairs
-
 
 def create_app(store: Store, credentials: Credentials | None = None, *, own_worker: bool = True,
                limits: Limits | None = None, exports: Exports | None = None) -> Guard:
