@@ -178,9 +178,9 @@ static real dot(const real *a, const char *b, int64_t d, int bf16) {
     return sum;
 }
 
-/* Four keys' dot()s side by side, each summed exactly as dot() sums it: one chain of multiply-adds a score waited
-   on each one's latency (a float64 model's attention, the exactness tests' largest cost, ran at a quarter of the
-   core's rate); four independent chains fill it. */
+/* Four keys' dot()s side by side, each summed exactly as dot() sums it: with one chain of multiply-adds a score,
+   each waited on the last one's latency. The portable loops are a float64 model's (the exactness tests' largest
+   cost): with this and weighted_values a float64 forward at 1,500 tokens took 0.72x the time, the same logits. */
 static void dot4(const real *a, const char *const *b, int64_t d, int bf16, real scale, real *out) {
     real s0 = 0.0, s1 = 0.0, s2 = 0.0, s3 = 0.0;
     for (int64_t i = 0; i < d; ++i) {
@@ -195,10 +195,9 @@ static void dot4(const real *a, const char *const *b, int64_t d, int bf16, real 
     out[3] = scale * s3;
 }
 
-
 /* out[i] = sum over the chunk's n slots of p[j] * value[j][i], in slot order (a zero weight skipped), eight output
-   elements at a time in registers: summed into `out` itself, each product waited on the store before it (the cache
-   might alias it), a float64 model's attention at a fraction of the core's rate. */
+   elements at a time in registers. Summed in `out` itself, which might alias the cache as far as the compiler
+   knows, each product waited on the store of the one before. */
 static void weighted_values(const real *p, const char *v, const int64_t *slots, int64_t s0, int64_t n, int64_t d,
                             int64_t slot_bytes, int bf16, real *out) {
     int64_t i0 = 0;
