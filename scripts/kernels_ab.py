@@ -1,11 +1,13 @@
 """Two builds of the C kernels in one process, alternating: a git revision's sources (A) against the working tree's
-(B), on the default model in q4 over a real prefilled cache, the passes a plain step and a verify batch run.
+(B), on the default model in q4 (or, --dtype float64, the float64 row kernels on a checkpoint such as stories260k,
+the exactness tests' model) over a real prefilled cache, the passes a plain step and a verify batch run.
 
 On this shared CPU the speed moves by 10-60% from one minute to the next, so two runs of a benchmark compare minutes;
 here every repeat times A and B back to back (in alternating order) and the ratio is the median of the pairs. The
 logits of both builds are compared bit for bit: a kernel change that should not change the text must not.
 
     .venv/bin/python scripts/kernels_ab.py --rev HEAD --contexts 2048,7168 --rows 1,2,4 --json runs/kernels_ab.json
+    .venv/bin/python scripts/kernels_ab.py --rev HEAD --dtype float64 --contexts 400,1500 --rows 1,8
 
 Prints, per context and rows, A's and B's median ms for the forward (layers and the LM head of every row), B / A
 (the median of the pairs, with the 10th and 90th percentiles) and whether the logits are identical.
@@ -36,26 +38,26 @@ from tokenswift.model.masks import causal_mask  # noqa: E402
 from tokenswift.model.prefill import prefill  # noqa: E402
 
 
-def build(sources: list[Path], lib: Path) -> ctypes.CDLL:
-    native._compile(lib, tuple(sources), ())
+def build(sources: list[Path], lib: Path, double: bool) -> ctypes.CDLL:
+    native._compile(lib, tuple(sources), native.DOUBLE if double else ())
     dll = ctypes.CDLL(str(lib))
-    for name, (args, result) in native.signatures(ctypes.c_float).items():
+    for name, (args, result) in native.signatures(ctypes.c_double if double else ctypes.c_float).items():
         function = getattr(dll, name)
         function.argtypes, function.restype = args, result
     return dll
 
 
-def revision_sources(rev: str, folder: Path) -> list[Path]:
-    """The kernels' sources and headers as they are at `rev`, under `folder` (the same layout)."""
+def revision_sources(rev: str, folder: Path, sources: tuple[Path, ...]) -> list[Path]:
+    """The kernels' `sources` and headers as they are at `rev`, under `folder` (the same layout)."""
     paths = []
-    for path in (*native.SOURCES, *native.HEADERS):
+    for path in (*sources, *native.HEADERS):
         relative = path.relative_to(ROOT)
         text = subprocess.run(["git", "-C", str(ROOT), "show", f"{rev}:{relative}"], capture_output=True,
                               check=True).stdout
         (folder / relative).parent.mkdir(parents=True, exist_ok=True)
         (folder / relative).write_bytes(text)
         paths.append(folder / relative)
-    return paths[:len(native.SOURCES)]
+    return paths[:len(sources)]
 
 
 def use(lm, dll: ctypes.CDLL) -> None:
@@ -82,14 +84,21 @@ def main() -> int:
     parser.add_argument("--contexts", default="2048,7168", help="cached tokens before the rows (default: %(default)s)")
     parser.add_argument("--rows", default="1,2,4", help="rows of a pass: 1 a plain step (default: %(default)s)")
     parser.add_argument("--repeats", type=int, default=30, help="A/B pairs per shape (default: %(default)s)")
+    parser.add_argument("--dtype", choices=("q4", "float64"), default="q4",
+                        help="q4: the default model's kernels; float64: the row kernels, on --model (default: q4)")
+    parser.add_argument("--model", help="a checkpoint (default: the default model in q4, ../shared/models/stories260k "
+                                        "in float64)")
     parser.add_argument("--json", type=Path, help="also write the table here")
     args = parser.parse_args()
     torch.set_num_threads(1)
     contexts, row_counts = [int(c) for c in args.contexts.split(",")], [int(r) for r in args.rows.split(",")]
+    double = args.dtype == "float64"
+    sources = native.ROW_SOURCES if double else native.SOURCES
     with tempfile.TemporaryDirectory() as scratch:
-        libs = {"A": build(revision_sources(args.rev, Path(scratch) / "a"), Path(scratch) / "a.so"),
-                "B": build(list(native.SOURCES), Path(scratch) / "b.so")}
-    lm = load_model(str(default_model_path()), dtype="q4", threads=1)
+        libs = {"A": build(revision_sources(args.rev, Path(scratch) / "a", sources), Path(scratch) / "a.so", double),
+                "B": build(list(sources), Path(scratch) / "b.so", double)}
+    model = args.model or str((ROOT.parent / "shared/models/stories260k") if double else default_model_path())
+    lm = load_model(model, dtype=args.dtype, threads=1)
     cfg, table = lm.config, []
     book = book_text(ROOT.parent / "shared/data/books/eval.jsonl.xz", 0)  # held-out prose
     for context in contexts:
@@ -117,7 +126,8 @@ def main() -> int:
                   f"{'yes' if row['identical'] else 'NO'}", flush=True)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({"rev": args.rev, "rows": table}, indent=1))
+        record = {"rev": args.rev, "dtype": args.dtype, "model": model, "rows": table}
+        args.json.write_text(json.dumps(record, indent=1))
     return 0 if all(row["identical"] for row in table) else 1
 
 
