@@ -115,18 +115,14 @@ def main(argv: list[str] | None = None) -> None:
     from worker.supervisor import Supervisor
 
     store = open_store(args.db)
-    # A worker that dies (kill -9, a sticky CUDA error) is replaced; the new one resumes its job. Started before
-    # the page's imports (gradio, torch: seconds): the model loads while the page is built.
-    worker = None if args.no_worker else Supervisor(functools.partial(spawn_worker, args))
-    if worker is not None:
-        # The writer first: on a machine with few cores, pages and pollers must not take the worker's CPU. The
-        # server only reads the store and waits on clients; a few ms more per poll is the price.
-        os.nice(SERVER_NICE)
     # uvicorn re-raises the signal that stopped it: make it an exception, so the worker is stopped below.
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, _stop)
-    exports = None
+    worker, exports = None, None
     try:
+        # A worker that dies (kill -9, a sticky CUDA error) is replaced; the new one resumes its job. Started before
+        # the page's imports (gradio: seconds): the model loads while the page is built.
+        worker = None if args.no_worker else Supervisor(functools.partial(spawn_worker, args))
         import uvicorn
 
         from ui.drafts.exports import Exports
@@ -145,6 +141,11 @@ def main(argv: list[str] | None = None) -> None:
             threading.Thread(target=share_link, args=(args.port,), daemon=True).start()
         if args.inbrowser:
             threading.Timer(2.0, webbrowser.open, [url]).start()
+        if worker is not None:
+            # The writer first: on a machine with few cores, pages and pollers must not take the worker's CPU. The
+            # server only reads the store and waits on clients; a few ms more per poll is the price. (Not before the
+            # page is built: at a lower priority, beside a test run, the app took 40 s to start instead of 12.)
+            os.nice(SERVER_NICE)
         uvicorn.run(app, host=host, port=args.port, log_level="warning", timeout_graceful_shutdown=1)
     finally:
         if worker is not None:

@@ -85,7 +85,8 @@ def main() -> int:
     parser.add_argument("--rows", default="1,2,4", help="rows of a pass: 1 a plain step (default: %(default)s)")
     parser.add_argument("--repeats", type=int, default=30, help="A/B pairs per shape (default: %(default)s)")
     parser.add_argument("--dtype", choices=("q4", "float64"), default="q4",
-                        help="q4: the default model's kernels; float64: the row kernels, on --model (default: q4)")
+                        help="q4: the default model's kernels; float64: the row kernels, on --model "
+                             "(default: %(default)s)")
     parser.add_argument("--model", help="a checkpoint (default: the default model in q4, ../shared/models/stories260k "
                                         "in float64)")
     parser.add_argument("--json", type=Path, help="also write the table here")

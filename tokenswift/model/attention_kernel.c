@@ -178,9 +178,12 @@ static real dot(const real *a, const char *b, int64_t d, int bf16) {
     return sum;
 }
 
-/* Four keys' dot()s side by side, each summed exactly as dot() sums it: with one chain of multiply-adds a score,
-   each waited on the last one's latency. The portable loops are a float64 model's (the exactness tests' largest
-   cost): with this and weighted_values a float64 forward at 1,500 tokens took 0.72x the time, the same logits. */
+/* Four keys' dot()s side by side, each summed in dot()'s order: with one chain of multiply-adds a score, each waited
+   on the last one's latency. The portable loops run a float64 model (the exactness tests' largest cost), a build
+   without AVX2, and head sizes the vector path does not take; with this and weighted_values a float64 forward took
+   0.76-0.78x the time at 1,500 tokens and 0.81-0.87x at 400 (scripts/kernels_ab.py --dtype float64), the same logits.
+   Only where d % 8 == 0 (chunk_task): elsewhere gcc contracts its multiply-adds otherwise than dot()'s, and the last
+   bits of a score would move. */
 static void dot4(const real *a, const char *const *b, int64_t d, int bf16, real scale, real *out) {
     real s0 = 0.0, s1 = 0.0, s2 = 0.0, s3 = 0.0;
     for (int64_t i = 0; i < d; ++i) {
@@ -196,8 +199,9 @@ static void dot4(const real *a, const char *const *b, int64_t d, int bf16, real 
 }
 
 /* out[i] = sum over the chunk's n slots of p[j] * value[j][i], in slot order (a zero weight skipped), eight output
-   elements at a time in registers. Summed in `out` itself, which might alias the cache as far as the compiler
-   knows, each product waited on the store of the one before. */
+   elements at a time in registers (the last d % 8 as one more block, the same shape: the same contractions). The
+   loop this replaces summed in `out` itself, which might alias the cache as far as the compiler knew: each product
+   waited on the store of the one before. */
 static void weighted_values(const real *p, const char *v, const int64_t *slots, int64_t s0, int64_t n, int64_t d,
                             int64_t slot_bytes, int bf16, real *out) {
     int64_t i0 = 0;
@@ -210,11 +214,15 @@ static void weighted_values(const real *p, const char *v, const int64_t *slots, 
         }
         for (int u = 0; u < 8; ++u) out[i0 + u] = acc[u];
     }
-    for (; i0 < d; ++i0) {
-        real sum = 0.0;
-        for (int64_t j = 0; j < n; ++j)
-            if (p[j] != 0.0) sum += p[j] * kv_at(v + SLOT(slots, s0, j) * slot_bytes, i0, bf16);
-        out[i0] = sum;
+    if (i0 < d) {
+        const int rest = (int)(d - i0);
+        real acc[8] = {0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0};
+        for (int64_t j = 0; j < n; ++j) {
+            if (p[j] == 0.0) continue;
+            const char *value = v + SLOT(slots, s0, j) * slot_bytes;
+            for (int u = 0; u < rest; ++u) acc[u] += p[j] * kv_at(value, i0 + u, bf16);
+        }
+        for (int u = 0; u < rest; ++u) out[i0 + u] = acc[u];
     }
 }
 
@@ -332,7 +340,7 @@ static void chunk_task(const real *q, const void *q8, int64_t h, int64_t g, int6
         const real *qr = q + ((row_id / g) * h + head * g + row_id % g) * d;
         real *row = scores + r * CHUNK;
         const int64_t size = bf16 ? 2 : (int64_t)sizeof(real);
-        const int64_t fours = n / 4 * 4;
+        const int64_t fours = d % 8 == 0 ? n / 4 * 4 : 0;
         int64_t j = 0;
         for (; j < fours; j += 4) {
             const char *four[4];
