@@ -70,6 +70,22 @@ def answered(page, elem: str, trigger) -> None:
     page.wait_for_function("sel => window.tsAnswered[sel]", arg=elem)
 
 
+def typed(box, text: str) -> None:
+    """Fill a text box until it keeps `text`: in two of six suite runs on a loaded machine, Memory, filled right after
+    "New book" and the first opening of its accordion, read empty for 20 s after (what emptied it was not found: no
+    handler of those two clicks writes it). Start goes only with what the box holds when it is pressed."""
+    from playwright.sync_api import expect
+
+    for _ in range(3):
+        box.fill(text)
+        try:
+            expect(box).to_have_value(text, timeout=3_000)
+            return
+        except AssertionError:
+            continue
+    expect(box).to_have_value(text)
+
+
 @pytest.fixture(scope="module")
 def page(app_page):
     app_page.screenshot(path=SHOTS / "01-first-visit.png", full_page=True)
@@ -307,12 +323,9 @@ def test_what_the_model_sees(page):
     page.locator("#write-prompt textarea").fill("The fox ran into the woods.")
     page.locator("#write-context").get_by_text("Memory and Author's Note").first.click()
     memory, note = page.locator("#write-memory textarea"), page.locator("#write-note textarea")
-    memory.fill("Red is a fox who loves berries.")
-    note.fill("It starts to rain.")
+    typed(memory, "Red is a fox who loves berries.")
+    typed(note, "It starts to rain.")
     page.locator("#write-target input").fill("60")
-    # Once (a loaded machine) both boxes were empty when Start read them: Start goes only with what is typed there.
-    expect(memory).to_have_value("Red is a fox who loves berries.")
-    expect(note).to_have_value("It starts to rain.")
     page.locator("#write-start").click()
     expect(status).to_contain_text("Done", timeout=60_000)
     page.locator("#write-seen-box").get_by_text("What the model sees").first.click()
