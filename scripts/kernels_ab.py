@@ -40,11 +40,7 @@ from tokenswift.model.prefill import prefill  # noqa: E402
 
 def build(sources: list[Path], lib: Path, double: bool) -> ctypes.CDLL:
     native._compile(lib, tuple(sources), native.DOUBLE if double else ())
-    dll = ctypes.CDLL(str(lib))
-    for name, (args, result) in native.signatures(ctypes.c_double if double else ctypes.c_float).items():
-        function = getattr(dll, name)
-        function.argtypes, function.restype = args, result
-    return dll
+    return native.opened(lib, double)
 
 
 def revision_sources(rev: str, folder: Path, sources: tuple[Path, ...]) -> list[Path]:

@@ -90,6 +90,11 @@ def kernels(flags: tuple[str, ...] = ()) -> ctypes.CDLL:
     lib = default_cache_dir() / "kernels" / f"kernels-{digest}.so"
     if not lib.exists():
         _compile(lib, sources, flags)
+    return opened(lib, double)
+
+
+def opened(lib: Path, double: bool = False) -> ctypes.CDLL:
+    """A built kernels library, its functions' signatures set (float64's where `double`)."""
     dll = ctypes.CDLL(str(lib))
     for name, (args, result) in signatures(ctypes.c_double if double else ctypes.c_float).items():
         function = getattr(dll, name)
