@@ -243,7 +243,7 @@ def test_a_cpu_model_runs_them_and_gives_torchs_logits(request, fixture, toleran
 
 def test_float64_kernels_compute_torchs_attention_layer_and_products(kernel_builds):
     """The row kernels built for float64 (native.DOUBLE: the portable loops), to float64's precision; a row's
-    attention and products do not depend on the rows beside it."""
+    attention and products do not depend on the rows beside it (the products take four weight rows at a time)."""
     rows64 = NativeRows(native.kernels(native.DOUBLE), torch.float64)
     keys, values = (part.double() for part in cache_layer(seed=3))
     q = torch.randn(4, CFG.n_heads, CFG.head_dim, generator=torch.Generator().manual_seed(4), dtype=torch.float64)
@@ -261,6 +261,7 @@ def test_float64_kernels_compute_torchs_attention_layer_and_products(kernel_buil
     product = rows64.linear(x, weight)
     assert torch.allclose(product, x @ weight.t(), rtol=1e-12, atol=1e-11)
     assert torch.equal(rows64.linear(x[2:3], weight), product[2:3])
+    assert torch.equal(rows64.linear(x, weight[1:8]), product[:, 1:8])  # nor on the weight rows beside its own
 
 
 @pytest.mark.parametrize("fixture", ["stories32", "stories64"])

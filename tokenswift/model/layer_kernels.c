@@ -83,9 +83,9 @@ static void swiglu(const real *gate_up, int64_t rows, int64_t n, real *out) {
     }
 }
 
+#define LK_INLINE static inline __attribute__((always_inline))
 #ifdef TS_AVX2
 #include "simd.h"
-#define LK_INLINE static inline __attribute__((always_inline))
 
 /* R rows of x (1 to 4) against weight row w. A row's sum runs in two accumulators, even and odd blocks of 8, then
    the tail, in the same order whatever R (a row's product does not depend on the rows beside it). One chain of
@@ -115,14 +115,36 @@ LK_INLINE void dot_f32_rows(const float *w, const float *x, int64_t k, const int
 }
 #endif
 
+#ifndef TS_AVX2
+/* Weight rows w[0..W) (1 to 4) against one row x: each sum in eight partial sums (as eight vector lanes) over k,
+   then the lanes by pairs, then the tail; the order of a row alone, whatever W. One serial chain of FMAs a sum waited
+   on each one's latency (a float64 model's products, the exactness tests' whole forward, ran at a quarter of the
+   core's rate); four rows' chains side by side keep the multiply-adders busy. */
+LK_INLINE void dot_lanes(const real *w, int64_t k, const real *x, const int W, real *y) {
+    real lanes[4][8];
+    for (int r = 0; r < W; ++r)
+        for (int u = 0; u < 8; ++u) lanes[r][u] = 0.0;
+    int64_t i = 0;
+    for (; i + 8 <= k; i += 8)
+        for (int r = 0; r < W; ++r)
+            for (int u = 0; u < 8; ++u) lanes[r][u] = FMA(w[r * k + i + u], x[i + u], lanes[r][u]);
+    for (int r = 0; r < W; ++r) {
+        const real *l = lanes[r];
+        real sum = ((l[0] + l[4]) + (l[1] + l[5])) + ((l[2] + l[6]) + (l[3] + l[7]));
+        for (int64_t j = i; j < k; ++j) sum = FMA(w[r * k + j], x[j], sum);
+        y[r] = sum;
+    }
+}
+#endif
+
 /* y[m, n] = x[m, k] @ w[n, k].T for a few rows (the weight read from memory once), the weight's rows shared
    among `threads` OpenMP threads. MKL's one-row product reached two thirds of the memory bandwidth here and its
    few-row GEMM re-packs the weight on every call. */
 void dense_matmul(const real *w, int64_t n, int64_t k, const real *x, int64_t m, real *y, int threads) {
+#ifdef TS_AVX2
 #pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
     for (int64_t j = 0; j < n; ++j) {
         const real *row = w + j * k;
-#ifdef TS_AVX2
         for (int64_t r = 0; r < m; r += 4) {  /* the weight row is read from L1 for the next four */
             const real *xr = x + r * k;
             real *yr = y + r * n + j;
@@ -133,22 +155,22 @@ void dense_matmul(const real *w, int64_t n, int64_t k, const real *x, int64_t m,
             default: dot_f32_rows(row, xr, k, 4, yr, n); break;
             }
         }
-#else
-        /* Eight partial sums, as eight vector lanes: one serial chain of FMAs waited on each one's latency (a
-           float64 model's products, the exactness tests' whole forward, ran at a quarter of the core's rate). */
-        for (int64_t r = 0; r < m; ++r) {
-            const real *xr = x + r * k;
-            real lanes[8] = {0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0};
-            int64_t i = 0;
-            for (; i + 8 <= k; i += 8)
-                for (int u = 0; u < 8; ++u) lanes[u] = FMA(row[i + u], xr[i + u], lanes[u]);
-            real sum = ((lanes[0] + lanes[4]) + (lanes[1] + lanes[5]))
-                       + ((lanes[2] + lanes[6]) + (lanes[3] + lanes[7]));
-            for (; i < k; ++i) sum = FMA(row[i], xr[i], sum);
-            y[r * n + j] = sum;
-        }
-#endif
     }
+#else
+#pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
+    for (int64_t j = 0; j < n; j += 4) {
+        const real *rows = w + j * k;
+        for (int64_t r = 0; r < m; ++r) {
+            real *yr = y + r * n + j;
+            switch (n - j) {
+            case 1: dot_lanes(rows, k, x + r * k, 1, yr); break;
+            case 2: dot_lanes(rows, k, x + r * k, 2, yr); break;
+            case 3: dot_lanes(rows, k, x + r * k, 3, yr); break;
+            default: dot_lanes(rows, k, x + r * k, 4, yr); break;
+            }
+        }
+    }
+#endif
 }
 
 /* A decoder layer in two calls around its attention (native_rows.NativeBlock), so that a step's ~40 operators a
