@@ -1,7 +1,8 @@
 /* The elementwise steps of a decoder layer for a few rows on the CPU, in float32 or float64 (real.h): RMSNorm
    (with the residual add before it), RoPE with the cache write, SwiGLU. Each replaces a chain of 3 to 14 torch
    operators whose dispatch, not arithmetic, was the cost: a decoding step of the default model ran ~1,240 of them, about 11 ms
-   of a 29 ms q4 step on this machine. The arithmetic is torch's, in the same order, per row. */
+   of a 29 ms q4 step on this machine. The formulas are torch's; the sums run in this file's order (gcc may fuse a
+   square into the sum's multiply-add), which is the same for a row whatever rows share the call. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
