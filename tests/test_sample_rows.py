@@ -145,12 +145,28 @@ def test_finite_columns(kernel):
     assert torch.equal(kernel.finite(row), ((row > -math.inf) & (row < math.inf)).nonzero().squeeze(1))
 
 
-def test_a_run_writes_the_same_text_with_and_without_the_kernel(stories32, monkeypatch):
+def test_the_noise_of_a_few_tokens_is_the_full_rows(kernel):
+    """The kernel's uniform draws (integer hashes, whatever the model's dtype) give the torch path's noise, bit for
+    bit, at positions past 2^32 too."""
+    from tokenswift.sampling.sampler import Noise
+
+    fast, reference = Noise(11, V, "cpu", kernel), Noise(11, V, "cpu")
+    ids = torch.tensor([0, 5, 6, 99, V - 1])
+    for position in (0, 1, 4097, 2**32 + 3):
+        assert torch.equal(fast.gumbel([position], ids), reference.gumbel([position], ids))
+        assert torch.equal(fast.gumbel([position], ids), reference.gumbel([position])[:, ids])
+
+
+@pytest.mark.parametrize("model", ["stories32", "stories64"])
+def test_a_run_writes_the_same_text_with_and_without_the_kernel(request, model, monkeypatch):
+    """float32 runs the kernel's rows; float64 (the exactness proofs' dtype) its integer work only (noise, DRY's
+    lengths, no-repeat's followers), which must not change a token."""
     from tokenswift.decode.generate import Generator
     from tokenswift.decode.options import EngineOptions
 
+    lm = request.getfixturevalue(model)
     s = writing_settings(max_new_tokens=160, seed=5, ignore_eos=True, no_repeat_ngram=4)
-    prompt = stories32.tokenizer.encode("Once upon a time, there was a little girl")
+    prompt = lm.tokenizer.encode("Once upon a time, there was a little girl")
     kernels = []
 
     def spied(*args):
@@ -158,11 +174,11 @@ def test_a_run_writes_the_same_text_with_and_without_the_kernel(stories32, monke
         return kernels[-1]
 
     monkeypatch.setattr("tokenswift.decode.engine.sampler_rows", spied)
-    texts = {mode: Generator(stories32, s, prompt, options=EngineOptions().speculating(mode=mode)).run()
+    texts = {mode: Generator(lm, s, prompt, options=EngineOptions().speculating(mode=mode)).run()
              for mode in ("ar", "tokenswift")}
     assert len(kernels) == 2 and all(k is not None for k in kernels)
     monkeypatch.setattr("tokenswift.decode.engine.sampler_rows", lambda *args: None)
-    assert Generator(stories32, s, prompt, options=EngineOptions().speculating(mode="ar")).run() == texts["ar"]
+    assert Generator(lm, s, prompt, options=EngineOptions().speculating(mode="ar")).run() == texts["ar"]
     assert texts["tokenswift"] == texts["ar"]
 
 

@@ -78,7 +78,7 @@ class Engine:
         self._staged = torch.empty(2, self.max_commit, dtype=torch.int64, pin_memory=lm.device.type == "cuda")
         breakers = breaker_ids(lm.token_texts, settings.dry_breakers) if settings.dry_multiplier else None
         self.sampler = Sampler(settings, cfg.vocab_size, lm.device, lm.eos_ids, breakers, bans,
-                               sampler_rows(lm.device, lm.dtype, cfg.vocab_size))
+                               sampler_rows(lm.device, cfg.vocab_size))
         self.metrics = RunMetrics(spec.mode, depth=self.depth, path=options.path(cfg).describe())
         self.drafter: Drafter | None = None
         self.ngrams: NgramTable | None = None

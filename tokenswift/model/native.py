@@ -132,9 +132,12 @@ def _compile(lib: Path, sources: tuple[Path, ...], flags: tuple[str, ...] = ()) 
                          f"{compiler} failed: {run.stderr.strip()[:400]}")
 
 
-def sampler_rows(device: torch.device, dtype: torch.dtype, vocab_size: int) -> RowKernel | None:
-    """The sampler's C rows for a model whose logits are float32 on a CPU, where the kernels build; else None."""
-    if device.type != "cpu" or dtype == torch.float64:
+def sampler_rows(device: torch.device, vocab_size: int) -> RowKernel | None:
+    """The sampler's C rows for a model on a CPU, where the kernels build; else None. Their rows of scores run for
+    float32 logits only (RowKernel.runs); a float64 model takes their integer work, whose results do not depend on
+    the logits' type: the noise's uniform draws, DRY's match lengths, no-repeat's followers (a fifth of a float64
+    exactness test's sampling time went to the noise's torch operators)."""
+    if device.type != "cpu":
         return None
     lib = available()
     return RowKernel(lib, vocab_size) if lib is not None else None

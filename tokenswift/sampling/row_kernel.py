@@ -3,7 +3,7 @@ operators, for about a third of their time (a row drawn with the writing default
 
 The engine's C kernels are built by tokenswift.model.native, which lists this file's source with its own; the
 Sampler is handed the library (RowKernel) by whoever builds it with a model (decode/engine.py), so this package does
-not import the model's. Without a compiler, and for any row or rule the kernel does not cover (float64, a GPU,
+not import the model's. Without a compiler, and for any row or rule the kernel does not cover (a float64 row, a GPU,
 top-k/top-p/η/top-nσ/XTC, min-p keeping more than one token, a temperature or penalty that is 0 in float32, an
 answer's end-of-text break, a NaN), the torch path runs.
 """
