@@ -43,6 +43,12 @@ def lm():
     return dataclasses.replace(model, heads=random_heads(model.config, "cpu", torch.float64, seed=2))
 
 
+@pytest.fixture(autouse=True)
+def gpu_sampler(monkeypatch):
+    """No C rows for the sampler, as on a GPU: a CPU's ranks the noise of a few tokens on the host."""
+    monkeypatch.setattr("tokenswift.decode.engine.sampler_rows", lambda *args: None)
+
+
 @pytest.fixture
 def cuda_branch(monkeypatch):
     monkeypatch.setattr(drafting, "ONE_READ_DEVICES", frozenset({"cuda", "cpu"}))

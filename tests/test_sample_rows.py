@@ -5,6 +5,7 @@ defaults and each rule alone; and a real run's text the same with and without th
 from __future__ import annotations
 
 import math
+from collections import Counter
 
 import pytest
 import torch
@@ -173,10 +174,21 @@ def test_a_run_writes_the_same_text_with_and_without_the_kernel(request, model, 
         kernels.append(native.sampler_rows(*args))
         return kernels[-1]
 
+    calls = Counter()
+
+    def counted(name):
+        method = getattr(RowKernel, name)
+        return lambda *args, **kwargs: calls.update([name]) or method(*args, **kwargs)
+
     monkeypatch.setattr("tokenswift.decode.engine.sampler_rows", spied)
+    for name in ("row", "finite", "uniforms", "repeat_followers"):
+        monkeypatch.setattr(RowKernel, name, counted(name))
     texts = {mode: Generator(lm, s, prompt, options=EngineOptions().speculating(mode=mode)).run()
              for mode in ("ar", "tokenswift")}
     assert len(kernels) == 2 and all(k is not None for k in kernels)
+    assert calls["uniforms"] > 0 and calls["repeat_followers"] > 0
+    rows = calls["row"] + calls["finite"]  # a float64 row never goes through the float32 C rows
+    assert rows > 0 if model == "stories32" else rows == 0
     monkeypatch.setattr("tokenswift.decode.engine.sampler_rows", lambda *args: None)
     assert Generator(lm, s, prompt, options=EngineOptions().speculating(mode="ar")).run() == texts["ar"]
     assert texts["tokenswift"] == texts["ar"]

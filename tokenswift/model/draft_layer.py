@@ -217,5 +217,5 @@ def load_layer(directory: Path, cfg: ModelConfig, head_weight: torch.Tensor, dev
     if not cosine >= SIGNATURE_MIN_COSINE:
         raise DraftLayerError(f"{weights_file}: trained for another model (its LM-head signature does not match "
                               f"this model's: cosine {float(cosine):.3f})")
-    layer.load_state_dict(state, assign=True)
+    layer.load_state_dict(state | {"vocab": vocab.long()}, assign=True)  # ids as the buffer holds them (int64)
     return layer.to(device=device, dtype=dtype).eval().requires_grad_(False)
