@@ -198,32 +198,28 @@ static void dot4(const real *a, const char *const *b, int64_t d, int bf16, real 
     out[3] = scale * s3;
 }
 
-/* out[i] = sum over the chunk's n slots of p[j] * value[j][i], in slot order (a zero weight skipped), eight output
-   elements at a time in registers (the last d % 8 as one more block, the same shape: the same contractions). The
-   loop this replaces summed in `out` itself, which might alias the cache as far as the compiler knew: each product
-   waited on the store of the one before. */
+/* out[i0 + u] for u < width (at most 8): the sum over the chunk's n slots of p[j] * value[j][i0 + u], in slot order
+   (a zero weight skipped), in registers. */
+static inline __attribute__((always_inline)) void value_block(const real *p, const char *v, const int64_t *slots,
+                                                              int64_t s0, int64_t n, int64_t i0, const int width,
+                                                              int64_t slot_bytes, int bf16, real *out) {
+    real acc[8] = {0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0};
+    for (int64_t j = 0; j < n; ++j) {
+        if (p[j] == 0.0) continue;
+        const char *value = v + SLOT(slots, s0, j) * slot_bytes;
+        for (int u = 0; u < width; ++u) acc[u] += p[j] * kv_at(value, i0 + u, bf16);
+    }
+    for (int u = 0; u < width; ++u) out[i0 + u] = acc[u];
+}
+
+/* out[i] = sum over the chunk's n slots of p[j] * value[j][i], eight output elements at a time (the last d % 8 as
+   one more block, the same shape: the same contractions). The loop this replaces summed in `out` itself, which
+   might alias the cache as far as the compiler knew: each product waited on the store of the one before. */
 static void weighted_values(const real *p, const char *v, const int64_t *slots, int64_t s0, int64_t n, int64_t d,
                             int64_t slot_bytes, int bf16, real *out) {
     int64_t i0 = 0;
-    for (; i0 + 8 <= d; i0 += 8) {
-        real acc[8] = {0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0};
-        for (int64_t j = 0; j < n; ++j) {
-            if (p[j] == 0.0) continue;
-            const char *value = v + SLOT(slots, s0, j) * slot_bytes;
-            for (int u = 0; u < 8; ++u) acc[u] += p[j] * kv_at(value, i0 + u, bf16);
-        }
-        for (int u = 0; u < 8; ++u) out[i0 + u] = acc[u];
-    }
-    if (i0 < d) {
-        const int rest = (int)(d - i0);
-        real acc[8] = {0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0};
-        for (int64_t j = 0; j < n; ++j) {
-            if (p[j] == 0.0) continue;
-            const char *value = v + SLOT(slots, s0, j) * slot_bytes;
-            for (int u = 0; u < rest; ++u) acc[u] += p[j] * kv_at(value, i0 + u, bf16);
-        }
-        for (int u = 0; u < rest; ++u) out[i0 + u] = acc[u];
-    }
+    for (; i0 + 8 <= d; i0 += 8) value_block(p, v, slots, s0, n, i0, 8, slot_bytes, bf16, out);
+    if (i0 < d) value_block(p, v, slots, s0, n, i0, (int)(d - i0), slot_bytes, bf16, out);
 }
 
 #ifdef AT_AVX2

@@ -93,8 +93,6 @@ class RowKernel:
 
     def uniforms(self, token_mix: torch.Tensor, ids: torch.Tensor, key: int) -> torch.Tensor:
         """sampler.Noise's uniform draws [len(ids)] (float64) of the token ids `ids` at the position keyed `key`."""
-        if ids.dtype != torch.int64 or token_mix.dtype != torch.int64:  # the C side reads both as int64, unchecked
-            raise ValueError(f"row kernel: int64 token ids and mixes, not {ids.dtype} and {token_mix.dtype}")
         ids = ids.contiguous()
         u = torch.empty(ids.shape[0], dtype=torch.float64)
         self.lib.noise_uniforms(token_mix.data_ptr(), ids.data_ptr(), ids.shape[0], key, u.data_ptr())
