@@ -89,6 +89,16 @@ def test_banner_and_limits(ui, app):
 
 
 
+def test_the_polls_go_around_the_queue(ui):
+    """The Write and Compare ticks and the banner's poll are unqueued (ui/display/live.POLL): at each status message of
+    an event Gradio's page client refreshes the loading status of every component, and a queued event sends four such
+    messages where an unqueued one sends two. The clicks stay queued."""
+    queued = {d["api_name"]: d["queue"] for d in ui.client.config["dependencies"] if d.get("api_name")}
+    assert [queued[name] for name in ("write_tick", "compare_tick", "app_status")] == [False, False, False]
+    assert queued["write_start"] is not False and queued["write_pause"] is not False
+    assert "ready" in ui("/app_status")["Model banner"]  # answered outside the queue, to a real client
+
+
 def test_one_login_guards_ui_and_api(app):
     assert httpx.get(f"{app}/api/health", timeout=5).status_code == 401
     assert httpx.get(f"{app}/api/health", auth=AUTH, timeout=5).json()["load_status"] == "ready"  # API beside UI

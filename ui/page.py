@@ -13,6 +13,7 @@ import gradio as gr
 from storage import Store
 from ui.compare import compare
 from ui.display import views
+from ui.display.live import POLL
 from ui.drafts.exports import Exports
 from ui.drafts.texts import DraftTexts
 from ui.drafts.tokens import PromptTokens
@@ -130,7 +131,7 @@ def build_page(store: Store, *, worker_hint: str, exports: Exports, tokens: Prom
             return banner, write_view.limit_line(store), model.status(store)
 
         status_timer.tick(refresh_status, None, [banner, write_ui.limit, model_parts.details],
-                          api_name="app_status", show_progress="hidden", concurrency_limit=None)
+                          api_name="app_status", **POLL)
         page.load(refresh_status, None, [banner, write_ui.limit, model_parts.details], api_name="app_status_load",
                   show_progress="hidden", concurrency_limit=None)
     return page

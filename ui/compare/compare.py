@@ -19,7 +19,7 @@ from tokenswift.decode.metrics import distinct
 from tokenswift.settings import DRAFTERS, DraftSettings, Settings, SettingsError, Speculation
 from ui.compare.store_ops import CompareStore
 from ui.display import charts, views
-from ui.display.live import Watch
+from ui.display.live import POLL, Watch
 from ui.drafts.drafts import DraftService
 from ui.drafts.tokens import PromptTokens
 from ui.forms import boxes, samplers_panel
@@ -369,5 +369,5 @@ def wire(p: CompareParts, store: CompareStore, page: gr.Blocks, tokens: PromptTo
     p.run.click(run, inputs, p.view, api_name="compare_run", **fast)
     page.load(restore, p.remembered, [*p.view, p.count, *[c.box for c in p.columns], p.prompt, p.seed, p.target,
                                       p.temperature], api_name="compare_restore", **fast)
-    p.timer.tick(tick, p.runs, p.view, api_name="compare_tick", show_progress="hidden", **fast)
+    p.timer.tick(tick, p.runs, p.view, api_name="compare_tick", **POLL)
     p.count.change(set_count, p.count, [c.box for c in p.columns] + p.texts, api_name="compare_columns", **fast)
