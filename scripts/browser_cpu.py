@@ -8,8 +8,8 @@ writes with, so a page that renders eagerly slows the draft it shows.
 Starts `python app.py` (no login, its own store in a temporary folder) and Debian's Chromium through Playwright;
 per repeat: Chromium's CPU over --idle-s seconds of an idle page, then a draft of --tokens tokens started from the
 Write tab and followed until it is done (Chromium's CPU per second, and the draft's tokens per second from the click
-to "Done"). Prints a table and the medians; --json writes them. CPU is read from /proc for Chromium's processes (the
-descendants of this one), so nothing else on the machine is counted.
+to "Done", with the tokens the status line counts). Prints each repeat and the medians; --json writes them. CPU is
+read from /proc for Chromium's processes (the descendants of this one), so nothing else on the machine is counted.
 """
 
 from __future__ import annotations
@@ -74,14 +74,18 @@ def running_app(model: str, folder: Path):
             while True:
                 if proc.poll() is not None or time.monotonic() > deadline:
                     sys.exit(f"the app did not start: {(folder / 'app.log').read_text()[-2000:]}")
-                with contextlib.suppress(httpx.HTTPError):
+                with contextlib.suppress(httpx.HTTPError, ValueError):
                     if httpx.get(f"{url}/api/health", timeout=2).json().get("load_status") == "ready":
                         break
                 time.sleep(0.5)
             yield url
         finally:
             proc.terminate()
-            proc.wait(60)
+            try:
+                proc.wait(60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
 
 
 def one_repeat(browser, url: str, tokens: int, idle_s: float) -> dict:
@@ -101,10 +105,15 @@ def one_repeat(browser, url: str, tokens: int, idle_s: float) -> dict:
         page.locator("#write-target input").fill(str(tokens))
         before, start = descendants_cpu(me, "chrom"), time.monotonic()
         page.locator("#write-start").click()
-        expect(page.locator("#write-status")).to_contain_text(re.compile(r"Done"), timeout=600_000)
+        status = page.locator("#write-status")
+        expect(status).to_contain_text(re.compile(r"Done|Stopped|Failed"), timeout=600_000)
         wall = time.monotonic() - start
+        line = status.inner_text()
+        written = re.search(r"Done.* ([\d,]+) / [\d,]+ tokens", line)
+        if written is None:
+            sys.exit(f"the draft did not finish: {line}")
         return {"idle_core": idle, "following_core": (descendants_cpu(me, "chrom") - before) / wall,
-                "draft_tokens_per_s": tokens / wall}
+                "draft_tokens_per_s": int(written.group(1).replace(",", "")) / wall}
     finally:
         context.close()
 
@@ -117,6 +126,8 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--json", help="write the rows and medians here")
     args = ap.parse_args()
+    if args.repeats < 1 or args.tokens < 1:
+        ap.error("--repeats and --tokens: at least 1")
     if not CHROMIUM.exists():
         sys.exit(f"{CHROMIUM} is absent: install Debian's chromium package")
     from playwright.sync_api import sync_playwright
@@ -124,12 +135,14 @@ def main() -> None:
     rows = []
     with tempfile.TemporaryDirectory() as tmp, running_app(args.model, Path(tmp)) as url, sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
-        for i in range(args.repeats):
-            rows.append(one_repeat(browser, url, args.tokens, args.idle_s))
-            r = rows[-1]
-            print(f"repeat {i + 1}: Chromium idle {r['idle_core']:.3f} core, following a draft "
-                  f"{r['following_core']:.3f} core; the draft {r['draft_tokens_per_s']:.0f} tokens/s", flush=True)
-        browser.close()
+        try:
+            for i in range(args.repeats):
+                rows.append(one_repeat(browser, url, args.tokens, args.idle_s))
+                r = rows[-1]
+                print(f"repeat {i + 1}: Chromium idle {r['idle_core']:.3f} core, following a draft "
+                      f"{r['following_core']:.3f} core; the draft {r['draft_tokens_per_s']:.0f} tokens/s", flush=True)
+        finally:
+            browser.close()
     medians = {key: statistics.median(r[key] for r in rows) for key in rows[0]}
     print("| Chromium, idle page (cores) | Chromium, following a draft (cores) | the draft (tokens/s) |")
     print("|---|---|---|")

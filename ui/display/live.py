@@ -18,12 +18,11 @@ from ui.display.store_ops import LiveStore
 
 TAIL_CHARS = 6_000
 ACTIVE = ("queued", "running")
-# A timer's poll (the Write and Compare ticks, the model banner's) goes around Gradio's queue. At each status message
-# of an event, Gradio's page client refreshes the loading status of every component any event names, cloning each
-# one's value: a queued event sends four such messages (pending, estimation, process_starts, process_completed), an
-# unqueued one two. Chromium following a draft on the Write tab: 0.56 of a core with queued polls, 0.49 without; an
-# idle page 0.13 and 0.11 (scripts/browser_cpu.py). A poll only reads the store: the queue's order and limits give it
-# nothing.
+# The Compare tick and the model banner's poll go around Gradio's queue. At each status message of an event, Gradio's
+# page client refreshes the loading status of every component any event names, cloning each one's value: a queued
+# event sends four such messages (pending, estimation, process_starts, process_completed), an unqueued one two. A
+# poll only reads the store: the queue's order and limits give it nothing. But the page fires a State's change
+# listeners only from a queued event's messages, so a poll that outputs such a State stays queued (the Write tick).
 POLL = {"queue": False, "show_progress": "hidden"}
 FINISHED = ("done", "cancelled", "failed")
 
