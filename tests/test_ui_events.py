@@ -90,18 +90,18 @@ def test_banner_and_limits(ui, app):
 
 
 def test_the_polls_go_around_the_queue_unless_a_state_they_set_has_listeners(ui):
-    """The Compare tick and the banner's poll are unqueued (ui/display/live.POLL): at each status message of an event
-    Gradio's page client refreshes every component's loading status, and a queued event sends four such messages, an
-    unqueued one two. But the page fires a State's change listeners only from a queued event's messages: no unqueued
-    event may set such a State (the Write tick sets `ended`, which the Library's list and the branches listen to)."""
+    """The timers' polls are unqueued (ui/display/live.POLL): at each status message of an event Gradio's page client
+    refreshes every component's loading status, and a queued event sends four such messages, an unqueued one two. But
+    the page fires a State's change listeners only from a queued event's messages: no unqueued event may set such a
+    State (the Write tick's `ended`, which the Library's list and the branches listen to, is a hidden box)."""
     config = ui.client.config
     states = {c["id"] for c in config["components"] if c.get("type") == "state"}
     listened = states & {target for d in config["dependencies"] for target, event in d["targets"] if event == "change"}
     unqueued = [d for d in config["dependencies"] if d.get("queue") is False]
-    assert {"compare_tick", "app_status"} <= {d["api_name"] for d in unqueued}
+    assert {"write_tick", "compare_tick", "app_status"} <= {d["api_name"] for d in unqueued}
     assert [d["api_name"] for d in unqueued if listened & set(d["outputs"])] == []
-    write_tick = next(d for d in config["dependencies"] if d.get("api_name") == "write_tick")
-    assert listened & set(write_tick["outputs"]) and write_tick["queue"] is not False
+    clicks = [d for d in config["dependencies"] if d["api_name"] in ("write_start", "write_pause")]
+    assert len(clicks) == 2 and all(d["queue"] is not False for d in clicks)
 
 
 def test_one_login_guards_ui_and_api(app):

@@ -18,11 +18,12 @@ from ui.display.store_ops import LiveStore
 
 TAIL_CHARS = 6_000
 ACTIVE = ("queued", "running")
-# The Compare tick and the model banner's poll go around Gradio's queue. At each status message of an event, Gradio's
-# page client refreshes the loading status of every component any event names, cloning each one's value: a queued
-# event sends four such messages (pending, estimation, process_starts, process_completed), an unqueued one two. A
-# poll only reads the store: the queue's order and limits give it nothing. But the page fires a State's change
-# listeners only from a queued event's messages, so a poll that outputs such a State stays queued (the Write tick).
+# The timers' polls (the Write and Compare ticks, the model banner's) go around Gradio's queue. At each status
+# message of an event, Gradio's page client refreshes the loading status of every component any event names, cloning
+# each one's value: a queued event sends four such messages (pending, estimation, process_starts, process_completed),
+# an unqueued one two. A poll only reads the store: the queue's order and limits give it nothing. But the page fires a
+# State's change listeners only from a queued event's messages: a poll sets no State that has listeners
+# (write_parts' `ended` is a hidden box for that).
 POLL = {"queue": False, "show_progress": "hidden"}
 FINISHED = ("done", "cancelled", "failed")
 

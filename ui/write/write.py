@@ -15,7 +15,7 @@ import gradio as gr
 from storage import Conflict, NotFound, StoreError
 from tokenswift.settings import SettingsError
 from ui.display import views
-from ui.display.live import ACTIVE, Watch
+from ui.display.live import ACTIVE, POLL, Watch
 from ui.drafts.drafts import Context, DraftService
 from ui.drafts.limits import unicode_problem
 from ui.drafts.texts import DraftTexts
@@ -217,9 +217,7 @@ def wire(p: WriteParts, store: WriteStore, page: gr.Blocks, tokens: PromptTokens
     p.stop.click(on.control("stop"), p.watch, p.view, api_name="write_stop", **fast)
     p.cont.click(on.continue_draft, [p.watch, *p.form, *context], p.opened, api_name="write_continue", **fast)
     p.save_context.click(on.save_context, [p.watch, *context], p.status, api_name="write_save_context", **fast)
-    # Queued, unlike the other polls (POLL): its `ended` is a State whose change listeners (the Library's list, the
-    # branches) the page fires only from a queued event's status messages.
-    p.timer.tick(on.tick, p.watch, p.view, api_name="write_tick", show_progress="hidden", **fast)
+    p.timer.tick(on.tick, p.watch, p.view, api_name="write_tick", **POLL)
     p.new_book.click(on.new_book, None, p.opened, api_name="write_new_book", **fast)
     p.upload.upload(on.upload, p.upload, [p.prompt, p.status], api_name="write_upload", **fast)
     p.quick.input(on.quick_pick, p.quick, p.target, api_name="write_quick_length", **fast)

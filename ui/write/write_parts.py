@@ -50,7 +50,9 @@ class WriteParts:
     book: gr.State  # session id that new drafts go into (None: a new book)
     remembered: gr.BrowserState  # the draft id, so a reopened tab shows it again
     full_shown: gr.State
-    ended: gr.State  # "id:status:tokens" of the last draft seen to stop: the lists that show it refresh on a change
+    # "id:status:tokens" of the last draft seen to stop: the lists that show it refresh on a change. A hidden box, not
+    # a State: the page fires a State's change listeners only after a queued event, and the tick that sets it is not.
+    ended: gr.Textbox
     title: gr.Textbox
     prompt: gr.Textbox
     upload: gr.UploadButton
@@ -146,8 +148,9 @@ def build() -> WriteParts:
             view = _view()
     return WriteParts(
         watch=gr.State(None), book=gr.State(None), remembered=gr.BrowserState(None, storage_key="tokenswift-draft"),
-        full_shown=gr.State(False), ended=gr.State(None), timer=gr.Timer(TICK_S, active=False), offer=offer,
-        offer_text=offer_text, offer_resume=offer_resume, offer_open=offer_open, offered=gr.State(None), **form, **view,
+        full_shown=gr.State(False), ended=gr.Textbox(visible=False, label="Last draft seen to stop"),
+        timer=gr.Timer(TICK_S, active=False), offer=offer, offer_text=offer_text, offer_resume=offer_resume,
+        offer_open=offer_open, offered=gr.State(None), **form, **view,
     )
 
 
