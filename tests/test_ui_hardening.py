@@ -140,3 +140,37 @@ def test_the_live_views_ticks_read_the_store_only_after_a_commit(store):
     before = len(statements)
     watch.refresh(store)  # a click's refresh reads whatever the counter says
     assert len(statements) > before
+
+
+def test_refreshes_of_one_watch_at_once_add_each_chunk_once(store):
+    """A Pause click and the Write tick (both in the server's threads) may refresh one tab's Watch at the same moment:
+    each chunk reaches the live tail once, each metric point the chart once."""
+    import sys
+    import threading
+
+    gen = store.enqueue_generation("Once", DraftSettings(Settings(max_new_tokens=500)))
+    owner = Owner.here("w")
+    store.claim_next(owner)
+    pieces = [f" w{i}" for i in range(300)]
+    for i, piece in enumerate(pieces):
+        store.append_progress(gen.id, owner, Progress([i], piece, 0.1, MetricPoint(tokens=i + 1, elapsed_s=0.1)))
+    record = store.get_generation(gen.id, with_text=False)
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # threads take turns every few bytecodes: a check-then-set gap is hit
+    try:
+        for _ in range(5):
+            watch, start = Watch(gen.id, record, tail="Once"), threading.Barrier(4)
+
+            def refresh(watch=watch, start=start):
+                start.wait()
+                watch.refresh(store)
+
+            threads = [threading.Thread(target=refresh) for _ in range(4)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+            assert watch.tail == "Once" + "".join(pieces) and watch.words == len(pieces)
+            assert [p.tokens for p in watch.points] == list(range(1, len(pieces) + 1))
+    finally:
+        sys.setswitchinterval(interval)

@@ -9,6 +9,7 @@ as the API's status reads do (ui/drafts/texts.py): between the worker's flushes 
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 
 from storage.changes import Changes
@@ -41,6 +42,8 @@ class Watch:
     version: int | None = None  # the store's commit counter before the last read (None: unknown)
     charts_due: bool = False  # metric points arrived that the charts do not show yet
     charts_at: float = 0.0  # time.monotonic() of the last chart drawing
+    # A Pause click and the Write tick run in the server's threads and may refresh one tab's Watch at the same moment.
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def charts_now(self, pointed: bool, every_s: float, now: float) -> bool:
         """Whether this tick redraws the charts: new points at most every `every_s` while the draft runs (a page
@@ -63,6 +66,10 @@ class Watch:
         """Read what is new: (status or counters changed, text changed, metric points changed). With `changes`
         (timer ticks), nothing is read while nothing was committed since the last read; without (after a
         click), the store is read whatever the counter says."""
+        with self.lock:
+            return self._refresh(store, changes)
+
+    def _refresh(self, store: LiveStore, changes: Changes | None) -> tuple[bool, bool, bool]:
         version = changes.version() if changes is not None else None  # before the read: see ui/drafts/texts.py
         if version is not None and version == self.version:
             return False, False, False
@@ -74,7 +81,7 @@ class Watch:
         ) or self.last_seq < 0
         self.record, self.version = record, version
         for chunk in snap.chunks:
-            if chunk.seq > self.last_seq:  # a Pause click and a tick may refresh the same Watch at once
+            if chunk.seq > self.last_seq:
                 self._add_text(chunk.text)
                 self.last_seq = chunk.seq
         self.points.extend(p for p in snap.points if not self.points or p.tokens > self.points[-1].tokens)
