@@ -19,20 +19,14 @@ import contextlib
 import json
 import os
 import re
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-import httpx
+from studio_process import ARGS, CHROMIUM, REPO, App
 
-ROOT = Path(__file__).resolve().parents[1]
-CHROMIUM = Path("/usr/bin/chromium")
-ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-        "--disable-sync", "--no-first-run", "--disable-quic"]
 PROMPT = "Once upon a time, a little fox found a key by the sea."
 
 
@@ -56,36 +50,6 @@ def descendants_cpu(root: int, name: str) -> float:
         return False
 
     return sum(seconds for pid, seconds in cpu.items() if under(pid))
-
-
-@contextlib.contextmanager
-def running_app(model: str, folder: Path):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    cmd = [sys.executable, "app.py", "--port", str(port), "--db", f"sqlite:///{folder / 'studio.db'}", "--model",
-           model, "--device", "cpu", "--threads", "1"]
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENSWIFT_HOME": str(folder), "GRADIO_ANALYTICS_ENABLED": "False"}
-    with open(folder / "app.log", "w") as log:
-        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
-        url = f"http://127.0.0.1:{port}"
-        try:
-            deadline = time.monotonic() + 300
-            while True:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    sys.exit(f"the app did not start: {(folder / 'app.log').read_text()[-2000:]}")
-                with contextlib.suppress(httpx.HTTPError, ValueError):
-                    if httpx.get(f"{url}/api/health", timeout=2).json().get("load_status") == "ready":
-                        break
-                time.sleep(0.5)
-            yield url
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
 
 
 def one_repeat(browser, url: str, tokens: int, idle_s: float) -> dict:
@@ -120,7 +84,7 @@ def one_repeat(browser, url: str, tokens: int, idle_s: float) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model", default=str(ROOT.parent / "shared" / "models" / "stories260k"))
+    ap.add_argument("--model", default=str(REPO.parent / "shared" / "models" / "stories260k"))
     ap.add_argument("--tokens", type=int, default=4000, help="the draft's length")
     ap.add_argument("--idle-s", type=float, default=15.0)
     ap.add_argument("--repeats", type=int, default=3)
@@ -133,7 +97,8 @@ def main() -> None:
     from playwright.sync_api import sync_playwright
 
     rows = []
-    with tempfile.TemporaryDirectory() as tmp, running_app(args.model, Path(tmp)) as url, sync_playwright() as pw:
+    with tempfile.TemporaryDirectory() as tmp, App(Path(tmp), 1, args.model, ready_s=300) as url, \
+            sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
         try:
             for i in range(args.repeats):

@@ -33,7 +33,6 @@ import argparse
 import contextlib
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -43,6 +42,7 @@ import time
 from pathlib import Path
 
 import httpx
+from studio_process import free_port
 
 REPO = Path(__file__).resolve().parents[1]
 PROMPT = "Once upon a time, there was a little dog named Max. He liked to run in the park"
@@ -300,12 +300,6 @@ def report(results: list[dict], args) -> None:
 
 def share(cpu: float | None, wall: float) -> str:
     return f"{cpu / wall:.2f}" if cpu is not None and wall else "–"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 if __name__ == "__main__":

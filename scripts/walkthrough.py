@@ -17,18 +17,11 @@ Exit status 1 when a step failed. About 10 minutes per issue on a busy 2-core ma
 from __future__ import annotations
 
 import argparse
-import contextlib
-import os
 import signal
-import socket
-import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
-
-import httpx
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "scripts")]
@@ -36,11 +29,8 @@ sys.path[:0] = [str(REPO), str(REPO / "scripts")]
 import walkthrough_29  # noqa: E402
 import walkthrough_steps  # noqa: E402
 from prose_quality import books, known_share, vocabulary  # noqa: E402
+from studio_process import ARGS, CHROMIUM, App  # noqa: E402
 
-CHROMIUM = Path("/usr/bin/chromium")
-ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-        "--disable-sync", "--no-first-run", "--disable-quic"]
-READY_S = 900  # the first load converts the GGUF file into the scratch data folder
 STEPS = {"28": walkthrough_steps.STEPS, "29": walkthrough_29.STEPS}
 
 
@@ -119,49 +109,6 @@ class Walk:
         except Exception as error:  # Playwright's and expect's errors alike: report it, go on
             reason = f"{type(error).__name__}: {str(error).strip().splitlines()[0][:300]}"
             self.report(step, {"the step ran to its end": False}, [reason], [self.shot(f"{step}-error.png")])
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class App:
-    """`python app.py` with its own worker, no --model (the default one), on a scratch store; yields its URL once
-    the worker reports the model loaded, and stops it (the app stops its worker) on exit."""
-
-    def __init__(self, tmp: Path, threads: int):
-        self.tmp, self.threads, self.proc = tmp, threads, None
-        self.url = f"http://127.0.0.1:{free_port()}"
-
-    def __enter__(self) -> str:
-        env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENSWIFT_HOME": str(self.tmp), "TOKENIZERS_PARALLELISM": "false",
-               "GRADIO_ANALYTICS_ENABLED": "False"}
-        cmd = [sys.executable, "app.py", "--port", self.url.rsplit(":", 1)[1], "--db",
-               f"sqlite:///{self.tmp / 'studio.db'}", "--threads", str(self.threads)]
-        with open(self.tmp / "app.log", "wb") as log:
-            self.proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + READY_S
-        while True:
-            with contextlib.suppress(httpx.HTTPError, ValueError):
-                if httpx.get(f"{self.url}/api/health", timeout=2).json().get("load_status") == "ready":
-                    return self.url
-            if time.monotonic() > deadline or self.proc.poll() is not None:
-                self.__exit__()
-                raise SystemExit(f"the app did not come up:\n{self.log()}")
-            time.sleep(1)
-
-    def __exit__(self, *exc) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(40)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-
-    def log(self) -> str:
-        return (self.tmp / "app.log").read_text(errors="replace")[-3000:]
 
 
 if __name__ == "__main__":
