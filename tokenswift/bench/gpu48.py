@@ -161,6 +161,7 @@ def engine_runs(lm, p: dict) -> list[dict]:
                    | {"syncs_per_iteration": counted["tokenswift"]["syncs_per_iteration"],
                       "replays_per_iteration": counted["tokenswift"]["replays_per_iteration"],
                       "plain_step": counted["ar"]})
+        print(json.dumps(out[-1], default=str), flush=True)  # in the log, should the call's time run out
     return out
 
 
@@ -210,10 +211,14 @@ def run(out: Path, dry: bool) -> dict:
     torch.manual_seed(0)
     if dry:  # the rehearsal runs CUDA's branches: the drafts' one read (drafting.py)
         drafting.ONE_READ_DEVICES = drafting.ONE_READ_DEVICES | {"cpu"}
+    out.mkdir(parents=True, exist_ok=True)
     big = shaped(p)
     result = {"device": torch.cuda.get_device_name(0) if p["device"] == "cuda" else "cpu", "dry_run": dry,
-              "peak_gb_s": peak_gb_s(big.device), "copy_gb_s": copy_bandwidth(big.device) / 1e9,
-              "profile": profile(big, p), "shape": shape_rows(big, p)}
+              "peak_gb_s": peak_gb_s(big.device), "copy_gb_s": copy_bandwidth(big.device) / 1e9}
+    # Each part is saved as it ends: a call cut short by its time limit still brings back what it measured.
+    for key, measure in (("profile", profile), ("shape", shape_rows)):
+        result[key] = measure(big, p)
+        _save(out, result, t0)
     del big
     torch.cuda.empty_cache() if p["device"] == "cuda" else None
     small, result["model"] = default_model(p)
@@ -223,12 +228,15 @@ def run(out: Path, dry: bool) -> dict:
                               "tokenswift_default_tau": projection(result["shape"], max(taus, default=None)),
                               "tokenswift_paper_tau": projection(result["shape"], 1 + 4 * PAPER["alpha"]),
                               "paper_tokenswift": PAPER["minutes"], "paper_ar": PAPER["ar_minutes"]}
-    result["seconds"] = time.perf_counter() - t0
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "issue48.json").write_text(json.dumps(result, indent=1, default=str))
+    _save(out, result, t0)
     (out / "issue48.txt").write_text(table(result) + "\n")
     return result
 
+
+def _save(out: Path, result: dict, t0: float) -> None:
+    result["seconds"] = time.perf_counter() - t0
+    (out / "issue48.json").write_text(json.dumps(result, indent=1, default=str))
+    print(f"saved {sorted(result)} after {result['seconds']:.0f} s", flush=True)
 
 if __name__ == "__main__":
     res = run(Path(sys.argv[1] if len(sys.argv) > 1 else os.environ.get("OUT", "gpu-out")),
