@@ -86,16 +86,17 @@ def test_continue_branch_and_a_cut_go_on_as_the_draft_would(family, smollm2_q4):
 
 
 def test_a_draft_keeps_the_kv_cache_its_first_run_had(tmp_path, smollm2_q4, gguf_path):
-    """A draft begun where the default was a bf16 cache (an earlier version, or another worker) resumes after a pause,
-    and is continued, over bf16 on a worker whose default is now q8: the text is what one uninterrupted bf16 run
-    writes, not the q8 run's."""
+    """A draft begun where the default cache was another (bf16 before the VNNI kernels, or on another worker: q8
+    where this machine's CPU has VNNI, bf16 where it lacks it) resumes after a pause, and is continued, over that
+    cache on a worker whose default differs: the text is what one uninterrupted run over the first cache writes."""
     from tokenswift.model.loading import compact_cache
 
     settings = writing_settings(seed=4, max_new_tokens=150)
-    prompt, bf16 = prompt_ids(smollm2_q4, OPENING), compact_cache(smollm2_q4, "bf16")
-    assert smollm2_q4.kv_cache == "q8"  # this worker's default (the VNNI kernels)
+    here = smollm2_q4.kv_cache  # this worker's default: q8 with the VNNI kernels, else bf16
+    first = compact_cache(smollm2_q4, "bf16" if here == "q8" else "q8")
+    prompt = prompt_ids(smollm2_q4, OPENING)
     with one_torch_thread():
-        straight = Generator(bf16, settings, prompt, options=APP).run()
+        straight = Generator(first, settings, prompt, options=APP).run()
         assert Generator(smollm2_q4, settings, prompt, options=APP).run() != straight  # the cache shows in the text
     store = open_store(f"sqlite:///{tmp_path / 'studio.db'}")
 
@@ -108,9 +109,9 @@ def test_a_draft_keeps_the_kv_cache_its_first_run_had(tmp_path, smollm2_q4, gguf
         return job.id, outcome
 
     draft = store.enqueue_generation(OPENING, DraftSettings(settings.replace(max_new_tokens=100))).id
-    assert run_next(bf16, stop_after=20) == (draft, "released")  # the first run, then handed back mid-draft
+    assert run_next(first, stop_after=20) == (draft, "released")  # the first run, then handed back mid-draft
     assert 0 < len(store.get_tokens(draft).generated_ids) < 100
-    assert run_next(smollm2_q4) == (draft, "done")  # resumed by a q8 worker
+    assert run_next(smollm2_q4) == (draft, "done")  # resumed by a worker whose default is the other cache
     assert store.get_tokens(draft).generated_ids == straight[:100]
     more = store.continue_generation(draft, DraftSettings(settings.replace(max_new_tokens=50))).id
     assert run_next(smollm2_q4) == (more, "done")  # its continuation too
