@@ -157,7 +157,7 @@ def engine_runs(lm, p: dict) -> list[dict]:
             counted[mode] = per_step(step, 8)
         out.append({k: r[k] for k in ("prompt_tokens", "new_tokens", "ar_tokens_per_s", "ts_tokens_per_s", "speedup",
                                       "speedup_overall", "tokens_per_step", "plain_share", "identical",
-                                      "first_divergence", "path", "capture_s")}
+                                      "first_divergence", "path", "capture_s", "pass_costs", "verify_batches")}
                    | {"syncs_per_iteration": counted["tokenswift"]["syncs_per_iteration"],
                       "replays_per_iteration": counted["tokenswift"]["replays_per_iteration"],
                       "plain_step": counted["ar"]})
