@@ -1,6 +1,7 @@
 """The q8 KV cache (kv_q8.py, kv_q8.h, attention_q8.c): rows of 8-bit integers and a scale, written the same by torch
-(a prefill) and the C kernels (a step); attention over them by integer dot products, the vector (VNNI) loops bit for
-bit the portable ones; a verify batch's rows still a plain step's rows; and TokenSwift still plain decoding's text."""
+(a prefill) and the C kernels (a step); attention over them by integer dot products, the vector loops (VNNI, AVX2)
+bit for bit the portable ones; a verify batch's rows still a plain step's rows; and TokenSwift still plain decoding's
+text."""
 
 from __future__ import annotations
 
@@ -66,7 +67,9 @@ def test_a_layer_stores_q8_rows_as_torch_quantizes_them():
 def test_the_vector_loops_are_the_portable_ones_and_near_attention_over_the_rows(request, t, span, cfg):
     vector = NativeRows(native.kernels())
     request.getfixturevalue("kernel_builds")
-    portable = NativeRows(native.kernels(("-mno-avx512f",)))  # test_compact_cache's build too: one compile
+    # test_compact_cache's builds too: one compile each. Without AVX-512 the vector loops are AVX2's.
+    avx2, portable = (NativeRows(native.kernels(flags)) for flags in (("-mno-avx512f",), ("-mno-avx2",)))
+    assert vector.lib.attention_q8_fast(cfg.head_dim) and avx2.lib.attention_q8_fast(cfg.head_dim)
     assert not portable.lib.attention_q8_fast(cfg.head_dim)
     keys, values = q8_layer(t, cfg)
     q = torch.randn(t, cfg.n_heads, cfg.head_dim, generator=torch.Generator().manual_seed(span))
@@ -74,6 +77,7 @@ def test_the_vector_loops_are_the_portable_ones_and_near_attention_over_the_rows
     mask[:, 0] = True
     out = vector.attend(cfg, q, keys[:, :span], values[:, :span], mask)
     assert torch.equal(out, portable.attend(cfg, q, keys[:, :span], values[:, :span], mask))
+    assert torch.equal(out, avx2.attend(cfg, q, keys[:, :span], values[:, :span], mask))
     # Over the rows' own values, the error is the query's and the weights' 8 bits: ~1% of the outputs' size.
     wide = NativeRows(native.kernels()).attend(cfg, q, dequantize(keys[:, :span], True).contiguous(),
                                                dequantize(values[:, :span], False).contiguous(), mask)

@@ -1,8 +1,9 @@
 /* A chunk's attention over a q8 cache (kv_q8.h): attention_kernel.c's chunk_task where the rows are q8.
 
    A plain step at a 7K context reads its keys and values from memory, 177 MB in bf16; q8 rows are 68 bytes instead
-   of 128, and their products are 8-bit integer dot products (vpdpbusd, where the CPU has AVX-512 VNNI), four
-   multiply-adds a lane where vdpbf16ps does two. The arithmetic, the same in every build (integer sums are exact in
+   of 128, and their products are 8-bit integer dot products (vpdpbusd where the CPU has AVX-512 VNNI, four
+   multiply-adds a lane where vdpbf16ps does two; vpmaddubsw and vpmaddwd on AVX2, where bf16 has no product and
+   each bf16 element is widened to float32 first). The arithmetic, the same in every build (integer sums are exact in
    any order; the float steps run in the same order in the portable and the vector loops):
    - a query row is quantized as a cache row is (its integers qi and scale sq), and a key's score is
      (float)(sum_i qi[i] * k[i]) * (sq * scale) * sk, k the key's signed integers and sk its scale;
@@ -24,10 +25,17 @@
 #define AT_AVX2 1
 #if defined(__AVX512VNNI__) && defined(__AVX512VL__) && defined(__AVX512BW__)
 #define AT_Q8_VNNI 1
+#else
+#define AT_Q8_AVX2 1  /* the same sums by vpmaddubsw on the keys less their bias (block_scores) */
 #endif
 #endif
 #include "attention_parts.h"
 #include "kv_q8.h"
+#ifdef AT_Q8_VNNI
+#define Q8_BIASED 1  /* the vector loops' key products read the keys' biased bytes (vpdpbusd's unsigned operand) */
+#else
+#define Q8_BIASED 0
+#endif
 
 #define Q8_EXP_FLOOR -110.0f  /* exp(-110) is 0 in float32: -inf (a padded slot) takes it too */
 #define LOG2E 1.44269504088896341f
@@ -109,7 +117,7 @@ static void row_portable(const int8_t *qi, float a, int32_t bias, int64_t d, con
     values_portable(row, values, n, d, out);
 }
 
-#ifdef AT_Q8_VNNI
+#if defined(AT_Q8_VNNI) || defined(AT_Q8_AVX2)
 /* The eight sums of eight vectors' int32 lanes (integer sums are exact in any order): unpacks and adds in pairs,
    which ran a 7K step's attention ~2% faster than six vphaddd. */
 INLINE __m256i hsum8_epi32(const __m256i *v) {
@@ -139,28 +147,57 @@ INLINE void block_scores(const __m256i (*qb)[MAX_PIECES], const int32_t *bias, c
         for (int b = 0; b < NB; ++b)
             for (int u = 0; u < 8; ++u) {
                 const __m256i kv = _mm256_loadu_si256((const __m256i *)(keys[j + u] + 32 * b));
+#ifdef AT_Q8_VNNI
                 for (int r = 0; r < R; ++r) acc[r][u] = _mm256_dpbusd_epi32(acc[r][u], kv, qb[r][b]);
+#else
+                /* The key's signed integers (its bytes less the bias): |k| times q with k's sign, by byte pairs. Both
+                   are within +-127, so a pair's sum (<= 2 * 127 * 127) fits vpmaddubsw's 16 bits unsaturated. */
+                const __m256i k = _mm256_xor_si256(kv, _mm256_set1_epi8((char)Q8_KEY_BIAS)), size = _mm256_abs_epi8(k);
+                for (int r = 0; r < R; ++r)
+                    acc[r][u] = _mm256_add_epi32(acc[r][u], _mm256_madd_epi16(
+                        _mm256_maddubs_epi16(size, _mm256_sign_epi8(qb[r][b], k)), _mm256_set1_epi16(1)));
+#endif
             }
         __m256 sk = _mm256_setzero_ps();
         float lanes[8];
         for (int u = 0; u < 8; ++u) lanes[u] = q8_scale(keys[j + u], d);
         sk = _mm256_loadu_ps(lanes);
         for (int r = 0; r < R; ++r) {
-            const __m256i s = _mm256_sub_epi32(hsum8_epi32(acc[r]), _mm256_set1_epi32(bias[r]));
+            /* vpdpbusd read the keys' biased bytes: the bias's share of the sum goes (bias[r] = 128 * sum(q)) */
+            const __m256i s = _mm256_sub_epi32(hsum8_epi32(acc[r]), _mm256_set1_epi32(Q8_BIASED ? bias[r] : 0));
             _mm256_storeu_ps(scores + r * CHUNK + j,
                              _mm256_mul_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(a[r])), sk));
         }
     }
 }
 
-/* q8_exp of eight values: vroundscaleps and vscalefps are nearbyintf and ldexpf (exact, as is fma). */
+/* q8_exp of eight values: vroundps is nearbyintf (exact, as is fma), and p * 2^n is ldexpf: one rounding. */
 INLINE __m256 q8_exp8(__m256 x) {
     const __m256 t = _mm256_mul_ps(_mm256_max_ps(x, _mm256_set1_ps(Q8_EXP_FLOOR)), _mm256_set1_ps(LOG2E));
-    const __m256 n = _mm256_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m256 n = _mm256_round_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     const __m256 f = _mm256_sub_ps(t, n);
     __m256 p = _mm256_set1_ps(EXP2_TAYLOR[0]);
     for (int k = 1; k < 7; ++k) p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(EXP2_TAYLOR[k]));
+#ifdef AT_Q8_VNNI
     return _mm256_scalef_ps(p, n);
+#else
+    /* n >= -159 (the floor): p * 2^(n + 64) is a normal float, exact; times 2^-64 it rounds once, where the result
+       is subnormal, as ldexpf does. */
+    const __m256i up = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127 + 64)), 23);
+    return _mm256_mul_ps(_mm256_mul_ps(p, _mm256_castsi256_ps(up)), _mm256_set1_ps(0x1p-64f));
+#endif
+}
+
+/* The low bytes of eight int32 lanes (each within 0..255) to eight bytes at `to`. */
+INLINE void store_bytes8(uint32_t *to, __m256i u) {
+#ifdef AT_Q8_VNNI
+    _mm_storel_epi64((__m128i *)to, _mm256_cvtepi32_epi8(u));
+#else
+    const __m256i low = _mm256_shuffle_epi8(u, _mm256_setr_epi8(0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+                                                                -1, -1, 0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1,
+                                                                -1, -1, -1, -1));
+    _mm_storel_epi64((__m128i *)to, _mm_unpacklo_epi32(_mm256_castsi256_si128(low), _mm256_extracti128_si256(low, 1)));
+#endif
 }
 
 
@@ -212,11 +249,12 @@ INLINE void block_weights(float *scores, const float *sv, int64_t padded, const 
         for (int r = 0; r < R; ++r) {
             const __m256 w = _mm256_mul_ps(_mm256_loadu_ps(scores + r * CHUNK + j), s);
             const __m256i u = _mm256_cvtps_epi32(_mm256_mul_ps(w, inv[r]));
-            _mm_storel_epi64((__m128i *)(u4[r] + j / 4), _mm256_cvtepi32_epi8(u));
+            store_bytes8(u4[r] + j / 4, u);
         }
     }
 }
 
+#ifdef AT_Q8_VNNI
 /* o[r * d + i] for R rows and the 64 elements i from `at` (a section of a row of d), four slots a step: their
    rows' bytes interleaved so that a 32-bit lane holds one element of the four (unpacks within 128-bit lanes:
    128-bit lane L of x[k] holds elements 16 L + 4 k .. + 3), each dotted with the row's four weights. Slots past n
@@ -250,6 +288,46 @@ INLINE void block_values(const uint32_t (*u4)[CHUNK / 4], const float *c, const 
             _mm_storeu_ps(to + 48 + 4 * k, _mm512_extractf32x4_ps(f, 3));
         }
 }
+#else
+/* block_values without vpdpbusd: two slots a step, their values widened to 16 bits and interleaved so that a
+   32-bit lane of vpmaddwd holds one element of both, times the pair of weights (a product fits 16 bits, 255 * 127,
+   but two of them do not: no vpmaddubsw). Unpacks go within 128-bit lanes: acc[r][2 g] holds elements 16 g + 0..3
+   and 16 g + 8..11, acc[r][2 g + 1] 16 g + 4..7 and 16 g + 12..15, put back in order at the end. Slots past n
+   carry weight 0 (an odd n's last pair). */
+INLINE void block_values(const uint32_t (*u4)[CHUNK / 4], const float *c, const char *const *values, int64_t n,
+                         const int R, int64_t d, int64_t at, int64_t ahead, float *o) {
+    __m256i acc[MAX_GROUP][8];
+    for (int r = 0; r < R; ++r)
+        for (int k = 0; k < 8; ++k) acc[r][k] = _mm256_setzero_si256();
+    for (int64_t j = 0; j < n; j += 2) {
+        if (ahead)
+            for (int u = 0; u < 2; ++u) prefetch_row(values[j + u] + ahead, d + 4);
+        __m256i w[MAX_GROUP];
+        for (int r = 0; r < R; ++r) {
+            const uint8_t *u = (const uint8_t *)u4[r];
+            w[r] = _mm256_set1_epi32((int)((uint32_t)u[j + 1] << 16 | u[j]));
+        }
+        for (int g = 0; g < 4; ++g) {
+            const __m256i a = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(values[j] + at + 16 * g)));
+            const __m256i b = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(values[j + 1] + at + 16 * g)));
+            const __m256i lo = _mm256_unpacklo_epi16(a, b), hi = _mm256_unpackhi_epi16(a, b);
+            for (int r = 0; r < R; ++r) {
+                acc[r][2 * g] = _mm256_add_epi32(acc[r][2 * g], _mm256_madd_epi16(lo, w[r]));
+                acc[r][2 * g + 1] = _mm256_add_epi32(acc[r][2 * g + 1], _mm256_madd_epi16(hi, w[r]));
+            }
+        }
+    }
+    for (int r = 0; r < R; ++r)
+        for (int g = 0; g < 4; ++g) {
+            const __m256 scale = _mm256_set1_ps(c[r]);
+            const __m256i first = _mm256_permute2x128_si256(acc[r][2 * g], acc[r][2 * g + 1], 0x20);
+            const __m256i second = _mm256_permute2x128_si256(acc[r][2 * g], acc[r][2 * g + 1], 0x31);
+            float *to = o + r * d + at + 16 * g;
+            _mm256_storeu_ps(to, _mm256_mul_ps(_mm256_cvtepi32_ps(first), scale));
+            _mm256_storeu_ps(to + 8, _mm256_mul_ps(_mm256_cvtepi32_ps(second), scale));
+        }
+}
+#endif
 
 /* A block's scores at d = 32 NB: block_scores with R and NB constants, each pair its own unrolled loops. */
 static void scores_of(const __m256i (*qb)[MAX_PIECES], const int32_t *bias, const float *a, const char *const *keys,
@@ -325,7 +403,7 @@ void q8_chunk(const struct q8_queries *queries, int64_t h, int64_t g, int64_t r0
         a[r] = queries->a[at];
         bias[r] = queries->bias[at];
     }
-#ifdef AT_Q8_VNNI
+#if defined(AT_Q8_VNNI) || defined(AT_Q8_AVX2)
     if (d == 64 || d == 128) {
         chunk_vector(qi, a, bias, rows, d, keys, values, n, ahead, scores, parts, o);
         return;
@@ -340,7 +418,7 @@ void q8_chunk(const struct q8_queries *queries, int64_t h, int64_t g, int64_t r0
 /* 1 where this build's q8 products take vpdpbusd for heads d wide, else 0 (the portable loops: correct, not fast;
    float64 builds have no q8 cache). */
 int attention_q8_fast(int64_t d) {
-#ifdef AT_Q8_VNNI
+#if defined(AT_Q8_VNNI) || defined(AT_Q8_AVX2)
     return d == 64 || d == 128;
 #else
     (void)d;

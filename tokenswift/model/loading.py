@@ -375,14 +375,15 @@ def compact_cache(lm: LoadedModel, kind: str) -> LoadedModel:
     bytes for every step to read, or "q8" (kv_q8.py: 8-bit integers and a scale per head and slot, 68 bytes where
     bf16 takes 128), for a float32 or q4 model on the CPU (the C kernels read them; float64, where exactness is
     proven, keeps a full-precision cache); "auto": for q4, the app's CPU configuration, q8 where the kernels take
-    its products by VNNI for the model's heads (attention_q8_fast: 64 or 128 wide) and bf16 elsewhere, else
+    its products by VNNI or AVX2 for the model's heads (attention_q8_fast: 64 or 128 wide) and bf16 elsewhere, else
     full precision.
     Chosen by measurement (scripts/bench_kv_cache.py: the default model in q4, 1,000 held-out tokens after a
     6,000-token opening of two eval books, each row computed as a plain step computes it): the likeliest next token
     is the float32 cache's at 95.3% / 97.5% of positions for q8 (mean KL 0.0038 / 0.0032) and 96.8% / 97.9% for
     bf16 (0.0023 / 0.0020), and the book's own next token at 37.5% / 41.5% for q8, 37.5% / 41.2% for bf16 and
     37.6% / 41.2% for float32: no loss a reader would see, while a plain step at a 7.7K context takes 12.7 ms over
-    q8 against 17.7 over bf16. Raises ValueError where it does not apply."""
+    q8 against 17.7 over bf16 (AVX-512); on an AVX2-only EPYC 35-39 ms against 44-51 (2K: 21-24 against 23-27).
+    Raises ValueError where it does not apply."""
     if kind == "auto":
         kind = "float32"
         if lm.weights == "q4":
