@@ -86,13 +86,13 @@ def test_continue_branch_and_a_cut_go_on_as_the_draft_would(family, smollm2_q4):
 
 
 def test_a_draft_keeps_the_kv_cache_its_first_run_had(tmp_path, smollm2_q4, gguf_path):
-    """A draft begun where the default cache was another (bf16 before the VNNI kernels, or on another worker: q8
-    where this machine's CPU has VNNI, bf16 where it lacks it) resumes after a pause, and is continued, over that
-    cache on a worker whose default differs: the text is what one uninterrupted run over the first cache writes."""
+    """A draft begun where the default cache was another (bf16 before the q8 kernels, or on another worker: q8
+    where the CPU has the q8 vector loops, bf16 elsewhere) resumes after a pause, and is continued, over that cache on
+    a worker whose default differs: the text is what one uninterrupted run over the first cache writes."""
     from tokenswift.model.loading import compact_cache
 
     settings = writing_settings(seed=4, max_new_tokens=150)
-    here = smollm2_q4.kv_cache  # this worker's default: q8 with the VNNI kernels, else bf16
+    here = smollm2_q4.kv_cache  # this worker's default: q8 with the vector loops (attention_q8_fast), else bf16
     first = compact_cache(smollm2_q4, "bf16" if here == "q8" else "q8")
     prompt = prompt_ids(smollm2_q4, OPENING)
     with one_torch_thread():

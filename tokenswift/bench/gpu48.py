@@ -238,6 +238,7 @@ def _save(out: Path, result: dict, t0: float) -> None:
     (out / "issue48.json").write_text(json.dumps(result, indent=1, default=str))
     print(f"saved {sorted(result)} after {result['seconds']:.0f} s", flush=True)
 
+
 if __name__ == "__main__":
     res = run(Path(sys.argv[1] if len(sys.argv) > 1 else os.environ.get("OUT", "gpu-out")),
               os.environ.get("DRY_RUN_CPU") == "1")

@@ -68,8 +68,8 @@ def add_model_args(p: argparse.ArgumentParser, heads: bool = True) -> None:
     p.add_argument("--kv-cache", default="auto", choices=KV_CACHES,
                    help="keys and values in full precision, or bf16 or q8 (float32 and q4 on the CPU): half or about "
                         "a quarter of the bytes a step reads at a long context; its own text, as a precision is "
-                        "(default: auto, for q4 q8 where the CPU has AVX2 or AVX-512 VNNI and bf16 elsewhere, "
-                        "full precision otherwise)")
+                        "(default: auto, for q4 q8 where the CPU has AVX-512 VNNI, or AVX2 without AVX-512, and "
+                        "bf16 elsewhere, full precision otherwise)")
     p.add_argument("--threads", type=int, default=None,
                    help="CPU threads for torch (default: 1 for small models on a CPU, else torch's own choice)")
     p.add_argument("--json", dest="json_out", default=None, metavar="OUT",

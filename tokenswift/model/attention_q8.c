@@ -25,7 +25,7 @@
 #define AT_AVX2 1
 #if defined(__AVX512VNNI__) && defined(__AVX512VL__) && defined(__AVX512BW__)
 #define AT_Q8_VNNI 1
-#else
+#elif !defined(__AVX512VL__)  /* AVX-512 without VNNI blocks three rows (ROW_BLOCK): not measured, left portable */
 #define AT_Q8_AVX2 1  /* the same sums by vpmaddubsw on the keys less their bias (block_scores) */
 #endif
 #endif
@@ -415,7 +415,7 @@ void q8_chunk(const struct q8_queries *queries, int64_t h, int64_t g, int64_t r0
 }
 #endif
 
-/* 1 where this build's q8 products take vpdpbusd for heads d wide, else 0 (the portable loops: correct, not fast;
+/* 1 where this build's q8 products take the vector loops (vpdpbusd, or AVX2's) for heads d wide, else 0 (the portable loops: correct, not fast;
    float64 builds have no q8 cache). */
 int attention_q8_fast(int64_t d) {
 #if defined(AT_Q8_VNNI) || defined(AT_Q8_AVX2)
