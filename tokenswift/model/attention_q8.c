@@ -415,8 +415,8 @@ void q8_chunk(const struct q8_queries *queries, int64_t h, int64_t g, int64_t r0
 }
 #endif
 
-/* 1 where this build's q8 products take the vector loops (vpdpbusd, or AVX2's) for heads d wide, else 0 (the portable loops: correct, not fast;
-   float64 builds have no q8 cache). */
+/* 1 where this build's q8 products take the vector loops (vpdpbusd, or AVX2's) for heads d wide, else 0 (the
+   portable loops: correct, not fast; float64 builds have no q8 cache). */
 int attention_q8_fast(int64_t d) {
 #if defined(AT_Q8_VNNI) || defined(AT_Q8_AVX2)
     return d == 64 || d == 128;
