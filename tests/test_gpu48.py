@@ -33,4 +33,24 @@ def test_the_rehearsal_writes_every_number_the_gpu_run_reports(tmp_path):
     for r in runs:
         assert r["syncs_per_iteration"] == 1 and r["replays_per_iteration"] == 1
         assert r["plain_step"]["syncs_per_iteration"] == 1 and r["plain_step"]["replays_per_iteration"] == 1
+        assert {"shapes", "plain_step_s"} <= r["pass_costs"].keys() and sum(r["verify_batches"].values()) > 0
     assert "syncs/it" in (tmp_path / "issue48.txt").read_text()
+
+
+@pytest.mark.slow
+def test_a_call_cut_short_keeps_the_parts_it_measured(tmp_path, monkeypatch):
+    """The device call has a time limit: what ended before the cut (the profile, the 8B shape) is in the JSON."""
+    from tokenswift.bench import gpu48
+    from tokenswift.draft import drafting
+
+    def cut(p):
+        raise KeyboardInterrupt("the call's time ran out")
+
+    monkeypatch.setattr(gpu48, "default_model", cut)
+    # The rehearsal adds the CPU to the devices drafted with one read: put back for the tests after this one.
+    monkeypatch.setattr(drafting, "ONE_READ_DEVICES", drafting.ONE_READ_DEVICES)
+    with pytest.raises(KeyboardInterrupt):
+        gpu48.run(tmp_path, dry=True)
+    result = json.loads((tmp_path / "issue48.json").read_text())
+    assert set(result["profile"]) == {"plain", "verify4"} and [r["context"] for r in result["shape"]] == [64, 256]
+    assert "model_runs" not in result and result["seconds"] > 0
