@@ -207,10 +207,20 @@ def table(result: dict) -> str:
 
 
 def run(out: Path, dry: bool) -> dict:
-    p, t0 = plan(dry), time.perf_counter()
+    """Every part, saved as it ends. The rehearsal runs CUDA's branches (the drafts' one read, drafting.py) and puts
+    the devices back when it ends, however it ends: a test runs it in the suite's process."""
+    devices = drafting.ONE_READ_DEVICES
+    if dry:
+        drafting.ONE_READ_DEVICES = devices | {"cpu"}
+    try:
+        return _measure(out, plan(dry), dry)
+    finally:
+        drafting.ONE_READ_DEVICES = devices
+
+
+def _measure(out: Path, p: dict, dry: bool) -> dict:
+    t0 = time.perf_counter()
     torch.manual_seed(0)
-    if dry:  # the rehearsal runs CUDA's branches: the drafts' one read (drafting.py)
-        drafting.ONE_READ_DEVICES = drafting.ONE_READ_DEVICES | {"cpu"}
     out.mkdir(parents=True, exist_ok=True)
     big = shaped(p)
     result = {"device": torch.cuda.get_device_name(0) if p["device"] == "cuda" else "cpu", "dry_run": dry,
