@@ -45,8 +45,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                                   "shipped for a .gguf file; 'none' turns them off)")
     p.add_argument("--device", default="cpu", help="where the model runs: cpu, cuda or cuda:N (default: %(default)s)")
     p.add_argument("--dtype", help="number precision: float32, bfloat16 (GPUs), float16, float64, q4 (a GGUF file's "
-                                  "own quantized weights, CPU) (default: bfloat16 on a GPU; on the CPU q4 for a "
-                                  "Q4_0/Q4_1/Q8_0 GGUF file such as the default model, else float32)")
+                                  "own quantized weights, CPU) (default: on a GPU float32 up to 500M parameters, "
+                                  "else bfloat16; on the CPU q4 for a Q4_0/Q4_1/Q8_0 GGUF file such as the default "
+                                  "model, else float32)")
     p.add_argument("--threads", type=int,
                    help="CPU threads the model may use (default: 1 for models under 100M parameters, where more "
                         "only wait; else every core but one, which the page and your browser need)")

@@ -4,13 +4,14 @@ dtype a run takes when it names none (one rule for the CLI, the app and its work
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import torch
 from speed import AR
 
 from tokenswift.decode.generate import Generator
 from tokenswift.model.default_model import default_model_path
-from tokenswift.model.loading import default_dtype
+from tokenswift.model.loading import checkpoint_parameters, default_dtype
 from tokenswift.settings import Settings
 
 
@@ -40,7 +41,17 @@ def test_the_app_and_the_cli_take_one_default_dtype(tmp_path, stories_path):
     # On a CPU a GGUF file whose layers are quantized runs on its own blocks (the default model is Q4_1) ...
     assert default_dtype("cpu", default_model_path()) == "q4"
     assert parse_args(["--model", str(default_model_path())]).dtype == "q4"
-    assert default_dtype("cuda", default_model_path()) == "bfloat16"
+    # On a GPU a small model runs in float32 (launch-bound: no slower, and exact), a large one in bfloat16
+    assert default_dtype("cuda", default_model_path()) == default_dtype("cuda", stories_path) == "float32"
+    assert parse_args(["--device", "cuda", "--model", str(default_model_path())]).dtype == "float32"
+    large = tmp_path / "8b"
+    large.mkdir()
+    (large / "config.json").write_text(json.dumps({
+        "model_type": "llama", "vocab_size": 128256, "hidden_size": 4096, "num_hidden_layers": 32,
+        "num_attention_heads": 32, "num_key_value_heads": 8, "intermediate_size": 14336, "rms_norm_eps": 1e-5,
+        "max_position_embeddings": 131072, "bos_token_id": 128000, "eos_token_id": 128001}))
+    assert 8.0e9 < checkpoint_parameters(large) < 8.1e9 and default_dtype("cuda", large) == "bfloat16"
+    assert checkpoint_parameters(tmp_path / "nothing") is None and default_dtype("cuda", "org/name") == "bfloat16"
     quantized, dense = tmp_path / "q8.gguf", tmp_path / "f32.gguf"
     write_gguf(quantized, stories_path, "llama-gqa-tied", "Q8_0")
     write_gguf(dense, stories_path, "llama-gqa-tied", "F32")

@@ -20,8 +20,8 @@ def parse_args(argv: list[str] | None = None) -> WorkerConfig:
     p.add_argument("--heads", help="draft-heads directory, if not inside the checkpoint")
     p.add_argument("--device", default=defaults.device, help="cpu, cuda or cuda:N")
     p.add_argument("--dtype", help="float32, float64 (CPU), bfloat16, float16, q4 (a GGUF file's quantized weights, "
-                                  "CPU) (default: bfloat16 on a GPU; on the CPU q4 for a Q4_0/Q4_1/Q8_0 or K-quant "
-                                  "GGUF, else float32)")
+                                  "CPU) (default: on a GPU float32 up to 500M parameters, else bfloat16; on the "
+                                  "CPU q4 for a Q4_0/Q4_1/Q8_0 or K-quant GGUF, else float32)")
     p.add_argument("--worker-id", default=defaults.worker_id, help="row in the workers table (default: host:pid)")
     p.add_argument("--once", action="store_true", help="exit when the queue is empty")
     p.add_argument("--threads", type=int, help="torch CPU threads")

@@ -63,8 +63,9 @@ def add_model_args(p: argparse.ArgumentParser, heads: bool = True) -> None:
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
     p.add_argument("--dtype", default=None,
                    help="float32 | bfloat16 | float16 | float64 | q4 (a GGUF file's own quantized weights on the "
-                        "CPU, float32 activations; its own text, not float32's) (default: bfloat16 on cuda; on cpu "
-                        "q4 for a Q4_0/Q4_1/Q8_0 or K-quant GGUF file such as Q4_K_M, else float32)")
+                        "CPU, float32 activations; its own text, not float32's) (default: on cuda float32 up to "
+                        "500M parameters, else bfloat16; on cpu q4 for a Q4_0/Q4_1/Q8_0 or K-quant GGUF file such "
+                        "as Q4_K_M, else float32)")
     p.add_argument("--kv-cache", default="auto", choices=KV_CACHES,
                    help="keys and values in full precision, or bf16 or q8 (float32 and q4 on the CPU): half or about "
                         "a quarter of the bytes a step reads at a long context; its own text, as a precision is "

@@ -45,6 +45,15 @@ class ModelConfig:
     def group(self) -> int:
         return self.n_heads // self.n_kv_heads
 
+    @property
+    def parameters(self) -> int:
+        """The weights' count: embeddings (and an untied LM head), attention, SwiGLU and norms."""
+        q, kv = self.n_heads * self.head_dim, self.n_kv_heads * self.head_dim
+        bias = (q + 2 * kv) if self.qkv_bias else 0
+        layer = self.dim * (2 * q + 2 * kv) + bias + 3 * self.dim * self.intermediate_size + 2 * self.dim
+        head = 0 if self.tie_embeddings else self.vocab_size * self.dim
+        return self.vocab_size * self.dim + head + self.n_layers * layer + self.dim
+
     @classmethod
     def from_hf(cls, hf) -> ModelConfig:
         family = check_family(getattr(hf, "model_type", None))
