@@ -23,6 +23,7 @@ from tokenswift.decode.adaptive import CandidatePolicy, Shape, accepted_under, b
 from tokenswift.decode.engine import Engine
 from tokenswift.decode.generate import Generator
 from tokenswift.decode.options import EngineOptions
+from tokenswift.draft import drafting
 from tokenswift.model import fastpath
 from tokenswift.model.attention import ATTENTION, BLOCK, FlexAttention, Visible, effective_kind
 from tokenswift.model.fastpath import FastOptions, FastPasses, Pass
@@ -372,6 +373,33 @@ def test_plain_steps_inside_tokenswift_keep_the_text(stories64, drafter):
     assert m["tokens_per_step"] >= 1.0 and 0 < m["plain_share"] < 1
 
 
+def test_a_plain_stretch_on_the_fast_path_skips_the_drafts_it_would_not_use(stories64, monkeypatch):
+    """The plain gear's pass makes the fused drafter's next proposals only where the next iteration may draft
+    (CandidatePolicy.plain_next): on a GPU they cost 18% of the default model's plain step. Where the guess is
+    wrong, the drafter makes them itself. Either way the text is plain decoding's."""
+    prompt = stories64.encode(PROMPT)
+    s = Settings(max_new_tokens=160, seed=2, ignore_eos=True, **MINP)
+    expected = ar_tokens(stories64, s, prompt)
+    monkeypatch.setattr(drafting, "ONE_READ_DEVICES", drafting.ONE_READ_DEVICES | {"cpu"})  # CUDA's drafts in passes
+    engine = Engine(with_heads(stories64), s, prompt, len(prompt), EngineOptions(
+        fast=FastOptions(attention="sdpa", bucket=128), adaptive=True, speculation=K20.replace(drafter="fused")))
+    out = engine.start()
+    engine.policy = PlainWhenever(ladder(engine.drafter.widths, K20.ngram_topk), plain_explore_share=0.3)
+    engine.clock.last_probe = math.inf  # no time-saved probe: each plain pass below is the plain gear's
+    with_drafts, ar_token = [], engine.fast.ar_token
+
+    def counted(n: int, drafts: bool = False):
+        with_drafts.append(drafts)
+        return ar_token(n, drafts)
+
+    monkeypatch.setattr(engine.fast, "ar_token", counted)
+    while len(out) < s.max_new_tokens:
+        out += engine.ts_step().tokens
+    assert out[: s.max_new_tokens] == expected
+    assert 0 < sum(with_drafts) < len(with_drafts) / 2  # the steps just before an exploration
+    assert 0 < engine.metrics.to_dict()["plain_share"] < 1
+
+
 # -- the policy -------------------------------------------------------------------------------------------
 
 
@@ -487,8 +515,9 @@ def test_policy_takes_plain_steps_only_while_they_are_faster():
         return policy
 
     policy = warmed(plain_explore_share=0.5)  # a verify pass once plain steps took 0.25 / 0.5 s
-    picks = []
+    picks, plain_next = [], []
     for _ in range(17):
+        plain_next.append(policy.plain_next())
         shape = policy.choose()
         picks.append(shape)
         if shape is None:
@@ -497,6 +526,8 @@ def test_policy_takes_plain_steps_only_while_they_are_faster():
             policy.observe(shape.cut(levels), paths, [5], 0.25)
     # 8 plain steps of 0.0625 s (one of them observed in the warm-up), a verify pass, 8 more, a verify pass
     assert [p is None for p in picks] == [True] * 7 + [False] + [True] * 8 + [False]
+    # Before each plain step: whether the next iteration is surely plain too (with two steps' slack)
+    assert [p for p in plain_next[:-1]] == [True] * 5 + [False] * 2 + [False] + [True] * 6 + [False] * 2
     assert policy.choose(plain_ok=False) is not None  # a due partial-cache selection needs a verify pass
     policy.observe_plain(1.0)  # one slow step (another process's burst) moves nothing
     assert policy.plain_seconds == 0.0625

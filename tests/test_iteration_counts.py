@@ -105,6 +105,7 @@ def test_the_drafts_made_in_the_passes_are_the_host_drafts_and_the_text_is_plain
     pass made below the accepted node; they are the ones it would rank on the host from the state it observed, and
     the run writes plain decoding's tokens."""
     e = engine(lm, "tokenswift", "fused", adaptive=True, **sampling)
+    e.policy.plain_next = lambda: False  # every plain step makes the next drafts (a plain stretch skips them)
     for n in range(12):
         with torch.inference_mode():  # as ts_step runs it
             e._plain_step(warm=True) if n % 3 == 2 else e.ts_step()

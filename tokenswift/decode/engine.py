@@ -320,7 +320,7 @@ class Engine:
         counts as the plain step's (clock.StepClock)."""
         b0, t0 = self._built(), time.perf_counter()
         L = self.length
-        token, hidden, drafted = self._ar_forward_and_sample(drafts=True)
+        token, hidden, drafted = self._ar_forward_and_sample(drafts=not self.policy.plain_next())
         self.drafter.commit(self.cache, L, self.length, None)
         self._observe(hidden, [token], L)
         if drafted is not None:
