@@ -96,7 +96,7 @@ def default_model() -> str | None:
 
 def spawn_worker(args: argparse.Namespace, fast: bool = True) -> multiprocessing.Process:
     """fast=False: without the CUDA fast path, whatever --no-fast says (the supervisor's choice after a lost device)."""
-    from tokenswift.model.loading import default_dtype
+    from tokenswift.model.run_defaults import default_dtype
     from worker import WorkerConfig, run_worker
 
     dtype = args.dtype or default_dtype(args.device, args.model)

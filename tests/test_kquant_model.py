@@ -12,9 +12,10 @@ from tokenswift.bench.shapes import random_heads
 from tokenswift.decode.generate import Generator
 from tokenswift.model import mapped
 from tokenswift.model.kv_cache import KVCache
-from tokenswift.model.loading import default_dtype, load_model
+from tokenswift.model.loading import load_model
 from tokenswift.model.masks import causal_mask
 from tokenswift.model.quant import QuantEmbedding, QuantLinear, StackedQuant
+from tokenswift.model.run_defaults import default_dtype
 from tokenswift.settings import Settings
 from worker.holder import param_count
 

@@ -11,7 +11,7 @@ from speed import AR
 
 from tokenswift.decode.generate import Generator
 from tokenswift.model.default_model import default_model_path
-from tokenswift.model.loading import checkpoint_parameters, default_dtype
+from tokenswift.model.run_defaults import checkpoint_parameters, default_dtype
 from tokenswift.settings import Settings
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from tokenswift.model.loading import default_dtype
+from tokenswift.model.run_defaults import default_dtype
 from tokenswift.settings import threads_problem
 from worker.config import WorkerConfig
 from worker.loop import run_worker

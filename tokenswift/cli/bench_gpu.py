@@ -45,7 +45,8 @@ def cmd_bench_gpu(args: argparse.Namespace) -> int:
     from tokenswift.bench.shapes import PRESETS, preset, random_model
     from tokenswift.model.attention import ATTENTION
     from tokenswift.model.fastpath import GRAPHS
-    from tokenswift.model.loading import default_device, default_dtype, resolve_device, resolve_dtype
+    from tokenswift.model.loading import resolve_device, resolve_dtype
+    from tokenswift.model.run_defaults import default_device, default_dtype
 
     try:
         device = args.device or default_device()

@@ -146,12 +146,11 @@ def open_model(args: argparse.Namespace) -> LoadedModel:
     from tokenswift.model.loading import (
         ModelLoadError,
         compact_cache,
-        default_device,
-        default_dtype,
         load_model,
         resolve_device,
         resolve_dtype,
     )
+    from tokenswift.model.run_defaults import default_device, default_dtype
 
     if problem := threads_problem(args.threads):
         raise CliError(problem)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import functools
 import json
 import os
-import struct
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -26,10 +25,9 @@ from tokenswift.model.default_model import shipped_draft, shipped_heads
 from tokenswift.model.draft_layer import DraftLayer, DraftLayerError, load_layer
 from tokenswift.model.errors import ModelLoadError
 from tokenswift.model.forward import Transformer, fused_state
-from tokenswift.model.gguf_summary import summarize
 from tokenswift.model.heads import DraftHeads, heads_from_state_dict, load_heads
 from tokenswift.model.hf_files import load_tokenizer, read_config
-from tokenswift.model.int4 import runs_quantized, use_q4_weights
+from tokenswift.model.int4 import use_q4_weights
 from tokenswift.model.kv_q8 import Q8
 from tokenswift.model.native_rows import NativeRows
 from tokenswift.model.rope import rope_table
@@ -151,49 +149,6 @@ def cpu_threads(lm: LoadedModel, spare_cores: int = 0) -> int | None:
         return 1
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1  # macOS
     return max(1, cores - spare_cores)
-
-
-def default_device() -> str:
-    """The device of a run that names none (the CLI's): the GPU where there is one."""
-    return "cuda" if torch.cuda.is_available() else "cpu"
-
-
-def default_dtype(device: str, model: str | Path | None = None) -> str:
-    """The dtype of a run on `device` that names none, the CLI's and the app's alike. On a GPU, float32 for a model
-    of up to CUDA_FLOAT32_PARAMS parameters, else bfloat16 (its fused kernels, and half of float32's bytes to read
-    per step). A small model's GPU step is bound by its kernel launches, not its bytes: the default model (135M)
-    ran 313-347 tokens/s in float32 against 319 in bfloat16 on an H200's fast path, and a verify batch's products
-    round unlike a one-row step's far less often in float32: TokenSwift wrote plain decoding's 300 tokens there,
-    where bfloat16 parted from them at tokens 22 to 104.
-    On a CPU, "q4" for a GGUF file whose layers are blocks the kernels read (quant.KINDS: Q4_0/Q4_1/Q8_0, K-quant
-    mixes): the file's own weights by the integer kernels (quant.py), the fastest precision here, with its text
-    measured against float32's (scripts/precision_quality.py); else float32 (bfloat16 products are no faster on a
-    CPU)."""
-    if device.startswith("cuda"):
-        count = checkpoint_parameters(model) if model is not None else None
-        return "float32" if count is not None and count <= CUDA_FLOAT32_PARAMS else "bfloat16"
-    if model is not None and gguf_checkpoint.is_gguf(model) and Path(model).is_file() and runs_quantized(Path(model)):
-        return "q4"
-    return "float32"
-
-
-# Up to here a model's float32 weights (2 GB) take under a millisecond to read on a current GPU: less than the
-# launches of its step.
-CUDA_FLOAT32_PARAMS = 500_000_000
-
-
-def checkpoint_parameters(model: str | Path) -> int | None:
-    """The parameters of a GGUF file or checkpoint directory, from its header or config.json (no weights read);
-    None where it is neither, or unreadable (the load that follows names the problem)."""
-    path = Path(model).expanduser()
-    try:
-        if path.is_file() and gguf_checkpoint.is_gguf(path):
-            return summarize(path).parameters
-        if (path / "config.json").is_file():
-            return ModelConfig.from_hf(read_config(path)).parameters
-    except (OSError, ValueError, struct.error):
-        return None
-    return None
 
 
 def resolve_device(device: str) -> torch.device:

@@ -10,8 +10,9 @@ import torch.nn.functional as F
 
 from tokenswift.model.heads import DraftHeads, new_heads
 from tokenswift.model.kv_cache import KVCache
-from tokenswift.model.loading import LoadedModel, default_device, default_dtype
+from tokenswift.model.loading import LoadedModel
 from tokenswift.model.prefill import prefill
+from tokenswift.model.run_defaults import default_device, default_dtype
 
 
 def pick_device(device: str) -> str:
