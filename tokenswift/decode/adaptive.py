@@ -196,10 +196,9 @@ class CandidatePolicy:
                 self.ruled_out.add(i)
         best = best_shape(self.tokens, self.seconds)
         if self._plain_is_faster(best):
-            explore = self._least_recent() if self.explorations % 4 == 3 else best
-            if self.seconds[explore] + self.switch_s > self.plain_explore_share * self.plain_run_s:
-                return None
-            self.explorations += 1
+            explore = self._exploration(best, self.plain_run_s)
+            if explore is not None:
+                self.explorations += 1
             return explore
         if self._plain_is_stale(best):
             return None
@@ -229,9 +228,15 @@ class CandidatePolicy:
         best = best_shape(self.tokens, self.seconds)
         if not self.plain_seconds or not self._plain_is_faster(best):
             return False
+        return self._exploration(best, self.plain_run_s + 2 * self.plain_seconds) is None
+
+    def _exploration(self, best: int, plain_run_s: float) -> int | None:
+        """While plain steps are faster: the shape to run once they have taken `plain_run_s` since the last
+        iteration that drafted, or None (not yet)."""
         explore = self._least_recent() if self.explorations % 4 == 3 else best
-        ahead = self.plain_run_s + 2 * self.plain_seconds
-        return self.seconds[explore] + self.switch_s > self.plain_explore_share * ahead
+        if self.seconds[explore] + self.switch_s > self.plain_explore_share * plain_run_s:
+            return None
+        return explore
 
     def _plain_is_faster(self, best: int) -> bool:
         if self.plain_explore_share is None or not self.plain_seconds or not self.seconds[best]:
