@@ -526,8 +526,9 @@ def test_policy_takes_plain_steps_only_while_they_are_faster():
             policy.observe(shape.cut(levels), paths, [5], 0.25)
     # 8 plain steps of 0.0625 s (one of them observed in the warm-up), a verify pass, 8 more, a verify pass
     assert [p is None for p in picks] == [True] * 7 + [False] + [True] * 8 + [False]
-    # Before each plain step: whether the next iteration is surely plain too (with two steps' slack)
-    assert [p for p in plain_next[:-1]] == [True] * 5 + [False] * 2 + [False] + [True] * 6 + [False] * 2
+    # Whether the iteration after each is surely plain too: not for the two plain steps before a verify pass (the
+    # slack), nor for the pass itself
+    assert plain_next[:-1] == [True] * 5 + [False] * 3 + [True] * 6 + [False] * 2
     assert policy.choose(plain_ok=False) is not None  # a due partial-cache selection needs a verify pass
     policy.observe_plain(1.0)  # one slow step (another process's burst) moves nothing
     assert policy.plain_seconds == 0.0625
