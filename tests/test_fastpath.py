@@ -373,10 +373,22 @@ def test_plain_steps_inside_tokenswift_keep_the_text(stories64, drafter):
     assert m["tokens_per_step"] >= 1.0 and 0 < m["plain_share"] < 1
 
 
-def test_a_plain_stretch_on_the_fast_path_skips_the_drafts_it_would_not_use(stories64, monkeypatch):
+class FixedTimes(PlainWhenever):
+    """Plain steps of 10 ms and iterations that draft of 20 ms, whatever the machine: the stretches of plain steps
+    between two explorations are as long on any machine."""
+
+    def observe_plain(self, seconds: float) -> None:
+        super().observe_plain(0.01)
+
+    def observe(self, levels, paths, accepted, seconds, switch_s=0.0) -> None:
+        super().observe(levels, paths, accepted, None if seconds is None else 0.02, 0.0)
+
+
+@pytest.mark.parametrize("guess", ["policy", "always plain"])
+def test_a_plain_stretch_on_the_fast_path_skips_the_drafts_it_would_not_use(stories64, monkeypatch, guess):
     """The plain gear's pass makes the fused drafter's next proposals only where the next iteration may draft
     (CandidatePolicy.plain_next): on a GPU they cost 18% of the default model's plain step. Where the guess is
-    wrong, the drafter makes them itself. Either way the text is plain decoding's."""
+    wrong (always plain), the drafter makes them itself. Either way the text is plain decoding's."""
     prompt = stories64.encode(PROMPT)
     s = Settings(max_new_tokens=160, seed=2, ignore_eos=True, **MINP)
     expected = ar_tokens(stories64, s, prompt)
@@ -384,7 +396,10 @@ def test_a_plain_stretch_on_the_fast_path_skips_the_drafts_it_would_not_use(stor
     engine = Engine(with_heads(stories64), s, prompt, len(prompt), EngineOptions(
         fast=FastOptions(attention="sdpa", bucket=128), adaptive=True, speculation=K20.replace(drafter="fused")))
     out = engine.start()
-    engine.policy = PlainWhenever(ladder(engine.drafter.widths, K20.ngram_topk), plain_explore_share=0.3)
+    # an exploration once plain steps took 0.02 / 0.3 s: every 7th iteration
+    engine.policy = FixedTimes(ladder(engine.drafter.widths, K20.ngram_topk), plain_explore_share=0.3)
+    if guess == "always plain":
+        engine.policy.plain_next = lambda: True
     engine.clock.last_probe = math.inf  # no time-saved probe: each plain pass below is the plain gear's
     with_drafts, ar_token = [], engine.fast.ar_token
 
@@ -396,8 +411,12 @@ def test_a_plain_stretch_on_the_fast_path_skips_the_drafts_it_would_not_use(stor
     while len(out) < s.max_new_tokens:
         out += engine.ts_step().tokens
     assert out[: s.max_new_tokens] == expected
-    assert 0 < sum(with_drafts) < len(with_drafts) / 2  # the steps just before an exploration
-    assert 0 < engine.metrics.to_dict()["plain_share"] < 1
+    m = engine.metrics.to_dict()
+    assert m["steps"] > 10 and 0 < m["plain_share"] < 1  # explorations between stretches of plain steps
+    if guess == "policy":  # the two plain steps before each exploration
+        assert 0.2 < sum(with_drafts) / len(with_drafts) < 0.45
+    else:
+        assert not any(with_drafts)
 
 
 # -- the policy -------------------------------------------------------------------------------------------

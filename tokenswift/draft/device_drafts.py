@@ -11,7 +11,8 @@ cost next to nothing on a GPU, where the extra read was a whole round trip.
 
 Each row's drafts are the ones FusedDrafter.propose would make after that row was accepted: the same heads on the
 same state, ranked by drafting.rank_on_device with the window and noise positions the root would have there.
-The plain step inside a TokenSwift run (the adaptive policy's plain gear) drafts the same way from its one row.
+The plain step inside a TokenSwift run (the adaptive policy's plain gear) drafts the same way from its one row,
+where the next iteration may draft (CandidatePolicy.plain_next).
 """
 
 from __future__ import annotations
