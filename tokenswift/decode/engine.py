@@ -315,12 +315,12 @@ class Engine:
         return StepResult(emitted)
 
     def _plain_step(self, warm: bool) -> StepResult:
-        """One AR step inside a TokenSwift run (the adaptive policy's plain gear): the root's K/V and the
-        target's sample at the next position, then the same bookkeeping as an accepted root alone. warm: its time
-        counts as the plain step's (clock.StepClock)."""
-        b0, t0 = self._built(), time.perf_counter()
-        L = self.length
-        token, hidden, drafted = self._ar_forward_and_sample(drafts=not self.policy.plain_next())
+        """One AR step inside a TokenSwift run (the adaptive policy's plain gear): the root's K/V and the next sample,
+        then the bookkeeping of an accepted root alone. warm: its time counts as the plain step's (clock.StepClock)."""
+        b0, t0, L = self._built(), time.perf_counter(), self.length
+        # Only a pass that makes drafts asks the policy (else each of ~100K plain steps would, for nothing).
+        drafts = self.fast is not None and self.fast.drafts is not None and not self.policy.plain_next()
+        token, hidden, drafted = self._ar_forward_and_sample(drafts=drafts)
         self.drafter.commit(self.cache, L, self.length, None)
         self._observe(hidden, [token], L)
         if drafted is not None:
