@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shutil
 
 import torch
 from speed import AR
@@ -31,7 +32,7 @@ def test_a_model_runs_on_its_own_threads_and_gives_them_back(stories32):
     assert seen == {2: {2}, 1: {1}, 3: {3}}
 
 
-def test_the_app_and_the_cli_take_one_default_dtype(tmp_path, stories_path):
+def test_the_app_and_the_cli_take_one_default_dtype(tmp_path, stories_path, monkeypatch):
     from gguf_files import write_gguf
 
     from worker.__main__ import parse_args
@@ -59,6 +60,15 @@ def test_the_app_and_the_cli_take_one_default_dtype(tmp_path, stories_path):
     # unknown or unreadable sizes take bfloat16; the load that follows names the problem
     assert [checkpoint_parameters(m) for m in (tmp_path / "nothing", damaged, "~nobody-here/x")] == [None] * 3
     assert default_dtype("cuda", damaged) == default_dtype("cuda", "org/name") == "bfloat16"
+    # a hub id is sized from its config.json in the local Hugging Face cache, as loading finds it
+    snapshot = tmp_path / "hub" / "models--org--small" / "snapshots" / "abc123"
+    snapshot.mkdir(parents=True)
+    shutil.copy(stories_path / "config.json", snapshot / "config.json")
+    (snapshot.parents[1] / "refs").mkdir()
+    (snapshot.parents[1] / "refs" / "main").write_text("abc123")
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(tmp_path / "hub"))
+    assert checkpoint_parameters("org/small") == checkpoint_parameters(stories_path)
+    assert default_dtype("cuda", "org/small") == "float32" and default_dtype("cuda", "org/name") == "bfloat16"
     quantized, dense = tmp_path / "q8.gguf", tmp_path / "f32.gguf"
     tied = write_gguf(quantized, stories_path, "llama-gqa-tied", "Q8_0")
     write_gguf(dense, stories_path, "llama-gqa-tied", "F32")

@@ -43,12 +43,18 @@ def default_dtype(device: str, model: str | Path | None = None) -> str:
 
 
 def checkpoint_parameters(model: str | Path) -> int | None:
-    """The parameters of a GGUF file or checkpoint directory, from its header or config.json (no weights read);
-    None where it is neither, or unreadable (the load that follows names the problem)."""
+    """The parameters of a GGUF file, a checkpoint directory or a hub id's copy in the local Hugging Face cache, from
+    its header or config.json (no weights read); None where it is none of these, or unreadable (the load that
+    follows names the problem)."""
     try:
         path = Path(model).expanduser()
         if path.is_file() and gguf_checkpoint.is_gguf(path):
             return summarize(path).parameters
+        if not path.exists() and str(model).count("/") == 1:  # a hub id (org/name), as loading resolves one
+            from huggingface_hub import try_to_load_from_cache
+
+            cached = try_to_load_from_cache(str(model), "config.json")
+            path = Path(cached).parent if isinstance(cached, str) else path
         if (path / "config.json").is_file():
             return ModelConfig.from_hf(read_config(path)).parameters
     except Exception:  # noqa: BLE001 - a damaged header or config raises several types; a default must not
