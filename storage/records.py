@@ -124,6 +124,9 @@ class Job:
     instruction: str | None = None  # an instruction draft's: prompt_text starts with it, its story so far follows
     resume_from: int | None = None  # prompt_ids from here on were written before this draft: resume after them
     parent_id: int | None = None  # an edit that never ran keeps what it can of its parent's ids (worker/edits.py)
+    # The precision its runs load the model in: its own once it ran, else its family's (a continuation, branch or edit
+    # goes on with the run that wrote its text); None: the worker's (Store.record_start then fixes it).
+    dtype: str | None = None
 
 
 @dataclass(frozen=True)

@@ -117,3 +117,36 @@ def test_a_draft_keeps_the_kv_cache_its_first_run_had(tmp_path, smollm2_q4, gguf
     assert run_next(smollm2_q4) == (more, "done")  # its continuation too
     assert store.get_tokens(more).generated_ids == straight[100:150]
     store.close()
+
+
+def test_a_draft_keeps_the_precision_its_first_run_had(tmp_path, smollm2_q4, gguf_path):
+    """A draft begun in q4 (the app's CPU default), handed back midway, is resumed and then continued by a worker
+    started with --dtype float32: both go on in q4 (a job keeps its precision as it keeps its model), so the text is
+    what one uninterrupted q4 run writes. Before, the worker's own dtype ran them, and the default model's float32
+    text parts from its q4 text at token 10 here."""
+    from worker.config import WorkerConfig
+    from worker.loop import Worker
+
+    settings = writing_settings(seed=4, max_new_tokens=90)
+    with one_torch_thread():
+        straight = Generator(smollm2_q4, settings, prompt_ids(smollm2_q4, OPENING), options=APP).run()
+    url = f"sqlite:///{tmp_path / 'studio.db'}"
+    store = open_store(url)
+    try:
+        draft = store.enqueue_generation(OPENING, DraftSettings(settings.replace(max_new_tokens=60))).id
+        owner, events = Owner.here("first"), iter(range(10**6))
+        with one_torch_thread():  # the first run, in q4, handed back after a few flushes
+            assert JobRun(store, owner, store.claim_next(owner), smollm2_q4, ModelSpec(str(gguf_path), None, "cpu",
+                          "q4"), FlushPolicy(0.0, 8), lambda: next(events) >= 12, options=APP).run() == "released"
+        assert 0 < len(store.get_tokens(draft).generated_ids) < 60
+        later = Worker(store, WorkerConfig(db=url, device="cpu", dtype="float32", threads=1, flush_s=0.0,
+                                           flush_tokens=8))
+        store.register_worker(later.owner)
+        with one_torch_thread():
+            later._run(store.claim_next(later.owner))  # resumes the draft
+            assert store.get_tokens(draft).generated_ids == straight[:60]
+            more = store.continue_generation(draft, DraftSettings(settings.replace(max_new_tokens=30))).id
+            later._run(store.claim_next(later.owner))  # and its continuation: the family's precision too
+        assert store.get_tokens(more).generated_ids == straight[60:90]
+    finally:
+        store.close()

@@ -136,15 +136,27 @@ class Worker:
         return self.store.desired_model()
 
     def _job_spec(self, job: Job) -> ModelSpec | None:
-        """The job's own model (a resumed or continued job keeps the one it started with) on this
-        worker's device and dtype; else the desired one, else whatever is loaded."""
+        """The job's own model and precision (a resumed or continued job keeps those it started with) on this
+        worker's device; else the desired one, else whatever is loaded."""
         desired = self._desired()
         if not job.model:
             return desired or self.holder.spec
         base = desired or ModelSpec("", None, self.config.device, self.config.dtype)
         # The chosen draft model drafts for the job's model too where it is the chosen one: it never changes the text.
         draft_model = base.draft_model if job.model == base.model else None
-        return ModelSpec(job.model, job.heads, base.device, base.dtype, draft_model)
+        return ModelSpec(job.model, job.heads, base.device, kept_dtype(job, base.device, base.dtype), draft_model)
+
+
+def kept_dtype(job: Job, device: str, own: str) -> str:
+    """The precision the job's text was written in, where this worker's device runs it (q4 runs on a CPU alone);
+    else the worker's own `own`, and the text from here may differ from what its first run would have written."""
+    if job.dtype is None or job.dtype == own:
+        return own
+    if job.dtype == "q4" and device != "cpu":
+        log.warning("job %s: its runs loaded the model in q4, which runs on a CPU only; on %s it goes on in %s, so "
+                    "its text from here may differ", job.id, device, own)
+        return own
+    return job.dtype
 
 
 def run_worker(config: WorkerConfig) -> None:
