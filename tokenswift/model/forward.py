@@ -23,6 +23,7 @@ from torch import nn
 from tokenswift.model import kv_q8
 from tokenswift.model.config import ModelConfig
 from tokenswift.model.kv_cache import KVCache
+from tokenswift.model.masks import causal_mask
 from tokenswift.model.native_rows import MAX_ROWS, PRODUCT_ROWS, NativeBlock, NativeRows, SeenSlots
 from tokenswift.model.quant import BlockProduct
 from tokenswift.model.rope import apply_rope
@@ -245,6 +246,16 @@ class Transformer(nn.Module):
         return self.native is not None and isinstance(self.model.layers[0].mlp.down_proj, BlockProduct)
 
     @property
+    def rows_apart(self) -> bool:
+        """Whether an exact-rows forward runs its rows one at a time, each as a plain step's call: 16-bit weights on a
+        CPU, where torch rounds a batch of rows unlike one row (in bfloat16 on stories260k TokenSwift parted from
+        plain decoding at token 15, and a resume's replay at its next rows). The C kernels (float32, q4) are row-exact
+        as they are; float64's rounding (1e-14) stays far below a flip (tokenswift.md §3); a GPU's eager path is
+        left batched (its bfloat16 text is reported, as the fast path's is)."""
+        weight = self.model.norm.weight
+        return self.native is None and weight.device.type == "cpu" and weight.dtype in (torch.bfloat16, torch.float16)
+
+    @property
     def head_weight(self) -> torch.Tensor:
         return self.model.embed_tokens.weight if self.cfg.tie_embeddings else self.lm_head.weight
 
@@ -278,6 +289,8 @@ class Transformer(nn.Module):
         # keeps its positions inside the table (loading.rope_positions).
         if positions.device.type == "cpu" and t and int(positions.max()) >= self.rope_cos.shape[0]:
             raise ValueError(f"position {int(positions.max())} beyond the RoPE table ({self.rope_cos.shape[0]})")
+        if exact_rows and t > 1 and self.rows_apart:
+            return self._rows_apart(tokens, positions, cache, start, mask, logits, capture_queries, keep_layers)
         native = self.native if t <= MAX_ROWS or exact_rows else None
         attend = SpanAttention(self.cfg, start + t, mask, self.model.norm.weight.dtype, native)
         slots = torch.arange(start, start + t, device=tokens.device)
@@ -289,6 +302,36 @@ class Transformer(nn.Module):
             out = self.logits_of(x)
         elif logits == "last":
             out = self.logits_of(x[-1:])
+        return ForwardOut(out, x, queries, kept)
+
+    def _rows_apart(self, tokens, positions, cache: KVCache, start: int, mask: torch.Tensor | None, logits: str,
+                    capture_queries: bool, keep_layers: tuple[int, ...]) -> ForwardOut:
+        """forward() with exact rows where only a one-row call is exact (rows_apart): row i writes its K/V at slot
+        start + i and attends as the plain step at its position does, over the slots before `start` and then its own
+        path among the new rows, gathered in order, under the plain step's mask (a sliding window's, else none).
+        The path: every row before it where the rows are a chain (a prefill's replay, whose mask a sliding window
+        may cut), else the rows its mask lets it see (a candidate tree, shallower than any window)."""
+        rows, t = [], tokens.shape[0]
+        chain = mask is None or bool((positions == torch.arange(start, start + t, device=positions.device)).all())
+        for i in range(t):
+            path = torch.arange(start, start + i + 1, device=tokens.device)
+            if not chain:
+                path = path[mask[i, start:start + i + 1]]
+            seen = torch.cat((torch.arange(start, device=tokens.device), path))
+            n, window = seen.shape[0] - 1, self.cfg.sliding_window
+            step_mask = causal_mask(n, 1, positions[i:i + 1], window, tokens.device) if window is not None else None
+            attend = SpanAttention(self.cfg, n + 1, step_mask, self.model.norm.weight.dtype)
+            queries, kept = [] if capture_queries else None, [] if keep_layers else None
+            x = self.run(tokens[i:i + 1], positions[i:i + 1], cache, path[-1:],
+                         lambda q, keys, values, a=attend, s=seen: a(q, keys[:, s], values[:, s]),
+                         queries, None, keep_layers, kept)
+            rows.append((x, queries, kept))
+        x = torch.cat([row[0] for row in rows])
+        def joined(part: int) -> list[torch.Tensor]:  # each layer's rows, row after row
+            return [torch.cat(layer) for layer in zip(*(row[part] for row in rows), strict=True)]
+
+        queries, kept = joined(1) if capture_queries else None, joined(2) if keep_layers else None
+        out = self.logits_of(x) if logits == "all" else self.logits_of(x[-1:]) if logits == "last" else None
         return ForwardOut(out, x, queries, kept)
 
     def run(self, tokens, positions, cache: KVCache, slots, attend, queries: list | None = None,
@@ -316,7 +359,7 @@ def shared_head_rows(model: Transformer, dtype: torch.dtype) -> int:
     """How many candidate rows one LM-head product serves in a verify pass (a model of `dtype`): as many as cost about
     one row."""
     if dtype in (torch.bfloat16, torch.float16):
-        return SHARED_HEAD_ROWS
+        return 0 if model.rows_apart else SHARED_HEAD_ROWS  # a row apart, as a plain step's head computes it
     if dtype == torch.float32 and model.native is not None and model.quantized_head is None:
         # a float32 head read once for 8 rows
         return PRODUCT_ROWS
