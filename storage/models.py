@@ -107,10 +107,12 @@ class GenerationRow(Base):
     world_info: Mapped[str] = mapped_column(Text, default="", server_default="")
     model: Mapped[str | None] = mapped_column(String(1000))  # None: the worker's model, fixed at claim
     heads: Mapped[str | None] = mapped_column(String(1000))
-    # The precision its runs load the model in (LoadedModel.precision: q4, float32, bfloat16, ...): fixed at the first
-    # run like the model, so a resume, a continuation or a branch is computed as the run that wrote the text was,
-    # whatever the worker that takes it was started with. None: not run yet (its family's, else the worker's).
+    # The precision its runs load the model in (LoadedModel.precision: q4, float32, bfloat16, ...) and the kind of
+    # device they ran on (cpu, cuda): fixed at the first run like the model, so a resume, a continuation or a branch
+    # is computed as the run that wrote the text was, whatever the worker that takes it was started with (on another
+    # kind of device the text differs anyway: the worker's own precision then). None: not run yet (its family's).
     dtype: Mapped[str | None] = mapped_column(String(50))
+    device: Mapped[str | None] = mapped_column(String(50))
     # The KV cache its runs keep keys and values in (LoadedModel.kv_cache: float32, bf16, q8): the text depends on it
     # as on the weights' precision, so it is fixed at the first run (a continuation takes its parent's) and a resume
     # keeps it whatever a later version or another worker defaults to. None: not run yet, or run before it was kept.

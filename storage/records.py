@@ -124,9 +124,11 @@ class Job:
     instruction: str | None = None  # an instruction draft's: prompt_text starts with it, its story so far follows
     resume_from: int | None = None  # prompt_ids from here on were written before this draft: resume after them
     parent_id: int | None = None  # an edit that never ran keeps what it can of its parent's ids (worker/edits.py)
-    # The precision its runs load the model in: its own once it ran, else its family's (a continuation, branch or edit
-    # goes on with the run that wrote its text); None: the worker's (Store.record_start then fixes it).
+    # The precision its runs load the model in and the kind of device they ran on: its own once it ran, else its
+    # nearest ancestor's that ran (a continuation, branch or edit goes on with the run that wrote its text); None:
+    # the worker's (Store.record_start then fixes them).
     dtype: str | None = None
+    device: str | None = None
 
 
 @dataclass(frozen=True)

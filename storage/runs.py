@@ -42,9 +42,13 @@ class RunVerbs:
             row.owner, row.owner_host, row.owner_pid = owner.token, owner.host, owner.pid
             row.started_at = row.started_at or utcnow()
             ids = unpack_ids(row.prompt_ids) if row.prompt_ids is not None else None
-            parent = s.get(GenerationRow, row.parent_id) if row.dtype is None and row.parent_id else None
-            dtype = row.dtype or (parent.dtype if parent is not None else None)
-            return from_row(Job, row, prompt_ids=ids, instruction=instruction_of(row), dtype=dtype)
+            ran = row
+            # The family's precision, as its model, whatever the child keeps of its text (an edit's tokens are only
+            # known once the model is loaded): the nearest ancestor's that ran, past edits that never did.
+            while ran.dtype is None and ran.parent_id is not None:
+                ran = s.get(GenerationRow, ran.parent_id)
+            return from_row(Job, row, prompt_ids=ids, instruction=instruction_of(row), dtype=ran.dtype,
+                            device=ran.device)
 
     def control_for(self, gen_id: int, owner: Owner) -> str | None:
         """The pending request for a running job: "pause", "cancel", None, or "lost" if not ours any more."""
@@ -58,19 +62,21 @@ class RunVerbs:
     def record_start(
         self, gen_id: int, owner: Owner, prompt_ids: list[int], model: str, heads: str | None,
         resume_from: int | None = None, kv_cache: str = "float32", dtype: str | None = None,
+        device: str | None = None,
     ) -> str | None:
         """Fix what the job runs with: the tokenized prompt (and where its family's written text starts in it), the
-        model, its precision (`dtype`, kept once fixed: claim_next hands it to the next run) and its KV cache, so a
-        resume uses the same. Returns the KV cache the run keeps: the draft's own once fixed, else its parent's where
-        it goes on from the text its family wrote (resume_from), else `kv_cache` (the worker's); None where the job
-        is no longer ours."""
+        model, its precision and kind of device (`dtype`, `device`, kept once fixed: claim_next hands them to the
+        next run) and its KV cache, so a resume uses the same. Returns the KV cache the run keeps: the draft's own
+        once fixed, else its parent's where it goes on from the text its family wrote (resume_from), else `kv_cache`
+        (the worker's); None where the job is no longer ours."""
         with self._write() as s:
             row = _owned(s, gen_id, owner)
             if row is None:
                 return None
             row.prompt_ids, row.model, row.heads = pack_ids(prompt_ids), model, heads
             row.resume_from = resume_from
-            row.dtype = row.dtype or dtype
+            if row.dtype is None:
+                row.dtype, row.device = dtype, device
             if row.kv_cache is None:
                 parent = s.get(GenerationRow, row.parent_id) if row.parent_id and resume_from is not None else None
                 row.kv_cache = (parent.kv_cache if parent is not None else None) or kv_cache

@@ -124,8 +124,9 @@ def test_a_draft_keeps_the_precision_its_first_run_had(tmp_path, smollm2_q4, ggu
     started with --dtype float32: both go on in q4 (a job keeps its precision as it keeps its model), so the text is
     what one uninterrupted q4 run writes. Before, the worker's own dtype ran them, and the default model's float32
     text parts from its q4 text at token 10 here."""
+    from storage.records import Job
     from worker.config import WorkerConfig
-    from worker.loop import Worker
+    from worker.loop import Worker, kept_dtype
 
     settings = writing_settings(seed=4, max_new_tokens=90)
     with one_torch_thread():
@@ -150,3 +151,6 @@ def test_a_draft_keeps_the_precision_its_first_run_had(tmp_path, smollm2_q4, ggu
         assert store.get_tokens(more).generated_ids == straight[60:90]
     finally:
         store.close()
+    # On another kind of device the text differs whatever the precision: there the worker's own runs it.
+    ran = Job(1, OPENING, None, str(gguf_path), None, "{}", 0, 0.0, dtype="q4", device="cpu")
+    assert (kept_dtype(ran, "cpu", "float32"), kept_dtype(ran, "cuda:0", "bfloat16")) == ("q4", "bfloat16")

@@ -257,12 +257,21 @@ def test_continue_builds_on_the_parent(store):
     store.claim_next(owner)
     with pytest.raises(Conflict):
         store.continue_generation(parent.id, DraftSettings(Settings(max_new_tokens=3)))
-    store.record_start(parent.id, owner, [1, 2], "m", "h")
+    store.record_start(parent.id, owner, [1, 2], "m", "h", dtype="q4", device="cpu")
     store.append_progress(parent.id, owner, Progress([3, 4, 5], " upon a", 0.1), finish="done")
     child = store.continue_generation(parent.id, DraftSettings(Settings(max_new_tokens=7)))
     assert (child.parent_id, child.session_id, child.model, child.heads) == (parent.id, book.id, "m", "h")
     assert child.prompt_text == "Once upon a"
     assert store.get_tokens(child.id).prompt_ids == [1, 2, 3, 4, 5]
+    # The family's precision and kind of device reach the child's run, also past edits that never ran.
+    job = store.claim_next(owner)
+    assert (job.id, job.dtype, job.device) == (child.id, "q4", "cpu")
+    store.append_progress(child.id, owner, Progress([], "", 0.1), finish="paused")
+    first = store.save_edit(parent.id, "Once upon a hill")
+    second = store.continue_generation(store.save_edit(first.id, "Once upon a green hill").id,
+                                       DraftSettings(Settings(max_new_tokens=4)))
+    job = store.claim_next(owner)
+    assert (job.id, job.dtype, job.device) == (second.id, "q4", "cpu")
 
 
 def test_books_and_worker_rows(store):

@@ -166,7 +166,7 @@ class JobRun:
                 text, story = prompt_parts(self.job.prompt_text, self.job.instruction)
                 prompt_ids = make_prompt(self.lm, text, settings.prompt_format, story)
         kv_cache = self.store.record_start(self.job.id, self.owner, prompt_ids, self.spec.model, self.spec.heads,
-                                           resume_from, self.lm.kv_cache, self.lm.precision)
+                                           resume_from, self.lm.kv_cache, self.lm.precision, self.lm.device.type)
         if kv_cache is None:
             return "lost"
         self.lm = kept_cache(self.lm, kv_cache, self.job.id)

@@ -148,13 +148,14 @@ class Worker:
 
 
 def kept_dtype(job: Job, device: str, own: str) -> str:
-    """The precision the job's text was written in, where this worker's device runs it (q4 runs on a CPU alone);
-    else the worker's own `own`, and the text from here may differ from what its first run would have written."""
+    """The precision the job's text was written in where this worker's device is of the kind that wrote it; else the
+    worker's own `own` (another kind of device computes other text whatever the precision, and a precision chosen
+    for one, float32 on a CPU, may not suit the other)."""
     if job.dtype is None or job.dtype == own:
         return own
-    if job.dtype == "q4" and device != "cpu":
-        log.warning("job %s: its runs loaded the model in q4, which runs on a CPU only; on %s it goes on in %s, so "
-                    "its text from here may differ", job.id, device, own)
+    if job.device != device.split(":")[0]:
+        log.warning("job %s: its runs were on %s in %s; on %s it goes on in %s, so its text from here may differ",
+                    job.id, job.device, job.dtype, device, own)
         return own
     return job.dtype
 

@@ -247,11 +247,9 @@ class Transformer(nn.Module):
 
     @property
     def rows_apart(self) -> bool:
-        """Whether an exact-rows forward runs its rows one at a time, each as a plain step's call: 16-bit weights on a
-        CPU, where torch rounds a batch of rows unlike one row (in bfloat16 on stories260k TokenSwift parted from
-        plain decoding at token 15, and a resume's replay at its next rows). The C kernels (float32, q4) are row-exact
-        as they are; float64's rounding (1e-14) stays far below a flip (tokenswift.md §3); a GPU's eager path is
-        left batched (its bfloat16 text is reported, as the fast path's is)."""
+        """Whether an exact-rows forward runs its rows one at a time: 16-bit weights on a CPU, where torch rounds a
+        batch of rows unlike one row (bfloat16 TokenSwift parted from plain decoding at token 15 on stories260k). The
+        C kernels (float32, q4) are row-exact; float64 rounds far below a flip; a GPU's text is reported instead."""
         weight = self.model.norm.weight
         return self.native is None and weight.device.type == "cpu" and weight.dtype in (torch.bfloat16, torch.float16)
 
@@ -307,32 +305,40 @@ class Transformer(nn.Module):
     def _rows_apart(self, tokens, positions, cache: KVCache, start: int, mask: torch.Tensor | None, logits: str,
                     capture_queries: bool, keep_layers: tuple[int, ...]) -> ForwardOut:
         """forward() with exact rows where only a one-row call is exact (rows_apart): row i writes its K/V at slot
-        start + i and attends as the plain step at its position does, over the slots before `start` and then its own
-        path among the new rows, gathered in order, under the plain step's mask (a sliding window's, else none).
-        The path: every row before it where the rows are a chain (a prefill's replay, whose mask a sliding window
-        may cut), else the rows its mask lets it see (a candidate tree, shallower than any window)."""
-        rows, t = [], tokens.shape[0]
-        chain = mask is None or bool((positions == torch.arange(start, start + t, device=positions.device)).all())
+        start + i and attends as the plain step at its position does (_step_attention); the LM head a row apart."""
+        if mask is None:
+            raise ValueError("a block of rows needs its mask")
+        t, dev, rows = tokens.shape[0], tokens.device, []
+        # a chain (a replay) sees every row before it, though a sliding window's mask hides some; a tree what it shows
+        tree = None if bool((positions == torch.arange(start, start + t, device=dev)).all()) else mask
         for i in range(t):
-            path = torch.arange(start, start + i + 1, device=tokens.device)
-            if not chain:
-                path = path[mask[i, start:start + i + 1]]
-            seen = torch.cat((torch.arange(start, device=tokens.device), path))
-            n, window = seen.shape[0] - 1, self.cfg.sliding_window
-            step_mask = causal_mask(n, 1, positions[i:i + 1], window, tokens.device) if window is not None else None
-            attend = SpanAttention(self.cfg, n + 1, step_mask, self.model.norm.weight.dtype)
             queries, kept = [] if capture_queries else None, [] if keep_layers else None
-            x = self.run(tokens[i:i + 1], positions[i:i + 1], cache, path[-1:],
-                         lambda q, keys, values, a=attend, s=seen: a(q, keys[:, s], values[:, s]),
-                         queries, None, keep_layers, kept)
+            x = self.run(tokens[i:i + 1], positions[i:i + 1], cache, torch.tensor([start + i], device=dev),
+                         self._step_attention(i, start, positions, tree), queries, None, keep_layers, kept)
             rows.append((x, queries, kept))
-        x = torch.cat([row[0] for row in rows])
+
         def joined(part: int) -> list[torch.Tensor]:  # each layer's rows, row after row
             return [torch.cat(layer) for layer in zip(*(row[part] for row in rows), strict=True)]
 
-        queries, kept = joined(1) if capture_queries else None, joined(2) if keep_layers else None
-        out = self.logits_of(x) if logits == "all" else self.logits_of(x[-1:]) if logits == "last" else None
-        return ForwardOut(out, x, queries, kept)
+        head = {"all": rows, "last": rows[-1:]}.get(logits, [])
+        out = torch.cat([self.logits_of(row[0]) for row in head]) if head else None
+        return ForwardOut(out, torch.cat([row[0] for row in rows]), joined(1) if capture_queries else None,
+                          joined(2) if keep_layers else None)
+
+    def _step_attention(self, i: int, start: int, positions: torch.Tensor, tree: torch.Tensor | None):
+        """Row i's attention as the plain step at its position n computes it: over slots holding positions 0..n in
+        order (the slots before `start`, then its path among the new rows: in a chain the slots themselves, read in
+        place; in a tree those its mask shows, gathered), under the plain step's own mask (a sliding window's)."""
+        n, window = int(positions[i]), self.cfg.sliding_window
+        step_mask = causal_mask(n, 1, positions[i:i + 1], window, positions.device) if window is not None else None
+        attend = SpanAttention(self.cfg, n + 1, step_mask, self.model.norm.weight.dtype)
+        if tree is None:
+            return attend
+        path = torch.arange(start, start + i + 1, device=positions.device)[tree[i, start:start + i + 1]]
+        if path.shape[0] != n - start + 1:  # the window hid one of its ancestors: it cannot be told from a sibling
+            raise ValueError(f"a candidate tree as deep as the sliding window ({window})")
+        seen = torch.cat((torch.arange(start, device=positions.device), path))
+        return lambda q, keys, values: attend(q, keys[:, seen], values[:, seen])
 
     def run(self, tokens, positions, cache: KVCache, slots, attend, queries: list | None = None,
             native: NativeRows | None = None, keep: tuple[int, ...] = (), kept: list | None = None) -> torch.Tensor:
