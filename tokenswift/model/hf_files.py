@@ -34,6 +34,11 @@ FAMILY_DEFAULTS: dict[str, dict[str, Any]] = {
 _ORIGINAL_LENGTH_TYPES = ("llama3", "yarn", "longrope")
 
 
+def is_hub_id(model: str) -> bool:
+    """Whether a model name that is no local path reads as a hub id (org/name), as loading resolves one."""
+    return model.count("/") == 1 and not model.startswith((".", "/", "~"))
+
+
 class CheckpointConfig:
     """config.json over its family's defaults, with transformers' attribute names (hidden_size, rope_parameters,
     ...): what ModelConfig.from_hf, the RoPE table and the context limit read."""

@@ -26,7 +26,7 @@ from tokenswift.model.draft_layer import DraftLayer, DraftLayerError, load_layer
 from tokenswift.model.errors import ModelLoadError
 from tokenswift.model.forward import Transformer, fused_state
 from tokenswift.model.heads import DraftHeads, heads_from_state_dict, load_heads
-from tokenswift.model.hf_files import load_tokenizer, read_config
+from tokenswift.model.hf_files import is_hub_id, load_tokenizer, read_config
 from tokenswift.model.int4 import use_q4_weights
 from tokenswift.model.kv_q8 import Q8
 from tokenswift.model.native_rows import NativeRows
@@ -172,7 +172,7 @@ def resolve_path(model: str) -> Path:
         return path
     if path.exists():
         raise ModelLoadError(f"model path {model!r} is a file; expected a checkpoint directory")
-    if model.count("/") != 1 or model.startswith((".", "/", "~")):
+    if not is_hub_id(model):
         raise ModelLoadError(f"model {model!r} not found: no such directory, and it is not a hub id (org/name)")
     from huggingface_hub import snapshot_download
 

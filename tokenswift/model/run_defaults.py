@@ -9,7 +9,7 @@ import torch
 from tokenswift.model import gguf_checkpoint
 from tokenswift.model.config import ModelConfig
 from tokenswift.model.gguf_summary import summarize
-from tokenswift.model.hf_files import read_config
+from tokenswift.model.hf_files import is_hub_id, read_config
 from tokenswift.model.int4 import runs_quantized
 
 # Up to here a model's float32 weights (2 GB) take under a millisecond to read on an H100/H200-class card (~2 TB/s
@@ -50,7 +50,7 @@ def checkpoint_parameters(model: str | Path) -> int | None:
         path = Path(model).expanduser()
         if path.is_file() and gguf_checkpoint.is_gguf(path):
             return summarize(path).parameters
-        if not path.exists() and str(model).count("/") == 1:  # a hub id (org/name), as loading resolves one
+        if not path.exists() and is_hub_id(str(model)):
             from huggingface_hub import try_to_load_from_cache
 
             cached = try_to_load_from_cache(str(model), "config.json")
