@@ -126,7 +126,8 @@ def test_a_draft_keeps_the_precision_its_first_run_had(tmp_path, smollm2_q4, ggu
     text parts from its q4 text at token 10 here."""
     from storage.records import Job
     from worker.config import WorkerConfig
-    from worker.loop import Worker, kept_dtype
+    from worker.job import kept_dtype
+    from worker.loop import Worker
 
     settings = writing_settings(seed=4, max_new_tokens=90)
     with one_torch_thread():

@@ -74,6 +74,19 @@ def kept_cache(lm, kind: str, job_id: int):
         return lm
 
 
+def kept_dtype(job: Job, device: str, own: str) -> str:
+    """The precision the job's text was written in where this worker's device is of the kind that wrote it; else the
+    worker's own `own` (another kind of device computes other text whatever the precision, and a precision chosen
+    for one, float32 on a CPU, may not suit the other)."""
+    if job.dtype is None or job.dtype == own:
+        return own
+    if job.device != device.split(":")[0]:
+        log.warning("job %s: its runs were on %s in %s; on %s it goes on in %s, so its text from here may differ",
+                    job.id, job.device, job.dtype, device, own)
+        return own
+    return job.dtype
+
+
 class JobRun:
     def __init__(self, store: Store, owner: Owner, job: Job, lm, spec: ModelSpec, policy: FlushPolicy,
                  stopping: Callable[[], bool], wait: Callable[[float], object] = time.sleep,

@@ -19,7 +19,7 @@ from storage.records import Job, ModelSpec, Owner
 from worker.config import WorkerConfig
 from worker.heartbeat import Heartbeat
 from worker.holder import DeviceLost, ModelHolder, ModelUnavailable
-from worker.job import FlushPolicy, JobRun
+from worker.job import FlushPolicy, JobRun, kept_dtype
 from worker.liveness import pid_alive
 
 log = logging.getLogger(__name__)
@@ -145,19 +145,6 @@ class Worker:
         # The chosen draft model drafts for the job's model too where it is the chosen one: it never changes the text.
         draft_model = base.draft_model if job.model == base.model else None
         return ModelSpec(job.model, job.heads, base.device, kept_dtype(job, base.device, base.dtype), draft_model)
-
-
-def kept_dtype(job: Job, device: str, own: str) -> str:
-    """The precision the job's text was written in where this worker's device is of the kind that wrote it; else the
-    worker's own `own` (another kind of device computes other text whatever the precision, and a precision chosen
-    for one, float32 on a CPU, may not suit the other)."""
-    if job.dtype is None or job.dtype == own:
-        return own
-    if job.device != device.split(":")[0]:
-        log.warning("job %s: its runs were on %s in %s; on %s it goes on in %s, so its text from here may differ",
-                    job.id, job.device, job.dtype, device, own)
-        return own
-    return job.dtype
 
 
 def run_worker(config: WorkerConfig) -> None:
