@@ -1,4 +1,4 @@
-/* What the kernels' AVX2 paths share (included by quant_kernels.c and layer_kernels.c). */
+/* What the kernels' AVX2 paths share (layer_kernels.c). */
 #ifndef TOKENSWIFT_SIMD_H
 #define TOKENSWIFT_SIMD_H
 #include <immintrin.h>
