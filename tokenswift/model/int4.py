@@ -79,11 +79,12 @@ def use_q4_weights(model: Transformer, gguf_path: Path, state: dict[str, torch.T
                     raise ModelLoadError(f"--dtype q4 needs Q4_0, Q4_1 or Q8_0 projections, or a K-quant mix's "
                                          f"({', '.join(k for k in KINDS if k not in LEGACY)}); {gguf_path.name} "
                                          f"stores blk.{i}.{short}.weight as {kind}: use float32 or bfloat16")
-                linear = _blocks_linear(header, tensor)
+                linear = _blocks_linear(header, tensor, pack=len(shorts) == 1)
                 want = reference[row:row + linear.out_features]
                 if short in heads and not _close(linear, want):
                     order = llama_rows(linear.out_features, heads[short])
-                    linear = QuantLinear(kind, linear.blocks[order], linear.out_features, linear.in_features)
+                    linear = QuantLinear(kind, linear.blocks[order], linear.out_features, linear.in_features,
+                                         pack=len(shorts) == 1)
                 if not _close(linear, want):
                     raise ModelLoadError(f"{gguf_path.name}: blk.{i}.{short}.weight does not match the model's own "
                                          "weight once unpacked; this file's layout is not supported by --dtype q4")
@@ -98,10 +99,11 @@ def use_q4_weights(model: Transformer, gguf_path: Path, state: dict[str, torch.T
         model.quantized_head = linear
 
 
-def _blocks_linear(header: GGUFHeader, tensor: TensorInfo) -> QuantLinear:
+def _blocks_linear(header: GGUFHeader, tensor: TensorInfo, pack: bool = True) -> QuantLinear:
+    """pack=False: a part that _stacked packs once, fused with its neighbours."""
     in_features, out_features = tensor.shape
     blocks = torch.from_numpy(np.array(header.tensor_bytes(tensor.name)).reshape(out_features, -1))
-    return QuantLinear(tensor.kind, blocks, out_features, in_features)
+    return QuantLinear(tensor.kind, blocks, out_features, in_features, pack)
 
 
 def _stacked(parts: list[QuantLinear]) -> QuantLinear:

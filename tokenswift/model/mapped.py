@@ -2,9 +2,9 @@
 
 A file whose layers hold Q4_K, Q5_K, Q6_K, Q5_0 or Q5_1 blocks (what writers download: Q4_K_M, Q5_K_M, Q6_K) is
 mapped into memory once, and every product reads its blocks from that map (quant.py, kquant_kernels.c), or, where
-this CPU has AVX-512 VNNI, from a copy repacked sixteen rows a group (every kind here), whose file
-pages are then handed back: no float copy, no dequantized cache directory, so the resident memory is about the
-file plus the KV cache. A layer's
+this CPU has AVX-512 VNNI, from a copy repacked sixteen rows a group (every kind here; on AVX2, the Q4_0, Q4_1 and
+Q8_0 tensors of a mix, eight rows a group), whose file pages are then handed back: no float copy, no dequantized
+cache directory, so the resident memory is about the file plus the KV cache. A layer's
 q/k/v and gate/up stay separate weights behind one product (quant.StackedQuant): a mix stores attn_v or ffn_down
 in another kind than its neighbours. The token embedding stays in blocks too and is dequantized row by row on
 lookup (quant.QuantEmbedding); the norms, a few KiB, are copied out in float32. Only Llama's Q and K rows are

@@ -1,6 +1,6 @@
 """The engine's C kernels for the CPU, built once per machine and loaded with ctypes: the products of GGUF blocks
-(quant_kernels.c, `--dtype q4`; quant_packed.c where the CPU has AVX-512 VNNI; kquant_kernels.c, K-quant files'
-blocks, with kquant_avx2.c, and kquant_packed.c and q6k_packed.c on VNNI) and a decoder layer's other steps for a
+(quant_kernels.c, `--dtype q4`; quant_packed.c where the CPU has AVX2 or AVX-512 VNNI; kquant_kernels.c, K-quant
+files' blocks, with kquant_avx2.c, and kquant_packed.c and q6k_packed.c on VNNI) and a decoder layer's other steps for a
 few float32 rows (attention_kernel.c, layer_kernels.c; native_rows.py), the latter two also built for float64
 (real.h), the dtype of the exactness proofs, whose steps on a small model were otherwise two thirds operator
 dispatch; and the sampler's float32 rows (tokenswift/sampling/sample_rows.c, row_kernel.py).

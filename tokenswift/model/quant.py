@@ -5,7 +5,8 @@ float32 activations, by the C kernels (built and loaded by native.py).
 Torch's CPU int4 kernel (`_weight_int4pack_mm_for_cpu`) dequantizes to bfloat16 and multiplies in floating
 point: on this 2-core AVX2 machine it was no faster per weight than a float32 product, so a q4 step cost as much
 as a float32 one. The kernel does what llama.cpp does: it quantizes each activation block of 32 to int8 and takes
-integer dot products (two AVX2 instructions per 32 products), reading each weight once per call.
+integer dot products, reading each weight once per call (repacked a group of rows at a time where the CPU has AVX2
+or AVX-512 VNNI: quant_packed.c).
 """
 
 from __future__ import annotations
@@ -68,7 +69,8 @@ class QuantLinear(BlockProduct):
     bias. The blocks may be a read-only map of the file: they are read, never written or copied (K kinds)."""
 
     def __init__(self, kind: str, blocks: torch.Tensor, out_features: int, in_features: int, pack: bool = True):
-        """pack=False: no packed copy even where the kernels take one (an embedding only looked up)."""
+        """pack=False: no packed copy even where the kernels take one (an embedding only looked up, a part that a
+        fused product packs)."""
         super().__init__()
         if kind not in KINDS:
             raise ModelLoadError(f"quantized weights must be one of {', '.join(KINDS)}; got {kind}")
@@ -83,8 +85,8 @@ class QuantLinear(BlockProduct):
                              else blocks.to(torch.uint8).contiguous())
         self._lib = lib = kernels()
         # The products' copy of the weight and its kind number for the kernel: repacked where this machine's
-        # kernels take packed weights (AVX-512 VNNI: quant_packed.c, the blocks of 32; kquant_packed.c and
-        # q6k_packed.c, the K kinds), in memory asked for huge pages, else the blocks themselves.
+        # kernels take packed weights (quant_packed.c, the blocks of 32: AVX2 or AVX-512 VNNI; kquant_packed.c and
+        # q6k_packed.c, the K kinds: VNNI), in memory asked for huge pages, else the blocks themselves.
         self.product_weight, self._kind = self.blocks, KINDS[kind]
         if pack and (size := lib.qk_packed_bytes(KINDS[kind], out_features, in_features)):
             self.product_weight = huge_pages(size)

@@ -1,9 +1,9 @@
 /* Products of GGUF weights repacked a group of weight rows at a time: sixteen rows for AVX-512 VNNI (this
    project's EPYC), eight for AVX2 (CPUs without AVX-512: Zen 2/3, Intel client cores).
 
-   quant_kernels.c multiplies the file's own blocks a weight row at a time: each block's 32 products end in eight
-   lanes that are scaled and summed apart, so every activation row paid ~12 vector operations per block of 32 and
-   a verify batch's extra rows cost a third of a plain step's products. Here a group of weight rows is stored block
+   A weight row at a time (the file's own blocks), each block's 32 products end in eight lanes that are scaled and
+   summed apart, so every activation row paid ~12 vector operations per block of 32 and a verify batch's extra rows
+   cost a third of a plain step's products. Here a group of weight rows is stored block
    by block as vpdpbusd reads it (lane r: four consecutive weights of row r), the activations' four-byte runs are
    broadcast, and each block's integer sums land one per lane, exact: per block and row, two chains of four
    vpdpbusd (AVX2: eight vpmaddubsw summed in 16 bits, one vpmaddwd), one conversion and two multiply-adds give a
@@ -33,7 +33,7 @@
 #define QP_AVX2 1
 #define QP_PACKS 1
 #define LANES 8
-#define TILE_ROWS 4  /* three ymm registers a row (16-bit sums, products, offsets) of sixteen */
+#define TILE_ROWS 4  /* three ymm registers a row (16-bit sums, products, offsets), 12 of AVX2's 16 */
 #define LAST_KIND 2  /* Q8_0: Q5's fifth bits have no masked byte add on AVX2 (kquant_kernels.c reads them) */
 #endif
 
@@ -47,7 +47,7 @@ static const int64_t GGUF_BYTES[5] = {18, 20, 34, 22, 24};
 /* Bytes of one group's block: scales and offsets, then LANES x 32 weights as nibbles (Q4, Q5) or bytes (Q8), and
    for Q5 the fifth bits: eight 64-bit masks, one per run of nibbles (bit 4r + c: byte c of row r's run). */
 static int64_t group_block_bytes(int kind) {
-    return WEIGHTS_AT + (kind == KIND_Q8_0 ? 32 : 16) * LANES + (kind >= KIND_Q5_0 ? 4 * LANES : 0);
+    return WEIGHTS_AT + (kind == KIND_Q8_0 ? 32 : 16) * LANES + (kind >= KIND_Q5_0 ? 64 : 0);  /* Q5: VNNI only */
 }
 
 /* Where a block's nibble bytes start: after d (and m for Q4_1/Q5_1), and Q5's 4 bytes of fifth bits. */
@@ -121,20 +121,26 @@ void legacy_pack(int kind, const uint8_t *w, int64_t n, int64_t k, uint8_t *out)
 
 #define INLINE static inline __attribute__((always_inline))
 
+/* The activations' four-byte run t of a block at x, as one int32 to broadcast (memcpy: the bytes are int8_t). */
+INLINE int32_t run_of(const int8_t *x, int t) {
+    int32_t run;
+    memcpy(&run, x + 4 * t, sizeof run);
+    return run;
+}
+
 #ifdef QP_VNNI
 /* The exact integer sums of one activation row's block (32 int8 at x) with the group's 16 weight rows. */
 INLINE __m512i group_dot(const __m512i *w, int kind, const int8_t *x) {
-    const int32_t *run = (const int32_t *)x;  /* four-byte runs of the activations */
     __m512i even = _mm512_setzero_si512(), odd = _mm512_setzero_si512();  /* two chains, summed exactly */
     if (kind == KIND_Q8_0) {
         for (int t = 0; t < 8; t += 2) {
-            even = _mm512_dpbusd_epi32(even, w[t], _mm512_set1_epi32(run[t]));
-            odd = _mm512_dpbusd_epi32(odd, w[t + 1], _mm512_set1_epi32(run[t + 1]));
+            even = _mm512_dpbusd_epi32(even, w[t], _mm512_set1_epi32(run_of(x, t)));
+            odd = _mm512_dpbusd_epi32(odd, w[t + 1], _mm512_set1_epi32(run_of(x, t + 1)));
         }
     } else {  /* w[t]: weights 4t..4t+3 (low nibbles); w[4 + t]: 16 + 4t.. (high ones) */
         for (int t = 0; t < 4; ++t) {
-            even = _mm512_dpbusd_epi32(even, w[t], _mm512_set1_epi32(run[t]));
-            odd = _mm512_dpbusd_epi32(odd, w[4 + t], _mm512_set1_epi32(run[4 + t]));
+            even = _mm512_dpbusd_epi32(even, w[t], _mm512_set1_epi32(run_of(x, t)));
+            odd = _mm512_dpbusd_epi32(odd, w[4 + t], _mm512_set1_epi32(run_of(x, 4 + t)));
         }
     }
     return _mm512_add_epi32(even, odd);
@@ -202,7 +208,7 @@ INLINE void group_rows(const uint8_t *blk, int64_t nb, int kind, const int8_t *q
                 const __m256i w = _mm256_loadu_si256((const __m256i *)(blk + WEIGHTS_AT + 32 * t));
                 const __m256i size = _mm256_sign_epi8(w, w);
                 for (int i = 0; i < R; ++i) {
-                    const __m256i x = _mm256_set1_epi32(((const int32_t *)(q + i * k + b * QK))[t]);
+                    const __m256i x = _mm256_set1_epi32(run_of(q + i * k + b * QK, t));
                     dot[i] = _mm256_add_epi32(dot[i], _mm256_madd_epi16(
                         _mm256_maddubs_epi16(size, _mm256_sign_epi8(x, w)), ones));
                 }
@@ -214,10 +220,10 @@ INLINE void group_rows(const uint8_t *blk, int64_t nb, int kind, const int8_t *q
                 const __m256i raw = _mm256_loadu_si256((const __m256i *)(blk + WEIGHTS_AT + 32 * t));
                 const __m256i lo = _mm256_and_si256(raw, low), hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low);
                 for (int i = 0; i < R; ++i) {
-                    const int32_t *run = (const int32_t *)(q + i * k + b * QK);
+                    const int8_t *x = q + i * k + b * QK;
                     sum16[i] = _mm256_add_epi16(sum16[i], _mm256_add_epi16(
-                        _mm256_maddubs_epi16(lo, _mm256_set1_epi32(run[t])),
-                        _mm256_maddubs_epi16(hi, _mm256_set1_epi32(run[4 + t]))));
+                        _mm256_maddubs_epi16(lo, _mm256_set1_epi32(run_of(x, t))),
+                        _mm256_maddubs_epi16(hi, _mm256_set1_epi32(run_of(x, 4 + t)))));
                 }
             }
             for (int i = 0; i < R; ++i) dot[i] = _mm256_madd_epi16(sum16[i], ones);
@@ -238,8 +244,8 @@ INLINE void group_rows(const uint8_t *blk, int64_t nb, int kind, const int8_t *q
 }
 #endif
 
-/* y[m, n] = the quantized activations' rows (quant_kernels.c's quantize_row) times the packed weight, groups of 16
-   rows shared among threads. Returns 0, -1 when out of memory (-2 in a build without VNNI or AVX2, which packs
+/* y[m, n] = the quantized activations' rows (quant_kernels.c's quantize_row) times the packed weight, groups of
+   LANES rows shared among threads. Returns 0, -1 when out of memory (-2 in a build without VNNI or AVX2, which packs
    nothing). */
 int packed_matmul(int kind, const uint8_t *w, int64_t n, int64_t k, const int8_t *q, const float *d, const float *s,
                   int64_t m, float *y, int64_t ystride, int threads) {
