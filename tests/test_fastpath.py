@@ -343,11 +343,15 @@ def test_fast_passes_are_bounded_least_recently_used_first(stories64, monkeypatc
 
 
 class PlainWhenever(CandidatePolicy):
-    """The real policy with its timing comparison fixed to "plain is faster", so the seams between plain
-    steps and verify passes fall at the same places on any machine."""
+    """The real policy with its timing comparison fixed to "plain is faster" and its exploring share to
+    plain_explore_share, so the seams between plain steps and verify passes fall at the same places on any
+    machine."""
 
     def _plain_is_faster(self, best: int) -> bool:
         return True
+
+    def _plain_share(self, best: int) -> float:
+        return self.plain_explore_share
 
 
 @pytest.mark.slow
@@ -533,7 +537,9 @@ def test_policy_takes_plain_steps_only_while_they_are_faster():
         policy.observe_plain(0.0625)  # 16 tokens/s against 8 (times exact in binary: no rounding at 0.25)
         return policy
 
-    policy = warmed(plain_explore_share=0.5)  # a verify pass once plain steps took 0.25 / 0.5 s
+    # a verify pass once plain steps took 0.25 / 0.5 s (the shapes write at half plain decoding's speed: a sixth of
+    # the share)
+    policy = warmed(plain_explore_share=3.0)
     picks, plain_next = [], []
     for _ in range(17):
         plain_next.append(policy.plain_next())
@@ -597,7 +603,7 @@ def test_the_switch_from_plain_steps_counts_against_exploring():
     levels, paths = [[5], [1, 2, 3], [1, 2, 3], [1, 2, 3]], []
 
     def gaps(switch_s: float) -> list[int]:
-        policy = CandidatePolicy(shapes, explore_every=8, plain_explore_share=0.5)
+        policy = CandidatePolicy(shapes, explore_every=8, plain_explore_share=3.0)  # a sixth: 0.5 (8 vs 16 tokens/s)
         for _ in range(8):
             shape = policy.choose()
             policy.observe(shape.cut(levels), paths, [5], 0.25)
@@ -624,7 +630,7 @@ def test_exploring_beside_plain_steps_favours_the_shape_closest_to_paying():
     shapes = ladder((1, 3, 3, 3), 20)[:4]
     levels, paths = [[5], [1, 2, 3], [1, 2, 3], [1, 2, 3]], []
     cost = {121: 1.0, 56: 0.5, 28: 0.5, 13: 0.25}  # every shape emits 2 tokens: the 13-row one is the best
-    policy = CandidatePolicy(shapes, explore_every=8, plain_explore_share=0.5)
+    policy = CandidatePolicy(shapes, explore_every=8, plain_explore_share=3.0)  # a sixth: 0.5 (8 vs 16 tokens/s)
     explored = []
     for i in range(400):
         if i == 8:  # after the warm-up (each shape twice, smallest first), the engine's AR probe
@@ -637,6 +643,36 @@ def test_exploring_beside_plain_steps_favours_the_shape_closest_to_paying():
             explored.append(shape.slots)
         policy.observe(shape.cut(levels), paths, [5], cost[shape.slots])
     assert explored[:12] == [13, 13, 13, 28, 13, 13, 13, 56, 13, 13, 13, 121]
+
+
+def test_exploring_takes_less_of_the_time_the_further_the_best_shape_is_behind_plain_steps():
+    """While plain steps are faster, an exploration comes once they took its time / plain_explore_share where the
+    best shape writes at 0.9 of their speed or more, up to six times further apart as it falls to half: on the AVX2
+    EPYC at 7K, where nothing pays (the best shape at ~0.6), the full share left TokenSwift 3-4% behind."""
+    shapes = ladder((1, 3, 3, 3), 20)[:4]
+    levels, paths = [[5], [1, 2, 3], [1, 2, 3], [1, 2, 3]], []
+
+    def gaps(cost: float) -> set[int]:  # plain steps of 1/16 s between explorations; every shape emits 2 tokens
+        policy = CandidatePolicy(shapes, explore_every=8, plain_explore_share=0.25)
+        for _ in range(8):
+            policy.observe(policy.choose().cut(levels), paths, [5], cost)
+        policy.observe_plain(0.0625)
+        runs, plain = [], 0
+        for _ in range(400):
+            shape = policy.choose()
+            if shape is None:
+                plain += 1
+                policy.observe_plain(0.0625)
+                continue
+            runs.append(plain)
+            plain = 0
+            policy.observe(shape.cut(levels), paths, [5], cost)
+        return set(runs[1:])
+
+    near, middle, far = gaps(0.1328125), gaps(0.1796875), gaps(0.25)  # 0.94, 0.70 and 0.5 of plain steps' speed
+    assert near == {9}  # 0.133 s once plain steps took 0.133 / 0.25 s
+    assert middle == {24}  # about half the share (0.70: about halfway from 0.5 to 0.9)
+    assert far == {96}  # a sixth: 0.25 s once they took 6 s
 
 
 def test_a_shape_that_cannot_beat_plain_steps_is_never_run():

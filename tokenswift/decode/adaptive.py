@@ -22,7 +22,8 @@ iteration the policy picks one of a few nested shapes (tree widths, n-gram k), m
 - Plain steps: when one AR step (timed by the engine at the current context) emits more tokens per second
   than the best shape, nothing is drafted: the engine takes plain steps, and one TokenSwift iteration keeps
   α and the pass costs current, once the plain steps since the last one took 1 / `plain_explore_share`
-  times its cost (so exploring costs about that share of the time). Three explorations in four run the
+  times its cost (so exploring costs about that share of the time, a sixth of it where the best shape is far
+  behind plain steps: `_plain_share`). Three explorations in four run the
   best shape, the one closest to overtaking plain steps; the fourth the shape timed longest ago. Rotating
   through every shape spent most of the share on the largest, which on a CPU costs six plain steps and
   never pays, while the two-row shape crossed over unnoticed as the context grew. On a
@@ -57,6 +58,9 @@ from tokenswift.settings import NGRAM_LEN, max_nodes
 # While drafting, plain steps are re-timed only where the best shape is less than this many times as fast: a plain
 # time caught in one slow moment ran 40% high on this CPU (19.6 ms where plain steps took 14).
 PLAIN_CHECK_MARGIN = 1.5
+# While plain steps are faster, explorations take their full share of the time where the best shape writes at
+# NEAR_PLAIN of plain decoding's speed or more, a sixth of it at FAR_FROM_PLAIN or less (CandidatePolicy._plain_share).
+NEAR_PLAIN, FAR_FROM_PLAIN = 0.9, 0.5
 
 
 @dataclass(frozen=True)
@@ -234,9 +238,19 @@ class CandidatePolicy:
         """While plain steps are faster: the shape to run once they have taken `plain_run_s` since the last
         iteration that drafted, or None (not yet)."""
         explore = self._least_recent() if self.explorations % 4 == 3 else best
-        if self.seconds[explore] + self.switch_s > self.plain_explore_share * plain_run_s:
+        if self.seconds[explore] + self.switch_s > self._plain_share(best) * plain_run_s:
             return None
         return explore
+
+    def _plain_share(self, best: int) -> float:
+        """plain_explore_share where the best shape writes at NEAR_PLAIN of plain steps' speed or more, down to a
+        sixth of it at FAR_FROM_PLAIN and below. An exploration is a bet that the shape has caught up: on this
+        project's AVX2 CPU at 7K the best one wrote at ~0.6 of plain decoding's speed, and the full 3% of the time
+        spent on it left TokenSwift 3-4% behind plain decoding (`bench`) where it should be level. The speeds move
+        with the context and the text, slowly: a shape near plain steps is still re-timed often."""
+        ratio = self.tokens[best] / self.seconds[best] * self.plain_seconds
+        closeness = (ratio - FAR_FROM_PLAIN) / (NEAR_PLAIN - FAR_FROM_PLAIN)
+        return self.plain_explore_share * min(1.0, max(1.0 / 6.0, closeness))
 
     def _plain_is_faster(self, best: int) -> bool:
         if self.plain_explore_share is None or not self.plain_seconds or not self.seconds[best]:
