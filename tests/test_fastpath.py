@@ -596,32 +596,34 @@ def test_while_drafting_a_plain_step_now_and_then_keeps_the_plain_time_current()
     assert drafting(0.15, plain_explore_share=None)[1] == [False] * 12
 
 
+def exploration_gaps(share: float, cost: float, switch_s: float = 0.0) -> list[int]:
+    """The plain steps (1/16 s each) between explorations, the first gap left out, of a policy whose shapes each
+    emit 2 tokens an iteration of `cost` seconds (and switch_s to switch from plain steps to drafts)."""
+    shapes = ladder((1, 3, 3, 3), 20)[:4]
+    levels, paths = [[5], [1, 2, 3], [1, 2, 3], [1, 2, 3]], []
+    policy = CandidatePolicy(shapes, explore_every=8, plain_explore_share=share)
+    for _ in range(8):  # the warm-up
+        policy.observe(policy.choose().cut(levels), paths, [5], cost)
+    policy.observe_plain(0.0625)
+    runs, plain = [], 0
+    for _ in range(400):
+        shape = policy.choose()
+        if shape is None:
+            plain += 1
+            policy.observe_plain(0.0625)
+            continue
+        runs.append(plain)
+        plain = 0
+        policy.observe(shape.cut(levels), paths, [5], cost, switch_s)
+    return runs[1:]
+
+
 def test_the_switch_from_plain_steps_counts_against_exploring():
     """An exploration after plain steps pays the drafter's catch-up on their rows (switch_s): not the shape's time
     (the engine leaves it out), but part of what exploring costs, so explorations come that much further apart."""
-    shapes = ladder((1, 3, 3, 3), 20)[:4]
-    levels, paths = [[5], [1, 2, 3], [1, 2, 3], [1, 2, 3]], []
-
-    def gaps(switch_s: float) -> list[int]:
-        policy = CandidatePolicy(shapes, explore_every=8, plain_explore_share=3.0)  # a sixth: 0.5 (8 vs 16 tokens/s)
-        for _ in range(8):
-            shape = policy.choose()
-            policy.observe(shape.cut(levels), paths, [5], 0.25)
-        policy.observe_plain(0.0625)
-        runs, plain = [], 0
-        for _ in range(60):
-            shape = policy.choose()
-            if shape is None:
-                plain += 1
-                policy.observe_plain(0.0625)
-                continue
-            runs.append(plain)
-            plain = 0
-            policy.observe(shape.cut(levels), paths, [5], 0.25, switch_s)
-        return runs
-
-    assert set(gaps(0.0)[1:]) == {8}  # a pass of 0.25 s once plain steps took 0.25 / 0.5 s
-    assert set(gaps(0.25)[1:]) == {16}  # the pass and its switch, 0.5 s, once they took 1 s
+    # the shapes write at half plain decoding's speed: a sixth of the share, 0.5
+    assert set(exploration_gaps(3.0, 0.25)) == {8}  # a pass of 0.25 s once plain steps took 0.25 / 0.5 s
+    assert set(exploration_gaps(3.0, 0.25, switch_s=0.25)) == {16}  # the pass and its switch, 0.5 s, once they took 1 s
 
 
 def test_exploring_beside_plain_steps_favours_the_shape_closest_to_paying():
@@ -649,30 +651,11 @@ def test_exploring_takes_less_of_the_time_the_further_the_best_shape_is_behind_p
     """While plain steps are faster, an exploration comes once they took its time / plain_explore_share where the
     best shape writes at 0.9 of their speed or more, up to six times further apart as it falls to half: on the AVX2
     EPYC at 7K, where nothing pays (the best shape at ~0.6), the full share left TokenSwift 3-4% behind."""
-    shapes = ladder((1, 3, 3, 3), 20)[:4]
-    levels, paths = [[5], [1, 2, 3], [1, 2, 3], [1, 2, 3]], []
-
-    def gaps(cost: float) -> set[int]:  # plain steps of 1/16 s between explorations; every shape emits 2 tokens
-        policy = CandidatePolicy(shapes, explore_every=8, plain_explore_share=0.25)
-        for _ in range(8):
-            policy.observe(policy.choose().cut(levels), paths, [5], cost)
-        policy.observe_plain(0.0625)
-        runs, plain = [], 0
-        for _ in range(400):
-            shape = policy.choose()
-            if shape is None:
-                plain += 1
-                policy.observe_plain(0.0625)
-                continue
-            runs.append(plain)
-            plain = 0
-            policy.observe(shape.cut(levels), paths, [5], cost)
-        return set(runs[1:])
-
-    near, middle, far = gaps(0.1328125), gaps(0.1796875), gaps(0.25)  # 0.94, 0.70 and 0.5 of plain steps' speed
+    # 0.94, 0.70 and 0.48 of plain steps' speed
+    near, middle, far = (set(exploration_gaps(0.25, cost)) for cost in (0.1328125, 0.1796875, 0.26))
     assert near == {9}  # 0.133 s once plain steps took 0.133 / 0.25 s
     assert middle == {24}  # about half the share (0.70: about halfway from 0.5 to 0.9)
-    assert far == {96}  # a sixth: 0.25 s once they took 6 s
+    assert far == {100}  # a sixth: 0.26 s once they took 6.24 s
 
 
 def test_a_shape_that_cannot_beat_plain_steps_is_never_run():

@@ -59,8 +59,9 @@ from tokenswift.settings import NGRAM_LEN, max_nodes
 # time caught in one slow moment ran 40% high on this CPU (19.6 ms where plain steps took 14).
 PLAIN_CHECK_MARGIN = 1.5
 # While plain steps are faster, explorations take their full share of the time where the best shape writes at
-# NEAR_PLAIN of plain decoding's speed or more, a sixth of it at FAR_FROM_PLAIN or less (CandidatePolicy._plain_share).
-NEAR_PLAIN, FAR_FROM_PLAIN = 0.9, 0.5
+# NEAR_PLAIN of plain decoding's speed or more, FAR_SHARE of it at FAR_FROM_PLAIN or less
+# (CandidatePolicy._plain_share).
+NEAR_PLAIN, FAR_FROM_PLAIN, FAR_SHARE = 0.9, 0.5, 1 / 6
 
 
 @dataclass(frozen=True)
@@ -142,8 +143,9 @@ class CandidatePolicy:
     def __init__(self, shapes: Sequence[Shape], explore_every: int = 16, token_decay: float = 0.02,
                  time_samples: int = 3, plain_explore_share: float | None = 0.03, explore_share: float = 0.05):
         """explore_every: the fewest iterations between two re-timings of other shapes than the best;
-        explore_share: the most of the time they take. plain_explore_share: the share of time spent on
-        TokenSwift iterations while plain steps are faster; None: never take plain steps. time_samples: how
+        explore_share: the most of the time they take. plain_explore_share: the most of the time spent on
+        TokenSwift iterations while plain steps are faster (a sixth of it where the best shape is far behind them:
+        _plain_share); None: never take plain steps. time_samples: how
         many of a shape's latest timings (and of the plain steps') its time is the median of.
 
         token_decay: an iteration emits 1 or 2 tokens on a small shape, so an average over ~10 of them (0.1)
@@ -180,11 +182,12 @@ class CandidatePolicy:
         """The shape of the next iteration, or None for a plain step (only when plain_ok, or when nothing can be
         drafted)."""
         pick = self._pick()
-        if pick is None:
-            if plain_ok or not self.shapes:
-                return None
-            pick = best_shape(self.tokens, self.seconds)
-        self.plain_run_s = 0.0
+        if pick is not None:
+            self.plain_run_s = 0.0
+        elif plain_ok or not self.shapes:
+            return None
+        else:  # a pass the drafter needs (a due partial-cache selection), not an exploration: the plain run goes on,
+            pick = best_shape(self.tokens, self.seconds)  # or one every ~240 tokens would keep explorations away
         self.current = pick
         return self.shapes[pick]
 
@@ -245,12 +248,15 @@ class CandidatePolicy:
     def _plain_share(self, best: int) -> float:
         """plain_explore_share where the best shape writes at NEAR_PLAIN of plain steps' speed or more, down to a
         sixth of it at FAR_FROM_PLAIN and below. An exploration is a bet that the shape has caught up: on this
-        project's AVX2 CPU at 7K the best one wrote at ~0.6 of plain decoding's speed, and the full 3% of the time
-        spent on it left TokenSwift 3-4% behind plain decoding (`bench`) where it should be level. The speeds move
-        with the context and the text, slowly: a shape near plain steps is still re-timed often."""
+        project's AVX2 CPU at 7K the best one wrote at ~0.6-0.8 of plain decoding's speed, and exploring at the full
+        3% of the time (its switch included) lost up to ~3% to plain decoding, where TokenSwift should be level.
+        The speeds move with the context and the text, slowly: a shape near plain steps is still re-timed often,
+        one far behind at least once plain steps took 200 times its cost."""
+        if not (self.tokens[best] and self.seconds[best] and self.plain_seconds):
+            return self.plain_explore_share
         ratio = self.tokens[best] / self.seconds[best] * self.plain_seconds
         closeness = (ratio - FAR_FROM_PLAIN) / (NEAR_PLAIN - FAR_FROM_PLAIN)
-        return self.plain_explore_share * min(1.0, max(1.0 / 6.0, closeness))
+        return self.plain_explore_share * min(1.0, max(FAR_SHARE, closeness))
 
     def _plain_is_faster(self, best: int) -> bool:
         if self.plain_explore_share is None or not self.plain_seconds or not self.seconds[best]:
