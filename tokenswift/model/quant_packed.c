@@ -1,15 +1,15 @@
 /* Products of GGUF weights repacked a group of weight rows at a time: sixteen rows for AVX-512 VNNI (this
    project's EPYC), eight for AVX2 (CPUs without AVX-512: Zen 2/3, Intel client cores).
 
-   A weight row at a time (the file's own blocks), each block's 32 products end in eight lanes that are scaled and
-   summed apart, so every activation row paid ~12 vector operations per block of 32 and a verify batch's extra rows
-   cost a third of a plain step's products. Here a group of weight rows is stored block
-   by block as vpdpbusd reads it (lane r: four consecutive weights of row r), the activations' four-byte runs are
-   broadcast, and each block's integer sums land one per lane, exact: per block and row, two chains of four
-   vpdpbusd (AVX2: eight vpmaddubsw summed in 16 bits, one vpmaddwd), one conversion and two multiply-adds give a
-   group's outputs. The outputs come out as lanes, with no horizontal sums, and each activation row's arithmetic is
-   the same whatever rows share the call; a lane's float steps are the same in both builds (and the portable
-   loops'), so a weight row's product does not depend on which of them runs.
+   Multiplied a weight row at a time (the file's own blocks), each block's 32 products ended in eight lanes scaled
+   and summed apart, so every activation row paid ~12 vector operations per block of 32 and a verify batch's extra
+   rows cost a third of a plain step's products. Here a group of weight rows is stored block by block as vpdpbusd
+   reads it (lane r: four consecutive weights of row r), the activations' four-byte runs are broadcast, and each
+   block's integer sums land one per lane, exact: per block and row, two chains of four vpdpbusd (AVX2: eight
+   vpmaddubsw summed in 16 bits, one vpmaddwd), one conversion and two multiply-adds give a group's outputs. The
+   outputs come out as lanes, with no horizontal sums, and each activation row's arithmetic is the same whatever
+   rows share the call; a lane's float steps are the same in both builds (and the portable loops'), so a weight
+   row's product does not depend on which of them runs.
 
    A group's block: the rows' scales d and offsets m as float16 (w = d q + m; Q4_0's m is -8 d and Q5_0's -16 d,
    exact in float16; Q8_0 has none), then the weights: for Q4 and Q5 the file's own nibble bytes (byte j holds
@@ -112,8 +112,9 @@ void legacy_pack(int kind, const uint8_t *w, int64_t n, int64_t k, uint8_t *out)
                 if (kind >= KIND_Q5_0) {  /* bit j of qh: weight j's fifth bit; run t holds weights 4t..4t + 3 */
                     uint32_t qh;
                     memcpy(&qh, src + nibbles_at(kind) - 4, 4);
+                    uint8_t *masks = blk + WEIGHTS_AT + 16 * LANES;
                     for (int t = 0; t < 8; ++t)
-                        blk[WEIGHTS_AT + 16 * LANES + 8 * t + r / 2] |= (uint8_t)(((qh >> 4 * t) & 0x0F) << 4 * (r % 2));
+                        masks[8 * t + r / 2] |= (uint8_t)(((qh >> 4 * t) & 0x0F) << 4 * (r % 2));
                 }
             }
         }
@@ -188,7 +189,7 @@ INLINE void group_rows(const uint8_t *blk, int64_t nb, int kind, const int8_t *q
     for (int i = 0; i < R; ++i) _mm512_mask_storeu_ps(y + i * stride, keep, _mm512_add_ps(acc[i], off[i]));
 }
 #else
-/* group_rows on AVX2: a lane is a weight row (eight a group), the activation runs broadcast as on VNNI. A Q4 or Q5
+/* group_rows on AVX2: a lane is a weight row (eight a group), the activation runs broadcast as on VNNI. A Q4
    block's 32 products per lane are eight vpmaddubsw (nibbles 0..15 times activations within +-127: a pair's sum
    within 3,810) summed in 16 bits (16 products, within 30,480: exact) and widened once by vpmaddwd; Q8's weights
    are signed, so each run is vpsignb's |q| times the activations with q's signs (a pair within 32,512), widened
