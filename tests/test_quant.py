@@ -5,7 +5,6 @@ AVX-512 VNNI and by the portable loops, and a clear error where no C compiler ru
 from __future__ import annotations
 
 import ctypes
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -19,8 +18,7 @@ from tokenswift.model.quant import DENSE_ROWS, KINDS, LEGACY, PACKED, QuantLinea
 
 OUT, IN = 96, 320  # ten blocks of 32 per row
 # What -march=native -mno-avx512f keeps for quant_packed.c's AVX2 loops (the CPUs this project runs on have them).
-CPU_FLAGS = next((line for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("flags")), "")
-AVX2 = {"avx2", "fma", "f16c"} <= set(CPU_FLAGS.split())
+AVX2 = {"avx2", "fma", "f16c"} <= set(native.cpu_flags().split())
 
 
 def quantized(kind: str, seed: int = 0) -> tuple[QuantLinear, np.ndarray]:

@@ -69,13 +69,17 @@ def signatures(real) -> dict[str, tuple[list, object]]:
                    "noise_uniforms": ([PTR, PTR, I64, I64, PTR], None)}
 
 
+def cpu_flags() -> str:
+    """The CPU's flags line from /proc/cpuinfo ("" where there is none): what -march=native builds for."""
+    cpuinfo = Path("/proc/cpuinfo")
+    if not cpuinfo.exists():
+        return ""
+    return next((line for line in cpuinfo.read_text().splitlines() if line.startswith("flags")), "")
+
+
 def _cpu_key() -> str:
     """What the compiled file depends on besides its sources: -march=native builds for this CPU."""
-    flags = ""
-    cpuinfo = Path("/proc/cpuinfo")
-    if cpuinfo.exists():
-        flags = next((line for line in cpuinfo.read_text().splitlines() if line.startswith("flags")), "")
-    return f"{platform.machine()} {platform.system()} {flags}"
+    return f"{platform.machine()} {platform.system()} {cpu_flags()}"
 
 
 @functools.cache
