@@ -15,6 +15,7 @@ import torch
 
 from tokenswift.bench.counting import counting, per_step
 from tokenswift.bench.shapes import preset, random_heads, random_model
+from tokenswift.decode import clock
 from tokenswift.decode.engine import Engine
 from tokenswift.decode.options import EngineOptions
 from tokenswift.draft import build, drafting
@@ -47,6 +48,13 @@ def lm():
 def gpu_sampler(monkeypatch):
     """No C rows for the sampler, as on a GPU: a CPU's ranks the noise of a few tokens on the host."""
     monkeypatch.setattr("tokenswift.decode.engine.sampler_rows", lambda *args: None)
+
+
+@pytest.fixture(autouse=True)
+def probes_apart(monkeypatch):
+    """The counted iterations meet no AR probe: the first comes in the warm-up (engine()), the next 8 s later, as
+    before the early probes (clock.EARLY_PROBE_S) that settle time saved came a quarter of a second apart."""
+    monkeypatch.setattr(clock, "EARLY_PROBE_S", clock.PROBE_INTERVAL_S)
 
 
 @pytest.fixture

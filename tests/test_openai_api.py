@@ -82,7 +82,10 @@ def openai_app(tmp_path_factory, stories_path):
 
 
 def test_models_lists_the_model_new_drafts_run_on(openai_app):
-    assert [m.id for m in openai_app.client.models.list().data] == [str(openai_app.model)]
+    """By its folder's or file's name: its full path named the server's folders to every client."""
+    name = Path(openai_app.model).name
+    assert [m.id for m in openai_app.client.models.list().data] == [name] and "/" not in name
+    assert openai_app.client.completions.create(model="any", prompt=PROMPT, max_tokens=2, seed=1).model == name
 
 
 def test_a_completion_is_plain_decodings_text_whole_or_streamed_and_a_draft(openai_app, stories64):
@@ -174,6 +177,16 @@ def test_a_bad_value_is_refused_in_openais_shape_naming_the_field(openai_app, ex
     error = refused.value.response.json()["error"]
     assert refused.value.status_code == 400 and error["param"] == param and error["message"].startswith(f"{param}: ")
     assert error["type"] == "invalid_request_error"
+
+
+def test_a_target_out_of_the_apps_range_is_refused_in_its_words(openai_app):
+    """max_tokens below 1 or over 10,000,000: the app's range (ui.drafts.limits), not Settings' "1..2**63-1"."""
+    for value in (-1, 0, 10**8):
+        with pytest.raises(BadRequestError) as refused:
+            openai_app.client.completions.create(model="any", prompt=PROMPT, max_tokens=value)
+        error = refused.value.response.json()["error"]
+        assert error["param"] == "max_tokens"
+        assert error["message"].startswith("max_tokens: must be between 1 and 10,000,000 tokens")
 
 
 def test_writers_fields_reach_the_draft_and_unknown_ones_are_ignored(openai_app):

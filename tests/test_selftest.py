@@ -16,6 +16,7 @@ from speed import AR
 
 from tokenswift.bench.counting import counting
 from tokenswift.bench.shapes import preset, random_heads, random_model
+from tokenswift.decode.clock import PROBE_INTERVAL_S
 from tokenswift.decode.engine import Engine
 from tokenswift.decode.generate import Generator
 from tokenswift.decode.options import EngineOptions, PathChoice
@@ -290,6 +291,8 @@ def test_host_syncs_per_iteration_on_the_fast_path(stories64, drafter, monkeypat
     none). What remains is the drafts' top-k, a nonzero and a read per draft depth (drafting.py, sampler.py) plus the
     noise keys' upload (keys.py): the CPU's ranking; on CUDA one read for every depth (test_iteration_counts.py)."""
     monkeypatch.setattr("tokenswift.decode.engine.sampler_rows", lambda *args: None)
+    # the counted steps meet no AR probe: the next after the warm-up's comes 8 s later, not EARLY_PROBE_S
+    monkeypatch.setattr("tokenswift.decode.clock.EARLY_PROBE_S", PROBE_INTERVAL_S)
     lm = dataclasses.replace(stories64, heads=random_heads(stories64.config, "cpu", torch.float64, seed=2))
     prompt = lm.encode(PROMPT)
     s = Settings(max_new_tokens=400, seed=2, ignore_eos=True, **MINP)

@@ -22,10 +22,11 @@ SLOW_S = 0.5  # what a probe costs while another process has the core
 
 
 class Clock:
-    """time.perf_counter: a millisecond passes at each read, and `stall` seconds more when asked."""
+    """time.perf_counter: a millisecond passes at each read, and `stall` seconds more when asked. It starts where a
+    process's clock would (far from 0: the first probe is due at the first warm step)."""
 
     def __init__(self):
-        self.now = 0.0
+        self.now = 1000.0
 
     def __call__(self) -> float:
         self.now += 0.001
@@ -35,12 +36,14 @@ class Clock:
         self.now += SLOW_S
 
 
-def run_with_probes(stories64, monkeypatch, slow) -> tuple[list[int], float, float]:
-    """A TokenSwift run that probes AR at every iteration; the probes whose number `slow` accepts stall the clock.
-    Returns the ids, the time saved and the final AR step time."""
+def run_with_probes(stories64, monkeypatch, slow, every_step: bool = True) -> tuple[list[int], float, float]:
+    """A TokenSwift run that probes AR at every iteration (every_step; else at the engine's own intervals); the probes
+    whose number `slow` accepts stall the clock. Returns the ids, the time saved and the final AR step time."""
     clock, probes = Clock(), []
     monkeypatch.setattr(time, "perf_counter", clock)
-    monkeypatch.setattr(engine_clock, "PROBE_INTERVAL_S", 0.0)
+    if every_step:
+        monkeypatch.setattr(engine_clock, "PROBE_INTERVAL_S", 0.0)
+        monkeypatch.setattr(engine_clock, "EARLY_PROBE_S", 0.0)
     ar_token = engine_module.Engine._ar_token
 
     def probe(engine, n):
@@ -52,7 +55,7 @@ def run_with_probes(stories64, monkeypatch, slow) -> tuple[list[int], float, flo
     monkeypatch.setattr(engine_module.Engine, "_ar_token", probe)
     gen = Generator(stories64, SETTINGS, stories64.encode("Once upon a time"))
     ids = gen.run()
-    assert len(probes) > 8  # one an iteration
+    assert len(probes) > (8 if every_step else 0)  # one an iteration, or the early ones
     metrics = gen.metrics()
     return ids, metrics.time_saved_s, metrics.ar_latency_s
 
@@ -69,6 +72,18 @@ def test_one_slow_ar_probe_does_not_inflate_time_saved(stories64, monkeypatch):
     assert slow[1] > steady[1] + SLOW_S * (SETTINGS.max_new_tokens // 2)
 
 
+def test_a_slow_first_probe_does_not_price_the_run(stories64, monkeypatch):
+    """At the engine's own intervals the first probe stood alone for 8 s: taken while the machine was busy, it priced
+    every step of a short draft at its time (a 300-token draft read 1.70x and 6 s saved where nothing was). Time
+    saved now waits for clock.SETTLED probes, taken EARLY_PROBE_S apart, and prices the steps before at their
+    median. (The fake clock's run lasts about half a second: its early probes come 20 ms apart.)"""
+    monkeypatch.setattr(engine_clock, "EARLY_PROBE_S", 0.02)
+    steady = run_with_probes(stories64, monkeypatch, lambda probe: False, every_step=False)
+    spiked = run_with_probes(stories64, monkeypatch, lambda probe: probe == 1, every_step=False)
+    assert steady[0] == spiked[0] and steady[2] > 0
+    assert spiked[1] == pytest.approx(steady[1], abs=1e-6) and spiked[2] == pytest.approx(steady[2])
+
+
 def test_a_step_after_a_pause_is_not_timed(stories64, monkeypatch):
     """Another engine's turn (bench's alternation, a Compare run's other side) leaves the next step cold: at a 7K
     context it ran 30% slower than the steps around it, and a probe taken there made the adaptive policy draft
@@ -77,6 +92,7 @@ def test_a_step_after_a_pause_is_not_timed(stories64, monkeypatch):
     clock = Clock()
     monkeypatch.setattr(time, "perf_counter", clock)
     monkeypatch.setattr(engine_clock, "PROBE_INTERVAL_S", 0.0)  # a probe at every warm step
+    monkeypatch.setattr(engine_clock, "EARLY_PROBE_S", 0.0)
     timings = []  # what the policy was told: ("plain", s) or ("shape", s or None)
     observe, observe_plain = CandidatePolicy.observe, CandidatePolicy.observe_plain
     monkeypatch.setattr(CandidatePolicy, "observe",

@@ -490,7 +490,8 @@ def test_forms_charts_and_word_count_without_an_app():
     assert charts.hits_per_1k(points) == ([512, 768], [1000 * 4 / 256, 1000 * 2 / 256])  # resumed: new base
     for chart in (charts.alpha_chart, charts.ngram_chart, charts.speed_chart, charts.saved_chart):
         for series in ([], [("", points)], [("A", points), ("B", points[:1])]):
-            go.Figure(chart(series).to_dict())  # the hand-built dicts pass plotly's own validation
+            figure = go.Figure(chart(series).to_dict())  # the hand-built dicts pass plotly's own validation
+            assert figure.layout.xaxis.rangemode == "tozero"  # whole tokens: no ticks at 25.5 under a first point
 
     watch = Watch(1, None, tail="Once")
     for text in (" upon a ti", "me there", " was a fox.\n"):  # "time" is split across two chunks
@@ -518,8 +519,19 @@ def test_context_shift_choice_and_the_context_line():
     assert "context: memory 180 + last 7,800 tokens" in views.progress_line(record, 40, point)
     bare = MetricPoint(tokens=50, elapsed_s=1.0, context_pinned=0, context_recent=7_800, shifts=3)  # no Memory set
     assert "context: last 7,800 tokens" in views.progress_line(record, 40, bare)
-    with pytest.raises(FormError, match=r"Target length: must be at most 10,000,000 tokens"):
-        SettingsForm(target=10**12).to_settings()
+    for target in (10**12, 0, -5):  # below 1 in the app's words too (Settings' range read "1..263-1" in Markdown)
+        with pytest.raises(FormError, match=rf"Target length: must be between 1 and 10,000,000 .*not {target:,}"):
+            SettingsForm(target=target).to_settings()
+
+
+def test_an_edit_reads_as_saved_until_it_is_written_on():
+    """A saved edit says so; an edit of a paused draft, resumed to its end, is done like any draft (it read "Your
+    edit ... Continue writes on from your text" ever after)."""
+    saved = _record(origin="edit", parent_id=2, status="done", finish_reason="edit", produced_tokens=0)
+    assert "**Your edit** — Draft #1, your revision of #2" in views.progress_line(saved, 40, None)
+    resumed = _record(origin="edit", parent_id=2, status="done", finish_reason="length", produced_tokens=100,
+                      elapsed_s=3.0)
+    assert "**Done** (target reached)" in views.progress_line(resumed, 40, None)
 
 
 def _record(**changes):

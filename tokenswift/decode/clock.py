@@ -26,6 +26,12 @@ PROBE_INTERVAL_S = 8.0
 # process had the core) would otherwise count as seconds saved for every iteration until the next probe,
 # and the time-saved curve would jump up and drift back.
 AR_SAMPLES = 5
+# Until this many timings exist, the probe comes every EARLY_PROBE_S and time saved waits for their median
+# (RunMetrics.add_step prices the steps in between then): a run's first probe alone, taken while a browser page loaded,
+# stood for every step until the next one 8 s later, and a 300-token draft read "1.70x plain decoding, 6 s saved" where
+# plain steps ran three times as fast as that probe and nothing was saved. A few probes more cost a few plain steps.
+SETTLED = 3
+EARLY_PROBE_S = 0.25
 # A gap this long between two steps leaves the next one cold (a step takes milliseconds, the worker's writes
 # between steps well under this).
 COLD_GAP_S = 0.25
@@ -46,16 +52,18 @@ class StepClock:
         self.step_end = time.perf_counter()
 
     def probe_due(self, warm: bool) -> bool:
-        """Whether to time a plain step at the current context before a warm step (PROBE_INTERVAL_S)."""
+        """Whether to time a plain step at the current context before a warm step (PROBE_INTERVAL_S; EARLY_PROBE_S until
+        SETTLED timings exist)."""
         now = time.perf_counter()
-        return warm and now - self.last_probe >= PROBE_INTERVAL_S
+        interval = PROBE_INTERVAL_S if len(self.ar_times) >= SETTLED else EARLY_PROBE_S
+        return warm and now - self.last_probe >= interval
 
     def plain_step(self, seconds: float) -> float:
         """A warm plain step took `seconds` (a probe, or the adaptive policy's plain gear): returns the AR step time
-        that time saved is counted against from now on."""
+        that time saved is counted against from now on, 0.0 while fewer than SETTLED timings exist (none yet)."""
         self.ar_times.append(seconds)
         self.last_probe = time.perf_counter()
-        return ar_estimate(self.ar_times)
+        return ar_estimate(self.ar_times) if len(self.ar_times) >= SETTLED else 0.0
 
 
 def ar_estimate(samples) -> float:

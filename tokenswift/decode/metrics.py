@@ -28,6 +28,9 @@ class RunMetrics:
     prefill_s: float = 0.0
     ar_latency_s: float = 0.0  # AR step time at the current context: the median of clock.AR_SAMPLES timings
     time_saved_s: float = 0.0
+    # Iterations before the AR step time settled (clock.SETTLED): tokens and seconds, priced at its first value.
+    unpriced_tokens: int = 0
+    unpriced_s: float = 0.0
     accept_histogram: list[int] = field(default_factory=lambda: [0] * 9)
     verify_batch: int = 0  # verify rows (padded candidate batch) of the latest iteration: the adaptive choice
     verify_batches: dict[str, int] = field(default_factory=dict)  # iterations per verify batch size
@@ -57,8 +60,13 @@ class RunMetrics:
         self.verify_s += verify_s
         self.overhead_s += overhead_s
         self.accept_histogram[min(accepted, len(self.accept_histogram) - 1)] += 1
+        spent = draft_s + verify_s + overhead_s
         if self.ar_latency_s:
-            self.time_saved_s += emitted * self.ar_latency_s - (draft_s + verify_s + overhead_s)
+            self.time_saved_s += (emitted + self.unpriced_tokens) * self.ar_latency_s - (spent + self.unpriced_s)
+            self.unpriced_tokens, self.unpriced_s = 0, 0.0
+        else:
+            self.unpriced_tokens += emitted
+            self.unpriced_s += spent
 
     def add_shift(self, seconds: float, rows: int, ready: int) -> None:
         """A context shift of `rows` slots, `ready` of them filled ahead: not counted against time saved, since plain

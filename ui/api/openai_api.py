@@ -30,6 +30,7 @@ import threading
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import anyio
 from fastapi import APIRouter, Depends, FastAPI, Request
@@ -39,6 +40,7 @@ from starlette.concurrency import run_in_threadpool
 
 from storage import Conflict, NotFound, StoreError
 from storage.records import GenerationRecord
+from tokenswift.model.hf_files import is_hub_id
 from tokenswift.settings import DraftSettings, Settings, SettingsError
 from ui.api.follow import Commits
 from ui.api.openai_input import (
@@ -75,7 +77,7 @@ def create_openai_router(store: ApiStore, tokens: PromptTokens, texts: DraftText
 
     @router.get("/models")
     def models() -> dict:
-        model = drafts.model()
+        model = drafts.model_name()
         card = {"id": model, "object": "model", "created": 0, "owned_by": "tokenswift-studio"}
         return {"object": "list", "data": [card] if model else []}
 
@@ -114,6 +116,14 @@ class Drafts:
         target = self.tokens.target()
         return target[0] if target else None
 
+    def model_name(self) -> str | None:
+        """The model as clients see it (/v1/models, each reply's "model"): a hub id as it is, a local file or folder by
+        its name. Its full path named the server's folders to every client, SillyTavern showing it as the model."""
+        model = self.model()
+        if model is None or is_hub_id(model):
+            return model
+        return Path(model).name or model
+
     def enqueue(self, prompt: str, settings: Settings, prompt_ids: list[int] | None = None) -> GenerationRecord:
         """The request's draft, started through the drafts service (ui/drafts/drafts.py) as every front door's is; its
         refusal names the field as this request named it."""
@@ -138,7 +148,7 @@ class Drafts:
         return rendered
 
     async def answer(self, request: Request, gen: GenerationRecord, parsed: Parsed, chat: bool):
-        reply = Reply(chat, f"{'chatcmpl' if chat else 'cmpl'}-{gen.id}", self.model() or "tokenswift",
+        reply = Reply(chat, f"{'chatcmpl' if chat else 'cmpl'}-{gen.id}", self.model_name() or "tokenswift",
                       int(time.time()))
         headers = {"X-TokenSwift-Draft": str(gen.id)}  # the draft's id, for the /api and the Library
         if parsed.stream:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tokenswift.settings import INT64_MAX, TEXT_FIELDS, WRITING_DEFAULTS, Settings, SettingsError
-from ui.drafts.limits import printable, unicode_problem
+from ui.drafts.limits import printable, target_problem, unicode_problem
 
 OPENAI_PREFIX = "/v1"
 NUMBER, INTEGER, FLAG, STRINGS, BREAKERS = "a number", "an integer", "true or false", "strings", "breakers"
@@ -90,6 +90,8 @@ def parse_options(payload: dict[str, Any], kind: str) -> Parsed:
         if field in sent and values[field] != value:
             raise bad(name, f"disagrees with {sent[field]}; send one of them")
         values[field], sent[field] = value, name
+    if problem := target_problem(values["max_new_tokens"]):  # the app's range, before Settings' 1..2**63-1
+        raise bad(sent.get("max_new_tokens", "max_tokens"), problem)
     try:
         settings = Settings.from_dict(values)
     except SettingsError as error:

@@ -40,7 +40,8 @@ def _figure(title: str, y_title: str, traces: list[dict], *, legend: bool = Fals
         "paper_bgcolor": "white", "plot_bgcolor": "white", "font": {"family": "sans-serif", "color": "#374151"},
         # Below the axis title: above the plot, a legend of several runs ran into the chart's title.
         "legend": {"orientation": "h", "y": -0.3, "yanchor": "top", "x": 0, "xanchor": "left"},
-        "xaxis": _axis("generated tokens"), "yaxis": _axis(y_title),
+        # From 0: a first point alone (at 25 tokens) got ticks at 25, 25.5, 26 on an axis of whole tokens.
+        "xaxis": _axis("generated tokens", rangemode="tozero"), "yaxis": _axis(y_title),
         **layout,
     }
     for axis in ("xaxis", "yaxis", "yaxis2"):

@@ -48,7 +48,7 @@ def progress_line(record: GenerationRecord, words: int, latest: MetricPoint | No
     if status == "paused":
         then = "writes on from your edited text" if record.origin == "edit" else "continues the very same text"
         return f"{dot('wait')} **Paused** — {head}. *Resume* {then}{worker_note}."
-    if record.origin == "edit" and status == "done":
+    if record.origin == "edit" and status == "done" and record.finish_reason == "edit":  # saved, not written on
         return (f"{dot('ok')} **Your edit** — Draft #{record.id}, your revision of #{record.parent_id} "
                 f"(kept as the model wrote it). *Continue* writes on from your text.")
     if status == "done":

@@ -16,9 +16,10 @@ MAX_NEW_TOKENS = 10_000_000
 
 
 def target_problem(max_new_tokens: int) -> str | None:
-    """Why a draft's target is refused (beyond MAX_NEW_TOKENS); None if it is not. Below 1: Settings' own check."""
-    if max_new_tokens > MAX_NEW_TOKENS:
-        return f"must be at most {MAX_NEW_TOKENS:,} tokens (about 7.5 million words), not {max_new_tokens:,}"
+    """Why a draft's target is refused (below 1 or beyond MAX_NEW_TOKENS); None if it is not. In the app's range, not
+    Settings' own (1..2**63-1, which a form's Markdown showed as "1..263-1")."""
+    if not 1 <= max_new_tokens <= MAX_NEW_TOKENS:
+        return f"must be between 1 and {MAX_NEW_TOKENS:,} tokens (about 7.5 million words), not {max_new_tokens:,}"
     return None
 
 

@@ -162,7 +162,7 @@ SettingsForm = make_dataclass("SettingsForm", [
 
 def settings_from(values: dict) -> DraftSettings:
     """One flat set of values, the text's and the speed's (a stored draft's JSON), or FormError naming the box."""
-    if problem := target_problem(values.get("max_new_tokens", 0)):
+    if "max_new_tokens" in values and (problem := target_problem(values["max_new_tokens"])):
         raise FormError(f"Target length: {problem}")
     try:
         return DraftSettings.from_dict(values)
