@@ -52,8 +52,8 @@ def gpu_sampler(monkeypatch):
 
 @pytest.fixture(autouse=True)
 def probes_apart(monkeypatch):
-    """The counted iterations meet no AR probe: the first comes in the warm-up (engine()), the next 8 s later, as
-    before the early probes (clock.EARLY_PROBE_S) that settle time saved came a quarter of a second apart."""
+    """The counted iterations meet no AR probe: the first comes in the warm-up (engine()) and the next 8 s later,
+    where the early probes that settle time saved (clock.EARLY_PROBE_S) would come every quarter of a second."""
     monkeypatch.setattr(clock, "EARLY_PROBE_S", clock.PROBE_INTERVAL_S)
 
 

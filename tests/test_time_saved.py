@@ -14,6 +14,7 @@ import tokenswift.decode.clock as engine_clock
 import tokenswift.decode.engine as engine_module
 from tokenswift.decode.adaptive import CandidatePolicy
 from tokenswift.decode.generate import Generator
+from tokenswift.decode.metrics import RunMetrics
 from tokenswift.decode.options import EngineOptions
 from tokenswift.settings import Settings
 
@@ -82,6 +83,26 @@ def test_a_slow_first_probe_does_not_price_the_run(stories64, monkeypatch):
     spiked = run_with_probes(stories64, monkeypatch, lambda probe: probe == 1, every_step=False)
     assert steady[0] == spiked[0] and steady[2] > 0
     assert spiked[1] == pytest.approx(steady[1], abs=1e-6) and spiked[2] == pytest.approx(steady[2])
+
+
+def test_the_clock_settles_on_timings_apart_and_the_steps_before_are_priced_then(monkeypatch):
+    """Plain steps back to back (the adaptive policy's plain gear) share one busy moment: they count as one timing
+    towards clock.SETTLED. Iterations before the estimate settles are priced at it, not dropped."""
+    clock = Clock()
+    monkeypatch.setattr(time, "perf_counter", clock)
+    step_clock = engine_clock.StepClock()
+    assert [step_clock.plain_step(0.05) for _ in range(5)] == [None] * 5  # within milliseconds: one timing
+    for seconds in (0.01, 0.01):
+        clock.now += engine_clock.EARLY_PROBE_S
+        estimate = step_clock.plain_step(seconds)
+    assert step_clock.settled() and estimate == pytest.approx(0.05)  # the median of the last five timings
+
+    metrics = RunMetrics("tokenswift")
+    metrics.add_step(3, 2, 0, False, 0.01, 0.02, 0.0)  # unpriced: no estimate yet
+    assert metrics.time_saved_s == 0.0 and "unpriced_tokens" not in metrics.to_dict()
+    metrics.ar_latency_s = 0.02
+    metrics.add_step(2, 1, 0, False, 0.01, 0.02, 0.0)
+    assert metrics.time_saved_s == pytest.approx((3 + 2) * 0.02 - 0.06)
 
 
 def test_a_step_after_a_pause_is_not_timed(stories64, monkeypatch):

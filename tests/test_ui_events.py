@@ -532,6 +532,8 @@ def test_an_edit_reads_as_saved_until_it_is_written_on():
     resumed = _record(origin="edit", parent_id=2, status="done", finish_reason="length", produced_tokens=100,
                       elapsed_s=3.0)
     assert "**Done** (target reached)" in views.progress_line(resumed, 40, None)
+    ended = _record(origin="edit", parent_id=2, status="done", finish_reason="eos", produced_tokens=60, elapsed_s=2.0)
+    assert "**Done** (the model ended the text at 60 tokens)" in views.progress_line(ended, 40, None)
 
 
 def _record(**changes):

@@ -126,8 +126,9 @@ class BannedEngine:
         self.watch.cut(k - self.shown, self.story)
         prefill_s = self.metrics.prefill_s
         self.engine.close()
+        clock = self.engine.clock  # its AR step timings: a few tokens back they still hold, and time saved needs them
         self.engine = self.open(self.story, {k: self.bans[k]}, self.engine.window.plan)
-        self.engine.metrics = self.metrics
+        self.engine.metrics, self.engine.clock = self.metrics, clock
         tokens = self.engine.start()
         self.metrics.prefill_s = prefill_s
         self.metrics.add_rewind(time.perf_counter() - t0)

@@ -26,10 +26,11 @@ PROBE_INTERVAL_S = 8.0
 # process had the core) would otherwise count as seconds saved for every iteration until the next probe,
 # and the time-saved curve would jump up and drift back.
 AR_SAMPLES = 5
-# Until this many timings exist, the probe comes every EARLY_PROBE_S and time saved waits for their median
-# (RunMetrics.add_step prices the steps in between then): a run's first probe alone, taken while a browser page loaded,
-# stood for every step until the next one 8 s later, and a 300-token draft read "1.70x plain decoding, 6 s saved" where
-# plain steps ran three times as fast as that probe and nothing was saved. A few probes more cost a few plain steps.
+# Until this many timings EARLY_PROBE_S apart exist, the probe comes every EARLY_PROBE_S and time saved waits for their
+# median (RunMetrics.add_step prices the steps in between then): a run's first probe alone, taken while a browser page
+# loaded, stood for every step until the next one 8 s later, and a 300-token draft read "1.70x plain decoding, 6 s
+# saved" where plain steps ran three times as fast as that probe and nothing was saved. Apart, because one busy moment
+# slows steps taken back to back alike (the adaptive policy's plain steps). A few probes more cost a few plain steps.
 SETTLED = 3
 EARLY_PROBE_S = 0.25
 # A gap this long between two steps leaves the next one cold (a step takes milliseconds, the worker's writes
@@ -43,6 +44,8 @@ class StepClock:
     last_probe: float = 0.0
     step_end: float = -math.inf  # -inf: no step yet, the first one is cold
     ar_times: deque[float] = field(default_factory=lambda: deque(maxlen=AR_SAMPLES))
+    spread: int = 0  # timings so far at least EARLY_PROBE_S after the last one counted (SETTLED)
+    last_spread: float = -math.inf
 
     def warm(self) -> bool:
         """Whether a step starting now follows the last one without a pause (its time is representative)."""
@@ -53,17 +56,23 @@ class StepClock:
 
     def probe_due(self, warm: bool) -> bool:
         """Whether to time a plain step at the current context before a warm step (PROBE_INTERVAL_S; EARLY_PROBE_S until
-        SETTLED timings exist)."""
+        settled)."""
         now = time.perf_counter()
-        interval = PROBE_INTERVAL_S if len(self.ar_times) >= SETTLED else EARLY_PROBE_S
+        interval = PROBE_INTERVAL_S if self.settled() else EARLY_PROBE_S
         return warm and now - self.last_probe >= interval
 
-    def plain_step(self, seconds: float) -> float:
+    def settled(self) -> bool:
+        return self.spread >= SETTLED
+
+    def plain_step(self, seconds: float) -> float | None:
         """A warm plain step took `seconds` (a probe, or the adaptive policy's plain gear): returns the AR step time
-        that time saved is counted against from now on, 0.0 while fewer than SETTLED timings exist (none yet)."""
+        that time saved is counted against from now on, None until settled."""
+        now = time.perf_counter()
         self.ar_times.append(seconds)
-        self.last_probe = time.perf_counter()
-        return ar_estimate(self.ar_times) if len(self.ar_times) >= SETTLED else 0.0
+        self.last_probe = now
+        if now - self.last_spread >= EARLY_PROBE_S:
+            self.spread, self.last_spread = self.spread + 1, now
+        return ar_estimate(self.ar_times) if self.settled() else None
 
 
 def ar_estimate(samples) -> float:

@@ -330,8 +330,7 @@ class Engine:
         dt = self._less_builds(time.perf_counter() - t0, b0)
         self.metrics.add_plain_step(dt)
         if warm:  # this step measured AR at the current context
-            self.metrics.ar_latency_s = self.clock.plain_step(dt)
-            self.policy.observe_plain(dt)
+            self._timed_plain(dt)
         self.clock.ended()
         return StepResult([token])
 
@@ -379,9 +378,14 @@ class Engine:
         self._tops.clear()  # the probe's token is thrown away, and so are its alternatives
         self._sync()
         dt = self._less_builds(time.perf_counter() - t0, b0)
-        self.metrics.ar_latency_s = self.clock.plain_step(dt)
+        self._timed_plain(dt)
+
+    def _timed_plain(self, seconds: float) -> None:
+        """A warm plain step's time (a probe's, the plain gear's): the policy's, and time saved's once settled."""
+        if (estimate := self.clock.plain_step(seconds)) is not None:
+            self.metrics.ar_latency_s = estimate
         if self.policy is not None:
-            self.policy.observe_plain(dt)
+            self.policy.observe_plain(seconds)
 
     def _sample(self, logits: torch.Tensor, window: torch.Tensor | None, position: int) -> int:
         """The target's token at story position `position` from one row of logits [1, vocab]; when recording, also

@@ -91,6 +91,7 @@ class RunMetrics:
         steps = max(self.steps, 1)
         elapsed = self.elapsed_s
         out = asdict(self)
+        del out["unpriced_tokens"], out["unpriced_s"]  # the accounting's own state, not a figure of the run
         out.update(
             elapsed_s=elapsed,
             tokens_per_s=self.tokens / elapsed if elapsed > 0 else 0.0,

@@ -29,7 +29,8 @@ applies from the draft's next resume. So is World Info ("world_info": {"depth", 
 "secondary_keys", "content", "constant", "enabled"}]}, tokenswift/text/world_info.py; null or absent: none; in PUT
 .../context, absent: unchanged), its errors named by entry and field ("world_info.entries[3].keys: ...").
 Targets past the model's context are accepted while context shifting is on (settings.context_shift, default
-on; false refuses them as before); a max_new_tokens above ui.drafts.limits.MAX_NEW_TOKENS (10,000,000) is a 422.
+on; false refuses them as before); a max_new_tokens below 1 or above ui.drafts.limits.MAX_NEW_TOKENS (10,000,000)
+is a 422.
 
 Validation errors are 422 in FastAPI's shape, {"detail": [{"loc": [...], "msg", "type"}]}, and every
 msg starts with the field it is about ("settings.penalty_window: must be in 0..131072"). Settings go through

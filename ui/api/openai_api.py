@@ -140,9 +140,10 @@ class Drafts:
         model = self.model()
         if model is None:
             raise OpenAIError(503, "no model is chosen yet: choose one in the Model tab", None, "no_model")
-        rendered = self.tokens.use(model, lambda tokenizer, _context: render_chat(tokenizer, messages, model))
+        name = self.model_name()
+        rendered = self.tokens.use(model, lambda tokenizer, _context: render_chat(tokenizer, messages, name))
         if rendered is None:
-            raise OpenAIError(503, f"the chat template of {model} cannot be read in the app's process (its tokenizer "
+            raise OpenAIError(503, f"the chat template of {name} cannot be read in the app's process (its tokenizer "
                                    "did not load here); send a prompt you format yourself to /v1/completions", None,
                               "tokenizer_unavailable")
         return rendered

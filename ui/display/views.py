@@ -69,7 +69,7 @@ def why_ended(record: GenerationRecord) -> str:
         return f"failed at {at}: {html.escape(record.error or 'unknown error')}"
     if record.status == "cancelled":
         return f"stopped by you at {at}"
-    if record.status != "done" or record.produced_tokens >= record.target_tokens or record.origin == "edit":
+    if record.status != "done" or record.produced_tokens >= record.target_tokens or record.finish_reason == "edit":
         return ""
     return {"eos": f"the model ended the text at {at}",
             "stop": f"a stop string ended it at {at}"}.get(record.finish_reason or "", f"ended at {at}")
