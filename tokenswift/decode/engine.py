@@ -158,8 +158,7 @@ class Engine:
         return self.window.context_use(self.length)
 
     def close(self) -> None:
-        """The run is over, or pauses for another engine's turn: stop filling its next window ahead (a step after
-        this starts again)."""
+        """The run is over, or pauses for another engine's turn: stop filling its next window ahead (till a step)."""
         self.window.close()
 
     root = property(lambda self: self.ids[-1])
@@ -359,8 +358,7 @@ class Engine:
 
     def _target_token(self, logits: torch.Tensor, trie, node: int, L: int) -> int:
         """The target's token after `node`, from that row's logits [1, vocab]."""
-        path = []
-        i = node
+        path, i = [], node
         while i > 0:
             path.append(trie.tokens[i])
             i = trie.parents[i]
@@ -377,13 +375,11 @@ class Engine:
         self._ar_token(self.length)
         self._tops.clear()  # the probe's token is thrown away, and so are its alternatives
         self._sync()
-        dt = self._less_builds(time.perf_counter() - t0, b0)
-        self._timed_plain(dt)
+        self._timed_plain(self._less_builds(time.perf_counter() - t0, b0))
 
     def _timed_plain(self, seconds: float) -> None:
         """A warm plain step's time (a probe's, the plain gear's): the policy's, and time saved's once settled."""
-        if (estimate := self.clock.plain_step(seconds)) is not None:
-            self.metrics.ar_latency_s = estimate
+        self.metrics.ar_latency_s = self.clock.plain_step(seconds) or self.metrics.ar_latency_s
         if self.policy is not None:
             self.policy.observe_plain(seconds)
 
