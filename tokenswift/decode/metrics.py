@@ -28,7 +28,7 @@ class RunMetrics:
     prefill_s: float = 0.0
     ar_latency_s: float = 0.0  # AR step time at the current context: the median of clock.AR_SAMPLES timings
     time_saved_s: float = 0.0
-    # Iterations before the AR step time settled (clock.SETTLED): tokens and seconds, priced at its first value.
+    # Iterations before the AR step time settled (clock.SETTLED): tokens and seconds, priced at its settled median.
     unpriced_tokens: int = 0
     unpriced_s: float = 0.0
     accept_histogram: list[int] = field(default_factory=lambda: [0] * 9)
