@@ -242,8 +242,9 @@ def test_a_cpu_model_runs_them_and_gives_torchs_logits(request, fixture, toleran
 
 
 def test_float64_kernels_compute_torchs_attention_layer_and_products(kernel_builds):
-    """The row kernels built for float64 (native.DOUBLE: the portable loops), to float64's precision; a row's
-    attention and products do not depend on the rows beside it (the products take four weight rows at a time)."""
+    """The row kernels built for float64 (native.DOUBLE: the portable loops, the scores' exp in four lanes on AVX2), to
+    float64's precision; a row's attention and products do not depend on the rows beside it (the products take four
+    weight rows at a time)."""
     rows64 = NativeRows(native.kernels(native.DOUBLE), torch.float64)
     keys, values = (part.double() for part in cache_layer(seed=3))
     q = torch.randn(4, CFG.n_heads, CFG.head_dim, generator=torch.Generator().manual_seed(4), dtype=torch.float64)

@@ -41,6 +41,9 @@
 #if defined(__AVX512BF16__) && defined(__AVX512VL__)
 #define AT_DOT_BF16 1
 #endif
+#elif defined(TS_DOUBLE) && defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#define AT_EXP4 1  /* the float64 scores' exp in four lanes (attention_parts.h) */
 #endif
 #include "attention_parts.h"
 

@@ -1,7 +1,8 @@
 /* The parts of a chunk's attention that attention_kernel.c (float32 and bf16 caches) and attention_q8.c (q8 rows)
    share: the chunk, the row blocks, the vector sums, the prefetch and (max, sum); and the float caches' exp and a
    row's softmax numerators.
-   Included after real.h and, where TS_AVX2, immintrin.h with AT_AVX2 defined. */
+   Included after real.h and, where TS_AVX2, immintrin.h with AT_AVX2 defined; in a float64 build with AVX2 and FMA,
+   immintrin.h with AT_EXP4 (the float64 scores' exp, here). */
 #ifndef TOKENSWIFT_ATTENTION_PARTS_H
 #define TOKENSWIFT_ATTENTION_PARTS_H
 /* A chunk's keys and values (8 KiB each in bf16 at head_dim 64) stay in L1 for all the rows. 128 ran a 2-row q8
@@ -62,15 +63,14 @@ INLINE void prefetch_row(const char *x, int64_t bytes) {
 
 struct part { real max, sum; };
 
-#if defined(TS_DOUBLE) && defined(__AVX2__) && defined(__FMA__)
-#include <immintrin.h>
-#define AT_EXP4 1
+#ifdef AT_EXP4
 /* exp(x) for x <= 0 in four float64 lanes: Cephes' exp (e^r = 1 + 2 r P(r^2) / (Q(r^2) - r P(r^2)) for |r| <= ln 2 / 2,
-   about 1 ulp), 0 for x < -708 (e^x is then under the smallest normal double) and for -inf. libm's exp, one call a
-   score, took a tenth of the float64 exactness tests' time. */
+   within 2 ulp of libm's), 0 below -708 and for -inf: there 2^n, built from its exponent bits, would leave the normal
+   doubles, and such a score's weight is under 3.3e-308 of its chunk's largest (1). A NaN stays NaN (max_pd returns its
+   second operand for one). libm's exp, one call a score, took a tenth of the float64 exactness tests' time. */
 static inline __m256d exp4_nonpositive(__m256d x) {
     const __m256d vanishes = _mm256_cmp_pd(x, _mm256_set1_pd(-708.0), _CMP_LT_OQ);
-    x = _mm256_max_pd(x, _mm256_set1_pd(-708.0));
+    x = _mm256_max_pd(_mm256_set1_pd(-708.0), x);
     const __m256d n = _mm256_floor_pd(_mm256_fmadd_pd(x, _mm256_set1_pd(1.4426950408889634073599),
                                                       _mm256_set1_pd(0.5)));
     x = _mm256_fnmadd_pd(n, _mm256_set1_pd(6.93145751953125e-1), x);

@@ -9,7 +9,7 @@
      (float)(sum_i qi[i] * k[i]) * (sq * scale) * sk, k the key's signed integers and sk its scale;
    - p = exp(score - max) by q8_exp: 2^n * P(f), n = round(x / ln 2), P the degree-6 Taylor polynomial of 2^f on
      [-1/2, 1/2] (within an ulp or two: the 8-bit weights it feeds round far more), ten vector operations where the
-     Cephes exp of attention_parts.h takes twenty; the numerators summed in eight lanes, as the vector loops do;
+     float32 Cephes exp of attention_parts.h takes twenty; the numerators summed in eight lanes, as the vector loops do;
    - the values are summed with 8-bit weights: w = p * sv (the value's scale), top = max w over the chunk,
      u = nearbyint(w * (255 / top)), and out[i] = (float)(sum_j u[j] * v[j][i]) * (top / 255). A slot whose weight
      is under 1/510 of the chunk's largest adds nothing; the sum that divides at the end is of the float numerators.
