@@ -82,10 +82,22 @@ def test_our_tensor_pass_gives_transformers_tensors(tmp_path, stories_path, case
     assert all(torch.equal(ours[name], theirs[name]) for name in ours)
 
 
-def test_gguf_is_converted_once_and_cached(tmp_path, home, stories_path):
+def test_gguf_is_converted_once_and_cached(tmp_path, home, stories_path, monkeypatch):
+    from transformers import modeling_gguf_pytorch_utils as gguf_utils
+
+    read, parses = gguf_utils.load_gguf_checkpoint, []
+
+    def counted(*args, **kwargs):
+        parses.append(args[0])
+        return read(*args, **kwargs)
+
+    monkeypatch.setattr(gguf_utils, "load_gguf_checkpoint", counted)
     path = tmp_path / "tiny.gguf"
     write_gguf(path, stories_path)
     first = gguf_checkpoint.hf_directory(path)
+    assert parses == [str(path)]  # transformers' slow metadata reader, once for its config and tokenizer
+    assert gguf_checkpoint.hf_directory(path, weights=False) == first  # the whole conversion serves a header's needs
+    assert gguf_utils.load_gguf_checkpoint is counted and len(parses) == 1  # put back as found; nothing parsed
     made = (first / "model.safetensors").stat().st_mtime_ns
     again = gguf_checkpoint.hf_directory(path)
     assert again == first and (again / "model.safetensors").stat().st_mtime_ns == made

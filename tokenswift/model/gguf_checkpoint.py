@@ -13,10 +13,13 @@ and the rest of the engine sees one format.
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import hashlib
 import json
 import os
 import shutil
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -36,6 +39,8 @@ ARCHITECTURES = ("llama", "mistral", "qwen2")
 TENSOR_TYPES = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K")
 SOURCE_NAME = "gguf_source.json"  # written last: a cache entry without it is incomplete
 CACHE_ENV = "TOKENSWIFT_CACHE"  # overrides the default cache directory (named in the CLI's --model help)
+# Held while a conversion reads the file's metadata once (_metadata_read_once swaps a transformers function).
+METADATA_LOCK = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -99,13 +104,16 @@ def default_cache_dir() -> Path:
 def hf_directory(path: str | Path, cache_dir: Path | None = None, weights: bool = True) -> Path:
     """The Hugging Face directory made from a GGUF file: from cache_dir (None: default_cache_dir()), or converted
     now and cached there. weights=False: config and tokenizer only (a K-quant file on the q4 path reads its weights
-    from the file itself, mapped.py)."""
+    from the file itself, mapped.py; the app's prompt tokenizer), or a whole conversion already made."""
     path = Path(path).expanduser().resolve()
     info = inspect_gguf(path)
     sha = file_hash(path)
-    dest = (cache_dir or default_cache_dir()) / f"{path.stem}-{sha[:16]}{'' if weights else '-header'}"
+    whole = (cache_dir or default_cache_dir()) / f"{path.stem}-{sha[:16]}"
+    dest = whole if weights else whole.with_name(whole.name + "-header")
     if source_record(dest):
         return dest
+    if not weights and source_record(whole):  # a whole conversion holds the config and tokenizer too
+        return whole
     tmp = dest.with_name(dest.name + f".tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     try:
@@ -178,8 +186,9 @@ def _convert(info: GGUFInfo, sha256: str, out: Path, weights: bool = True) -> No
 
     folder, name = info.path.parent, info.path.name
     try:
-        config = AutoConfig.from_pretrained(folder, gguf_file=name)
-        tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+        with _metadata_read_once():
+            config = AutoConfig.from_pretrained(folder, gguf_file=name)
+            tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
         tensors = gguf_tensors(info.path) if weights else {}
     except Exception as error:  # noqa: BLE001 - a file the reader accepted can still fail to convert
         raise ModelLoadError(f"cannot convert GGUF file {info.path}: {type(error).__name__}: {error}") from error
@@ -191,3 +200,29 @@ def _convert(info: GGUFInfo, sha256: str, out: Path, weights: bool = True) -> No
     source = {"file": str(info.path), "sha256": sha256, "architecture": info.architecture, "name": info.name,
               "tensor_types": list(info.tensor_types), "context_length": info.context_length}
     (out / SOURCE_NAME).write_text(json.dumps(source, indent=2))
+
+
+@contextlib.contextmanager
+def _metadata_read_once():
+    """transformers' AutoConfig and AutoTokenizer each read a llama, mistral or qwen2 file's metadata with its
+    legacy reader (load_gguf_checkpoint, which builds every field of the vocabulary and the merges: 8-9 s each for
+    the default model, most of a first load); within this block the second call gets a copy of the first's
+    result. Both call sites import the function when they run, so swapping the module's attribute reaches them;
+    a transformers that reads otherwise just parses twice again."""
+    from transformers import modeling_gguf_pytorch_utils as gguf_utils
+
+    with METADATA_LOCK:
+        read, results = gguf_utils.load_gguf_checkpoint, {}
+
+        def read_once(path, return_tensors=False, **kwargs):
+            if return_tensors or kwargs:
+                return read(path, return_tensors, **kwargs)
+            if str(path) not in results:
+                results[str(path)] = read(path, return_tensors=False)
+            return copy.deepcopy(results[str(path)])  # a caller may change what it is given
+
+        gguf_utils.load_gguf_checkpoint = read_once
+        try:
+            yield
+        finally:
+            gguf_utils.load_gguf_checkpoint = read

@@ -99,8 +99,8 @@ def _load(model: str) -> _Loaded:
     from tokenswift.model.loading import context_limit
 
     path = Path(model).expanduser()
-    if is_gguf(path):  # the worker converts the same file into the same cache; whoever is first does it
-        path = hf_directory(path, gguf_cache())
+    if is_gguf(path):  # its config and tokenizer, not its weights (the worker's, converted if it needs them)
+        path = hf_directory(path, gguf_cache(), weights=False)
     elif not path.is_dir():  # a hub id, from the local cache only
         from huggingface_hub import snapshot_download
 
