@@ -83,6 +83,7 @@ def test_our_tensor_pass_gives_transformers_tensors(tmp_path, stories_path, case
 
 
 def test_gguf_is_converted_once_and_cached(tmp_path, home, stories_path, monkeypatch):
+    import transformers
     from transformers import modeling_gguf_pytorch_utils as gguf_utils
 
     read, parses = gguf_utils.load_gguf_checkpoint, []
@@ -108,6 +109,14 @@ def test_gguf_is_converted_once_and_cached(tmp_path, home, stories_path, monkeyp
     assert record["sha256"] == gguf_checkpoint.file_hash(path) and record["architecture"] == "llama"
     (first / gguf_checkpoint.SOURCE_NAME).unlink()  # an interrupted conversion: converted again, complete
     assert (gguf_checkpoint.hf_directory(path) / gguf_checkpoint.SOURCE_NAME).is_file()
+
+    def refuse(*args, **kwargs):
+        raise ValueError("no tokenizer here")
+
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", refuse)
+    with pytest.raises(ModelLoadError, match="cannot convert GGUF file .*no tokenizer here"):
+        gguf_checkpoint.hf_directory(path, tmp_path / "failing")
+    assert gguf_utils.load_gguf_checkpoint is counted  # put back after a failure too
 
 
 def test_bad_gguf_files_fail_with_one_clear_error(tmp_path, home, stories_path):

@@ -39,8 +39,9 @@ ARCHITECTURES = ("llama", "mistral", "qwen2")
 TENSOR_TYPES = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K")
 SOURCE_NAME = "gguf_source.json"  # written last: a cache entry without it is incomplete
 CACHE_ENV = "TOKENSWIFT_CACHE"  # overrides the default cache directory (named in the CLI's --model help)
-# Held while a conversion reads the file's metadata once (_metadata_read_once swaps a transformers function).
-METADATA_LOCK = threading.Lock()
+# _metadata_read_once swaps an attribute of transformers' module, which every thread of the process shares: two
+# conversions swapping at once (the app converts on request threads) could leave the wrapper installed for good.
+_METADATA_LOCK = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -211,12 +212,12 @@ def _metadata_read_once():
     a transformers that reads otherwise just parses twice again."""
     from transformers import modeling_gguf_pytorch_utils as gguf_utils
 
-    with METADATA_LOCK:
+    with _METADATA_LOCK:
         read, results = gguf_utils.load_gguf_checkpoint, {}
 
-        def read_once(path, return_tensors=False, **kwargs):
-            if return_tensors or kwargs:
-                return read(path, return_tensors, **kwargs)
+        def read_once(path, *args, return_tensors=False, **kwargs):
+            if args or return_tensors or kwargs:  # tensors, or a call this wrapper does not know: the real reader
+                return read(path, *args, return_tensors=return_tensors, **kwargs)
             if str(path) not in results:
                 results[str(path)] = read(path, return_tensors=False)
             return copy.deepcopy(results[str(path)])  # a caller may change what it is given

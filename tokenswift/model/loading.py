@@ -270,7 +270,8 @@ def load_model(model: str, *, device: str = "cpu", dtype: str = "float32", heads
         raise ValueError(problem)
 
     dev, dt = resolve_device(device), resolve_dtype(dtype)
-    # A K-quant file on the q4 path is read where it lies (mapped.py): its cache entry is config and tokenizer only.
+    # A K-quant file on the q4 path is read where it lies (mapped.py): its cache entry needs no weights (config and
+    # tokenizer only, or a whole conversion already made).
     in_place = dtype == "q4" and gguf_checkpoint.is_gguf(model) and mapped.reads_in_place(Path(model))
     if gguf_checkpoint.is_gguf(model):
         path = gguf_checkpoint.hf_directory(model, cache_dir, weights=not in_place)

@@ -99,7 +99,7 @@ def _load(model: str) -> _Loaded:
     from tokenswift.model.loading import context_limit
 
     path = Path(model).expanduser()
-    if is_gguf(path):  # its config and tokenizer, not its weights (the worker's, converted if it needs them)
+    if is_gguf(path):  # a tokenizer needs no weights: config and tokenizer only, or the worker's whole conversion
         path = hf_directory(path, gguf_cache(), weights=False)
     elif not path.is_dir():  # a hub id, from the local cache only
         from huggingface_hub import snapshot_download
