@@ -208,3 +208,28 @@ def test_with_a_login_refused_status_reads_use_up_no_budget(store):
     assert {client.get("/api/generations/1").status_code for _ in range(5)} == {401}
     assert client.get("/api/generations/1", auth=AUTH).status_code == 404  # the login first, then the limit
     assert client.get("/api/generations/1", auth=AUTH).status_code == 429
+
+
+def test_an_idle_app_wakes_gradios_queue_tens_of_times_a_second_not_a_thousand(page_app, monkeypatch):
+    """Gradio's queue looks for events every 1 ms while it has none: an idle app took 8-9% of a core
+    (ui/server.quiet_queue)."""
+    import asyncio
+    import time
+
+    from gradio import queueing
+
+    naps = []
+
+    class Counted:  # gradio.queueing's `asyncio`, its sleeps counted
+        def __getattr__(self, name):
+            return getattr(asyncio, name)
+
+        @staticmethod
+        def sleep(delay, *args):
+            naps.append(delay)
+            return asyncio.sleep(delay, *args)
+
+    monkeypatch.setattr(queueing, "asyncio", Counted())
+    with TestClient(page_app):  # its lifespan starts the queue's loops
+        time.sleep(1.0)
+    assert 0 < len(naps) < 150, f"{len(naps)} wakeups in 1 s"
