@@ -23,9 +23,11 @@ from ui.page import CSS, HEAD, THEME, build_page
 
 log = logging.getLogger(__name__)
 
-# Gradio's queue looks for new events every 1 ms while it has none, and for progress messages every 10 ms (on
-# Windows 50 and 100 ms): an idle app took 8-9% of a core, on a writer's 2-core machine beside the model's worker.
-# At these a queued click waits at most 20 ms more to start; the app has no progress bars (gr.Progress).
+# Gradio's queue looks for new events every 1 ms while it has none (or while a concurrency limit holds the next),
+# and for progress messages every 10 ms (on Windows 50 and 100 ms): an idle app took 8-9% of a core, on a writer's
+# 2-core machine beside the model's worker. At these a queued click waits up to 20 ms more for its turn (each one
+# behind a limit of 1, as the Plan tab's events are); the live polls skip the queue (live.POLL); nothing uses
+# gr.Progress.
 QUEUE_IDLE_S = 0.02
 PROGRESS_IDLE_S = 0.1
 
