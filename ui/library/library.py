@@ -113,21 +113,23 @@ NO_DRAFTS = ("**This book has no drafts.** Start one in the **Write** tab (its t
 
 
 def listing(p: LibraryParts, store: LibraryStore, book_id: int | None, count: Counter | None = None,
-            draft_id: int | None = None, keep_typed: bool = False) -> dict:
+            draft_id: int | None = None, unasked: bool = False) -> dict:
     """Books, the chosen one (kept if it still exists, else the one last worked on), and its drafts (the chosen
     one kept if it is still there). count: the tokens of an edit's text that was never tokenized (None: not shown).
-    keep_typed: leave the title and author boxes as the writer has them while the chosen book is still shown."""
+    unasked: a redraw the writer did not ask for, which leaves what they are in the middle of (the title and author
+    being typed, a delete confirmation) while the chosen book is still shown."""
     sessions, counts = store.list_sessions(), store.draft_counts()
     ids = [s.id for s in sessions]
-    kept = book_id in ids
-    if not kept:
+    still_there = book_id in ids
+    if not still_there:
         book_id = store.last_worked_book() if ids else None
     rows = [[s.id, s.title, s.author, counts.get(s.id, 0), f"{s.updated_at:%Y-%m-%d %H:%M}"] for s in sessions]
     choices = [(f"#{s.id} · {s.title}", s.id) for s in sessions]
     out = {p.book: gr.Dropdown(choices=choices, value=book_id), p.books: rows, **hidden(p),
            **book_view(p, store, book_id, count, draft_id)}
-    if keep_typed and kept:
-        del out[p.title], out[p.author]
+    if unasked and still_there:
+        for part in (p.title, p.author, p.confirm, p.draft_confirm):
+            del out[part]
     return out
 
 
@@ -220,9 +222,9 @@ class LibraryEvents:
         return self.show(book_id, draft_id)
 
     def draft_ended(self, book_id, draft_id):
-        """A draft ended in the Write tab: the lists show its new row, and a title or author the writer is typing
-        here stays (this refresh comes whenever a draft ends, and it wrote the stored ones over the typing)."""
-        return listing(self.p, self.store, book_id, self.count, draft_id, keep_typed=True)
+        """A draft ended in the Write tab: its row changes. This redraw comes unasked, at any moment, so a title or
+        author being typed here and an open delete confirmation stay."""
+        return listing(self.p, self.store, book_id, self.count, draft_id, unasked=True)
 
     def opened(self, book_id, write_book):
         """The tab opened: on the book of the draft in the Write tab, else the one chosen here before."""
@@ -341,14 +343,17 @@ class LibraryEvents:
 def wire(p: LibraryParts, store: LibraryStore, w: WriteParts, tabs: gr.Tabs, tab: gr.Tab, exports: Exports,
          tokens: PromptTokens | None = None) -> None:
     """tokens: the app's tokenizers, to count an edit's text that no worker has tokenized yet."""
-    fast = {"concurrency_limit": None}
+    # One Library event at a time, in the order the page sent them: a redraw for a draft that ended, answered after
+    # the writer chose another book, would show the old book's lists beside the new one's title and author (which
+    # that redraw leaves as typed), and Save would rename the old book with them. Each is a few store reads.
+    fast = {"concurrency_limit": 1, "concurrency_id": "library"}
     count = token_counter(tokens)
     on = LibraryEvents(p, store, w, tabs, exports, count, DraftService(store, tokens or PromptTokens(store)))
     tab.select(on.opened, [p.book, w.book], [*p.listing, p.status], api_name="library_refresh", **fast)
     p.refresh.click(on.refresh, [p.book, p.draft], [*p.listing, p.status], api_name="library_reload", **fast)
-    # A draft that ends (watched in the Write tab) changes its row: the list shows it without a click on Refresh.
-    w.ended.change(on.draft_ended, [p.book, p.draft], [*p.listing, p.status], api_name="library_draft_ended",
-                   **fast)
+    # A draft that ends (watched in the Write tab) changes its row: the list shows it without a click on Refresh, and
+    # the title and author being typed stay.
+    w.ended.change(on.draft_ended, [p.book, p.draft], [*p.listing, p.status], api_name="library_draft_ended", **fast)
     p.book.input(on.select_book, p.book, [*p.listing, p.status], api_name="library_select_book", **fast)
     p.save.click(on.rename, [p.book, p.title, p.author], [*p.listing, p.status], api_name="library_rename", **fast)
     p.delete.click(on.ask_delete, p.book, [*p.listing, p.confirm_text, p.status], api_name="library_ask_delete",
