@@ -96,11 +96,9 @@ def default_model() -> str | None:
 
 def spawn_worker(args: argparse.Namespace, fast: bool = True) -> multiprocessing.Process:
     """fast=False: without the CUDA fast path, whatever --no-fast says (the supervisor's choice after a lost device)."""
-    from tokenswift.model.run_defaults import default_dtype
     from worker import WorkerConfig, run_worker
 
-    dtype = args.dtype or default_dtype(args.device, args.model)
-    config = WorkerConfig(db=args.db, model=args.model, heads=args.heads, device=args.device, dtype=dtype,
+    config = WorkerConfig(db=args.db, model=args.model, heads=args.heads, device=args.device, dtype=args.dtype,
                           threads=args.threads, spare_cores=SPARE_CORES, adaptive=not args.fixed_batch,
                           fast=fast and not args.no_fast,
                           parent_pid=os.getpid())

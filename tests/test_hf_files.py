@@ -14,8 +14,7 @@ from conftest import BOOKS, REPO
 from tiny_models import BASE, CASES
 
 from tokenswift.model.config import ModelConfig
-from tokenswift.model.hf_files import CheckpointConfig, load_tokenizer, read_config
-from tokenswift.model.loading import context_limit
+from tokenswift.model.hf_files import CheckpointConfig, context_limit, load_tokenizer, read_config
 from tokenswift.model.rope import rope_table
 
 # config.json as older checkpoints and hand-written ones have it: legacy rope_scaling keys, fields left out.

@@ -6,6 +6,7 @@ Outputs are looked up by component label (view_api), so a reordering of outputs 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import subprocess
@@ -102,6 +103,26 @@ def test_the_polls_go_around_the_queue_unless_a_state_they_set_has_listeners(ui)
     assert [d["api_name"] for d in unqueued if listened & set(d["outputs"])] == []
     clicks = [d for d in config["dependencies"] if d["api_name"] in ("write_start", "write_pause")]
     assert len(clicks) == 2 and all(d["queue"] is not False for d in clicks)
+
+
+def test_the_apps_server_imports_no_torch(ui, app):
+    """The model is the worker's: the server (the page, the API, the tokenizer that measures prompts) runs without
+    torch, whose libraries took ~180 MB of its memory and ~2 s of its start."""
+    args = ["Title", "Once upon a time " * 50, FORM[0], 32_700, *FORM[2:], "Continue my text", "Keep writing",
+            "Refuse", *DRY_XTC, BAN, "", ""]
+    assert "prompt (202 tokens)" in ui("/write_start", *args)["Write status"]  # measured with the model's tokenizer
+    maps = (server_process(app) / "maps").read_text()
+    assert "libtorch" not in maps and "libc10" not in maps
+
+
+def server_process(url: str) -> Path:
+    """/proc/<pid> of the `python app.py` serving `url` (its worker, a spawned child, has no app.py in its command)."""
+    port = url.rsplit(":", 1)[1].encode()
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        with contextlib.suppress(OSError):  # a process that ended while we looked
+            if {b"app.py", port} <= set(cmdline.read_bytes().split(b"\0")):
+                return cmdline.parent
+    raise AssertionError(f"no app.py serves {url}")
 
 
 def test_one_login_guards_ui_and_api(app):

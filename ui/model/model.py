@@ -116,7 +116,7 @@ def _check_draft(model: str, draft_model: str) -> None:
     folders = [_folder(name) for name in (model, draft_model)]
     if None in folders:
         return
-    from tokenswift.draft.model_drafter import vocabulary_problem
+    from tokenswift.draft.choice import vocabulary_problem
     from tokenswift.model.hf_files import load_tokenizer, read_config
 
     try:
