@@ -38,15 +38,16 @@ def test_the_app_and_the_cli_take_one_default_dtype(tmp_path, stories_path, monk
     from worker.__main__ import parse_args
 
     assert default_dtype("cuda:1") == default_dtype("cuda") == "bfloat16" and default_dtype("cpu") == "float32"
-    assert parse_args(["--device", "cuda"]).dtype == "bfloat16"
-    assert parse_args([]).dtype == "float32"
+    assert parse_args([]).dtype is None  # the worker chooses, in its own process (WorkerConfig.resolved)
+    assert parse_args(["--device", "cuda"]).resolved().dtype == "bfloat16"
+    assert parse_args([]).resolved().dtype == "float32"
     # On a CPU a GGUF file whose layers are quantized runs on its own blocks (the default model is Q4_1) ...
     assert default_dtype("cpu", default_model_path()) == "q4"
-    assert parse_args(["--model", str(default_model_path())]).dtype == "q4"
+    assert parse_args(["--model", str(default_model_path())]).resolved().dtype == "q4"
     # On a GPU a small model runs in float32 (launch-bound: no slower, and far closer to plain decoding's text), a
     # large one in bfloat16
     assert default_dtype("cuda", default_model_path()) == default_dtype("cuda", stories_path) == "float32"
-    assert parse_args(["--device", "cuda", "--model", str(default_model_path())]).dtype == "float32"
+    assert parse_args(["--device", "cuda", "--model", str(default_model_path())]).resolved().dtype == "float32"
     large = tmp_path / "8b"
     large.mkdir()
     (large / "config.json").write_text(json.dumps({

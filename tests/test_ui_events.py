@@ -378,7 +378,7 @@ def test_library(ui):
     ended = ui("/library_draft_ended", book_id, gen_id)
     assert any(row[1] == "Library Book" for row in ended["Books"]["data"])
     assert ended["Title"] == ended["Author"] == {"__type__": "update"}
-    assert ui("/library_draft_ended", None, None)["Title"] == ui("/library_reload", None, None)["Title"]
+    assert isinstance(ui("/library_draft_ended", None, None)["Title"], str)  # drawn, not left as it was
 
     assert "must not be empty" in ui("/library_rename", book_id, " ", "")["Library status"]
     out = ui("/library_rename", book_id, "The Archive", "A. Writer")

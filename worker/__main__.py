@@ -42,8 +42,7 @@ def parse_args(argv: list[str] | None = None) -> WorkerConfig:
     if problem := threads_problem(args.threads):
         p.error(problem)
     return WorkerConfig(
-        db=args.db, model=args.model, heads=args.heads, device=args.device,
-        dtype=args.dtype,
+        db=args.db, model=args.model, heads=args.heads, device=args.device, dtype=args.dtype,
         worker_id=args.worker_id, once=args.once, threads=args.threads, adaptive=not args.fixed_batch,
         fast=not args.no_fast, poll_s=args.poll_s,
         lease_s=args.lease_s, flush_s=args.flush_s, flush_tokens=args.flush_tokens,

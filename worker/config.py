@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 
 @dataclass(frozen=True)
@@ -11,7 +11,7 @@ class WorkerConfig:
     model: str | None = None  # loaded at start, replacing the saved choice (the Model tab's) for all workers
     heads: str | None = None  # draft-heads directory, when not inside the checkpoint
     device: str = "cpu"
-    dtype: str | None = None  # None: run_defaults.default_dtype for the device and model, chosen by the Worker
+    dtype: str | None = None  # None: run_defaults.default_dtype for the device and model (resolved())
     worker_id: str | None = None  # its row in the workers table; None = host:pid, one row per process
     once: bool = False  # exit when the queue is empty instead of waiting for more jobs
     threads: int | None = None  # torch CPU threads; None = tokenswift.model.loading.cpu_threads for the model
@@ -26,3 +26,12 @@ class WorkerConfig:
     flush_tokens: int = 256  # ... or once this many tokens are pending, whichever comes first
     store_retry_s: float = 5.0  # while the store refuses writes (a full disk, a restart), try again this often
     parent_pid: int | None = None  # stop when this process (app.py) is gone
+
+    def resolved(self) -> WorkerConfig:
+        """With its precision chosen: run_defaults.default_dtype's for the device and model where none was given.
+        The Worker asks, in its own process: run_defaults imports torch, which app.py's server never does."""
+        if self.dtype is not None:
+            return self
+        from tokenswift.model.run_defaults import default_dtype
+
+        return replace(self, dtype=default_dtype(self.device, self.model))

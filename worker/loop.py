@@ -13,7 +13,6 @@ import signal
 import socket
 import threading
 import time
-from dataclasses import replace
 
 from storage import Store, StoreError, open_store
 from storage.records import Job, ModelSpec, Owner
@@ -29,11 +28,7 @@ DEVICE_LOST_EXIT = 75  # the exit status of a worker whose device a sticky error
 
 class Worker:
     def __init__(self, store: Store, config: WorkerConfig):
-        if config.dtype is None:  # chosen here, in the worker's process: the app's server imports no torch
-            from tokenswift.model.run_defaults import default_dtype
-
-            config = replace(config, dtype=default_dtype(config.device, config.model))
-        self.store, self.config = store, config
+        self.store, self.config = store, config.resolved()
         self.owner = Owner.here(config.worker_id or f"{socket.gethostname()}:{os.getpid()}")
         self.holder = ModelHolder(store, self.owner.worker_id, config.threads, config.adaptive, config.fast,
                                   config.spare_cores)

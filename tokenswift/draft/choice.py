@@ -21,11 +21,11 @@ from tokenswift.model.default_model import DRAFT_SUBDIR, SHIPPED, shipped_draft
 from tokenswift.model.gguf_checkpoint import source_record
 from tokenswift.settings import SettingsError, Speculation
 
-# Texts whose ids both tokenizers must agree on: words, spaces, digits, punctuation, accents, a newline run.
-PROBES = ("The old lighthouse keeper said: \"Well, 42 boats!\"\n\n  café — naïve", "<|im_start|>user\nHi")
-
 if TYPE_CHECKING:
     from tokenswift.model.loading import LoadedModel
+
+# Texts whose ids both tokenizers must agree on: words, spaces, digits, punctuation, accents, a newline run.
+PROBES = ("The old lighthouse keeper said: \"Well, 42 boats!\"\n\n  café — naïve", "<|im_start|>user\nHi")
 
 
 def drafter_for(lm: LoadedModel, spec: Speculation, *, fallback: bool = False) -> str:

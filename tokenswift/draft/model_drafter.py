@@ -136,4 +136,3 @@ def attach_draft_model(lm: LoadedModel, path: str | None) -> LoadedModel:
     if problem := vocabulary_problem(lm.config.vocab_size, lm.tokenizer, draft.config.vocab_size, draft.tokenizer):
         raise SettingsError("draft_model", f"{Path(path).name} cannot draft for {lm.name}: {problem}")
     return dataclasses.replace(lm, draft_model=draft)
-

@@ -343,32 +343,35 @@ class LibraryEvents:
 def wire(p: LibraryParts, store: LibraryStore, w: WriteParts, tabs: gr.Tabs, tab: gr.Tab, exports: Exports,
          tokens: PromptTokens | None = None) -> None:
     """tokens: the app's tokenizers, to count an edit's text that no worker has tokenized yet."""
-    # One Library event at a time, in the order the page sent them: a redraw for a draft that ended, answered after
-    # the writer chose another book, would show the old book's lists beside the new one's title and author (which
-    # that redraw leaves as typed), and Save would rename the old book with them. Each is a few store reads.
-    fast = {"concurrency_limit": 1, "concurrency_id": "library"}
+    # The events that redraw the book's lists run one at a time, in the order the page sent them: a redraw for a draft
+    # that ended, answered after the writer chose another book, would show the old book's lists beside the new one's
+    # title and author (which that redraw leaves as typed), and Save would rename the old book with them. Each is a
+    # few store reads; the others (an export builds a whole book) need no order.
+    in_order = {"concurrency_limit": 1, "concurrency_id": "library"}
+    free = {"concurrency_limit": None}
     count = token_counter(tokens)
     on = LibraryEvents(p, store, w, tabs, exports, count, DraftService(store, tokens or PromptTokens(store)))
-    tab.select(on.opened, [p.book, w.book], [*p.listing, p.status], api_name="library_refresh", **fast)
-    p.refresh.click(on.refresh, [p.book, p.draft], [*p.listing, p.status], api_name="library_reload", **fast)
+    tab.select(on.opened, [p.book, w.book], [*p.listing, p.status], api_name="library_refresh", **in_order)
+    p.refresh.click(on.refresh, [p.book, p.draft], [*p.listing, p.status], api_name="library_reload", **in_order)
     # A draft that ends (watched in the Write tab) changes its row: the list shows it without a click on Refresh, and
     # the title and author being typed stay.
-    w.ended.change(on.draft_ended, [p.book, p.draft], [*p.listing, p.status], api_name="library_draft_ended", **fast)
-    p.book.input(on.select_book, p.book, [*p.listing, p.status], api_name="library_select_book", **fast)
-    p.save.click(on.rename, [p.book, p.title, p.author], [*p.listing, p.status], api_name="library_rename", **fast)
+    w.ended.change(on.draft_ended, [p.book, p.draft], [*p.listing, p.status], api_name="library_draft_ended",
+                   **in_order)
+    p.book.input(on.select_book, p.book, [*p.listing, p.status], api_name="library_select_book", **in_order)
+    p.save.click(on.rename, [p.book, p.title, p.author], [*p.listing, p.status], api_name="library_rename", **in_order)
     p.delete.click(on.ask_delete, p.book, [*p.listing, p.confirm_text, p.status], api_name="library_ask_delete",
-                   **fast)
-    p.confirm_yes.click(on.delete, p.book, [*p.listing, p.status], api_name="library_delete", **fast)
-    p.confirm_no.click(on.cancel_delete, None, p.confirm, api_name="library_cancel_delete", **fast)
-    p.draft.input(on.cancel_delete_draft, None, p.draft_confirm, api_name="library_select_draft", **fast)
+                   **in_order)
+    p.confirm_yes.click(on.delete, p.book, [*p.listing, p.status], api_name="library_delete", **in_order)
+    p.confirm_no.click(on.cancel_delete, None, p.confirm, api_name="library_cancel_delete", **free)
+    p.draft.input(on.cancel_delete_draft, None, p.draft_confirm, api_name="library_select_draft", **free)
     p.delete_draft.click(on.ask_delete_draft, [p.book, p.draft], [*p.listing, p.draft_confirm_text, p.status],
-                         api_name="library_ask_delete_draft", **fast)
+                         api_name="library_ask_delete_draft", **in_order)
     p.draft_confirm_yes.click(on.delete_draft, [p.book, p.draft], [*p.listing, p.confirm_text, p.status],
-                              api_name="library_delete_draft", **fast)
+                              api_name="library_delete_draft", **in_order)
     p.draft_confirm_no.click(on.cancel_delete_draft, None, p.draft_confirm, api_name="library_cancel_delete_draft",
-                             **fast)
-    p.open.click(on.open_draft, p.draft, [*w.opened, tabs, p.status], api_name="library_open", **fast)
+                             **free)
+    p.open.click(on.open_draft, p.draft, [*w.opened, tabs, p.status], api_name="library_open", **free)
     p.cont.click(on.continue_draft, [p.draft, p.extend_by], [*w.opened, tabs, p.status],
-                 api_name="library_continue", **fast)
+                 api_name="library_continue", **free)
     p.export.click(on.export, [p.draft, p.fmt, p.title, p.author], [p.file, p.status], api_name="library_export",
-                   **fast)
+                   **free)
