@@ -5,3 +5,7 @@ server.py serves it beside the APIs.
 
 Handlers read and write only the store; generation happens in the worker process.
 """
+
+from ui.gradio_stubs import skip_type_stubs
+
+skip_type_stubs()  # before any of ui's modules imports gradio
