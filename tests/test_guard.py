@@ -4,11 +4,8 @@ assets, failed logins throttled per address, request bodies and uploads capped."
 from __future__ import annotations
 
 import math
-import subprocess
-import sys
 
 import pytest
-from conftest import REPO
 from fastapi.testclient import TestClient
 
 from storage import open_store
@@ -236,15 +233,3 @@ def test_an_idle_app_wakes_gradios_queue_tens_of_times_a_second_not_a_thousand(p
     with TestClient(page_app):  # its lifespan starts the queue's loops
         time.sleep(1.0)
     assert 0 < len(naps) < 150, f"{len(naps)} wakeups in 1 s"
-
-
-def test_gradio_is_imported_without_writing_its_type_stubs():
-    """ui/gradio_stubs.py: a process that imports the UI makes Gradio's component classes without rendering their
-    .pyi stubs (~2 CPU-s of every app start). Gradio's metaclass must still call the writer by the name swapped: a
-    Gradio that renamed it would pay those seconds again without a word."""
-    script = ("import ui, gradio as gr, gradio.component_meta as meta; gr.Textbox('made'); "
-              "print(meta.create_or_modify_pyi is ui.gradio_stubs.write_no_stub, "
-              "'create_or_modify_pyi' in meta.ComponentMeta.__new__.__code__.co_names)")
-    done = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=120,
-                          check=True)
-    assert done.stdout.split() == ["True", "True"]

@@ -4,6 +4,7 @@ a room per tab (write, plan, compare, library, model, each tab with build() and 
 server.py serves it beside the APIs.
 
 Handlers read and write only the store; generation happens in the worker process.
+Importing ui first keeps Gradio from rendering its type stubs at import (gradio_stubs.py).
 """
 
 from ui.gradio_stubs import skip_type_stubs

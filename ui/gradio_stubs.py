@@ -7,26 +7,28 @@ every process that imports the UI. Nothing reads the stubs at run time.
 from __future__ import annotations
 
 import importlib.abc
-import importlib.util
+import importlib.machinery
 import sys
+from types import ModuleType
 
 STUB_MODULE = "gradio.component_meta"
 
 
 class _SkipStubs(importlib.abc.MetaPathFinder):
     """Loads gradio.component_meta as Gradio ships it, then swaps its stub writer out before the first component
-    class is made (the metaclass calls it by its module-level name)."""
+    class is made (the metaclasses call it by its module-level name)."""
 
-    def find_spec(self, name, path, target=None):
+    def find_spec(self, name: str, path, target=None) -> importlib.machinery.ModuleSpec | None:
         if name != STUB_MODULE:
             return None
-        sys.meta_path.remove(self)  # once, and not for the lookup below
-        spec = importlib.util.find_spec(name)
+        # gradio is a plain package: its own __path__ finds the module without asking this finder again (which stays
+        # installed: a reload swaps the writer out again)
+        spec = importlib.machinery.PathFinder.find_spec(name, path, target)
         if spec is None or spec.loader is None:
             return spec
         run = spec.loader.exec_module
 
-        def exec_module(module):
+        def exec_module(module: ModuleType) -> None:
             run(module)
             module.create_or_modify_pyi = write_no_stub
 
@@ -34,7 +36,7 @@ class _SkipStubs(importlib.abc.MetaPathFinder):
         return spec
 
 
-def write_no_stub(*_) -> None:
+def write_no_stub(*_args, **_kwargs) -> None:
     """create_or_modify_pyi's stand-in."""
 
 
