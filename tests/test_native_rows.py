@@ -242,7 +242,7 @@ def test_a_cpu_model_runs_them_and_gives_torchs_logits(request, fixture, toleran
 
 
 def test_float64_kernels_compute_torchs_attention_layer_and_products(kernel_builds):
-    """The row kernels built for float64 (native.DOUBLE: the portable loops, the scores' exp in four lanes on AVX2), to
+    """The row kernels built for float64 (native.DOUBLE: the portable loops' sums, in four lanes on AVX2), to
     float64's precision; a row's attention and products do not depend on the rows beside it (the products take four
     weight rows at a time)."""
     rows64 = NativeRows(native.kernels(native.DOUBLE), torch.float64)

@@ -96,7 +96,9 @@ static inline __m256d exp4_nonpositive(__m256d x) {
    exp(score - max); returns (max, sum). */
 static inline struct part exponentiate(real *row, int64_t n) {
     real max = -INFINITY, sum = 0.0;
+#ifndef AT_EXP4
     for (int64_t j = 0; j < n; ++j) max = row[j] > max ? row[j] : max;
+#endif
 #ifdef AT_AVX2
     /* Eight at a time, the last eight padded with -inf (exp 0): each slot takes the same lane and order whatever
        the chunk's length. */
@@ -117,6 +119,13 @@ static inline struct part exponentiate(real *row, int64_t n) {
        each slot takes the same lane and order whatever the chunk's length. */
     const int64_t padded = (n + 3) / 4 * 4;
     for (int64_t j = n; j < padded; ++j) row[j] = -INFINITY;
+    /* The largest in four lanes (max_pd, like the scalar loop, keeps its second operand where one is NaN): the same
+       value in any order, without the scalar loop's chain of compares. */
+    __m256d largest = _mm256_set1_pd(-INFINITY);
+    for (int64_t j = 0; j < padded; j += 4) largest = _mm256_max_pd(_mm256_loadu_pd(row + j), largest);
+    double tops[4];
+    _mm256_storeu_pd(tops, largest);
+    for (int u = 0; u < 4; ++u) max = tops[u] > max ? tops[u] : max;
     __m256d total = _mm256_setzero_pd();
     const __m256d top = _mm256_set1_pd(max);
     for (int64_t j = 0; j < padded; j += 4) {

@@ -1,8 +1,9 @@
 /* The element type of the row kernels (attention_kernel.c, layer_kernels.c): float32, or float64 where built with
    -DTS_DOUBLE (native.py builds both; the exactness tests run float64 models through the same steps). The AVX2
-   paths are float32's; float64 takes the portable loops, in the same order, but for its attention scores' exp, in
-   four lanes where the CPU has AVX2 and FMA (attention_parts.h): a float64 build without AVX2 rounds those
-   otherwise. */
+   paths are float32's; float64 takes the portable loops' order. Where the CPU has AVX2 and FMA, float64's products,
+   scores and weighted values run in four lanes (layer_kernels.c's dot_lanes, attention_kernel.c's dot4_pd and
+   value_block_pd), each lane the portable loops' operations in their order, so the same bits, and so does its scores'
+   exp (attention_parts.h), which a float64 build without AVX2 rounds otherwise. */
 #ifndef TOKENSWIFT_REAL_H
 #define TOKENSWIFT_REAL_H
 #include <math.h>
