@@ -26,6 +26,8 @@ lock) is ended by the server after a minute. pool_pre_ping replaces connections 
 
 from __future__ import annotations
 
+import sqlite3
+import time
 from pathlib import Path
 
 from sqlalchemy import Engine, create_engine, event
@@ -92,7 +94,7 @@ def _sqlite_connect(wal: bool):
         cursor = dbapi_connection.cursor()
         cursor.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
         if wal:
-            cursor.execute("PRAGMA journal_mode=WAL")
+            _switch_to_wal(cursor)
             cursor.execute(f"PRAGMA wal_autocheckpoint={WAL_AUTOCHECKPOINT_PAGES}")
             cursor.execute(f"PRAGMA journal_size_limit={JOURNAL_SIZE_LIMIT}")
         cursor.execute("PRAGMA synchronous=NORMAL")
@@ -100,6 +102,23 @@ def _sqlite_connect(wal: bool):
         cursor.close()
 
     return on_connect
+
+
+def _switch_to_wal(cursor) -> None:
+    """PRAGMA journal_mode=WAL, waiting for a busy database as busy_timeout would. On a new file, processes opening
+    it at once (the app, its worker, a second worker) each read it and then need it alone to switch it: SQLite sees
+    that deadlock and answers one of them "database is locked" at once instead of calling its busy handler (3 processes
+    at once: 93 failures in 300 tries). Once one has switched, the file stays in WAL and the others' switch is a
+    no-op."""
+    deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+    while True:
+        try:
+            cursor.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if exc.sqlite_errorcode != sqlite3.SQLITE_BUSY or time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
 
 
 def _begin(connection) -> None:

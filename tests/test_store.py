@@ -4,6 +4,7 @@ control, recovery."""
 from __future__ import annotations
 
 import json
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -61,6 +62,26 @@ def test_migrations_create_the_schema_on_an_empty_database(blank_db_url):
         assert raw(blank_db_url, "pragma journal_mode") == [("wal",)]
     open_store(blank_db_url).close()  # already at head: nothing to do, nothing broken
 
+
+
+def test_a_new_file_held_by_another_connection_is_waited_for_not_refused(tmp_path):
+    """Switching a new file to WAL while another connection writes it: SQLite answers "database is locked" at once,
+    without its busy handler (the deadlock it guards against is two processes switching a new file at once, as the
+    app and its worker do on a first start); the store waits for the other to finish, as busy_timeout would."""
+    path = tmp_path / "studio.db"
+    other = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    other.execute("BEGIN IMMEDIATE")
+    other.execute("CREATE TABLE theirs (x)")
+    done = threading.Timer(0.5, other.execute, ("COMMIT",))
+    done.start()
+    try:
+        store = open_store(f"sqlite:///{path}")
+    finally:
+        done.join()
+        other.close()
+    store.close()
+    assert raw(f"sqlite:///{path}", "pragma journal_mode") == [("wal",)]
+    assert raw(f"sqlite:///{path}", "select version_num from alembic_version") == [(HEAD,)]
 
 def test_default_store_lives_in_the_app_data_dir(tmp_path, monkeypatch):
     monkeypatch.setenv("TOKENSWIFT_HOME", str(tmp_path / "home"))
