@@ -109,14 +109,15 @@ def _switch_to_wal(cursor) -> None:
     it at once (the app, its worker, a second worker) each read it and then need it alone to switch it: SQLite sees
     that deadlock and answers one of them "database is locked" at once instead of calling its busy handler (3 processes
     at once: 93 failures in 300 tries). Once one has switched, the file stays in WAL and the others' switch is a
-    no-op."""
+    no-op. (A try that SQLite itself makes wait adds up to its busy_timeout to this one's.)"""
     deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
     while True:
         try:
             cursor.execute("PRAGMA journal_mode=WAL")
             return
         except sqlite3.OperationalError as exc:
-            if exc.sqlite_errorcode != sqlite3.SQLITE_BUSY or time.monotonic() > deadline:
+            busy = exc.sqlite_errorcode & 0xFF == sqlite3.SQLITE_BUSY  # SQLITE_BUSY_RECOVERY and the like too
+            if not busy or time.monotonic() > deadline:
                 raise
             time.sleep(0.01)
 

@@ -244,7 +244,7 @@ def test_a_cpu_model_runs_them_and_gives_torchs_logits(request, fixture, toleran
 def test_float64_kernels_compute_torchs_attention_layer_and_products(kernel_builds):
     """The row kernels built for float64 (native.DOUBLE: the portable loops' sums, in four lanes on AVX2), to
     float64's precision; a row's attention and products do not depend on the rows beside it (the products take four
-    weight rows at a time)."""
+    weight rows at a time); the products' four lanes are the portable loops' sums bit for bit, their tails too."""
     rows64 = NativeRows(native.kernels(native.DOUBLE), torch.float64)
     keys, values = (part.double() for part in cache_layer(seed=3))
     q = torch.randn(4, CFG.n_heads, CFG.head_dim, generator=torch.Generator().manual_seed(4), dtype=torch.float64)
@@ -263,6 +263,9 @@ def test_float64_kernels_compute_torchs_attention_layer_and_products(kernel_buil
     assert torch.allclose(product, x @ weight.t(), rtol=1e-12, atol=1e-11)
     assert torch.equal(rows64.linear(x[2:3], weight), product[2:3])
     assert torch.equal(rows64.linear(x, weight[1:8]), product[:, 1:8])  # nor on the weight rows beside its own
+    portable = NativeRows(native.kernels(("-mno-avx2", *native.DOUBLE)), torch.float64)
+    weight, x = torch.randn(301, 587, dtype=torch.float64), torch.randn(3, 587, dtype=torch.float64)
+    assert torch.equal(portable.linear(x, weight), rows64.linear(x, weight))
 
 
 @pytest.mark.parametrize("fixture", ["stories32", "stories64"])

@@ -63,7 +63,6 @@ def test_migrations_create_the_schema_on_an_empty_database(blank_db_url):
     open_store(blank_db_url).close()  # already at head: nothing to do, nothing broken
 
 
-
 def test_a_new_file_held_by_another_connection_is_waited_for_not_refused(tmp_path):
     """Switching a new file to WAL while another connection writes it: SQLite answers "database is locked" at once,
     without its busy handler (the deadlock it guards against is two processes switching a new file at once, as the

@@ -43,7 +43,7 @@
 #endif
 #elif defined(TS_DOUBLE) && defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
-#define AT_EXP4 1  /* float64 in four lanes: the scores' exp (attention_parts.h), dot4_pd, value_block_pd */
+#define AT_EXP4 1  /* float64 in four lanes: the scores, their largest and exp (attention_parts.h), the values */
 #endif
 #include "attention_parts.h"
 
@@ -182,11 +182,10 @@ static real dot(const real *a, const char *b, int64_t d, int bf16) {
 }
 
 /* Four keys' dot()s side by side, each summed in dot()'s order: with one chain of multiply-adds a score, each waited
-   on the last one's latency. The portable loops run a float64 model (the exactness tests' largest cost), a build
-   without AVX2, and head sizes the vector path does not take; with this and weighted_values a float64 forward took
-   0.76-0.78x the time at 1,500 tokens and 0.81-0.87x at 400 (scripts/kernels_ab.py --dtype float64), the same logits.
-   Only where d % 8 == 0 (chunk_task): elsewhere gcc contracts its multiply-adds otherwise than dot()'s, and the last
-   bits of a score would move. */
+   on the last one's latency. The portable loops run a build without AVX2, a bf16 cache in float64, and head sizes
+   the vector path does not take (a float64 cache with AVX2 takes attention_f64.h's copies of these loops); with this
+   and weighted_values a float64 forward took 0.76-0.87x the time. Only where d % 8 == 0 (chunk_task): elsewhere gcc
+   contracts its multiply-adds otherwise than dot()'s, and the last bits of a score would move. */
 static void dot4(const real *a, const char *const *b, int64_t d, int bf16, real scale, real *out) {
     real s0 = 0.0, s1 = 0.0, s2 = 0.0, s3 = 0.0;
     for (int64_t i = 0; i < d; ++i) {
@@ -216,47 +215,7 @@ static inline __attribute__((always_inline)) void value_block(const real *p, con
 }
 
 #ifdef AT_EXP4
-/* dot4 from a float64 cache where d % 4 == 0: the four keys' sums side by side in one vector, each lane
-   multiplying and then adding, element by element, as gcc compiles dot4 (it does not fuse those), so the same bits;
-   four elements of each key are loaded and turned into four vectors of one element of each key. */
-static void dot4_pd(const double *a, const char *const *b, int64_t d, double scale, double *out) {
-    const double *k0 = (const double *)b[0], *k1 = (const double *)b[1], *k2 = (const double *)b[2],
-                 *k3 = (const double *)b[3];
-    __m256d sum = _mm256_setzero_pd();
-    for (int64_t i = 0; i < d; i += 4) {
-        const __m256d r0 = _mm256_loadu_pd(k0 + i), r1 = _mm256_loadu_pd(k1 + i), r2 = _mm256_loadu_pd(k2 + i),
-                      r3 = _mm256_loadu_pd(k3 + i);
-        const __m256d even01 = _mm256_unpacklo_pd(r0, r1), odd01 = _mm256_unpackhi_pd(r0, r1);
-        const __m256d even23 = _mm256_unpacklo_pd(r2, r3), odd23 = _mm256_unpackhi_pd(r2, r3);
-        const __m256d column[4] = {_mm256_permute2f128_pd(even01, even23, 0x20),
-                                   _mm256_permute2f128_pd(odd01, odd23, 0x20),
-                                   _mm256_permute2f128_pd(even01, even23, 0x31),
-                                   _mm256_permute2f128_pd(odd01, odd23, 0x31)};
-        for (int u = 0; u < 4; ++u) {
-            __m256d product = _mm256_mul_pd(_mm256_set1_pd(a[i + u]), column[u]);
-            __asm__("" : "+x"(product));  /* kept apart: gcc would fuse it into the add (-ffp-contract=fast) */
-            sum = _mm256_add_pd(sum, product);
-        }
-    }
-    _mm256_storeu_pd(out, _mm256_mul_pd(_mm256_set1_pd(scale), sum));
-}
-
-/* value_block's eight sums from a float64 cache in two vectors: each lane takes value_block's fused multiply-adds
-   (gcc contracts its `acc += p * value` into one) in slot order, so the same bits, but four lanes an instruction
-   where gcc's code took one or two (the float64 exactness runs' largest kernel cost). */
-static inline void value_block_pd(const double *p, const char *v, const int64_t *slots, int64_t s0, int64_t n,
-                                  int64_t i0, int64_t slot_bytes, double *out) {
-    __m256d low = _mm256_setzero_pd(), high = _mm256_setzero_pd();
-    for (int64_t j = 0; j < n; ++j) {
-        if (p[j] == 0.0) continue;
-        const double *value = (const double *)(v + SLOT(slots, s0, j) * slot_bytes) + i0;
-        const __m256d w = _mm256_set1_pd(p[j]);
-        low = _mm256_fmadd_pd(w, _mm256_loadu_pd(value), low);
-        high = _mm256_fmadd_pd(w, _mm256_loadu_pd(value + 4), high);
-    }
-    _mm256_storeu_pd(out + i0, low);
-    _mm256_storeu_pd(out + i0 + 4, high);
-}
+#include "attention_f64.h"
 #endif
 
 /* out[i] = sum over the chunk's n slots of p[j] * value[j][i], eight output elements at a time (the last d % 8 as

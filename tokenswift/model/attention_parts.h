@@ -2,7 +2,7 @@
    share: the chunk, the row blocks, the vector sums, the prefetch and (max, sum); and the float caches' exp and a
    row's softmax numerators.
    Included after real.h and, where TS_AVX2, immintrin.h with AT_AVX2 defined; in a float64 build with AVX2 and FMA,
-   immintrin.h with AT_EXP4 (the float64 scores' exp, here). */
+   immintrin.h with AT_EXP4 (the float64 scores' largest and exp, here; their sums, attention_f64.h). */
 #ifndef TOKENSWIFT_ATTENTION_PARTS_H
 #define TOKENSWIFT_ATTENTION_PARTS_H
 /* A chunk's keys and values (8 KiB each in bf16 at head_dim 64) stay in L1 for all the rows. 128 ran a 2-row q8
@@ -119,8 +119,9 @@ static inline struct part exponentiate(real *row, int64_t n) {
        each slot takes the same lane and order whatever the chunk's length. */
     const int64_t padded = (n + 3) / 4 * 4;
     for (int64_t j = n; j < padded; ++j) row[j] = -INFINITY;
-    /* The largest in four lanes (max_pd, like the scalar loop, keeps its second operand where one is NaN): the same
-       value in any order, without the scalar loop's chain of compares. */
+    /* The largest in four lanes (max_pd, like the scalar loop, keeps its second operand where one is NaN): the
+       scalar loop's value (where the largest is a zero, perhaps its other sign, which exp(score - max) does not see),
+       without its chain of compares. */
     __m256d largest = _mm256_set1_pd(-INFINITY);
     for (int64_t j = 0; j < padded; j += 4) largest = _mm256_max_pd(_mm256_loadu_pd(row + j), largest);
     double tops[4];

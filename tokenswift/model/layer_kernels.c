@@ -118,9 +118,9 @@ LK_INLINE void dot_f32_rows(const float *w, const float *x, int64_t k, const int
 
 #if defined(TS_DOUBLE) && defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
-/* dot_lanes below in float64 vectors: each row's eight partial sums in two vectors of four lanes, each lane's
-   multiply-adds fused as FMA() fuses them, in the same order; so the same bits, at four lanes an instruction where
-   gcc's code for the loops below took one. */
+/* The portable dot_lanes (the #elif below) in float64 vectors: each row's eight partial sums in two vectors of four
+   lanes, each lane's multiply-adds fused as FMA() fuses them, in the same order; so the same bits, at four lanes an
+   instruction where gcc's code for the portable loops took one. */
 LK_INLINE void dot_lanes(const double *w, int64_t k, const double *x, const int W, double *y) {
     __m256d low[4], high[4];
     for (int r = 0; r < W; ++r) low[r] = high[r] = _mm256_setzero_pd();

@@ -36,7 +36,8 @@ SOURCES = tuple(Path(__file__).with_name(name) for name in (
 )) + ROW_SOURCES + (Path(__file__).parent.parent / "sampling" / "sample_rows.c",)  # the sampler's rows (float32)
 # Part of what a build depends on:
 HEADERS = tuple(Path(__file__).with_name(name) for name in ("simd.h", "real.h", "gguf_blocks.h", "kquant.h",
-                                                                "attention_parts.h", "kv_q8.h", "attend_rows.h"))
+                                                                "attention_parts.h", "attention_f64.h", "kv_q8.h",
+                                                                "attend_rows.h"))
 DOUBLE = ("-DTS_DOUBLE",)  # the flag that builds the row kernels for float64 (real.h)
 I64, PTR = ctypes.c_int64, ctypes.c_void_p
 

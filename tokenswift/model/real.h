@@ -1,9 +1,9 @@
 /* The element type of the row kernels (attention_kernel.c, layer_kernels.c): float32, or float64 where built with
    -DTS_DOUBLE (native.py builds both; the exactness tests run float64 models through the same steps). The AVX2
    paths are float32's; float64 takes the portable loops' order. Where the CPU has AVX2 and FMA, float64's products,
-   scores and weighted values run in four lanes (layer_kernels.c's dot_lanes, attention_kernel.c's dot4_pd and
-   value_block_pd), each lane the portable loops' operations in their order, so the same bits, and so does its scores'
-   exp (attention_parts.h), which a float64 build without AVX2 rounds otherwise. */
+   scores and weighted values run in four lanes (layer_kernels.c's dot_lanes, attention_f64.h), each lane the
+   portable loops' operations in their order as gcc compiles them, so the same bits; its scores' exp runs in four
+   lanes too (attention_parts.h), Cephes' exp, which a float64 build without AVX2 (libm's) rounds otherwise. */
 #ifndef TOKENSWIFT_REAL_H
 #define TOKENSWIFT_REAL_H
 #include <math.h>
