@@ -121,6 +121,21 @@ def test_everything_but_the_login_page_needs_the_login(page_app):
     assert browser.post("/gradio_api/upload", files={"files": ("a.txt", b"x" * 20 * 1024)}).status_code == 413
 
 
+def test_the_login_page_and_the_page_run_first_in_head_before_gradios_modules(page_app):
+    from ui.page import FIRST_IN_HEAD
+
+    login_page = TestClient(page_app).get("/")
+    browser = TestClient(page_app)
+    browser.post("/login", data={"username": "ann", "password": "s3cret"})
+    for page in (login_page, browser.get("/")):
+        assert page.status_code == 200
+        html = page.text
+        assert html.count(FIRST_IN_HEAD) == 1
+        assert html.index("<head>") < html.index(FIRST_IN_HEAD) < html.index('<script type="module"')
+        assert int(page.headers["content-length"]) == len(page.content)
+    assert "write_start" in html
+
+
 def test_failed_login_forms_are_throttled(page_app):
     clock = Clock()
     page_app.throttle = Throttle(free=2, first_wait_s=30.0, clock=clock)

@@ -334,3 +334,34 @@ def test_what_the_model_sees(page):
     expect(page.locator("#write-seen .ts-seen-note")).to_contain_text("[Author's note: It starts to rain.]")
     page.locator("#write-seen").scroll_into_view_if_needed()
     shot(page, "08-what-the-model-sees.png")
+
+
+# Counts the animation frames Gradio's status tracker asks for while no tracker on the page shows a wait. Installed
+# before the page's own scripts, under the app's FIRST_IN_HEAD, it sees every request the tracker makes.
+IDLE_TRACKER_FRAMES = """
+window.tsIdleFrames = 0;
+const frame = window.requestAnimationFrame.bind(window);
+window.requestAnimationFrame = (callback) => {
+  const waiting = document.querySelector('[data-testid="status-tracker"] .progress-text') !== null;
+  if (!waiting && (new Error().stack || '').includes('/statustracker')) { window.tsIdleFrames += 1; }
+  return frame(callback);
+};
+"""
+
+
+def test_an_idle_page_draws_no_frames(page):
+    """Gradio removes the page's "Loading..." status tracker while it still waits, and its loop of animation frames
+    went on for as long as the tab was open (60 a second on the login page and on the app's)."""
+    from playwright.sync_api import expect
+
+    context = page.context.browser.new_context(viewport={"width": 1400, "height": 1000})
+    context.add_init_script(IDLE_TRACKER_FRAMES)
+    try:
+        fresh = context.new_page()
+        log_in(fresh, page.app_url)
+        expect(fresh.locator("#ts-banner")).to_contain_text("ready", timeout=30_000)
+        fresh.evaluate("window.tsIdleFrames = 0")
+        fresh.wait_for_timeout(1_500)
+        assert fresh.evaluate("window.tsIdleFrames") == 0
+    finally:
+        context.close()

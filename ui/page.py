@@ -87,6 +87,23 @@ setInterval(() => {
 </script>
 """
 
+# Gradio's status tracker (a component's "1.2s" while it waits) redraws every frame until the wait ends, and the
+# page's own "Loading..." tracker is removed still waiting, so that loop never ends (Gradio 6.31): an idle tab drew
+# 60 frames a second, half of what Chromium spent on it. The tracker's module keeps the browser's
+# requestAnimationFrame as it finds it when it loads, before Gradio adds HEAD, so this is served first in <head>
+# (ui/api/html_edit.PageScript): a tracker's frame is drawn only while some tracker on the page shows a wait.
+FIRST_IN_HEAD = """<script>
+(() => {
+  const frame = window.requestAnimationFrame.bind(window);
+  window.requestAnimationFrame = (callback) => {
+    if (!(new Error().stack || '').includes('/statustracker')) { return frame(callback); }
+    return frame((time) => {
+      if (document.querySelector('[data-testid="status-tracker"] .progress-text')) { callback(time); }
+    });
+  };
+})();
+</script>"""
+
 THEME = gr.themes.Soft(primary_hue="indigo", neutral_hue="slate")
 
 

@@ -14,12 +14,13 @@ from storage import Store
 from ui.api.api import create_router
 from ui.api.credentials import Credentials
 from ui.api.guard import Guard, gradio_sessions
+from ui.api.html_edit import PageScript
 from ui.api.openai_api import add_openai_routes
 from ui.drafts.exports import Exports
 from ui.drafts.limits import Limits
 from ui.drafts.texts import DraftTexts
 from ui.drafts.tokens import PromptTokens
-from ui.page import CSS, HEAD, THEME, build_page
+from ui.page import CSS, FIRST_IN_HEAD, HEAD, THEME, build_page
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +50,7 @@ def create_app(store: Store, credentials: Credentials | None = None, *, own_work
                               theme=THEME, css=CSS, head=HEAD, footer_links=[], max_file_size=limits.upload_bytes)
     quiet_queue(page)
     gradio_app = next(route.app for route in app.routes if isinstance(route, Mount))
-    return Guard(app, credentials or None, limits, sessions=gradio_sessions(gradio_app))
+    return Guard(PageScript(app, FIRST_IN_HEAD), credentials or None, limits, sessions=gradio_sessions(gradio_app))
 
 
 def quiet_queue(page: gr.Blocks) -> None:

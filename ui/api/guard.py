@@ -28,6 +28,7 @@ from collections.abc import Callable, Sequence
 
 from starlette.requests import HTTPConnection
 
+from ui.api.html_edit import send_edited
 from ui.api.openai_input import OPENAI_PREFIX, error_body
 from ui.api.ratelimit import Buckets, is_status_read, retry_after
 from ui.drafts.limits import Limits, size
@@ -210,26 +211,9 @@ class Guard:
         await self.app(scope, receive, watched)
 
     async def _login_page(self, scope, receive, send) -> None:
-        """Gradio's login page, without the endpoint list it would embed (uncompressed, to edit it)."""
-        headers = [(k, v) for k, v in scope["headers"] if k != b"accept-encoding"]
-        start, parts = None, []
-
-        async def held(message):
-            nonlocal start
-            if message["type"] == "http.response.start":
-                start = message
-                return
-            if message["type"] != "http.response.body":
-                await send(message)
-                return
-            parts.append(message.get("body", b""))
-            if not message.get("more_body", False):
-                body = API_INFO.sub(b"window.gradio_api_info = {};</script>", b"".join(parts))
-                kept = [(k, v) for k, v in start["headers"] if k.lower() != b"content-length"]
-                await send({**start, "headers": [*kept, (b"content-length", str(len(body)).encode())]})
-                await send({"type": "http.response.body", "body": body})
-
-        await self.app({**scope, "headers": headers}, receive, held)
+        """Gradio's login page, without the endpoint list it would embed."""
+        await send_edited(self.app, scope, receive, send,
+                          lambda body: API_INFO.sub(b"window.gradio_api_info = {};</script>", body))
 
 
 def _basic(header: str | None) -> tuple[str, str] | None:
