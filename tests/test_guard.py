@@ -127,13 +127,14 @@ def test_the_login_page_and_the_page_run_first_in_head_before_gradios_modules(pa
     login_page = TestClient(page_app).get("/")
     browser = TestClient(page_app)
     browser.post("/login", data={"username": "ann", "password": "s3cret"})
-    for page in (login_page, browser.get("/")):
+    app_page = browser.get("/")
+    assert "auth_required" in login_page.text and "write_start" in app_page.text
+    for page in (login_page, app_page):
         assert page.status_code == 200
         html = page.text
         assert html.count(FIRST_IN_HEAD) == 1
         assert html.index("<head>") < html.index(FIRST_IN_HEAD) < html.index('<script type="module"')
         assert int(page.headers["content-length"]) == len(page.content)
-    assert "write_start" in html
 
 
 def test_failed_login_forms_are_throttled(page_app):

@@ -336,32 +336,40 @@ def test_what_the_model_sees(page):
     shot(page, "08-what-the-model-sees.png")
 
 
-# Counts the animation frames Gradio's status tracker asks for while no tracker on the page shows a wait. Installed
-# before the page's own scripts, under the app's FIRST_IN_HEAD, it sees every request the tracker makes.
-IDLE_TRACKER_FRAMES = """
+# Counts the animation frames Gradio's status tracker asks for, and those it asks for while no tracker on the page
+# shows a wait. Installed before the page's own scripts, under the app's FIRST_IN_HEAD, it sees every request the
+# tracker makes.
+TRACKER_FRAMES = """
+window.tsTrackerFrames = 0;
 window.tsIdleFrames = 0;
 const frame = window.requestAnimationFrame.bind(window);
 window.requestAnimationFrame = (callback) => {
-  const waiting = document.querySelector('[data-testid="status-tracker"] .progress-text') !== null;
-  if (!waiting && (new Error().stack || '').includes('/statustracker')) { window.tsIdleFrames += 1; }
+  if ((new Error().stack || '').includes('/statustracker')) {
+    window.tsTrackerFrames += 1;
+    if (document.querySelector('[data-testid="status-tracker"] .progress-text') === null) { window.tsIdleFrames += 1; }
+  }
   return frame(callback);
 };
 """
 
 
-def test_an_idle_page_draws_no_frames(page):
+def test_an_idle_page_asks_for_no_status_tracker_frames(page):
     """Gradio removes the page's "Loading..." status tracker while it still waits, and its loop of animation frames
-    went on for as long as the tab was open (60 a second on the login page and on the app's)."""
+    went on for as long as the tab was open (60 frames a second)."""
     from playwright.sync_api import expect
 
     context = page.context.browser.new_context(viewport={"width": 1400, "height": 1000})
-    context.add_init_script(IDLE_TRACKER_FRAMES)
+    context.add_init_script(TRACKER_FRAMES)
     try:
         fresh = context.new_page()
         log_in(fresh, page.app_url)
         expect(fresh.locator("#ts-banner")).to_contain_text("ready", timeout=30_000)
-        fresh.evaluate("window.tsIdleFrames = 0")
-        fresh.wait_for_timeout(1_500)
-        assert fresh.evaluate("window.tsIdleFrames") == 0
+        assert fresh.evaluate("window.tsTrackerFrames") > 0  # the page loading: what the counter looks for is there
+        asked = []  # per second; the removed tracker's spinner ends its turn first (its last moves: a second or two)
+        while not asked or (asked[-1] and len(asked) < 10):
+            fresh.evaluate("window.tsIdleFrames = 0")
+            fresh.wait_for_timeout(1_000)
+            asked.append(fresh.evaluate("window.tsIdleFrames"))
+        assert asked[-1] == 0, asked
     finally:
         context.close()

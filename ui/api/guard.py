@@ -1,4 +1,5 @@
-"""The app's front door: one ASGI middleware in front of the REST API and the Gradio page.
+"""The app's front door: the ASGI middleware in front of the REST API and the Gradio page (and of
+html_edit.PageScript, which edits the page).
 
 - Request bodies are capped (413 naming the limit): `Limits.body_bytes`, or `Limits.upload_bytes` (plus room
   for the multipart framing) on Gradio's upload route. A body sent without a length is read up to the cap.

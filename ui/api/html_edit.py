@@ -12,7 +12,11 @@ HEAD_TAG = re.compile(rb"<head(\s[^>]*)?>", re.IGNORECASE)
 
 async def send_edited(app, scope, receive, send, edit: Callable[[bytes], bytes]) -> None:
     """Runs `app` for this request and sends its answer with `edit` applied to the whole body, asked for
-    uncompressed so that it can be edited."""
+    uncompressed so that it can be edited. A HEAD goes through as it is: it has no body to edit (its length is
+    the unedited page's)."""
+    if scope["method"] != "GET":
+        await app(scope, receive, send)
+        return
     headers = [(k, v) for k, v in scope["headers"] if k != b"accept-encoding"]
     start, parts = None, []
 
@@ -42,10 +46,10 @@ class PageScript:
         self.app, self.script = app, script.encode()
 
     async def __call__(self, scope, receive, send) -> None:
-        if scope["type"] == "http" and scope["path"] == "/" and scope["method"] == "GET":
-            await send_edited(self.app, scope, receive, send, self.insert)
+        if scope["type"] == "http" and scope["path"] == "/":
+            await send_edited(self.app, scope, receive, send, self._insert)
         else:
             await self.app(scope, receive, send)
 
-    def insert(self, body: bytes) -> bytes:
+    def _insert(self, body: bytes) -> bytes:
         return HEAD_TAG.sub(lambda tag: tag.group(0) + self.script, body, count=1)
