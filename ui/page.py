@@ -89,7 +89,7 @@ setInterval(() => {
 
 # Gradio's status tracker (a component's "1.2s" while it waits) asks for a frame from each frame until the wait ends,
 # and the page's own "Loading..." tracker is removed still waiting, so that loop never ends (Gradio 6.31): an idle
-# tab drew 60 frames a second (Chromium 2.08 CPU-s per 20 s idle; 0.84 with this). The tracker's module keeps the
+# tab drew 60 frames a second (Chromium 2.08 CPU-s per 20 s idle; 0.84-1.01 with this). The tracker's module keeps the
 # browser's requestAnimationFrame as it finds it when it loads, before Gradio adds HEAD, so this is served first in
 # <head> (ui/api/html_edit.PageScript). Only a tracker's repeat (a frame asked for from within a tracker's frame)
 # waits for a tracker on the page to show a wait: a first request (a timer's start, the spinner's animation loop,
