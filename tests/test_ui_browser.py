@@ -143,6 +143,10 @@ def test_write_pause_resume(page):
     legend = page.locator("#chart-ngram .legend").bounding_box()
     assert legend["y"] >= title["y"] + title["height"] or legend["x"] >= title["x"] + title["width"]
     page.locator("#chart-ngram").screenshot(path=SHOTS / "03b-ngram-chart.png")
+    # Gradio 6 keeps a "run history" of the events' inputs and outputs (the draft's text, the charts) in the browser,
+    # the whole list re-serialized into localStorage at each event (a fifth of the tab's CPU): the app turns it off.
+    assert page.evaluate("Object.keys(localStorage).filter(k => k.startsWith('gradio:run-history'))") == []
+    assert page.request.get(f"{page.app_url}/gradio_api/runs").status == 404
 
 
 def test_compare_two_columns(page):
