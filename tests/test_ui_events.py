@@ -105,6 +105,18 @@ def test_the_polls_go_around_the_queue_unless_a_state_they_set_has_listeners(ui)
     assert len(clicks) == 2 and all(d["queue"] is not False for d in clicks)
 
 
+def test_no_event_shows_progress_on_a_state_or_a_timer(ui):
+    """ui/page.progress_on_shown_outputs: at each message of any event the page looks up every progress target any
+    event has named in its tree, and walks all of it for one it does not draw (a State, a Timer)."""
+    config = ui.client.config
+    unseen = {c["id"] for c in config["components"] if c.get("type") in ("state", "browserstate", "timer")}
+    start = next(d for d in config["dependencies"] if d["api_name"] == "write_start")
+    assert unseen & set(start["outputs"]) and start["show_progress_on"]  # it sets States and shows progress ...
+    assert not unseen & set(start["show_progress_on"])  # ... on what it draws only
+    assert all(d["show_progress_on"] is not None and not unseen & set(d["show_progress_on"])
+               for d in config["dependencies"])
+
+
 def test_the_apps_server_imports_no_torch(ui, app):
     """The model is the worker's: the server (the page, the API, the tokenizer that measures prompts) runs without
     torch, whose libraries took ~180 MB of its memory and ~2 s of its start."""
