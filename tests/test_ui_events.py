@@ -107,7 +107,7 @@ def test_the_polls_go_around_the_queue_unless_a_state_they_set_has_listeners(ui)
 
 def test_no_event_shows_progress_on_a_state_or_a_timer(ui):
     """ui/page.progress_on_shown_outputs: at each message of any event the page looks up every progress target any
-    event has named in its tree, and walks all of it for one it does not draw (a State, a Timer)."""
+    event has named in its tree and copies its value; a State or a Timer shows no progress."""
     config = ui.client.config
     unseen = {c["id"] for c in config["components"] if c.get("type") in ("state", "browserstate", "timer")}
     start = next(d for d in config["dependencies"] if d["api_name"] == "write_start")

@@ -162,11 +162,11 @@ def build_page(store: Store, *, worker_hint: str, exports: Exports, tokens: Prom
 
 
 def progress_on_shown_outputs(page: gr.Blocks) -> None:
-    """An event's progress goes to the outputs the page draws, not to its States and Timers (none if it has no other).
-    Gradio's page keeps the loading status of every output any event has named, and at each message of any event it
-    looks each one up in the page's tree and copies its value: a State or Timer, absent from the tree, costs a walk of
-    all of it. The Write tab's events name 57-69 outputs, a dozen of them States. Chromium in test_ui_browser.py and
-    test_plan_browser.py: 51.8 CPU-s instead of 57.7."""
+    """An event's progress goes to the outputs the page draws, not to its States and Timers (none if it has no other),
+    which show none. Gradio's page keeps the loading status of every output any event has named, and at each message
+    of any event it looks each one up in the page's tree (a depth-first search) and copies its value: the Write tab's
+    events name 57-69 outputs, a dozen of them States. Chromium in test_ui_browser.py and test_plan_browser.py:
+    51.8 CPU-s instead of 57.7."""
     unseen = (gr.State, gr.BrowserState, gr.Timer)
     for fn in page.fns.values():
         if fn.show_progress_on is None:

@@ -46,10 +46,10 @@ def create_app(store: Store, credentials: Credentials | None = None, *, own_work
     app.include_router(create_router(store, tokens, texts))  # before the mount: / would shadow it
     add_openai_routes(app, store, tokens, texts)  # /v1, for OpenAI clients (SillyTavern, scripts)
     page = build_page(store, worker_hint=hint, exports=exports or Exports(), tokens=tokens, texts=texts)
-    # run_history: Gradio 6 records each event's inputs and outputs (the draft's text, the charts) in the tab's
-    # localStorage, the whole list of up to 100 runs re-serialized at each event: a fifth of the browser's CPU in the
-    # browser tests, taken from the worker on a small machine, and a copy of the writer's text outside the store.
-    # The Library is the app's history; off, Gradio also deletes what an earlier version of the app saved.
+    # run_history: Gradio 6 records each clicked event's inputs and outputs (the draft's text, the charts) in the tab's
+    # localStorage, the whole list of up to 100 runs re-serialized at each message of the event: a fifth of the
+    # browser's CPU in the browser tests, taken from the worker on a small machine, and a copy of the writer's text
+    # outside the store. The Library is the app's history.
     app = gr.mount_gradio_app(app, page, path="/", auth=credentials or None, auth_message="TokenSwift Studio",
                               theme=THEME, css=CSS, head=HEAD, footer_links=[], max_file_size=limits.upload_bytes,
                               run_history=False)
