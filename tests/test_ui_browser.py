@@ -118,6 +118,7 @@ def test_write_pause_resume(page):
     draft, paused_at = found.groups()
     paused_at = int(paused_at.replace(",", ""))
     assert 0 < paused_at < 6000
+    page.evaluate("localStorage.setItem('gradio:run-history:v2:1', '[]')")  # as an earlier app left it
     page.reload()  # a reopened tab finds its draft where it is
     expect(status).to_contain_text(f"Paused — Draft #{draft} · {paused_at:,} / 6,000 tokens", timeout=30_000)
     expect(text).to_have_value(re.compile(r"fox found a key"))
@@ -144,7 +145,8 @@ def test_write_pause_resume(page):
     assert legend["y"] >= title["y"] + title["height"] or legend["x"] >= title["x"] + title["width"]
     page.locator("#chart-ngram").screenshot(path=SHOTS / "03b-ngram-chart.png")
     # Gradio 6 keeps a "run history" of the events' inputs and outputs (the draft's text, the charts) in the browser,
-    # the whole list re-serialized into localStorage at each event (a fifth of the tab's CPU): the app turns it off.
+    # the whole list re-serialized into localStorage at each event (a fifth of the tab's CPU): the app turns it off,
+    # and the page removes what an earlier app saved.
     assert page.evaluate("Object.keys(localStorage).filter(k => k.startsWith('gradio:run-history'))") == []
     assert page.request.get(f"{page.app_url}/gradio_api/runs").status == 404
 

@@ -84,6 +84,11 @@ setInterval(() => {
     if (tip && name.title !== tip) { name.title = tip; }
   }
 }, 400);
+// Gradio's run history (off: ui/server.py) kept copies of the writer's text here, under a key per app start: an
+// earlier version of the app left them behind.
+for (const key of Object.keys(localStorage)) {
+  if (key.startsWith('gradio:run-history:')) { localStorage.removeItem(key); }
+}
 </script>
 """
 
